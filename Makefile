@@ -1,0 +1,67 @@
+# coreaiq — build, test and check.
+GO          ?= go
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 30s
+BIN         ?= bin/coreaiq
+
+.PHONY: all build install test test-short test-noasm deps lint fmt vet staticcheck fuzz generate check-generate bench check clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/coreaiq
+
+install:
+	CGO_ENABLED=0 $(GO) install -trimpath ./cmd/coreaiq
+
+# deps installs the Debian packages the tests need (protoc, libonnx-testdata), once.
+deps:
+	@scripts/install-deps.sh
+
+# test is what CI runs: formatting, vet, the generated code check, and every test.
+test: deps fmt vet check-generate
+	$(GO) test -count=1 ./...
+
+test-short:
+	$(GO) test -short ./...
+
+test-noasm:
+	$(GO) test -count=1 -tags noasm ./...
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '\.pb\.go$$' || true); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(STATICCHECK) ./...
+
+lint: fmt vet staticcheck
+
+generate:
+	scripts/generate.sh
+
+# check-generate fails when the committed generated code is not what the generator writes.
+check-generate: deps
+	@tmp=$$(mktemp -d) && cp pkg/onnxgraph/onnxpb/onnx-ml.pb.go $$tmp/ && scripts/generate.sh && \
+	if ! cmp -s $$tmp/onnx-ml.pb.go pkg/onnxgraph/onnxpb/onnx-ml.pb.go; then \
+		cp $$tmp/onnx-ml.pb.go pkg/onnxgraph/onnxpb/; rm -rf $$tmp; \
+		echo "generated code is stale: run make generate and commit"; exit 1; fi; rm -rf $$tmp
+
+# fuzz runs every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+check: lint test test-noasm
+
+clean:
+	rm -rf bin
