@@ -131,7 +131,7 @@ func foldRepeatedScope(module string, known map[string]bool) string {
 }
 
 // ParsePyStringList parses the Python repr of a list of strings, as the
-// dynamo exporter writes it: "['', 'layer1', 'layer1.0']". It returns nil
+// dynamo exporter writes it: "[”, 'layer1', 'layer1.0']". It returns nil
 // for anything else.
 func ParsePyStringList(s string) []string {
 	s = strings.TrimSpace(s)
