@@ -1,0 +1,356 @@
+package tensor
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+)
+
+// ExternalReader returns the bytes of a tensor stored as external data
+// (data_location EXTERNAL). onnxgraph.Model implements it.
+type ExternalReader interface {
+	ReadExternal(t *onnxpb.TensorProto) ([]byte, error)
+}
+
+// protoField names the TensorProto fields that can hold elements.
+type protoField int
+
+const (
+	fieldNone protoField = iota
+	fieldRaw
+	fieldFloat
+	fieldInt32
+	fieldString
+	fieldInt64
+	fieldDouble
+	fieldUint64
+)
+
+var fieldNames = [...]string{"no data", "raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"}
+
+func (f protoField) String() string { return fieldNames[f] }
+
+// typedField is the typed (non-raw) field ONNX stores dt in.
+func typedField(dt DType) protoField {
+	switch dt {
+	case Float, Complex64:
+		return fieldFloat
+	case Int64:
+		return fieldInt64
+	case String:
+		return fieldString
+	case Double, Complex128:
+		return fieldDouble
+	case Uint32, Uint64:
+		return fieldUint64
+	}
+	return fieldInt32
+}
+
+// FromProto decodes the elements of tp into a Tensor. It reads raw_data
+// (little-endian, 4- and 2-bit types packed), each typed field as ONNX's
+// storage rules define it, and external data through ext. Only the dtype,
+// dims and values are kept: name, doc string and metadata are not. Every
+// inconsistency between dims and data is an error naming the tensor.
+func FromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
+	if tp == nil {
+		return nil, errors.New("nil tensor proto")
+	}
+	t, err := fromProto(tp, ext)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", tp.GetName(), err)
+	}
+	return t, nil
+}
+
+func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
+	dt := DType(tp.GetDataType())
+	if !dt.Valid() {
+		return nil, fmt.Errorf("unknown data_type %d", tp.GetDataType())
+	}
+	dims := tp.GetDims()
+	n, err := numElementsChecked(dims)
+	if err != nil {
+		return nil, err
+	}
+	shape := make([]int, len(dims))
+	for i, d := range dims {
+		shape[i] = int(d)
+	}
+	if tp.Segment != nil {
+		return nil, errors.New("segmented tensors (TensorProto.segment) are not supported")
+	}
+
+	var present []protoField
+	if tp.RawData != nil {
+		present = append(present, fieldRaw)
+	}
+	for _, f := range []struct {
+		field protoField
+		n     int
+	}{
+		{fieldFloat, len(tp.FloatData)}, {fieldInt32, len(tp.Int32Data)}, {fieldString, len(tp.StringData)},
+		{fieldInt64, len(tp.Int64Data)}, {fieldDouble, len(tp.DoubleData)}, {fieldUint64, len(tp.Uint64Data)},
+	} {
+		if f.n > 0 {
+			present = append(present, f.field)
+		}
+	}
+	external := tp.GetDataLocation() == onnxpb.TensorProto_EXTERNAL
+	if external {
+		if len(present) > 0 {
+			return nil, fmt.Errorf("data_location is EXTERNAL but %s is also set", present[0])
+		}
+		if ext == nil {
+			return nil, errors.New("data is external and no external data reader was given")
+		}
+		raw, err := ext.ReadExternal(tp)
+		if err != nil {
+			return nil, err
+		}
+		return decodeRaw(dt, shape, n, raw)
+	}
+	if len(present) > 1 {
+		return nil, fmt.Errorf("both %s and %s hold data; ONNX allows one", present[0], present[1])
+	}
+	field := fieldNone
+	if len(present) == 1 {
+		field = present[0]
+	}
+	switch {
+	case field == fieldRaw:
+		if dt == String {
+			return nil, errors.New("string tensor in raw_data; ONNX stores strings in string_data")
+		}
+		return decodeRaw(dt, shape, n, tp.RawData)
+	case field == fieldNone:
+		if n != 0 {
+			return nil, fmt.Errorf("%s tensor of shape %v has no data", dt, shape)
+		}
+		return &Tensor{DType: dt, Shape: shape, Data: makeSlice(dt, 0)}, nil
+	case field != typedField(dt):
+		return nil, fmt.Errorf("%s tensor holds its data in %s; ONNX stores %s in %s", dt, field, dt, typedField(dt))
+	}
+	return decodeTyped(tp, dt, shape, n, field)
+}
+
+// sizeError describes a data field whose length does not match the dims.
+func sizeError(dt DType, shape []int, field string, got, want int, unit string) error {
+	return fmt.Errorf("%s tensor of shape %v needs %d %s in %s, has %d", dt, shape, want, unit, field, got)
+}
+
+// decodeRaw decodes little-endian raw bytes (raw_data or external data).
+func decodeRaw(dt DType, shape []int, n int, raw []byte) (*Tensor, error) {
+	if want := dt.RawSize(n); len(raw) != want {
+		return nil, sizeError(dt, shape, "raw_data", len(raw), want, "bytes")
+	}
+	t := &Tensor{DType: dt, Shape: shape}
+	switch dt {
+	case Bool:
+		d := make([]bool, n)
+		for i, b := range raw {
+			d[i] = b != 0
+		}
+		t.Data = d
+	case Int4:
+		t.Data = Unpack4Signed(raw, n)
+	case Uint4, Float4E2M1:
+		t.Data = Unpack4(raw, n)
+	case Int2:
+		t.Data = Unpack2Signed(raw, n)
+	case Uint2:
+		t.Data = Unpack2(raw, n)
+	default:
+		t.Data = makeSlice(dt, n)
+		b := ByteView(t.Data)
+		copy(b, raw)
+		if !nativeLittle {
+			SwapBytes(b, wordSize(dt))
+		}
+	}
+	return t, nil
+}
+
+// decodeTyped decodes the typed field that ONNX assigns to dt.
+func decodeTyped(tp *onnxpb.TensorProto, dt DType, shape []int, n int, field protoField) (*Tensor, error) {
+	t := &Tensor{DType: dt, Shape: shape}
+	want := n
+	if dt == Complex64 || dt == Complex128 {
+		want = 2 * n
+	}
+	switch dt.Bits() {
+	case 4:
+		want = (n + 1) / 2
+	case 2:
+		want = (n + 3) / 4
+	}
+	var got int
+	switch field {
+	case fieldFloat:
+		got = len(tp.FloatData)
+	case fieldInt32:
+		got = len(tp.Int32Data)
+	case fieldString:
+		got = len(tp.StringData)
+	case fieldInt64:
+		got = len(tp.Int64Data)
+	case fieldDouble:
+		got = len(tp.DoubleData)
+	case fieldUint64:
+		got = len(tp.Uint64Data)
+	}
+	if got != want {
+		return nil, sizeError(dt, shape, field.String(), got, want, "values")
+	}
+	switch dt {
+	case Float:
+		t.Data = slices.Clone(tp.FloatData)
+	case Complex64:
+		d := make([]complex64, n)
+		for i := range d {
+			d[i] = complex(tp.FloatData[2*i], tp.FloatData[2*i+1])
+		}
+		t.Data = d
+	case Double:
+		t.Data = slices.Clone(tp.DoubleData)
+	case Complex128:
+		d := make([]complex128, n)
+		for i := range d {
+			d[i] = complex(tp.DoubleData[2*i], tp.DoubleData[2*i+1])
+		}
+		t.Data = d
+	case Int64:
+		t.Data = slices.Clone(tp.Int64Data)
+	case Uint64:
+		t.Data = slices.Clone(tp.Uint64Data)
+	case Uint32:
+		t.Data = convertInts[uint32](tp.Uint64Data)
+	case String:
+		d := make([]string, n)
+		for i, s := range tp.StringData {
+			d[i] = string(s)
+		}
+		t.Data = d
+	case Int32:
+		t.Data = slices.Clone(tp.Int32Data)
+	case Int16:
+		t.Data = convertInts[int16](tp.Int32Data)
+	case Int8:
+		t.Data = convertInts[int8](tp.Int32Data)
+	case Uint16, Float16, BFloat16:
+		// Bit patterns, stored unsigned; the low 16 bits are the code.
+		t.Data = convertInts[uint16](tp.Int32Data)
+	case Uint8, Float8E4M3FN, Float8E4M3FNUZ, Float8E5M2, Float8E5M2FNUZ, Float8E8M0:
+		t.Data = convertInts[uint8](tp.Int32Data)
+	case Bool:
+		d := make([]bool, n)
+		for i, v := range tp.Int32Data {
+			d[i] = v != 0
+		}
+		t.Data = d
+	default: // 4- and 2-bit types: one packed byte per int32
+		return decodeRaw(dt, shape, n, convertInts[uint8](tp.Int32Data))
+	}
+	return t, nil
+}
+
+// convertInts converts each element with Go's integer conversion (keeping
+// the low bits, as numpy's astype does).
+func convertInts[D, S int8 | uint8 | int16 | uint16 | int32 | uint32 | int64 | uint64](src []S) []D {
+	d := make([]D, len(src))
+	for i, v := range src {
+		d[i] = D(v)
+	}
+	return d
+}
+
+// ToProto encodes t as a TensorProto named name: raw_data little-endian
+// (4- and 2-bit types packed two or four per byte) or string_data for
+// strings. Sub-byte values outside their type's range are an error rather
+// than silently losing bits.
+func ToProto(t *Tensor, name string) (*onnxpb.TensorProto, error) {
+	if t == nil {
+		return nil, fmt.Errorf("tensor %q: nil tensor", name)
+	}
+	if err := t.checkData(); err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	tp := &onnxpb.TensorProto{
+		Name:     &name,
+		DataType: new(int32(t.DType)),
+		Dims:     make([]int64, len(t.Shape)),
+	}
+	for i, d := range t.Shape {
+		tp.Dims[i] = int64(d)
+	}
+	raw, err := encodeRaw(t)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	if t.DType == String {
+		ss := t.Data.([]string)
+		tp.StringData = make([][]byte, len(ss))
+		for i, s := range ss {
+			tp.StringData[i] = []byte(s)
+		}
+		return tp, nil
+	}
+	tp.RawData = raw
+	return tp, nil
+}
+
+// EncodeRaw returns the ONNX raw_data bytes of t (little-endian, sub-byte
+// types packed). It is the encoding of external data as well.
+func EncodeRaw(t *Tensor) ([]byte, error) {
+	if err := t.checkData(); err != nil {
+		return nil, err
+	}
+	if t.DType == String {
+		return nil, errors.New("string tensors have no raw encoding")
+	}
+	return encodeRaw(t)
+}
+
+func encodeRaw(t *Tensor) ([]byte, error) {
+	switch t.DType {
+	case String:
+		return nil, nil
+	case Int4, Int2:
+		d := t.Data.([]int8)
+		lo, hi := int8(-8), int8(7)
+		if t.DType == Int2 {
+			lo, hi = -2, 1
+		}
+		for i, v := range d {
+			if v < lo || v > hi {
+				return nil, fmt.Errorf("%s element %d is %d, outside [%d, %d]", t.DType, i, v, lo, hi)
+			}
+		}
+		if t.DType == Int4 {
+			return Pack4(d), nil
+		}
+		return Pack2(d), nil
+	case Uint4, Float4E2M1, Uint2:
+		d := t.Data.([]uint8)
+		hi := uint8(15)
+		if t.DType == Uint2 {
+			hi = 3
+		}
+		for i, v := range d {
+			if v > hi {
+				return nil, fmt.Errorf("%s element %d is %d, outside [0, %d]", t.DType, i, v, hi)
+			}
+		}
+		if t.DType == Uint2 {
+			return Pack2(d), nil
+		}
+		return Pack4(d), nil
+	}
+	raw := slices.Clone(ByteView(t.Data))
+	if !nativeLittle {
+		SwapBytes(raw, wordSize(t.DType))
+	}
+	return raw, nil
+}
