@@ -129,8 +129,9 @@ func writeSummaryTable(w io.Writer, s *passes.ModelSummary, nodes bool) error {
 		return err
 	}
 	if len(s.Modules) > 1 {
-		fmt.Fprintln(w, "\nmodules")
+		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "modules\ttype\tnodes")
 		for _, m := range s.Modules {
 			name := m.Name
 			if name == "" {
@@ -138,7 +139,7 @@ func writeSummaryTable(w io.Writer, s *passes.ModelSummary, nodes bool) error {
 			} else if i := strings.LastIndex(name, "."); i >= 0 && m.Depth > 1 {
 				name = name[i+1:]
 			}
-			fmt.Fprintf(tw, "  %s%s\t%s\t%d nodes\n", strings.Repeat("  ", m.Depth), name, m.Type, m.Nodes)
+			fmt.Fprintf(tw, "  %s%s\t%s\t%d\n", strings.Repeat("  ", m.Depth), name, m.Type, m.Nodes)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -1,0 +1,91 @@
+package onnxgraph
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/internal/testutil"
+)
+
+// testModels lists every model.onnx of the ONNX backend test data and of the
+// shared model set (when present).
+func testModels(t *testing.T) []string {
+	t.Helper()
+	var paths []string
+	root := testutil.RequireONNXTestData(t)
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "model.onnx" {
+			paths = append(paths, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir := os.Getenv("COREAIQ_SHARED_MODELS"); dir != "" || sharedExists() {
+		shared, _ := filepath.Glob(filepath.Join(sharedDir(), "*", "model.onnx"))
+		paths = append(paths, shared...)
+	}
+	sort.Strings(paths)
+	if len(paths) < 1000 {
+		t.Fatalf("found only %d test models under %s", len(paths), root)
+	}
+	return paths
+}
+
+func sharedDir() string {
+	if dir := os.Getenv("COREAIQ_SHARED_MODELS"); dir != "" {
+		return dir
+	}
+	return filepath.Join(testutil.RepoRoot(), "..", "shared", "models")
+}
+
+func sharedExists() bool {
+	_, err := os.Stat(sharedDir())
+	return err == nil
+}
+
+// TestRoundTrip: Load → Save → Load gives an equal proto, and saving twice
+// gives identical bytes, on every test model.
+func TestRoundTrip(t *testing.T) {
+	tmp := t.TempDir()
+	for _, path := range testModels(t) {
+		m, err := Load(path)
+		if err != nil {
+			t.Errorf("load: %v", err)
+			continue
+		}
+		out := filepath.Join(tmp, "out.onnx")
+		if err := m.Save(out, SaveOptions{}); err != nil {
+			t.Errorf("%s: save: %v", path, err)
+			continue
+		}
+		first, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Load(out)
+		if err != nil {
+			t.Errorf("%s: reload: %v", path, err)
+			continue
+		}
+		if !proto.Equal(m.Proto, back.Proto) {
+			t.Errorf("%s: reloaded model differs from the original", path)
+		}
+		if err := back.Save(out, SaveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		second, _ := os.ReadFile(out)
+		if !bytes.Equal(first, second) {
+			t.Errorf("%s: saving twice gave different bytes", path)
+		}
+		if len(back.Graph.Nodes) != len(m.Proto.GetGraph().GetNode()) {
+			t.Errorf("%s: graph view has %d nodes, file has %d", path, len(back.Graph.Nodes), len(m.Proto.GetGraph().GetNode()))
+		}
+	}
+}
