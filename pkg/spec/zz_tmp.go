@@ -1,0 +1,3 @@
+package spec
+
+import _ "github.com/coreaiq/coreaiq/pkg/onnxgraph"
