@@ -189,13 +189,13 @@ func TestModuleScopes(t *testing.T) {
 
 func TestTorchScriptModule(t *testing.T) {
 	tests := map[string]string{
-		"/layer1/layer1.0/conv1/Conv":            "layer1.0.conv1",
-		"/blocks/blocks.1/mlp/mlp.1/Mul":         "blocks.1.mlp.1",
+		"/layer1/layer1.0/conv1/Conv":             "layer1.0.conv1",
+		"/blocks/blocks.1/mlp/mlp.1/Mul":          "blocks.1.mlp.1",
 		"/model/layers.0/self_attn/q_proj/MatMul": "model.layers.0.self_attn.q_proj",
-		"/encoder/layers.1/Mul":                  "encoder.layers.1",
-		"/Conv":                                  "",
-		"Conv_3":                                 "",
-		"":                                       "",
+		"/encoder/layers.1/Mul":                   "encoder.layers.1",
+		"/Conv":                                   "",
+		"Conv_3":                                  "",
+		"":                                        "",
 	}
 	for name, want := range tests {
 		if got := torchScriptModule(name); got != want {
