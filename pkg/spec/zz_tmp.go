@@ -1,3 +1,0 @@
-package spec
-
-import _ "github.com/coreaiq/coreaiq/pkg/onnxgraph"
