@@ -280,12 +280,26 @@ const (
 // magnitude is used). NaN and ±Inf become 0xFF (NaN); zero and values below
 // 2^-127 become 0 (2^-127), the smallest code. With saturate, rounding never
 // goes past 0xFE (2^127); without, it may reach 0xFF. This follows ONNX's
-// reference (numpy_helper.to_float8e8m0) bit for bit.
+// reference (numpy_helper.to_float8e8m0) bit for bit except for float32
+// subnormals, which it misreads.
 func Float32ToFloat8E8M0(f float32, saturate bool, mode E8M0Rounding) uint8 {
 	b := math.Float32bits(f)
 	exp := (b >> 23) & 0xFF
 	if exp == 0xFF {
 		return 0xFF
+	}
+	if exp == 0 {
+		// Zero and float32 subnormals: 2^-127 is the subnormal 0x400000,
+		// the smallest code. (ONNX's reference reads the exponent field
+		// only and would round every subnormal up to 2^-126.)
+		frac := b & 0x7FFFFF
+		switch {
+		case frac <= 0x400000 || mode == E8M0Down:
+			return 0
+		case mode == E8M0Up || frac >= 0x600000:
+			return 1
+		}
+		return 0
 	}
 	var up bool
 	switch mode {
