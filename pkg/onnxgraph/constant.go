@@ -1,7 +1,7 @@
 package onnxgraph
 
 import (
-	"fmt"
+	"errors"
 
 	"google.golang.org/protobuf/proto"
 
@@ -37,12 +37,12 @@ func constantTensor(np *onnxpb.NodeProto) (*onnxpb.TensorProto, error) {
 			continue
 		}
 		if out != nil {
-			return nil, fmt.Errorf("Constant has more than one value attribute")
+			return nil, errors.New("the Constant node has more than one value attribute")
 		}
 		out = t
 	}
 	if out == nil {
-		return nil, fmt.Errorf("Constant has no value attribute")
+		return nil, errors.New("the Constant node has no value attribute")
 	}
 	if len(np.GetOutput()) == 1 {
 		out.Name = proto.String(np.GetOutput()[0])

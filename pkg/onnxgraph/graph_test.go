@@ -110,7 +110,7 @@ func TestBadGraphs(t *testing.T) {
 		}, `value "y" is produced by both node "r1" (Relu) and node "r2" (Relu)`},
 		{"constant without value", func(b *testmodels.Builder) {
 			b.Node("Constant", "k", nil, []string{"y"})
-		}, `node "k" (Constant): Constant has no value attribute`},
+		}, `node "k" (Constant): the Constant node has no value attribute`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
