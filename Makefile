@@ -4,7 +4,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 BIN         ?= bin/coreaiq
 
-.PHONY: all build install test test-short test-noasm deps lint fmt vet staticcheck fuzz generate check-generate bench check clean
+.PHONY: all build install test test-short test-noasm test-ort ort check-static deps lint fmt vet staticcheck fuzz generate check-generate bench check clean
 
 all: build
 
@@ -18,9 +18,28 @@ install:
 deps:
 	@scripts/install-deps.sh
 
-# test is what CI runs: formatting, vet, the generated code check, and every test.
-test: deps fmt vet check-generate
+# test is what CI runs: formatting, vet, the generated code check, the static
+# binary check, and every test, in the default build and again with the ONNX
+# Runtime engine compiled in (test-ort).
+test: deps fmt vet check-generate check-static
 	$(GO) test -count=1 ./...
+	@$(MAKE) --no-print-directory test-ort
+
+# ort fetches the ONNX Runtime shared library the `ort` engine loads and
+# prints its path (cached; no network once fetched).
+ort:
+	@scripts/fetch-ort.sh
+
+# test-ort proves the ort build compiles without cgo, then runs every test
+# with -tags ort against the fetched library.
+test-ort: ort
+	CGO_ENABLED=0 $(GO) build -tags ort -o /dev/null ./cmd/coreaiq
+	$(GO) vet -tags ort ./...
+	ONNXRUNTIME_LIB="$$(scripts/fetch-ort.sh)" CGO_ENABLED=0 $(GO) test -count=1 -tags ort ./...
+
+# check-static fails when the default binary is dynamically linked.
+check-static: build
+	@scripts/check-static.sh $(BIN)
 
 test-short:
 	$(GO) test -short ./...
