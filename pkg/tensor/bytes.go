@@ -59,7 +59,11 @@ func sliceBytes[T any](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(z)))
 }
 
-// elemSize is the in-memory size of one element of dt's Data slice.
+// ElemSize is the in-memory size in bytes of one element of d's Data slice
+// (1 for the sub-byte and 8-bit float types, which hold one code per byte;
+// 0 for String).
+func (d DType) ElemSize() int { return elemSize(d) }
+
 func elemSize(dt DType) int {
 	switch dt {
 	case Float, Int32, Uint32:
@@ -106,6 +110,10 @@ func wordSize(dt DType) int {
 	}
 	return elemSize(dt)
 }
+
+// Validate reports whether t.Data has the Go type t.DType implies and as
+// many elements as t.Shape.
+func (t *Tensor) Validate() error { return t.checkData() }
 
 // checkData verifies that t.Data has the Go type DType implies and as many
 // elements as Shape; every codec calls it before touching the data.
