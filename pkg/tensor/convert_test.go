@@ -79,7 +79,7 @@ func TestCast(t *testing.T) {
 		{"float to uint64", FromFloat32([]float32{-1, 1e30, 7.5}, 3), Uint64, CastOptions{}, []uint64{0, math.MaxUint64, 7}},
 		{"float to int4 rounds even and clamps", FromFloat32([]float32{2.5, 3.5, -9, 100, nan}, 5), Int4, CastOptions{}, []int8{2, 4, -8, 7, 0}},
 		{"float to uint2", FromFloat32([]float32{-1, 1.5, 9}, 3), Uint2, CastOptions{}, []uint8{0, 2, 3}},
-		{"float to bool", FromFloat32([]float32{0, -0.0, 2, nan}, 4), Bool, CastOptions{}, []bool{false, false, true, true}},
+		{"float to bool", FromFloat32([]float32{0, float32(math.Copysign(0, -1)), 2, nan}, 4), Bool, CastOptions{}, []bool{false, false, true, true}},
 		{"float to float16", FromFloat32([]float32{1, 65520}, 2), Float16, CastOptions{}, []uint16{0x3C00, 0x7C00}},
 		{"float to bfloat16", FromFloat32([]float32{1}, 1), BFloat16, CastOptions{}, []uint16{0x3F80}},
 		{"float to e4m3fn saturates", FromFloat32([]float32{1000, -inf}, 2), Float8E4M3FN, CastOptions{}, []uint8{0x7E, 0xFE}},

@@ -306,7 +306,9 @@ func Float32ToFloat8E8M0(f float32, saturate bool, mode E8M0Rounding) uint8 {
 	case E8M0Up:
 		up = b&0x7FFFFF != 0
 	case E8M0Nearest:
-		up = b&0x400000 != 0 && (b&0x3FFFFF != 0 || exp > 0)
+		// At or above 1.5·2^e (ONNX's reference also rounds its tie up
+		// for every normal input).
+		up = b&0x400000 != 0
 	}
 	if up && !(saturate && exp == 0xFE) {
 		exp++
