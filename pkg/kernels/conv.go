@@ -1,0 +1,225 @@
+package kernels
+
+// ConvGeom describes an N-dimensional convolution or pooling window over
+// one image: spatial input sizes In, kernel sizes Kernel, Strides,
+// Dilations, leading pads PadBegin and the resulting output sizes Out.
+type ConvGeom struct {
+	In, Kernel, Strides, Dilations, PadBegin, Out []int
+}
+
+// InSize is the number of spatial input positions.
+func (g *ConvGeom) InSize() int { return prod(g.In) }
+
+// OutSize is the number of spatial output positions.
+func (g *ConvGeom) OutSize() int { return prod(g.Out) }
+
+// KernelSize is the number of kernel positions.
+func (g *ConvGeom) KernelSize() int { return prod(g.Kernel) }
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// Im2col lowers channels image planes x (c × InSize, row-major) to the
+// column matrix col (c·KernelSize × OutSize) so that a convolution becomes a
+// GEMM of the weights (m × c·KernelSize) with col:
+//
+//	for ch < c, kernel position kp, output position op:
+//	    col[(ch·KernelSize+kp)·OutSize + op] = x[ch·InSize + ip]
+//	where ip[d] = op[d]·Strides[d] − PadBegin[d] + kp[d]·Dilations[d],
+//	and 0 when ip falls outside the input (zero padding).
+func Im2col(g *ConvGeom, c int, x, col []float32) {
+	nd := len(g.In)
+	ks, os, is := g.KernelSize(), g.OutSize(), g.InSize()
+	if nd == 2 {
+		im2col2D(g, c, x, col)
+		return
+	}
+	kp := make([]int, nd)
+	opos := make([]int, nd)
+	for ch := 0; ch < c; ch++ {
+		xc := x[ch*is : (ch+1)*is]
+		for k := 0; k < ks; k++ {
+			unravel(k, g.Kernel, kp)
+			row := col[(ch*ks+k)*os : (ch*ks+k+1)*os]
+			for o := 0; o < os; o++ {
+				unravel(o, g.Out, opos)
+				idx, ok := 0, true
+				for d := 0; d < nd; d++ {
+					p := opos[d]*g.Strides[d] - g.PadBegin[d] + kp[d]*g.Dilations[d]
+					if p < 0 || p >= g.In[d] {
+						ok = false
+						break
+					}
+					idx = idx*g.In[d] + p
+				}
+				if ok {
+					row[o] = xc[idx]
+				} else {
+					row[o] = 0
+				}
+			}
+		}
+	}
+}
+
+func im2col2D(g *ConvGeom, c int, x, col []float32) {
+	ih, iw := g.In[0], g.In[1]
+	kh, kw := g.Kernel[0], g.Kernel[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	dh, dw := g.Dilations[0], g.Dilations[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	os := oh * ow
+	r := 0
+	for ch := 0; ch < c; ch++ {
+		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+		for ky := 0; ky < kh; ky++ {
+			for kx := 0; kx < kw; kx++ {
+				row := col[r*os : (r+1)*os]
+				r++
+				for oy := 0; oy < oh; oy++ {
+					y := oy*sh - ph + ky*dh
+					out := row[oy*ow : (oy+1)*ow]
+					if y < 0 || y >= ih {
+						clear(out)
+						continue
+					}
+					xr := xc[y*iw : (y+1)*iw]
+					for ox := range out {
+						xx := ox*sw - pw + kx*dw
+						if xx < 0 || xx >= iw {
+							out[ox] = 0
+						} else {
+							out[ox] = xr[xx]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Col2im is the adjoint of Im2col, used by transposed convolution: it
+// accumulates the column matrix back into image planes (x must be zeroed
+// by the caller when a plain scatter is wanted):
+//
+//	for ch < c, kernel position kp, output position op with ip inside:
+//	    x[ch·InSize + ip] += col[(ch·KernelSize+kp)·OutSize + op]
+func Col2im(g *ConvGeom, c int, col, x []float32) {
+	nd := len(g.In)
+	ks, os, is := g.KernelSize(), g.OutSize(), g.InSize()
+	kp := make([]int, nd)
+	opos := make([]int, nd)
+	for ch := 0; ch < c; ch++ {
+		xc := x[ch*is : (ch+1)*is]
+		for k := 0; k < ks; k++ {
+			unravel(k, g.Kernel, kp)
+			row := col[(ch*ks+k)*os : (ch*ks+k+1)*os]
+			for o := 0; o < os; o++ {
+				unravel(o, g.Out, opos)
+				idx, ok := 0, true
+				for d := 0; d < nd; d++ {
+					p := opos[d]*g.Strides[d] - g.PadBegin[d] + kp[d]*g.Dilations[d]
+					if p < 0 || p >= g.In[d] {
+						ok = false
+						break
+					}
+					idx = idx*g.In[d] + p
+				}
+				if ok {
+					xc[idx] += row[o]
+				}
+			}
+		}
+	}
+}
+
+// unravel writes the row-major multi-index of flat index i over dims into idx.
+func unravel(i int, dims, idx []int) {
+	for d := len(dims) - 1; d >= 0; d-- {
+		idx[d] = i % dims[d]
+		i /= dims[d]
+	}
+}
+
+// Pool computes max or average pooling of c planes of x (c × InSize) into
+// y (c × OutSize) over the window of g:
+//
+//	for ch < c, output position op:
+//	    window = { ip = op·Strides − PadBegin + kp·Dilations : kp < Kernel }
+//	    max:     y = max of x[ip] over ip inside the input (−Inf if none)
+//	    average: y = Σ x[ip] inside / count, where count is the number of
+//	             inside positions, or, with countPad, the number of window
+//	             positions that fall inside the padded input (padEnd)
+//
+// When argmax is non-nil (max pooling) it receives the flat index ch·InSize+ip
+// of each maximum within the planes.
+func Pool(g *ConvGeom, c int, x, y []float32, isMax, countPad bool, padEnd []int, argmax []int64) {
+	nd := len(g.In)
+	ks, os, is := g.KernelSize(), g.OutSize(), g.InSize()
+	kp := make([]int, nd)
+	opos := make([]int, nd)
+	for o := 0; o < os; o++ {
+		unravel(o, g.Out, opos)
+		for ch := 0; ch < c; ch++ {
+			xc := x[ch*is : (ch+1)*is]
+			var acc float32
+			if isMax {
+				acc = float32negInf
+			}
+			n, npad := 0, 0
+			best := -1
+			for k := 0; k < ks; k++ {
+				unravel(k, g.Kernel, kp)
+				idx, inside, inPadded := 0, true, true
+				for d := 0; d < nd; d++ {
+					p := opos[d]*g.Strides[d] - g.PadBegin[d] + kp[d]*g.Dilations[d]
+					if p < -g.PadBegin[d] || p >= g.In[d]+padEnd[d] {
+						inPadded = false
+					}
+					if p < 0 || p >= g.In[d] {
+						inside = false
+					} else {
+						idx = idx*g.In[d] + p
+					}
+				}
+				if inPadded {
+					npad++
+				}
+				if !inside {
+					continue
+				}
+				n++
+				v := xc[idx]
+				if isMax {
+					if v > acc || best < 0 {
+						acc, best = v, idx
+					}
+				} else {
+					acc += v
+				}
+			}
+			if !isMax {
+				div := n
+				if countPad {
+					div = npad
+				}
+				if div > 0 {
+					acc /= float32(div)
+				}
+			}
+			y[ch*os+o] = acc
+			if argmax != nil {
+				if best < 0 {
+					best = 0
+				}
+				argmax[ch*os+o] = int64(ch*is + best)
+			}
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package kernels
+
+import "math"
+
+var float32negInf = float32(math.Inf(-1))
+
+// Softmax normalises each of the rows of x (rows × n) into y:
+//
+//	for r < rows: m = max_j x[r,j]; y[r,j] = exp(x[r,j]−m) / Σ_j exp(x[r,j]−m)
+//
+// With log set it computes log-softmax: y[r,j] = x[r,j] − m − log Σ_j exp(x[r,j]−m).
+func Softmax(x, y []float32, rows, n int, log bool) {
+	for r := 0; r < rows; r++ {
+		xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
+		m := float32negInf
+		for _, v := range xr {
+			if v > m {
+				m = v
+			}
+		}
+		var s float64
+		if log {
+			for _, v := range xr {
+				s += math.Exp(float64(v - m))
+			}
+			ls := float32(math.Log(s))
+			for j, v := range xr {
+				yr[j] = v - m - ls
+			}
+			continue
+		}
+		for j, v := range xr {
+			e := float32(math.Exp(float64(v - m)))
+			yr[j] = e
+			s += float64(e)
+		}
+		inv := float32(1 / s)
+		for j := range yr {
+			yr[j] *= inv
+		}
+	}
+}
+
+// LayerNorm normalises each row of x (rows × n) with scale and bias (each
+// of length n, bias may be nil) into y, and stores each row's mean and
+// inverse standard deviation in mean and invStd when they are non-nil:
+//
+//	μ = Σ_j x[r,j]/n;  σ² = Σ_j (x[r,j]−μ)²/n
+//	y[r,j] = (x[r,j]−μ)/√(σ²+eps) · scale[j] + bias[j]
+func LayerNorm(x, y []float32, rows, n int, scale, bias []float32, eps float32, mean, invStd []float32) {
+	for r := 0; r < rows; r++ {
+		xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
+		var s float64
+		for _, v := range xr {
+			s += float64(v)
+		}
+		mu := s / float64(n)
+		var v2 float64
+		for _, v := range xr {
+			d := float64(v) - mu
+			v2 += d * d
+		}
+		inv := 1 / math.Sqrt(v2/float64(n)+float64(eps))
+		for j, v := range xr {
+			o := float32((float64(v) - mu) * inv)
+			o *= scale[j]
+			if bias != nil {
+				o += bias[j]
+			}
+			yr[j] = o
+		}
+		if mean != nil {
+			mean[r] = float32(mu)
+		}
+		if invStd != nil {
+			invStd[r] = float32(inv)
+		}
+	}
+}
+
+// QuantizeAffine quantizes x into q with one scale and zero point,
+// rounding half to even and saturating to [qmin, qmax]:
+//
+//	q[i] = clamp(roundHalfEven(x[i]/scale) + zp, qmin, qmax)
+//
+// NaN maps to zp (ONNX leaves it undefined; this keeps it deterministic).
+func QuantizeAffine(x []float32, scale float32, zp, qmin, qmax int32, q []int32) {
+	for i, v := range x {
+		// float32 division, as the ONNX reference computes it.
+		f := float64(v / scale)
+		if f != f {
+			q[i] = zp
+			continue
+		}
+		r := math.RoundToEven(f) + float64(zp)
+		if r < float64(qmin) {
+			r = float64(qmin)
+		} else if r > float64(qmax) {
+			r = float64(qmax)
+		}
+		q[i] = int32(r)
+	}
+}
+
+// DequantizeAffine maps integers back to floats with one scale and zero point:
+//
+//	x[i] = (q[i] − zp) · scale
+func DequantizeAffine(q []int32, scale float32, zp int32, x []float32) {
+	for i, v := range q {
+		x[i] = float32(v-zp) * scale
+	}
+}

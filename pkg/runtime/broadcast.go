@@ -1,0 +1,209 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// broadcastShape is the multidirectional (numpy) broadcast of shapes.
+func broadcastShape(shapes ...[]int) ([]int, error) {
+	r := 0
+	for _, s := range shapes {
+		r = max(r, len(s))
+	}
+	out := make([]int, r)
+	for i := range out {
+		out[i] = 1
+	}
+	for _, s := range shapes {
+		off := r - len(s)
+		for i, d := range s {
+			o := out[off+i]
+			switch {
+			case o == d || d == 1:
+			case o == 1:
+				out[off+i] = d
+			default:
+				return nil, fmt.Errorf("shapes %v cannot be broadcast together", shapes)
+			}
+		}
+	}
+	return out, nil
+}
+
+// bcastStrides returns in's element strides aligned to out's rank, 0 on
+// broadcast dimensions.
+func bcastStrides(in, out []int) []int {
+	st := make([]int, len(out))
+	off := len(out) - len(in)
+	s := 1
+	for i := len(in) - 1; i >= 0; i-- {
+		if in[i] != 1 {
+			st[off+i] = s
+		}
+		s *= in[i]
+	}
+	return st
+}
+
+// binaryLoop computes o[i] = f(a[ia], b[ib]) over the broadcast shape os.
+func binaryLoop[A, B, O any](a []A, as []int, b []B, bs []int, o []O, os []int, f func(A, B) O) {
+	switch {
+	case len(o) == 0:
+		return
+	case slices.Equal(as, bs):
+		for i := range o {
+			o[i] = f(a[i], b[i])
+		}
+		return
+	case len(b) == 1 && len(a) == len(o):
+		y := b[0]
+		for i := range o {
+			o[i] = f(a[i], y)
+		}
+		return
+	case len(a) == 1 && len(b) == len(o):
+		x := a[0]
+		for i := range o {
+			o[i] = f(x, b[i])
+		}
+		return
+	}
+	r := len(os)
+	sa, sb := bcastStrides(as, os), bcastStrides(bs, os)
+	inner := os[r-1]
+	ia, ib := sa[r-1], sb[r-1]
+	idx := make([]int, r)
+	pa, pb := 0, 0
+	for off := 0; off < len(o); off += inner {
+		row := o[off : off+inner]
+		x, y := pa, pb
+		for j := range row {
+			row[j] = f(a[x], b[y])
+			x += ia
+			y += ib
+		}
+		// Advance the odometer over the outer dimensions.
+		for d := r - 2; d >= 0; d-- {
+			idx[d]++
+			pa += sa[d]
+			pb += sb[d]
+			if idx[d] < os[d] {
+				break
+			}
+			pa -= sa[d] * os[d]
+			pb -= sb[d] * os[d]
+			idx[d] = 0
+		}
+	}
+}
+
+// expandTo copies x broadcast to shape out.
+func expandTo(t *tensor.Tensor, shape []int) *tensor.Tensor {
+	out := tensor.New(t.DType, shape...)
+	idx := bcastIndex(t.Shape, shape)
+	gatherFlat(t.Data, out.Data, idx)
+	return out
+}
+
+// bcastIndex returns, for each element of the broadcast shape out, the
+// flat index of the element of shape in that it reads.
+func bcastIndex(in, out []int) []int {
+	n := tensor.NumElements(out)
+	idx := make([]int, n)
+	if n == 0 {
+		return idx
+	}
+	r := len(out)
+	if r == 0 {
+		return idx
+	}
+	st := bcastStrides(in, out)
+	pos := make([]int, r)
+	p := 0
+	for i := 0; i < n; i++ {
+		idx[i] = p
+		for d := r - 1; d >= 0; d-- {
+			pos[d]++
+			p += st[d]
+			if pos[d] < out[d] {
+				break
+			}
+			p -= st[d] * out[d]
+			pos[d] = 0
+		}
+	}
+	return idx
+}
+
+// gatherFlat sets dst[i] = src[idx[i]] for slices of the same element type.
+func gatherFlat(src, dst any, idx []int) {
+	switch s := src.(type) {
+	case []float32:
+		gatherT(s, dst.([]float32), idx)
+	case []float64:
+		gatherT(s, dst.([]float64), idx)
+	case []int8:
+		gatherT(s, dst.([]int8), idx)
+	case []uint8:
+		gatherT(s, dst.([]uint8), idx)
+	case []int16:
+		gatherT(s, dst.([]int16), idx)
+	case []uint16:
+		gatherT(s, dst.([]uint16), idx)
+	case []int32:
+		gatherT(s, dst.([]int32), idx)
+	case []uint32:
+		gatherT(s, dst.([]uint32), idx)
+	case []int64:
+		gatherT(s, dst.([]int64), idx)
+	case []uint64:
+		gatherT(s, dst.([]uint64), idx)
+	case []bool:
+		gatherT(s, dst.([]bool), idx)
+	case []string:
+		gatherT(s, dst.([]string), idx)
+	default:
+		panic(fmt.Sprintf("gather of %T", src))
+	}
+}
+
+func gatherT[T any](src, dst []T, idx []int) {
+	for i, j := range idx {
+		dst[i] = src[j]
+	}
+}
+
+// copyRange copies src[so:so+n] into dst[do:do+n] for same-typed slices.
+func copyRange(dst any, do int, src any, so, n int) {
+	switch s := src.(type) {
+	case []float32:
+		copy(dst.([]float32)[do:do+n], s[so:so+n])
+	case []float64:
+		copy(dst.([]float64)[do:do+n], s[so:so+n])
+	case []int8:
+		copy(dst.([]int8)[do:do+n], s[so:so+n])
+	case []uint8:
+		copy(dst.([]uint8)[do:do+n], s[so:so+n])
+	case []int16:
+		copy(dst.([]int16)[do:do+n], s[so:so+n])
+	case []uint16:
+		copy(dst.([]uint16)[do:do+n], s[so:so+n])
+	case []int32:
+		copy(dst.([]int32)[do:do+n], s[so:so+n])
+	case []uint32:
+		copy(dst.([]uint32)[do:do+n], s[so:so+n])
+	case []int64:
+		copy(dst.([]int64)[do:do+n], s[so:so+n])
+	case []uint64:
+		copy(dst.([]uint64)[do:do+n], s[so:so+n])
+	case []bool:
+		copy(dst.([]bool)[do:do+n], s[so:so+n])
+	case []string:
+		copy(dst.([]string)[do:do+n], s[so:so+n])
+	default:
+		panic(fmt.Sprintf("copy of %T", src))
+	}
+}

@@ -1,0 +1,497 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// arithFuncs holds one binary function per element type.
+type arithFuncs struct {
+	f32 func(a, b float32) float32
+	f64 func(a, b float64) float64
+	i64 func(a, b int64) int64
+	u64 func(a, b uint64) uint64
+}
+
+func binNum[T number](a, b *tensor.Tensor, os []int, dt tensor.DType, f func(x, y T) T) *tensor.Tensor {
+	out := tensor.New(dt, os...)
+	binaryLoop(a.Data.([]T), a.Shape, b.Data.([]T), b.Shape, out.Data.([]T), os, f)
+	return out
+}
+
+// intVia adapts an int64 function to a narrower integer type, wrapping.
+func intVia[T number](f func(a, b int64) int64) func(x, y T) T {
+	return func(x, y T) T { return T(f(int64(x), int64(y))) }
+}
+
+func uintVia[T number](f func(a, b uint64) uint64) func(x, y T) T {
+	return func(x, y T) T { return T(f(uint64(x), uint64(y))) }
+}
+
+// arith applies a numeric binary op with broadcasting; a and b have the same type.
+func arith(a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
+	if a.DType != b.DType {
+		return nil, fmt.Errorf("operands have different types %s and %s", a.DType, b.DType)
+	}
+	os, err := broadcastShape(a.Shape, b.Shape)
+	if err != nil {
+		return nil, err
+	}
+	dt := a.DType
+	switch a.Data.(type) {
+	case []float32:
+		if fs.f32 != nil {
+			return binNum(a, b, os, dt, fs.f32), nil
+		}
+	case []float64:
+		if fs.f64 != nil {
+			return binNum(a, b, os, dt, fs.f64), nil
+		}
+	case []int64:
+		if fs.i64 != nil {
+			return binNum(a, b, os, dt, fs.i64), nil
+		}
+	case []int32:
+		if fs.i64 != nil {
+			return binNum(a, b, os, dt, intVia[int32](fs.i64)), nil
+		}
+	case []int16:
+		if fs.i64 != nil {
+			return binNum(a, b, os, dt, intVia[int16](fs.i64)), nil
+		}
+	case []int8:
+		if fs.i64 != nil && dt == tensor.Int8 {
+			return binNum(a, b, os, dt, intVia[int8](fs.i64)), nil
+		}
+	case []uint8:
+		if fs.u64 != nil && dt == tensor.Uint8 {
+			return binNum(a, b, os, dt, uintVia[uint8](fs.u64)), nil
+		}
+	case []uint16:
+		if fs.u64 != nil && dt == tensor.Uint16 {
+			return binNum(a, b, os, dt, uintVia[uint16](fs.u64)), nil
+		}
+	case []uint32:
+		if fs.u64 != nil {
+			return binNum(a, b, os, dt, uintVia[uint32](fs.u64)), nil
+		}
+	case []uint64:
+		if fs.u64 != nil {
+			return binNum(a, b, os, dt, fs.u64), nil
+		}
+	}
+	return nil, fmt.Errorf("type %s is not supported", dt)
+}
+
+var (
+	addFuncs = arithFuncs{
+		f32: func(a, b float32) float32 { return a + b },
+		f64: func(a, b float64) float64 { return a + b },
+		i64: func(a, b int64) int64 { return a + b },
+		u64: func(a, b uint64) uint64 { return a + b },
+	}
+	subFuncs = arithFuncs{
+		f32: func(a, b float32) float32 { return a - b },
+		f64: func(a, b float64) float64 { return a - b },
+		i64: func(a, b int64) int64 { return a - b },
+		u64: func(a, b uint64) uint64 { return a - b },
+	}
+	mulFuncs = arithFuncs{
+		f32: func(a, b float32) float32 { return a * b },
+		f64: func(a, b float64) float64 { return a * b },
+		i64: func(a, b int64) int64 { return a * b },
+		u64: func(a, b uint64) uint64 { return a * b },
+	}
+	divFuncs = arithFuncs{
+		f32: func(a, b float32) float32 { return a / b },
+		f64: func(a, b float64) float64 { return a / b },
+		// Integer division by zero is undefined in ONNX; 0 keeps it from trapping.
+		i64: func(a, b int64) int64 {
+			if b == 0 {
+				return 0
+			}
+			return a / b
+		},
+		u64: func(a, b uint64) uint64 {
+			if b == 0 {
+				return 0
+			}
+			return a / b
+		},
+	}
+	maxFuncs = arithFuncs{
+		f32: func(a, b float32) float32 {
+			if a != a || b != b {
+				return float32(math.NaN())
+			}
+			return max(a, b)
+		},
+		f64: func(a, b float64) float64 { return math.Max(a, b) },
+		i64: func(a, b int64) int64 { return max(a, b) },
+		u64: func(a, b uint64) uint64 { return max(a, b) },
+	}
+	minFuncs = arithFuncs{
+		f32: func(a, b float32) float32 {
+			if a != a || b != b {
+				return float32(math.NaN())
+			}
+			return min(a, b)
+		},
+		f64: func(a, b float64) float64 { return math.Min(a, b) },
+		i64: func(a, b int64) int64 { return min(a, b) },
+		u64: func(a, b uint64) uint64 { return min(a, b) },
+	}
+)
+
+// modFuncs returns Mod: fmod keeps the dividend's sign (C fmod); otherwise
+// the result takes the divisor's sign (Python %).
+func modFuncs(fmod bool) arithFuncs {
+	fm := func(a, b float64) float64 {
+		if fmod {
+			return math.Mod(a, b)
+		}
+		r := math.Mod(a, b)
+		if r != 0 && (r < 0) != (b < 0) {
+			r += b
+		}
+		return r
+	}
+	return arithFuncs{
+		f32: func(a, b float32) float32 { return float32(fm(float64(a), float64(b))) },
+		f64: fm,
+		i64: func(a, b int64) int64 {
+			if b == 0 {
+				return 0
+			}
+			r := a % b
+			if !fmod && r != 0 && (r < 0) != (b < 0) {
+				r += b
+			}
+			return r
+		},
+		u64: func(a, b uint64) uint64 {
+			if b == 0 {
+				return 0
+			}
+			return a % b
+		},
+	}
+}
+
+func binaryKernel(fs arithFuncs) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		out, err := arith(in[0], in[1], fs)
+		if err != nil {
+			return nil, err
+		}
+		return []*tensor.Tensor{out}, nil
+	}
+}
+
+// variadicKernel folds Sum, Max, Min (and Mean, which divides at the end).
+func variadicKernel(fs arithFuncs, mean bool) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		if len(in) == 0 || in[0] == nil {
+			return nil, fmt.Errorf("needs at least one input")
+		}
+		acc := in[0]
+		for _, t := range in[1:] {
+			var err error
+			if acc, err = arith(acc, t, fs); err != nil {
+				return nil, err
+			}
+		}
+		if len(in) == 1 {
+			acc = acc.Clone()
+		}
+		if mean {
+			d, ok := acc.Data.([]float32)
+			if !ok {
+				return nil, fmt.Errorf("Mean of %s is not supported", acc.DType)
+			}
+			inv := float32(len(in))
+			for i := range d {
+				d[i] /= inv
+			}
+		}
+		return []*tensor.Tensor{acc}, nil
+	}
+}
+
+// powKernel computes Pow; the exponent may have another type than the base.
+func powKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	a, b := in[0], in[1]
+	os, err := broadcastShape(a.Shape, b.Shape)
+	if err != nil {
+		return nil, err
+	}
+	bf, err := asFloat32Exact(b)
+	if err != nil {
+		return nil, err
+	}
+	if fa, ok := a.Data.([]float32); ok {
+		out := tensor.New(tensor.Float, os...)
+		binaryLoop(fa, a.Shape, bf, b.Shape, out.Float32s(), os, func(x float32, y float64) float32 {
+			if y == 2 {
+				return x * x
+			}
+			return float32(math.Pow(float64(x), y))
+		})
+		return []*tensor.Tensor{out}, nil
+	}
+	if !a.DType.IsInteger() {
+		return nil, fmt.Errorf("Pow of %s is not supported", a.DType)
+	}
+	ai := asInt64(a)
+	res := make([]int64, tensor.NumElements(os))
+	binaryLoop(ai, a.Shape, bf, b.Shape, res, os, func(x int64, y float64) int64 { return int64(math.Pow(float64(x), y)) })
+	out, err := castTensor(&tensor.Tensor{DType: tensor.Int64, Shape: os, Data: res}, a.DType)
+	return []*tensor.Tensor{out}, err
+}
+
+// compareKernel computes a comparison into a bool tensor.
+func compareKernel(cmp func(c int) bool, eqOnly bool) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		a, b := in[0], in[1]
+		os, err := broadcastShape(a.Shape, b.Shape)
+		if err != nil {
+			return nil, err
+		}
+		out := tensor.New(tensor.Bool, os...)
+		o := out.Data.([]bool)
+		switch x := a.Data.(type) {
+		case []float32:
+			binaryLoop(x, a.Shape, b.Data.([]float32), b.Shape, o, os, func(p, q float32) bool {
+				if p != p || q != q {
+					return false
+				}
+				return cmp(cmp3(p, q))
+			})
+		case []string:
+			binaryLoop(x, a.Shape, b.Data.([]string), b.Shape, o, os, func(p, q string) bool { return cmp(cmp3(p, q)) })
+		case []bool:
+			if !eqOnly {
+				return nil, fmt.Errorf("ordering of bool is not supported")
+			}
+			binaryLoop(x, a.Shape, b.Data.([]bool), b.Shape, o, os, func(p, q bool) bool { return cmp(boolCmp(p, q)) })
+		default:
+			if !a.DType.IsInteger() || a.DType != b.DType {
+				return nil, fmt.Errorf("comparison of %s and %s is not supported", a.DType, b.DType)
+			}
+			if a.DType == tensor.Uint64 {
+				binaryLoop(x.([]uint64), a.Shape, b.Data.([]uint64), b.Shape, o, os, func(p, q uint64) bool { return cmp(cmp3(p, q)) })
+				break
+			}
+			binaryLoop(asInt64(a), a.Shape, asInt64(b), b.Shape, o, os, func(p, q int64) bool { return cmp(cmp3(p, q)) })
+		}
+		return []*tensor.Tensor{out}, nil
+	}
+}
+
+func cmp3[T int64 | uint64 | float32 | string](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func boolCmp(a, b bool) int {
+	if a == b {
+		return 0
+	}
+	return 1
+}
+
+func logicKernel(f func(a, b bool) bool) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		a, b := in[0], in[1]
+		x, ok1 := a.Data.([]bool)
+		y, ok2 := b.Data.([]bool)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("logical op needs bool inputs, got %s and %s", a.DType, b.DType)
+		}
+		os, err := broadcastShape(a.Shape, b.Shape)
+		if err != nil {
+			return nil, err
+		}
+		out := tensor.New(tensor.Bool, os...)
+		binaryLoop(x, a.Shape, y, b.Shape, out.Data.([]bool), os, f)
+		return []*tensor.Tensor{out}, nil
+	}
+}
+
+func notKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	x, ok := in[0].Data.([]bool)
+	if !ok {
+		return nil, fmt.Errorf("Not needs a bool input, got %s", in[0].DType)
+	}
+	out := tensor.New(tensor.Bool, in[0].Shape...)
+	o := out.Data.([]bool)
+	for i, v := range x {
+		o[i] = !v
+	}
+	return []*tensor.Tensor{out}, nil
+}
+
+// whereKernel selects x where cond is true and y elsewhere, broadcasting all three.
+func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	c, x, y := in[0], in[1], in[2]
+	cond, ok := c.Data.([]bool)
+	if !ok {
+		return nil, fmt.Errorf("condition must be bool, got %s", c.DType)
+	}
+	if x.DType != y.DType {
+		return nil, fmt.Errorf("X and Y have different types %s and %s", x.DType, y.DType)
+	}
+	os, err := broadcastShape(c.Shape, x.Shape, y.Shape)
+	if err != nil {
+		return nil, err
+	}
+	ci, xi, yi := bcastIndex(c.Shape, os), bcastIndex(x.Shape, os), bcastIndex(y.Shape, os)
+	idx := make([]int, len(ci))
+	// Select over a concatenation-free scheme: gather from x, then from y.
+	out := tensor.New(x.DType, os...)
+	for i := range idx {
+		idx[i] = xi[i]
+	}
+	gatherFlat(x.Data, out.Data, idx)
+	tmp := tensor.New(y.DType, os...)
+	gatherFlat(y.Data, tmp.Data, yi)
+	for i, ic := range ci {
+		if !cond[ic] {
+			copyRange(out.Data, i, tmp.Data, i, 1)
+		}
+	}
+	return []*tensor.Tensor{out}, nil
+}
+
+// unaryFloat maps a float32 function over a float tensor.
+func unaryFloat(f func(x float32) float32) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, ok := in[0].Data.([]float32)
+		if !ok {
+			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
+		}
+		out := tensor.New(tensor.Float, in[0].Shape...)
+		o := out.Float32s()
+		for i, v := range x {
+			o[i] = f(v)
+		}
+		return []*tensor.Tensor{out}, nil
+	}
+}
+
+// via64 lifts a float64 math function to float32.
+func via64(f func(float64) float64) func(float32) float32 {
+	return func(x float32) float32 { return float32(f(float64(x))) }
+}
+
+// unarySigned maps over float and signed integer tensors (Abs, Neg, Sign).
+func unarySigned(ff func(float32) float32, fi func(int64) int64) kernel {
+	fk := unaryFloat(ff)
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t := in[0]
+		if t.DType == tensor.Float {
+			return fk(rc, in)
+		}
+		if !t.DType.IsInteger() {
+			return nil, fmt.Errorf("type %s is not supported", t.DType)
+		}
+		src := asInt64(t)
+		res := make([]int64, len(src))
+		for i, v := range src {
+			res[i] = fi(v)
+		}
+		out, err := castTensor(&tensor.Tensor{DType: tensor.Int64, Shape: t.Shape, Data: res}, t.DType)
+		return []*tensor.Tensor{out}, err
+	}
+}
+
+func sign[T float32 | int64](x T) T {
+	switch {
+	case x > 0:
+		return 1
+	case x < 0:
+		return -1
+	}
+	return x
+}
+
+// clipKernel clamps to [min, max]; before opset 11 the bounds are attributes.
+func clipKernel(lo, hi float32, fromInputs bool) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t := in[0]
+		if fromInputs {
+			if len(in) > 1 && in[1] != nil {
+				v, err := scalarFloat(in[1])
+				if err != nil {
+					return nil, fmt.Errorf("min: %w", err)
+				}
+				lo = float32(v)
+			} else {
+				lo = float32(math.Inf(-1))
+			}
+			if len(in) > 2 && in[2] != nil {
+				v, err := scalarFloat(in[2])
+				if err != nil {
+					return nil, fmt.Errorf("max: %w", err)
+				}
+				hi = float32(v)
+			} else {
+				hi = float32(math.Inf(1))
+			}
+		}
+		if x, ok := t.Data.([]float32); ok {
+			out := tensor.New(tensor.Float, t.Shape...)
+			o := out.Float32s()
+			for i, v := range x {
+				o[i] = min(max(v, lo), hi)
+			}
+			return []*tensor.Tensor{out}, nil
+		}
+		if !t.DType.IsInteger() {
+			return nil, fmt.Errorf("type %s is not supported", t.DType)
+		}
+		src := asInt64(t)
+		res := make([]int64, len(src))
+		l, h := int64(math.MinInt64), int64(math.MaxInt64)
+		if fromInputs && len(in) > 1 && in[1] != nil {
+			l = asInt64(in[1])[0]
+		}
+		if fromInputs && len(in) > 2 && in[2] != nil {
+			h = asInt64(in[2])[0]
+		}
+		for i, v := range src {
+			res[i] = min(max(v, l), h)
+		}
+		out, err := castTensor(&tensor.Tensor{DType: tensor.Int64, Shape: t.Shape, Data: res}, t.DType)
+		return []*tensor.Tensor{out}, err
+	}
+}
+
+// scalarFloat reads a one-element tensor as float64.
+func scalarFloat(t *tensor.Tensor) (float64, error) {
+	if t.Len() != 1 {
+		return 0, fmt.Errorf("expected one element, got shape %v", t.Shape)
+	}
+	f, err := asFloat32Exact(t)
+	if err != nil {
+		return 0, err
+	}
+	return f[0], nil
+}
+
+func erf32(x float32) float32 { return float32(math.Erf(float64(x))) }
+
+func sigmoid(x float32) float32 {
+	if x >= 0 {
+		return float32(1 / (1 + math.Exp(-float64(x))))
+	}
+	e := math.Exp(float64(x))
+	return float32(e / (1 + e))
+}

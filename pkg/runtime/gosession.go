@@ -1,0 +1,485 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// GoSession is a model compiled for the built-in engine: a program of
+// kernels, one per node that was not folded into a constant.
+type GoSession struct {
+	model   *onnxgraph.Model
+	prog    *program
+	threads int
+	inputs  []IOInfo
+	outputs []IOInfo
+}
+
+// NewGoSession compiles m for the built-in engine. Every node the engine
+// cannot run is reported at once in an *UnsupportedError, before anything runs.
+func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	c := &compiler{model: m, threads: threads}
+	prog, err := c.compileGraph(m.Graph, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.unsupported) > 0 {
+		return nil, &UnsupportedError{Items: c.unsupported}
+	}
+	s := &GoSession{model: m, prog: prog, threads: threads}
+	for _, v := range m.Graph.Inputs {
+		s.inputs = append(s.inputs, ioInfo(v))
+	}
+	for _, v := range m.Graph.Outputs {
+		s.outputs = append(s.outputs, ioInfo(v))
+	}
+	return s, nil
+}
+
+func ioInfo(v *onnxgraph.Value) IOInfo {
+	info := IOInfo{Name: v.Name, DType: v.DType()}
+	if dims, ok := v.Shape(); ok {
+		info.Shape = make([]int64, len(dims))
+		info.DimParams = make([]string, len(dims))
+		for i, d := range dims {
+			info.Shape[i] = d.Size
+			info.DimParams[i] = d.Param
+		}
+	}
+	return info
+}
+
+// Engine returns "go".
+func (s *GoSession) Engine() string { return "go" }
+
+// Inputs describes the model inputs.
+func (s *GoSession) Inputs() []IOInfo { return s.inputs }
+
+// Outputs describes the model outputs.
+func (s *GoSession) Outputs() []IOInfo { return s.outputs }
+
+// Close releases the session.
+func (s *GoSession) Close() error { return nil }
+
+// Run executes the model. Graph inputs and every node output are handed to
+// opts.Tap (filtered by opts.TapValues) as soon as they exist.
+func (s *GoSession) Run(ctx context.Context, inputs map[string]*tensor.Tensor, opts RunOptions) (map[string]*tensor.Tensor, error) {
+	for _, name := range sortedKeys(inputs) {
+		if s.prog.graph.Value(name) == nil || !slices.ContainsFunc(s.inputs, func(i IOInfo) bool { return i.Name == name }) {
+			return nil, fmt.Errorf("input %q is not an input of the model (inputs: %s)", name, ioNames(s.inputs))
+		}
+	}
+	feeds := make([]*tensor.Tensor, len(s.prog.inputs))
+	symbols := map[string]int{}
+	for i, in := range s.prog.inputs {
+		t := inputs[in.value.Name]
+		if t == nil {
+			return nil, fmt.Errorf("input %q is missing (inputs: %s)", in.value.Name, ioNames(s.inputs))
+		}
+		ct, err := checkInput(in.value, t, symbols)
+		if err != nil {
+			return nil, err
+		}
+		feeds[i] = ct
+	}
+	rc := &runCtx{ctx: ctx, threads: s.threads, tap: opts.Tap}
+	if opts.Tap != nil && opts.TapValues != nil {
+		rc.tapSet = map[string]bool{}
+		for _, n := range opts.TapValues {
+			rc.tapSet[n] = true
+		}
+	}
+	outs, err := s.prog.run(rc, feeds, nil)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string]*tensor.Tensor, len(outs))
+	for i, v := range s.prog.graph.Outputs {
+		t := outs[i]
+		if want := v.DType(); want != tensor.Undefined && want != t.DType {
+			if t, err = castTensor(t, want); err != nil {
+				return nil, fmt.Errorf("output %q: %w", v.Name, err)
+			}
+		}
+		res[v.Name] = t
+	}
+	return res, nil
+}
+
+func ioNames(infos []IOInfo) string {
+	names := make([]string, len(infos))
+	for i, in := range infos {
+		names[i] = fmt.Sprintf("%q", in.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// checkInput checks t against v's declared type and shape, binding
+// symbolic dimensions in symbols, and returns t in compute form.
+func checkInput(v *onnxgraph.Value, t *tensor.Tensor, symbols map[string]int) (*tensor.Tensor, error) {
+	want := v.DType()
+	if want != tensor.Undefined && want != t.DType {
+		return nil, &InputError{Input: v.Name, Expected: "element type " + want.String(), Given: t.DType.String()}
+	}
+	if err := checkData(t); err != nil {
+		return nil, fmt.Errorf("input %q: %w", v.Name, err)
+	}
+	if dims, ok := v.Shape(); ok {
+		expected := func() string {
+			parts := make([]string, len(dims))
+			for i, d := range dims {
+				parts[i] = d.String()
+			}
+			return "shape [" + strings.Join(parts, " ") + "]"
+		}
+		given := fmt.Sprintf("shape %v", t.Shape)
+		if len(dims) != len(t.Shape) {
+			return nil, &InputError{Input: v.Name, Expected: expected(), Given: given}
+		}
+		for i, d := range dims {
+			switch {
+			case d.Size >= 0 && d.Param == "":
+				if int(d.Size) != t.Shape[i] {
+					return nil, &InputError{Input: v.Name, Expected: expected(), Given: given}
+				}
+			case d.Param != "":
+				if prev, ok := symbols[d.Param]; ok && prev != t.Shape[i] {
+					return nil, &InputError{Input: v.Name, Expected: fmt.Sprintf("%s with %s = %d (as bound by an earlier input)", expected(), d.Param, prev), Given: given}
+				}
+				symbols[d.Param] = t.Shape[i]
+			}
+		}
+	}
+	return toCompute(t)
+}
+
+// checkData verifies that t's Data slice matches its dtype and shape.
+func checkData(t *tensor.Tensor) error {
+	for _, d := range t.Shape {
+		if d < 0 {
+			return fmt.Errorf("negative dimension in shape %v", t.Shape)
+		}
+	}
+	n := dataLen(t.Data)
+	if n < 0 {
+		return fmt.Errorf("unsupported data %T for %s", t.Data, t.DType)
+	}
+	if n != t.Len() {
+		return fmt.Errorf("%d elements for shape %v (%d elements)", n, t.Shape, t.Len())
+	}
+	return nil
+}
+
+// runCtx is the state of one run shared by all kernels.
+type runCtx struct {
+	ctx     context.Context
+	threads int
+	tap     Tap
+	tapSet  map[string]bool
+}
+
+func (rc *runCtx) emit(name string, t *tensor.Tensor) {
+	if rc.tap == nil || t == nil {
+		return
+	}
+	if rc.tapSet != nil && !rc.tapSet[name] {
+		return
+	}
+	rc.tap(name, t)
+}
+
+// kernel computes a node's outputs from its inputs (nil for an omitted
+// optional input). Kernels never modify their inputs.
+type kernel func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error)
+
+type step struct {
+	node *onnxgraph.Node
+	k    kernel
+	in   []int // slot per input, -1 when omitted
+	out  []int // slot per output, -1 when omitted
+	// free lists the slots whose last reader is this step.
+	free []int
+}
+
+type inputSlot struct {
+	value *onnxgraph.Value
+	slot  int
+}
+
+// program is one compiled graph.
+type program struct {
+	graph  *onnxgraph.Graph
+	nslots int
+	// consts are the slots known at compile time: initializers, Constant
+	// outputs and folded subgraphs.
+	consts map[int]*tensor.Tensor
+	// folded lists the folded node outputs, to tap them at every run.
+	folded []int
+	names  []string
+	inputs []inputSlot
+	// outer are the slots of values read from enclosing graphs, in the
+	// order the caller passes them.
+	outer   []int
+	steps   []step
+	outputs []int
+}
+
+// run executes the program. feeds are the graph inputs in order; outer are
+// the enclosing graphs' values in p.outer order.
+func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	slots := make([]*tensor.Tensor, p.nslots)
+	for s, t := range p.consts {
+		slots[s] = t
+	}
+	for i, s := range p.outer {
+		slots[s] = outer[i]
+	}
+	for i, in := range p.inputs {
+		slots[in.slot] = feeds[i]
+		rc.emit(in.value.Name, feeds[i])
+	}
+	for _, s := range p.folded {
+		rc.emit(p.names[s], slots[s])
+	}
+	args := make([]*tensor.Tensor, 0, 8)
+	for i := range p.steps {
+		st := &p.steps[i]
+		if err := rc.ctx.Err(); err != nil {
+			return nil, err
+		}
+		args = args[:0]
+		for _, s := range st.in {
+			if s < 0 {
+				args = append(args, nil)
+			} else {
+				args = append(args, slots[s])
+			}
+		}
+		outs, err := runKernel(st, rc, args)
+		if err != nil {
+			return nil, err
+		}
+		for j, s := range st.out {
+			if s < 0 {
+				continue
+			}
+			if j >= len(outs) || outs[j] == nil {
+				return nil, fmt.Errorf("%s: output %d was not computed", st.node, j)
+			}
+			slots[s] = outs[j]
+			rc.emit(p.names[s], outs[j])
+		}
+		for _, s := range st.free {
+			slots[s] = nil
+		}
+	}
+	res := make([]*tensor.Tensor, len(p.outputs))
+	for i, s := range p.outputs {
+		if slots[s] == nil {
+			return nil, fmt.Errorf("graph output %q was not computed", p.names[s])
+		}
+		res[i] = slots[s]
+	}
+	return res, nil
+}
+
+// runKernel runs one step, turning a panic in a kernel (a bug, or input the
+// checks missed) into an error that names the node.
+func runKernel(st *step, rc *runCtx, args []*tensor.Tensor) (outs []*tensor.Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: internal error: %v", st.node, r)
+		}
+	}()
+	outs, err = st.k(rc, args)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s: %w", st.node, err)
+	}
+	return outs, nil
+}
+
+// compiler turns graphs into programs, collecting unsupported nodes.
+type compiler struct {
+	model       *onnxgraph.Model
+	threads     int
+	unsupported []Unsupported
+}
+
+// compileGraph compiles g. outer names the enclosing values the graph may
+// read (in the order the caller will pass them); formal is nil for the main
+// graph (its inputs are g.Inputs) and names the subgraph's formal inputs.
+func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ []string) (*program, error) {
+	p := &program{graph: g, consts: map[int]*tensor.Tensor{}}
+	slotOf := map[*onnxgraph.Value]int{}
+	newSlot := func(v *onnxgraph.Value) int {
+		if s, ok := slotOf[v]; ok {
+			return s
+		}
+		s := p.nslots
+		p.nslots++
+		slotOf[v] = s
+		p.names = append(p.names, v.Name)
+		return s
+	}
+	for _, v := range outer {
+		p.outer = append(p.outer, newSlot(v))
+	}
+	for _, v := range g.Initializers {
+		s := newSlot(v)
+		t, err := c.constTensor(v)
+		if err != nil {
+			return nil, err
+		}
+		p.consts[s] = t
+	}
+	for _, v := range g.Proto.GetInput() {
+		val := g.Value(v.GetName())
+		if val == nil || val.IsInitializer && !slices.Contains(g.Inputs, val) {
+			continue
+		}
+		p.inputs = append(p.inputs, inputSlot{value: val, slot: newSlot(val)})
+	}
+	lastUse := map[int]int{}
+	for _, n := range g.Nodes {
+		st := step{node: n}
+		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
+		allConst := true
+		for _, v := range args {
+			if v == nil {
+				st.in = append(st.in, -1)
+				continue
+			}
+			s, ok := slotOf[v]
+			if !ok {
+				// A value of an enclosing graph that the caller did not pass:
+				// the view guarantees this does not happen for valid models.
+				return nil, fmt.Errorf("%s: input %q is not available in graph %q", n, v.Name, g.Name)
+			}
+			st.in = append(st.in, s)
+			if _, isConst := p.consts[s]; !isConst {
+				allConst = false
+			}
+		}
+		for _, v := range n.Outputs {
+			if v == nil {
+				st.out = append(st.out, -1)
+				continue
+			}
+			st.out = append(st.out, newSlot(v))
+		}
+		k, err := c.build(n)
+		if err != nil {
+			var fe *featureError
+			if errors.As(err, &fe) {
+				c.unsupported = append(c.unsupported, Unsupported{Node: n.Name, OpType: n.OpType, Domain: n.Domain, Opset: n.Opset(), Feature: fe.msg})
+				continue
+			}
+			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		st.k = k
+		if allConst && len(c.unsupported) == 0 && foldable(n) {
+			args := make([]*tensor.Tensor, len(st.in))
+			for i, s := range st.in {
+				if s >= 0 {
+					args[i] = p.consts[s]
+				}
+			}
+			rc := &runCtx{ctx: context.Background(), threads: c.threads}
+			outs, err := runKernel(&st, rc, args)
+			if err != nil {
+				return nil, fmt.Errorf("folding constants: %w", err)
+			}
+			for j, s := range st.out {
+				if s >= 0 && j < len(outs) {
+					p.consts[s] = outs[j]
+					p.folded = append(p.folded, s)
+				}
+			}
+			continue
+		}
+		for _, s := range st.in {
+			if s >= 0 {
+				lastUse[s] = len(p.steps)
+			}
+		}
+		p.steps = append(p.steps, st)
+	}
+	for _, v := range g.Outputs {
+		s, ok := slotOf[v]
+		if !ok {
+			return nil, fmt.Errorf("graph %q: output %q is not computed by any node", g.Name, v.Name)
+		}
+		p.outputs = append(p.outputs, s)
+	}
+	// A slot is freed after its last reader unless it outlives the run:
+	// constants, graph outputs and values that enclosing graphs own.
+	keep := map[int]bool{}
+	for _, s := range p.outputs {
+		keep[s] = true
+	}
+	for _, s := range p.outer {
+		keep[s] = true
+	}
+	for _, s := range sortedIntKeys(lastUse) {
+		if _, isConst := p.consts[s]; isConst || keep[s] {
+			continue
+		}
+		st := &p.steps[lastUse[s]]
+		st.free = append(st.free, s)
+	}
+	return p, nil
+}
+
+// constTensor decodes an initializer or Constant into compute form.
+func (c *compiler) constTensor(v *onnxgraph.Value) (*tensor.Tensor, error) {
+	t, err := tensor.FromProto(v.Const, c.model)
+	if err != nil {
+		return nil, fmt.Errorf("initializer %q: %w", v.Name, err)
+	}
+	return toCompute(t)
+}
+
+// foldable reports whether a node whose inputs are all constant may be
+// computed at compile time: deterministic ops without subgraphs.
+func foldable(n *onnxgraph.Node) bool {
+	if len(n.Subgraphs) > 0 {
+		return false
+	}
+	switch n.OpType {
+	case "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli":
+		return false
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func sortedIntKeys[V any](m map[int]V) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,759 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/kernels"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+func floats(t *tensor.Tensor, what string) ([]float32, error) {
+	if t == nil {
+		return nil, fmt.Errorf("%s is missing", what)
+	}
+	x, ok := t.Data.([]float32)
+	if !ok {
+		return nil, fmt.Errorf("%s: type %s is not supported (float only)", what, t.DType)
+	}
+	return x, nil
+}
+
+// matMulKernel is numpy matmul: batched over broadcast leading dims, with
+// 1-D operands promoted and the promoted dimension dropped again.
+func matMulKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	a, b := in[0], in[1]
+	if a.DType != tensor.Float || b.DType != tensor.Float {
+		return matMulInt(a, b)
+	}
+	as, bs := a.Shape, b.Shape
+	if len(as) == 0 || len(bs) == 0 {
+		return nil, fmt.Errorf("MatMul of a scalar")
+	}
+	dropA, dropB := len(as) == 1, len(bs) == 1
+	if dropA {
+		as = []int{1, as[0]}
+	}
+	if dropB {
+		bs = []int{bs[0], 1}
+	}
+	m, k := as[len(as)-2], as[len(as)-1]
+	k2, n := bs[len(bs)-2], bs[len(bs)-1]
+	if k != k2 {
+		return nil, fmt.Errorf("shapes %v and %v do not fit (inner dims %d and %d)", a.Shape, b.Shape, k, k2)
+	}
+	batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+	if err != nil {
+		return nil, err
+	}
+	os := slices.Concat(batch, []int{m, n})
+	out := tensor.New(tensor.Float, os...)
+	x, y, o := a.Float32s(), b.Float32s(), out.Float32s()
+	nb := tensor.NumElements(batch)
+	ai := bcastIndex(as[:len(as)-2], batch)
+	bi := bcastIndex(bs[:len(bs)-2], batch)
+	for i := 0; i < nb; i++ {
+		kernels.SgemmParallel(rc.threads, false, false, m, n, k, 1,
+			x[ai[i]*m*k:], k, y[bi[i]*k*n:], n, 0, o[i*m*n:], n)
+	}
+	final := slices.Clone(batch)
+	if !dropA {
+		final = append(final, m)
+	}
+	if !dropB {
+		final = append(final, n)
+	}
+	return one(view(out, final)), nil
+}
+
+// matMulInt multiplies integer matrices in int64 (shape paths, tests).
+func matMulInt(a, b *tensor.Tensor) ([]*tensor.Tensor, error) {
+	if !a.DType.IsInteger() || a.DType != b.DType || len(a.Shape) != 2 || len(b.Shape) != 2 {
+		return nil, fmt.Errorf("MatMul of %s and %s is not supported", a, b)
+	}
+	m, k, n := a.Shape[0], a.Shape[1], b.Shape[1]
+	if b.Shape[0] != k {
+		return nil, fmt.Errorf("shapes %v and %v do not fit", a.Shape, b.Shape)
+	}
+	x, y := asInt64(a), asInt64(b)
+	res := make([]int64, m*n)
+	for i := 0; i < m; i++ {
+		for p := 0; p < k; p++ {
+			for j := 0; j < n; j++ {
+				res[i*n+j] += x[i*k+p] * y[p*n+j]
+			}
+		}
+	}
+	out, err := castTensor(tensor.FromInt64(res, m, n), a.DType)
+	return one(out), err
+}
+
+func buildGemm(b *builder) (kernel, error) {
+	alpha, beta := b.float("alpha", 1), b.float("beta", 1)
+	ta, tb := b.int("transA", 0) != 0, b.int("transB", 0) != 0
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "A")
+		if err != nil {
+			return nil, err
+		}
+		w, err := floats(in[1], "B")
+		if err != nil {
+			return nil, err
+		}
+		as, bs := in[0].Shape, in[1].Shape
+		if len(as) != 2 || len(bs) != 2 {
+			return nil, fmt.Errorf("A %v and B %v must be matrices", as, bs)
+		}
+		m, k := as[0], as[1]
+		if ta {
+			m, k = k, m
+		}
+		k2, n := bs[0], bs[1]
+		if tb {
+			k2, n = n, k2
+		}
+		if k != k2 {
+			return nil, fmt.Errorf("A %v and B %v do not fit", as, bs)
+		}
+		out := tensor.New(tensor.Float, m, n)
+		o := out.Float32s()
+		cb := float32(0)
+		if len(in) > 2 && in[2] != nil && beta != 0 {
+			c, err := floats(in[2], "C")
+			if err != nil {
+				return nil, err
+			}
+			if _, err := broadcastShape(in[2].Shape, []int{m, n}); err != nil {
+				return nil, fmt.Errorf("C: %w", err)
+			}
+			binaryLoop(o, []int{m, n}, c, in[2].Shape, o, []int{m, n}, func(_, c float32) float32 { return c })
+			cb = beta
+		}
+		kernels.SgemmParallel(rc.threads, ta, tb, m, n, k, alpha, x, as[1], w, bs[1], cb, o, n)
+		return one(out), nil
+	}, nil
+}
+
+// convAttrs are the window attributes shared by Conv, ConvTranspose and pooling.
+type convAttrs struct {
+	kernel, strides, dilations, pads, outPad, outShape []int64
+	autoPad                                            string
+	group                                              int
+	ceil                                               bool
+}
+
+func readConvAttrs(b *builder) (*convAttrs, error) {
+	a := &convAttrs{
+		kernel: b.ints("kernel_shape"), strides: b.ints("strides"), dilations: b.ints("dilations"),
+		pads: b.ints("pads"), outPad: b.ints("output_padding"), outShape: b.ints("output_shape"),
+		autoPad: b.str("auto_pad", "NOTSET"), group: int(b.int("group", 1)), ceil: b.int("ceil_mode", 0) != 0,
+	}
+	switch a.autoPad {
+	case "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER":
+	default:
+		return nil, unsupportedf("auto_pad=%q is not supported", a.autoPad)
+	}
+	if a.group < 1 {
+		return nil, fmt.Errorf("group %d must be positive", a.group)
+	}
+	return a, nil
+}
+
+// geometry resolves the window over spatial input dims in for kernel k.
+func (a *convAttrs) geometry(in, k []int) (*kernels.ConvGeom, []int, error) {
+	nd := len(in)
+	g := &kernels.ConvGeom{In: in, Kernel: k, Strides: make([]int, nd), Dilations: make([]int, nd), PadBegin: make([]int, nd), Out: make([]int, nd)}
+	padEnd := make([]int, nd)
+	for d := 0; d < nd; d++ {
+		g.Strides[d], g.Dilations[d] = 1, 1
+		if len(a.strides) == nd {
+			g.Strides[d] = int(a.strides[d])
+		}
+		if len(a.dilations) == nd {
+			g.Dilations[d] = int(a.dilations[d])
+		}
+		if g.Strides[d] < 1 || g.Dilations[d] < 1 {
+			return nil, nil, fmt.Errorf("strides %v and dilations %v must be positive", a.strides, a.dilations)
+		}
+		ek := (k[d]-1)*g.Dilations[d] + 1
+		switch a.autoPad {
+		case "SAME_UPPER", "SAME_LOWER":
+			out := (in[d] + g.Strides[d] - 1) / g.Strides[d]
+			total := max(0, (out-1)*g.Strides[d]+ek-in[d])
+			if a.autoPad == "SAME_UPPER" {
+				g.PadBegin[d] = total / 2
+			} else {
+				g.PadBegin[d] = (total + 1) / 2
+			}
+			padEnd[d] = total - g.PadBegin[d]
+		case "VALID":
+		default:
+			if len(a.pads) == 2*nd {
+				g.PadBegin[d], padEnd[d] = int(a.pads[d]), int(a.pads[nd+d])
+			}
+		}
+		span := in[d] + g.PadBegin[d] + padEnd[d] - ek
+		if span < 0 {
+			return nil, nil, fmt.Errorf("kernel %v with dilations is larger than padded input %v", k, in)
+		}
+		if a.ceil {
+			o := (span+g.Strides[d]-1)/g.Strides[d] + 1
+			// The last window must start inside the input or the leading pad.
+			if (o-1)*g.Strides[d] >= in[d]+g.PadBegin[d] {
+				o--
+			}
+			g.Out[d] = o
+		} else {
+			g.Out[d] = span/g.Strides[d] + 1
+		}
+	}
+	return g, padEnd, nil
+}
+
+func buildConv(b *builder) (kernel, error) {
+	a, err := readConvAttrs(b)
+	if err != nil {
+		return nil, err
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		w, err := floats(in[1], "W")
+		if err != nil {
+			return nil, err
+		}
+		xs, ws := in[0].Shape, in[1].Shape
+		if len(xs) < 3 || len(ws) != len(xs) {
+			return nil, fmt.Errorf("X %v and W %v do not fit", xs, ws)
+		}
+		n, c := xs[0], xs[1]
+		m := ws[0]
+		grp := a.group
+		if c != ws[1]*grp || m%grp != 0 {
+			return nil, fmt.Errorf("X %v, W %v and group %d do not fit", xs, ws, grp)
+		}
+		ks := ws[2:]
+		if a.kernel != nil && !equalInts(a.kernel, ks) {
+			return nil, fmt.Errorf("kernel_shape %v differs from W %v", a.kernel, ws)
+		}
+		g, _, err := a.geometry(xs[2:], ks)
+		if err != nil {
+			return nil, err
+		}
+		var bias []float32
+		if len(in) > 2 && in[2] != nil {
+			if bias, err = floats(in[2], "B"); err != nil {
+				return nil, err
+			}
+			if len(bias) != m {
+				return nil, fmt.Errorf("B has %d elements, W has %d output channels", len(bias), m)
+			}
+		}
+		out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.Out)...)
+		y := out.Float32s()
+		cg, mg := c/grp, m/grp
+		kk := cg * g.KernelSize()
+		is, os := g.InSize(), g.OutSize()
+		// A 1×1 stride-1 unpadded convolution needs no lowering.
+		direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
+		var col []float32
+		if !direct {
+			col = make([]float32, kk*os)
+		}
+		for i := 0; i < n; i++ {
+			if err := rc.ctx.Err(); err != nil {
+				return nil, err
+			}
+			for gi := 0; gi < grp; gi++ {
+				xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
+				src := xg
+				if !direct {
+					kernels.Im2col(g, cg, xg, col)
+					src = col
+				}
+				yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
+				kernels.SgemmParallel(rc.threads, false, false, mg, os, kk, 1, w[gi*mg*kk:], kk, src, os, 0, yg, os)
+			}
+			if bias != nil {
+				for j := 0; j < m; j++ {
+					row := y[(i*m+j)*os : (i*m+j+1)*os]
+					bv := bias[j]
+					for p := range row {
+						row[p] += bv
+					}
+				}
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
+func equalInts(a []int64, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if int(a[i]) != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func equalIntSlices(a, b []int) bool { return slices.Equal(a, b) }
+
+func allOnes(s []int) bool {
+	for _, v := range s {
+		if v != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(s []int) bool {
+	for _, v := range s {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func buildConvTranspose(b *builder) (kernel, error) {
+	a, err := readConvAttrs(b)
+	if err != nil {
+		return nil, err
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		w, err := floats(in[1], "W")
+		if err != nil {
+			return nil, err
+		}
+		xs, ws := in[0].Shape, in[1].Shape
+		if len(xs) < 3 || len(ws) != len(xs) {
+			return nil, fmt.Errorf("X %v and W %v do not fit", xs, ws)
+		}
+		nd := len(xs) - 2
+		n, c := xs[0], xs[1]
+		grp := a.group
+		if ws[0] != c || c%grp != 0 {
+			return nil, fmt.Errorf("X %v, W %v and group %d do not fit", xs, ws, grp)
+		}
+		mg := ws[1]
+		m := mg * grp
+		ks := ws[2:]
+		g := &kernels.ConvGeom{Kernel: ks, Strides: make([]int, nd), Dilations: make([]int, nd), PadBegin: make([]int, nd), Out: xs[2:], In: make([]int, nd)}
+		for d := 0; d < nd; d++ {
+			g.Strides[d], g.Dilations[d] = 1, 1
+			if len(a.strides) == nd {
+				g.Strides[d] = int(a.strides[d])
+			}
+			if len(a.dilations) == nd {
+				g.Dilations[d] = int(a.dilations[d])
+			}
+			op := 0
+			if len(a.outPad) == nd {
+				op = int(a.outPad[d])
+			}
+			ek := (ks[d]-1)*g.Dilations[d] + 1
+			full := g.Strides[d]*(xs[2+d]-1) + op + ek
+			var pb, pe int
+			switch {
+			case len(a.outShape) >= nd:
+				target := int(a.outShape[len(a.outShape)-nd+d])
+				total := full - target
+				if a.autoPad == "SAME_UPPER" {
+					pb = total / 2
+				} else {
+					pb = total - total/2
+				}
+				if a.autoPad == "NOTSET" && len(a.pads) == 2*nd {
+					pb = int(a.pads[d])
+				}
+				pe = total - pb
+			case a.autoPad == "SAME_UPPER" || a.autoPad == "SAME_LOWER":
+				target := xs[2+d] * g.Strides[d]
+				total := max(0, full-target)
+				if a.autoPad == "SAME_UPPER" {
+					pb = total / 2
+				} else {
+					pb = total - total/2
+				}
+				pe = total - pb
+			case a.autoPad == "NOTSET" && len(a.pads) == 2*nd:
+				pb, pe = int(a.pads[d]), int(a.pads[nd+d])
+			}
+			g.PadBegin[d] = pb
+			g.In[d] = full - pb - pe
+			if g.In[d] < 0 {
+				return nil, fmt.Errorf("pads %v leave no output", a.pads)
+			}
+		}
+		var bias []float32
+		if len(in) > 2 && in[2] != nil {
+			if bias, err = floats(in[2], "B"); err != nil {
+				return nil, err
+			}
+		}
+		out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.In)...)
+		y := out.Float32s()
+		cg := c / grp
+		kk := mg * g.KernelSize()
+		is, os := g.OutSize(), g.InSize() // input positions, output positions
+		col := make([]float32, kk*is)
+		for i := 0; i < n; i++ {
+			for gi := 0; gi < grp; gi++ {
+				xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
+				// col (mg·K × in positions) = Wᵀ (mg·K × cg) · X (cg × in positions)
+				kernels.SgemmParallel(rc.threads, true, false, kk, is, cg, 1, w[gi*cg*kk:], kk, xg, is, 0, col, is)
+				kernels.Col2im(g, mg, col, y[(i*m+gi*mg)*os:(i*m+(gi+1)*mg)*os])
+			}
+			if bias != nil {
+				for j := 0; j < m; j++ {
+					row := y[(i*m+j)*os : (i*m+j+1)*os]
+					for p := range row {
+						row[p] += bias[j]
+					}
+				}
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
+func buildPool(isMax bool) func(b *builder) (kernel, error) {
+	return func(b *builder) (kernel, error) {
+		a, err := readConvAttrs(b)
+		if err != nil {
+			return nil, err
+		}
+		if a.kernel == nil {
+			return nil, fmt.Errorf("attribute kernel_shape is required")
+		}
+		if isMax && b.int("storage_order", 0) != 0 {
+			return nil, unsupportedf("storage_order=1 is not supported")
+		}
+		countPad := b.int("count_include_pad", 0) != 0
+		wantIdx := isMax && len(b.n.Outputs) > 1 && b.n.Outputs[1] != nil
+		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			x, err := floats(in[0], "X")
+			if err != nil {
+				return nil, err
+			}
+			xs := in[0].Shape
+			nd := len(xs) - 2
+			if nd < 1 || len(a.kernel) != nd {
+				return nil, fmt.Errorf("kernel_shape %v does not fit X %v", a.kernel, xs)
+			}
+			ks := make([]int, nd)
+			for i, k := range a.kernel {
+				ks[i] = int(k)
+			}
+			g, padEnd, err := a.geometry(xs[2:], ks)
+			if err != nil {
+				return nil, err
+			}
+			nc := xs[0] * xs[1]
+			out := tensor.New(tensor.Float, slices.Concat(xs[:2], g.Out)...)
+			var idx []int64
+			if wantIdx {
+				idx = make([]int64, out.Len())
+			}
+			is, os := g.InSize(), g.OutSize()
+			for p := 0; p < nc; p++ {
+				var am []int64
+				if idx != nil {
+					am = idx[p*os : (p+1)*os]
+				}
+				kernels.Pool(g, 1, x[p*is:(p+1)*is], out.Float32s()[p*os:(p+1)*os], isMax, countPad, padEnd, am)
+				for j := range am {
+					am[j] += int64(p * is)
+				}
+			}
+			res := []*tensor.Tensor{out}
+			if wantIdx {
+				res = append(res, tensor.FromInt64(idx, out.Shape...))
+			}
+			return res, nil
+		}, nil
+	}
+}
+
+func globalPoolKernel(isMax bool) kernel {
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		if len(xs) < 2 {
+			return nil, fmt.Errorf("X %v needs rank 2 or more", xs)
+		}
+		os := slices.Clone(xs)
+		for i := 2; i < len(os); i++ {
+			os[i] = 1
+		}
+		out := tensor.New(tensor.Float, os...)
+		o := out.Float32s()
+		sp := tensor.NumElements(xs[2:])
+		for p := range o {
+			plane := x[p*sp : (p+1)*sp]
+			if isMax {
+				m := float32(math.Inf(-1))
+				for _, v := range plane {
+					if v > m || v != v {
+						m = v
+					}
+				}
+				o[p] = m
+				continue
+			}
+			var s float64
+			for _, v := range plane {
+				s += float64(v)
+			}
+			o[p] = float32(s / float64(sp))
+		}
+		return one(out), nil
+	}
+}
+
+// perChannel applies y = x·scale[c] + shift[c] over channel axis 1.
+func perChannel(x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
+	out := tensor.New(tensor.Float, shape...)
+	y := out.Float32s()
+	c := 1
+	if len(shape) > 1 {
+		c = shape[1]
+	}
+	sp := tensor.NumElements(shape[min(2, len(shape)):])
+	for i := 0; i < len(x)/max(c*sp, 1); i++ {
+		for j := 0; j < c; j++ {
+			off := (i*c + j) * sp
+			s, t := scale[j], shift[j]
+			for p := off; p < off+sp; p++ {
+				y[p] = x[p]*s + t
+			}
+		}
+	}
+	return out
+}
+
+func buildBatchNorm(b *builder) (kernel, error) {
+	eps := b.float("epsilon", 1e-5)
+	if b.int("training_mode", 0) != 0 {
+		return nil, unsupportedf("training_mode=1 is not supported")
+	}
+	if b.opset < 9 && b.int("spatial", 1) == 0 {
+		return nil, unsupportedf("spatial=0 is not supported")
+	}
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		var p [4][]float32
+		for i, name := range []string{"scale", "B", "mean", "var"} {
+			if p[i], err = floats(in[i+1], name); err != nil {
+				return nil, err
+			}
+		}
+		c := 1
+		if len(in[0].Shape) > 1 {
+			c = in[0].Shape[1]
+		}
+		for i, name := range []string{"scale", "B", "mean", "var"} {
+			if len(p[i]) != c {
+				return nil, fmt.Errorf("%s has %d elements for %d channels", name, len(p[i]), c)
+			}
+		}
+		scale, shift := make([]float32, c), make([]float32, c)
+		for j := 0; j < c; j++ {
+			s := p[0][j] / float32(math.Sqrt(float64(p[3][j])+float64(eps)))
+			scale[j] = s
+			shift[j] = p[1][j] - p[2][j]*s
+		}
+		return one(perChannel(x, in[0].Shape, scale, shift)), nil
+	}, nil
+}
+
+func buildInstanceNorm(b *builder) (kernel, error) {
+	eps := b.float("epsilon", 1e-5)
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		scale, err := floats(in[1], "scale")
+		if err != nil {
+			return nil, err
+		}
+		bias, err := floats(in[2], "B")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		if len(xs) < 3 || len(scale) != xs[1] || len(bias) != xs[1] {
+			return nil, fmt.Errorf("X %v, scale and B do not fit", xs)
+		}
+		c, sp := xs[1], tensor.NumElements(xs[2:])
+		out := tensor.New(tensor.Float, xs...)
+		ones := make([]float32, sp)
+		for i := range ones {
+			ones[i] = 1
+		}
+		for p := 0; p < xs[0]*c; p++ {
+			kernels.LayerNorm(x[p*sp:(p+1)*sp], out.Float32s()[p*sp:(p+1)*sp], 1, sp, ones, nil, eps, nil, nil)
+			j := p % c
+			row := out.Float32s()[p*sp : (p+1)*sp]
+			for q := range row {
+				row[q] = row[q]*scale[j] + bias[j]
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
+func buildLayerNorm(b *builder) (kernel, error) {
+	axis, eps := b.int("axis", -1), b.float("epsilon", 1e-5)
+	if b.int("stash_type", 1) != 1 {
+		return nil, unsupportedf("stash_type=%d is not supported", b.int("stash_type", 1))
+	}
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		ax, err := normAxis(axis, len(xs))
+		if err != nil {
+			return nil, err
+		}
+		rows, n := tensor.NumElements(xs[:ax]), tensor.NumElements(xs[ax:])
+		scale, err := floats(in[1], "Scale")
+		if err != nil {
+			return nil, err
+		}
+		scale = broadcastParam(scale, in[1].Shape, xs[ax:])
+		var bias []float32
+		if len(in) > 2 && in[2] != nil {
+			if bias, err = floats(in[2], "B"); err != nil {
+				return nil, err
+			}
+			bias = broadcastParam(bias, in[2].Shape, xs[ax:])
+		}
+		if len(scale) != n || bias != nil && len(bias) != n {
+			return nil, fmt.Errorf("Scale %v or B do not fit normalized shape %v", in[1].Shape, xs[ax:])
+		}
+		out := tensor.New(tensor.Float, xs...)
+		statShape := slices.Clone(xs)
+		for i := ax; i < len(statShape); i++ {
+			statShape[i] = 1
+		}
+		mean, inv := tensor.New(tensor.Float, statShape...), tensor.New(tensor.Float, statShape...)
+		kernels.LayerNorm(x, out.Float32s(), rows, n, scale, bias, eps, mean.Float32s(), inv.Float32s())
+		return []*tensor.Tensor{out, mean, inv}, nil
+	}, nil
+}
+
+// broadcastParam expands a parameter to the normalized shape when it is
+// broadcastable but smaller.
+func broadcastParam(p []float32, ps, want []int) []float32 {
+	if len(p) == tensor.NumElements(want) {
+		return p
+	}
+	if _, err := broadcastShape(ps, want); err != nil {
+		return p
+	}
+	return expandTo(tensor.FromFloat32(p, ps...), want).Float32s()
+}
+
+func buildSoftmax(log bool) func(b *builder) (kernel, error) {
+	return func(b *builder) (kernel, error) {
+		def := int64(-1)
+		legacy := b.opset < 13
+		if legacy {
+			def = 1
+		}
+		axis := b.int("axis", def)
+		return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			x, err := floats(in[0], "input")
+			if err != nil {
+				return nil, err
+			}
+			xs := in[0].Shape
+			if len(xs) == 0 {
+				xs = []int{1}
+			}
+			ax, err := normAxis(axis, len(xs))
+			if err != nil {
+				return nil, err
+			}
+			out := tensor.New(tensor.Float, in[0].Shape...)
+			if legacy {
+				// Before opset 13 the input is flattened to 2-D at axis.
+				n := tensor.NumElements(xs[ax:])
+				kernels.Softmax(x, out.Float32s(), len(x)/max(n, 1), n, log)
+				return one(out), nil
+			}
+			outer, dim, inner := tensor.NumElements(xs[:ax]), xs[ax], tensor.NumElements(xs[ax+1:])
+			if inner == 1 {
+				kernels.Softmax(x, out.Float32s(), outer, dim, log)
+				return one(out), nil
+			}
+			row, res := make([]float32, dim), make([]float32, dim)
+			y := out.Float32s()
+			for o := 0; o < outer; o++ {
+				for i := 0; i < inner; i++ {
+					for j := 0; j < dim; j++ {
+						row[j] = x[(o*dim+j)*inner+i]
+					}
+					kernels.Softmax(row, res, 1, dim, log)
+					for j := 0; j < dim; j++ {
+						y[(o*dim+j)*inner+i] = res[j]
+					}
+				}
+			}
+			return one(out), nil
+		}, nil
+	}
+}
+
+func preluKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	x, err := floats(in[0], "X")
+	if err != nil {
+		return nil, err
+	}
+	s, err := floats(in[1], "slope")
+	if err != nil {
+		return nil, err
+	}
+	sshape := in[1].Shape
+	// Opset 6 and older allow a per-channel slope of shape [C] for N-D inputs.
+	if len(sshape) == 1 && len(in[0].Shape) > 2 && sshape[0] == in[0].Shape[1] && sshape[0] != in[0].Shape[len(in[0].Shape)-1] {
+		sshape = []int{sshape[0]}
+		for range in[0].Shape[2:] {
+			sshape = append(sshape, 1)
+		}
+	}
+	os, err := broadcastShape(in[0].Shape, sshape)
+	if err != nil {
+		return nil, err
+	}
+	out := tensor.New(tensor.Float, os...)
+	binaryLoop(x, in[0].Shape, s, sshape, out.Float32s(), os, func(v, a float32) float32 {
+		if v < 0 {
+			return v * a
+		}
+		return v
+	})
+	return one(out), nil
+}

@@ -1,0 +1,144 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// reducer accumulates one output element: init, per-element step, final.
+type reducer struct {
+	init  float64
+	step  func(acc, x float64) float64
+	final func(acc float64, n int) float64
+}
+
+var reducers = map[string]reducer{
+	"ReduceSum":       {0, func(a, x float64) float64 { return a + x }, nil},
+	"ReduceMean":      {0, func(a, x float64) float64 { return a + x }, func(a float64, n int) float64 { return a / float64(n) }},
+	"ReduceMax":       {math.Inf(-1), func(a, x float64) float64 { return maxNaN(a, x) }, nil},
+	"ReduceMin":       {math.Inf(1), func(a, x float64) float64 { return minNaN(a, x) }, nil},
+	"ReduceProd":      {1, func(a, x float64) float64 { return a * x }, nil},
+	"ReduceL1":        {0, func(a, x float64) float64 { return a + math.Abs(x) }, nil},
+	"ReduceL2":        {0, func(a, x float64) float64 { return a + x*x }, func(a float64, _ int) float64 { return math.Sqrt(a) }},
+	"ReduceSumSquare": {0, func(a, x float64) float64 { return a + x*x }, nil},
+	"ReduceLogSum":    {0, func(a, x float64) float64 { return a + x }, func(a float64, _ int) float64 { return math.Log(a) }},
+	"ReduceLogSumExp": {0, func(a, x float64) float64 { return a + math.Exp(x) }, func(a float64, _ int) float64 { return math.Log(a) }},
+}
+
+func maxNaN(a, x float64) float64 {
+	if x != x || a != a {
+		return math.NaN()
+	}
+	return math.Max(a, x)
+}
+
+func minNaN(a, x float64) float64 {
+	if x != x || a != a {
+		return math.NaN()
+	}
+	return math.Min(a, x)
+}
+
+// axesAsInput is the first opset in which each reduction takes its axes as
+// an input instead of an attribute.
+func axesAsInput(op string) int64 {
+	if op == "ReduceSum" {
+		return 13
+	}
+	return 18
+}
+
+func buildReduce(op string) func(b *builder) (kernel, error) {
+	return func(b *builder) (kernel, error) {
+		red := reducers[op]
+		keep := b.int("keepdims", 1) != 0
+		noopEmpty := b.int("noop_with_empty_axes", 0) != 0
+		attrAxes := b.ints("axes")
+		fromInput := b.opset >= axesAsInput(op)
+		return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			t := in[0]
+			axes := attrAxes
+			if fromInput {
+				axes = nil
+				if len(in) > 1 && in[1] != nil {
+					axes = asInt64(in[1])
+				}
+			}
+			r := len(t.Shape)
+			if len(axes) == 0 && noopEmpty {
+				return one(t), nil
+			}
+			reduce := make([]bool, r)
+			if len(axes) == 0 {
+				for i := range reduce {
+					reduce[i] = true
+				}
+			}
+			for _, a := range axes {
+				ax, err := normAxis(a, r)
+				if err != nil {
+					return nil, err
+				}
+				reduce[ax] = true
+			}
+			x, err := asFloat32Exact(t)
+			if err != nil {
+				return nil, err
+			}
+			// Output shape with kept dims; each input element adds into
+			// the output element its non-reduced coordinates name.
+			ks := slices.Clone(t.Shape)
+			for i := range ks {
+				if reduce[i] {
+					ks[i] = 1
+				}
+			}
+			no := tensor.NumElements(ks)
+			acc := make([]float64, no)
+			for i := range acc {
+				acc[i] = red.init
+			}
+			st := bcastStrides(ks, t.Shape)
+			pos := make([]int, r)
+			o := 0
+			for _, v := range x {
+				acc[o] = red.step(acc[o], v)
+				for d := r - 1; d >= 0; d-- {
+					pos[d]++
+					o += st[d]
+					if pos[d] < t.Shape[d] {
+						break
+					}
+					o -= st[d] * t.Shape[d]
+					pos[d] = 0
+				}
+			}
+			cnt := 1
+			if no > 0 {
+				cnt = len(x) / no
+			}
+			if red.final != nil {
+				for i := range acc {
+					acc[i] = red.final(acc[i], cnt)
+				}
+			}
+			if cnt == 0 && (op == "ReduceMax" || op == "ReduceMin") && t.DType.IsInteger() {
+				return nil, fmt.Errorf("%s over an empty axis of an integer tensor", op)
+			}
+			shape := ks
+			if !keep {
+				shape = nil
+				for i, d := range t.Shape {
+					if !reduce[i] {
+						shape = append(shape, d)
+					}
+				}
+			}
+			out, err := castTensor(&tensor.Tensor{DType: tensor.Double, Shape: shape, Data: acc}, t.DType)
+			return one(out), err
+		}, nil
+	}
+}

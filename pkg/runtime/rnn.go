@@ -1,0 +1,411 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/coreaiq/coreaiq/pkg/kernels"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// rnnActivation returns the named RNN activation with its alpha and beta.
+func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (func(float32) float32, error) {
+	def := func(a, b float32) {
+		if !hasAlpha {
+			alpha = a
+		}
+		if !hasBeta {
+			beta = b
+		}
+	}
+	switch name {
+	case "Sigmoid":
+		return sigmoid, nil
+	case "Tanh":
+		return via64(math.Tanh), nil
+	case "Relu":
+		return func(x float32) float32 { return max(x, 0) }, nil
+	case "HardSigmoid":
+		def(0.2, 0.5)
+		return func(x float32) float32 { return min(max(alpha*x+beta, 0), 1) }, nil
+	case "LeakyRelu":
+		def(0.01, 0)
+		return func(x float32) float32 {
+			if x < 0 {
+				return alpha * x
+			}
+			return x
+		}, nil
+	case "ThresholdedRelu":
+		def(1, 0)
+		return func(x float32) float32 {
+			if x > alpha {
+				return x
+			}
+			return 0
+		}, nil
+	case "ScaledTanh":
+		def(1, 1)
+		return func(x float32) float32 { return alpha * float32(math.Tanh(float64(beta*x))) }, nil
+	case "Affine":
+		def(1, 0)
+		return func(x float32) float32 { return alpha*x + beta }, nil
+	case "Elu":
+		def(1, 0)
+		return func(x float32) float32 {
+			if x < 0 {
+				return alpha * float32(math.Expm1(float64(x)))
+			}
+			return x
+		}, nil
+	case "Softsign":
+		return func(x float32) float32 { return x / (1 + float32(math.Abs(float64(x)))) }, nil
+	case "Softplus":
+		return softplus, nil
+	}
+	return nil, unsupportedf("activation %q is not supported", name)
+}
+
+// rnnSpec holds the attributes LSTM and GRU share.
+type rnnSpec struct {
+	gates     int
+	hidden    int
+	dirs      int
+	reverse   bool // forward-only models may run reversed
+	layout    int
+	clip      float32
+	acts      []func(float32) float32
+	linBefore bool
+	inForget  bool
+}
+
+func readRNN(b *builder, gates int, defActs []string) (*rnnSpec, error) {
+	s := &rnnSpec{gates: gates, hidden: int(b.int("hidden_size", 0)), layout: int(b.int("layout", 0)),
+		clip: b.float("clip", 0), linBefore: b.int("linear_before_reset", 0) != 0, inForget: b.int("input_forget", 0) != 0}
+	switch d := b.str("direction", "forward"); d {
+	case "forward":
+		s.dirs = 1
+	case "reverse":
+		s.dirs, s.reverse = 1, true
+	case "bidirectional":
+		s.dirs = 2
+	default:
+		return nil, fmt.Errorf("direction %q is not valid", d)
+	}
+	if s.inForget {
+		return nil, unsupportedf("input_forget=1 is not supported")
+	}
+	var names []string
+	for _, a := range b.n.Attr("activations").GetStrings() {
+		names = append(names, string(a))
+	}
+	if names == nil {
+		for range s.dirs {
+			names = append(names, defActs...)
+		}
+	}
+	if len(names) != len(defActs)*s.dirs {
+		return nil, fmt.Errorf("activations lists %d functions, want %d", len(names), len(defActs)*s.dirs)
+	}
+	alphas, betas := b.floats("activation_alpha"), b.floats("activation_beta")
+	for i, n := range names {
+		var a, be float32
+		if i < len(alphas) {
+			a = alphas[i]
+		}
+		if i < len(betas) {
+			be = betas[i]
+		}
+		f, err := rnnActivation(n, a, be, i < len(alphas), i < len(betas))
+		if err != nil {
+			return nil, err
+		}
+		s.acts = append(s.acts, f)
+	}
+	return s, nil
+}
+
+// rnnInputs checks and unpacks the inputs common to LSTM and GRU.
+type rnnData struct {
+	x, w, r, bias  []float32
+	seq, batch, in int
+	lens           []int64
+	h0, c0, p      []float32
+}
+
+func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
+	d := &rnnData{}
+	var err error
+	xt := in[0]
+	if len(xt.Shape) != 3 {
+		return nil, fmt.Errorf("X %v must have rank 3", xt.Shape)
+	}
+	if s.layout == 1 {
+		xt = transpose(xt, []int{1, 0, 2})
+	}
+	if d.x, err = floats(xt, "X"); err != nil {
+		return nil, err
+	}
+	d.seq, d.batch, d.in = xt.Shape[0], xt.Shape[1], xt.Shape[2]
+	if d.w, err = floats(in[1], "W"); err != nil {
+		return nil, err
+	}
+	if d.r, err = floats(in[2], "R"); err != nil {
+		return nil, err
+	}
+	h := s.hidden
+	if h == 0 && len(in[2].Shape) == 3 {
+		h = in[2].Shape[2]
+		s.hidden = h
+	}
+	g := s.gates
+	if len(d.w) != s.dirs*g*h*d.in || len(d.r) != s.dirs*g*h*h {
+		return nil, fmt.Errorf("W %v or R %v do not fit hidden_size %d, %d directions and input size %d", in[1].Shape, in[2].Shape, h, s.dirs, d.in)
+	}
+	opt := func(i int) *tensor.Tensor {
+		if i < len(in) {
+			return in[i]
+		}
+		return nil
+	}
+	if t := opt(3); t != nil {
+		if d.bias, err = floats(t, "B"); err != nil {
+			return nil, err
+		}
+		if len(d.bias) != s.dirs*2*g*h {
+			return nil, fmt.Errorf("B %v does not fit", t.Shape)
+		}
+	}
+	if t := opt(4); t != nil {
+		d.lens = asInt64(t)
+	}
+	state := func(t *tensor.Tensor, name string) ([]float32, error) {
+		if t == nil {
+			return nil, nil
+		}
+		if s.layout == 1 {
+			t = transpose(t, []int{1, 0, 2})
+		}
+		v, err := floats(t, name)
+		if err == nil && len(v) != s.dirs*d.batch*h {
+			err = fmt.Errorf("%s %v does not fit", name, t.Shape)
+		}
+		return v, err
+	}
+	if d.h0, err = state(opt(5), "initial_h"); err != nil {
+		return nil, err
+	}
+	if withC {
+		if d.c0, err = state(opt(6), "initial_c"); err != nil {
+			return nil, err
+		}
+		if t := opt(7); t != nil {
+			if d.p, err = floats(t, "P"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// outputs packs Y (seq, dirs, batch, h) and the final states in the layout.
+func (s *rnnSpec) outputs(y []float32, seq, batch int, finals ...[]float32) []*tensor.Tensor {
+	h := s.hidden
+	yt := tensor.FromFloat32(y, seq, s.dirs, batch, h)
+	if s.layout == 1 {
+		yt = transpose(yt, []int{2, 0, 1, 3})
+	}
+	res := []*tensor.Tensor{yt}
+	for _, f := range finals {
+		ft := tensor.FromFloat32(f, s.dirs, batch, h)
+		if s.layout == 1 {
+			ft = transpose(ft, []int{1, 0, 2})
+		}
+		res = append(res, ft)
+	}
+	return res
+}
+
+func (s *rnnSpec) clipf(v float32) float32 {
+	if s.clip > 0 {
+		return min(max(v, -s.clip), s.clip)
+	}
+	return v
+}
+
+// stepOrder returns the time steps a direction visits for one batch row.
+func stepIndex(t, n int, rev bool) int {
+	if rev {
+		return n - 1 - t
+	}
+	return t
+}
+
+func buildLSTM(b *builder) (kernel, error) {
+	s, err := readRNN(b, 4, []string{"Sigmoid", "Tanh", "Tanh"})
+	if err != nil {
+		return nil, err
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		d, err := s.unpack(in, true)
+		if err != nil {
+			return nil, err
+		}
+		h, g, nb := s.hidden, 4, d.batch
+		y := make([]float32, d.seq*s.dirs*nb*h)
+		hN, cN := make([]float32, s.dirs*nb*h), make([]float32, s.dirs*nb*h)
+		gates := make([]float32, nb*g*h)
+		xw := make([]float32, d.seq*nb*g*h)
+		for dir := 0; dir < s.dirs; dir++ {
+			f, gf, hf := s.acts[dir*3], s.acts[dir*3+1], s.acts[dir*3+2]
+			rev := s.reverse || dir == 1
+			w := d.w[dir*g*h*d.in : (dir+1)*g*h*d.in]
+			r := d.r[dir*g*h*h : (dir+1)*g*h*h]
+			// All input projections at once: xw = X · Wᵀ.
+			kernels.SgemmParallel(rc.threads, false, true, d.seq*nb, g*h, d.in, 1, d.x, d.in, w, d.in, 0, xw, g*h)
+			hs, cs := hN[dir*nb*h:(dir+1)*nb*h], cN[dir*nb*h:(dir+1)*nb*h]
+			if d.h0 != nil {
+				copy(hs, d.h0[dir*nb*h:])
+			}
+			if d.c0 != nil {
+				copy(cs, d.c0[dir*nb*h:])
+			}
+			var pi, po, pf []float32
+			if d.p != nil {
+				pi, po, pf = d.p[dir*3*h:dir*3*h+h], d.p[dir*3*h+h:dir*3*h+2*h], d.p[dir*3*h+2*h:dir*3*h+3*h]
+			}
+			for t := 0; t < d.seq; t++ {
+				// gates = H · Rᵀ, then each batch row adds its own time step's xw.
+				kernels.Sgemm(false, true, nb, g*h, h, 1, hs, h, r, h, 0, gates, g*h)
+				for bi := 0; bi < nb; bi++ {
+					n := d.seq
+					if d.lens != nil {
+						n = int(d.lens[bi])
+					}
+					if t >= n {
+						continue
+					}
+					ts := stepIndex(t, n, rev)
+					gr := gates[bi*g*h : (bi+1)*g*h]
+					xr := xw[(ts*nb+bi)*g*h:]
+					hr, cr := hs[bi*h:(bi+1)*h], cs[bi*h:(bi+1)*h]
+					yr := y[((ts*s.dirs+dir)*nb+bi)*h:]
+					for j := 0; j < h; j++ {
+						v := [4]float32{}
+						for q := 0; q < 4; q++ {
+							v[q] = gr[q*h+j] + xr[q*h+j]
+							if d.bias != nil {
+								v[q] += d.bias[dir*8*h+q*h+j] + d.bias[dir*8*h+4*h+q*h+j]
+							}
+						}
+						cprev := cr[j]
+						ii, oo, ff, cc := v[0], v[1], v[2], v[3]
+						if pi != nil {
+							ii += pi[j] * cprev
+							ff += pf[j] * cprev
+						}
+						it := f(s.clipf(ii))
+						ft := f(s.clipf(ff))
+						ct := gf(s.clipf(cc))
+						cnew := ft*cprev + it*ct
+						if pi != nil {
+							oo += po[j] * cnew
+						}
+						ot := f(s.clipf(oo))
+						hnew := ot * hf(cnew)
+						cr[j], hr[j] = cnew, hnew
+						yr[j] = hnew
+					}
+				}
+			}
+		}
+		return s.outputs(y, d.seq, nb, hN, cN), nil
+	}, nil
+}
+
+func buildGRU(b *builder) (kernel, error) {
+	s, err := readRNN(b, 3, []string{"Sigmoid", "Tanh"})
+	if err != nil {
+		return nil, err
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		d, err := s.unpack(in, false)
+		if err != nil {
+			return nil, err
+		}
+		h, g, nb := s.hidden, 3, d.batch
+		y := make([]float32, d.seq*s.dirs*nb*h)
+		hN := make([]float32, s.dirs*nb*h)
+		xw := make([]float32, d.seq*nb*g*h)
+		hr := make([]float32, nb*g*h)
+		rh := make([]float32, h)
+		for dir := 0; dir < s.dirs; dir++ {
+			f, gf := s.acts[dir*2], s.acts[dir*2+1]
+			rev := s.reverse || dir == 1
+			w := d.w[dir*g*h*d.in : (dir+1)*g*h*d.in]
+			r := d.r[dir*g*h*h : (dir+1)*g*h*h]
+			kernels.SgemmParallel(rc.threads, false, true, d.seq*nb, g*h, d.in, 1, d.x, d.in, w, d.in, 0, xw, g*h)
+			hs := hN[dir*nb*h : (dir+1)*nb*h]
+			if d.h0 != nil {
+				copy(hs, d.h0[dir*nb*h:])
+			}
+			bias := func(q, j int, rec bool) float32 {
+				if d.bias == nil {
+					return 0
+				}
+				off := dir*6*h + q*h + j
+				if rec {
+					off += 3 * h
+				}
+				return d.bias[off]
+			}
+			for t := 0; t < d.seq; t++ {
+				// z and r recurrences (and h's when linear_before_reset).
+				kernels.Sgemm(false, true, nb, g*h, h, 1, hs, h, r, h, 0, hr, g*h)
+				for bi := 0; bi < nb; bi++ {
+					n := d.seq
+					if d.lens != nil {
+						n = int(d.lens[bi])
+					}
+					if t >= n {
+						continue
+					}
+					ts := stepIndex(t, n, rev)
+					xr := xw[(ts*nb+bi)*g*h:]
+					hrow := hs[bi*h : (bi+1)*h]
+					hh := hr[bi*g*h:]
+					z := make([]float32, h)
+					rg := make([]float32, h)
+					for j := 0; j < h; j++ {
+						z[j] = f(s.clipf(xr[j] + hh[j] + bias(0, j, false) + bias(0, j, true)))
+						rg[j] = f(s.clipf(xr[h+j] + hh[h+j] + bias(1, j, false) + bias(1, j, true)))
+					}
+					var hc []float32
+					if s.linBefore {
+						hc = make([]float32, h)
+						for j := 0; j < h; j++ {
+							hc[j] = rg[j] * (hh[2*h+j] + bias(2, j, true))
+						}
+					} else {
+						for j := 0; j < h; j++ {
+							rh[j] = rg[j] * hrow[j]
+						}
+						hc = make([]float32, h)
+						kernels.Sgemm(false, true, 1, h, h, 1, rh, h, r[2*h*h:], h, 0, hc, h)
+						for j := 0; j < h; j++ {
+							hc[j] += bias(2, j, true)
+						}
+					}
+					yr := y[((ts*s.dirs+dir)*nb+bi)*h:]
+					for j := 0; j < h; j++ {
+						ht := gf(s.clipf(xr[2*h+j] + hc[j] + bias(2, j, false)))
+						hnew := (1-z[j])*ht + z[j]*hrow[j]
+						hrow[j] = hnew
+						yr[j] = hnew
+					}
+				}
+			}
+		}
+		return s.outputs(y, d.seq, nb, hN), nil
+	}, nil
+}

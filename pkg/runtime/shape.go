@@ -1,0 +1,577 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+func buildShape(b *builder) (kernel, error) {
+	start, end := b.int("start", 0), b.int("end", 1<<62)
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		r := int64(len(in[0].Shape))
+		s, e := clampIndex(start, r), clampIndex(end, r)
+		dims := []int64{}
+		for i := s; i < e; i++ {
+			dims = append(dims, int64(in[0].Shape[i]))
+		}
+		return one(tensor.FromInt64(dims, len(dims))), nil
+	}, nil
+}
+
+// clampIndex maps a possibly negative index into [0, n].
+func clampIndex(i, n int64) int64 {
+	if i < 0 {
+		i += n
+	}
+	return min(max(i, 0), n)
+}
+
+func sizeKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return one(tensor.FromInt64([]int64{int64(in[0].Len())})), nil
+}
+
+// view returns t with another shape sharing its data.
+func view(t *tensor.Tensor, shape []int) *tensor.Tensor {
+	return &tensor.Tensor{DType: t.DType, Shape: shape, Data: t.Data}
+}
+
+func buildReshape(b *builder) (kernel, error) {
+	allowZero := b.int("allowzero", 0) != 0
+	if b.opset < 5 {
+		return nil, unsupportedf("Reshape-1 (shape attribute) is not supported")
+	}
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		want := asInt64(in[1])
+		shape, err := reshapeDims(in[0].Shape, want, allowZero)
+		if err != nil {
+			return nil, err
+		}
+		return one(view(in[0], shape)), nil
+	}, nil
+}
+
+func reshapeDims(in []int, want []int64, allowZero bool) ([]int, error) {
+	shape := make([]int, len(want))
+	infer := -1
+	known := 1
+	for i, d := range want {
+		switch {
+		case d == -1:
+			if infer >= 0 {
+				return nil, fmt.Errorf("shape %v has more than one -1", want)
+			}
+			infer = i
+			continue
+		case d == 0 && !allowZero:
+			if i >= len(in) {
+				return nil, fmt.Errorf("shape %v copies dimension %d of input shape %v, which has none", want, i, in)
+			}
+			shape[i] = in[i]
+		case d < 0:
+			return nil, fmt.Errorf("shape %v has a negative dimension", want)
+		default:
+			shape[i] = int(d)
+		}
+		known *= shape[i]
+	}
+	n := tensor.NumElements(in)
+	if infer >= 0 {
+		if known == 0 || n%known != 0 {
+			return nil, fmt.Errorf("cannot reshape %v to %v", in, want)
+		}
+		shape[infer] = n / known
+	}
+	if tensor.NumElements(shape) != n {
+		return nil, fmt.Errorf("cannot reshape %v (%d elements) to %v", in, n, want)
+	}
+	return shape, nil
+}
+
+func buildFlatten(b *builder) (kernel, error) {
+	axis := b.int("axis", 1)
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		r := len(in[0].Shape)
+		a := int(axis)
+		if a < 0 {
+			a += r
+		}
+		if a < 0 || a > r {
+			return nil, fmt.Errorf("axis %d is out of range for rank %d", axis, r)
+		}
+		outer := tensor.NumElements(in[0].Shape[:a])
+		return one(view(in[0], []int{outer, tensor.NumElements(in[0].Shape[a:])})), nil
+	}, nil
+}
+
+// axesInput returns the axes from the attribute (old opsets) or input 1.
+func axesFrom(attr []int64, in []*tensor.Tensor, idx int) []int64 {
+	if idx < len(in) && in[idx] != nil {
+		return asInt64(in[idx])
+	}
+	return attr
+}
+
+func buildSqueeze(b *builder) (kernel, error) {
+	attr := b.ints("axes")
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		axes := axesFrom(attr, in, 1)
+		shape := in[0].Shape
+		drop := make([]bool, len(shape))
+		if len(axes) == 0 {
+			for i, d := range shape {
+				drop[i] = d == 1
+			}
+		}
+		for _, a := range axes {
+			ax, err := normAxis(a, len(shape))
+			if err != nil {
+				return nil, err
+			}
+			if shape[ax] != 1 {
+				return nil, fmt.Errorf("cannot squeeze axis %d of shape %v", a, shape)
+			}
+			drop[ax] = true
+		}
+		out := []int{}
+		for i, d := range shape {
+			if !drop[i] {
+				out = append(out, d)
+			}
+		}
+		return one(view(in[0], out)), nil
+	}, nil
+}
+
+func buildUnsqueeze(b *builder) (kernel, error) {
+	attr := b.ints("axes")
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		axes := axesFrom(attr, in, 1)
+		r := len(in[0].Shape) + len(axes)
+		ins := make([]bool, r)
+		for _, a := range axes {
+			ax, err := normAxis(a, r)
+			if err != nil {
+				return nil, err
+			}
+			if ins[ax] {
+				return nil, fmt.Errorf("axis %d is repeated", a)
+			}
+			ins[ax] = true
+		}
+		out := make([]int, r)
+		j := 0
+		for i := range out {
+			if ins[i] {
+				out[i] = 1
+			} else {
+				out[i] = in[0].Shape[j]
+				j++
+			}
+		}
+		return one(view(in[0], out)), nil
+	}, nil
+}
+
+func buildTranspose(b *builder) (kernel, error) {
+	perm := b.ints("perm")
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t := in[0]
+		r := len(t.Shape)
+		p := make([]int, r)
+		if perm == nil {
+			for i := range p {
+				p[i] = r - 1 - i
+			}
+		} else {
+			if len(perm) != r {
+				return nil, fmt.Errorf("perm %v does not fit rank %d", perm, r)
+			}
+			for i, v := range perm {
+				ax, err := normAxis(v, r)
+				if err != nil {
+					return nil, err
+				}
+				p[i] = ax
+			}
+		}
+		return one(transpose(t, p)), nil
+	}, nil
+}
+
+// transpose permutes the axes of t: out dim i is input dim perm[i].
+func transpose(t *tensor.Tensor, perm []int) *tensor.Tensor {
+	r := len(t.Shape)
+	os := make([]int, r)
+	instr := make([]int, r)
+	s := 1
+	for i := r - 1; i >= 0; i-- {
+		instr[i] = s
+		s *= t.Shape[i]
+	}
+	st := make([]int, r)
+	for i, p := range perm {
+		os[i] = t.Shape[p]
+		st[i] = instr[p]
+	}
+	n := t.Len()
+	idx := make([]int, n)
+	pos := make([]int, r)
+	off := 0
+	for i := 0; i < n; i++ {
+		idx[i] = off
+		for d := r - 1; d >= 0; d-- {
+			pos[d]++
+			off += st[d]
+			if pos[d] < os[d] {
+				break
+			}
+			off -= st[d] * os[d]
+			pos[d] = 0
+		}
+	}
+	out := tensor.New(t.DType, os...)
+	gatherFlat(t.Data, out.Data, idx)
+	return out
+}
+
+func buildConcat(b *builder) (kernel, error) {
+	if !b.has("axis") && b.opset >= 4 {
+		return nil, fmt.Errorf("attribute axis is required")
+	}
+	axis := b.int("axis", 1)
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		var parts []*tensor.Tensor
+		for _, t := range in {
+			if t != nil {
+				parts = append(parts, t)
+			}
+		}
+		out, err := concat(parts, axis)
+		return one(out), err
+	}, nil
+}
+
+func concat(parts []*tensor.Tensor, axis int64) (*tensor.Tensor, error) {
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("no inputs")
+	}
+	first := parts[0]
+	r := len(first.Shape)
+	ax, err := normAxis(axis, r)
+	if err != nil {
+		return nil, err
+	}
+	os := slices.Clone(first.Shape)
+	os[ax] = 0
+	for _, p := range parts {
+		if len(p.Shape) != r || p.DType != first.DType {
+			return nil, fmt.Errorf("inputs %s and %s cannot be concatenated", first, p)
+		}
+		for d := range r {
+			if d != ax && p.Shape[d] != first.Shape[d] {
+				return nil, fmt.Errorf("inputs %s and %s differ outside axis %d", first, p, ax)
+			}
+		}
+		os[ax] += p.Shape[ax]
+	}
+	out := tensor.New(first.DType, os...)
+	outer := tensor.NumElements(os[:ax])
+	inner := tensor.NumElements(os[ax+1:])
+	orow := os[ax] * inner
+	off := 0
+	for _, p := range parts {
+		prow := p.Shape[ax] * inner
+		for o := 0; o < outer; o++ {
+			copyRange(out.Data, o*orow+off, p.Data, o*prow, prow)
+		}
+		off += prow
+	}
+	return out, nil
+}
+
+func buildSplit(b *builder) (kernel, error) {
+	axis := b.int("axis", 0)
+	attrSplit := b.ints("split")
+	nout := len(b.n.Outputs)
+	numOutputs := b.int("num_outputs", 0)
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t := in[0]
+		ax, err := normAxis(axis, len(t.Shape))
+		if err != nil {
+			return nil, err
+		}
+		dim := t.Shape[ax]
+		sizes := make([]int, 0, nout)
+		split := attrSplit
+		if len(in) > 1 && in[1] != nil {
+			split = asInt64(in[1])
+		}
+		if split != nil {
+			if len(split) != nout {
+				return nil, fmt.Errorf("split %v does not have %d entries", split, nout)
+			}
+			for _, s := range split {
+				sizes = append(sizes, int(s))
+			}
+		} else {
+			n := nout
+			if numOutputs > 0 {
+				n = int(numOutputs)
+			}
+			chunk := (dim + n - 1) / n
+			for i := 0; i < n; i++ {
+				sizes = append(sizes, max(0, min(chunk, dim-i*chunk)))
+			}
+		}
+		total := 0
+		for _, s := range sizes {
+			total += s
+		}
+		if total != dim {
+			return nil, fmt.Errorf("split sizes %v do not add up to dimension %d", sizes, dim)
+		}
+		outs := make([]*tensor.Tensor, len(sizes))
+		start := 0
+		for i, s := range sizes {
+			outs[i] = sliceAxis(t, ax, start, s)
+			start += s
+		}
+		return outs, nil
+	}, nil
+}
+
+// sliceAxis copies elements [start, start+n) along axis ax.
+func sliceAxis(t *tensor.Tensor, ax, start, n int) *tensor.Tensor {
+	os := slices.Clone(t.Shape)
+	os[ax] = n
+	out := tensor.New(t.DType, os...)
+	outer := tensor.NumElements(t.Shape[:ax])
+	inner := tensor.NumElements(t.Shape[ax+1:])
+	for o := 0; o < outer; o++ {
+		copyRange(out.Data, o*n*inner, t.Data, (o*t.Shape[ax]+start)*inner, n*inner)
+	}
+	return out
+}
+
+func sliceKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	t := in[0]
+	r := len(t.Shape)
+	starts, ends := asInt64(in[1]), asInt64(in[2])
+	if len(starts) != len(ends) {
+		return nil, fmt.Errorf("starts %v and ends %v differ in length", starts, ends)
+	}
+	axes := make([]int64, len(starts))
+	for i := range axes {
+		axes[i] = int64(i)
+	}
+	if len(in) > 3 && in[3] != nil {
+		axes = asInt64(in[3])
+	}
+	steps := make([]int64, len(starts))
+	for i := range steps {
+		steps[i] = 1
+	}
+	if len(in) > 4 && in[4] != nil {
+		steps = asInt64(in[4])
+	}
+	if len(axes) != len(starts) || len(steps) != len(starts) {
+		return nil, fmt.Errorf("starts, ends, axes and steps differ in length")
+	}
+	st := make([]int, r)
+	sp := make([]int, r)
+	os := slices.Clone(t.Shape)
+	for i := range sp {
+		sp[i] = 1
+	}
+	for i, a := range axes {
+		ax, err := normAxis(a, r)
+		if err != nil {
+			return nil, err
+		}
+		dim := int64(t.Shape[ax])
+		step := steps[i]
+		if step == 0 {
+			return nil, fmt.Errorf("step 0 on axis %d", a)
+		}
+		s, e := starts[i], ends[i]
+		if s < 0 {
+			s += dim
+		}
+		if e < 0 {
+			e += dim
+		}
+		var n int64
+		if step > 0 {
+			s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+			n = max(0, (e-s+step-1)/step)
+		} else {
+			s, e = min(max(s, -1), dim-1), min(max(e, -1), dim-1)
+			n = max(0, (s-e+(-step)-1)/(-step))
+		}
+		st[ax], sp[ax], os[ax] = int(s), int(step), int(n)
+	}
+	out := tensor.New(t.DType, os...)
+	n := out.Len()
+	if n == 0 {
+		return one(out), nil
+	}
+	instr := make([]int, r)
+	s := 1
+	for i := r - 1; i >= 0; i-- {
+		instr[i] = s
+		s *= t.Shape[i]
+	}
+	idx := make([]int, n)
+	pos := make([]int, r)
+	base := 0
+	for d := range r {
+		base += st[d] * instr[d]
+	}
+	off := base
+	for i := 0; i < n; i++ {
+		idx[i] = off
+		for d := r - 1; d >= 0; d-- {
+			pos[d]++
+			off += sp[d] * instr[d]
+			if pos[d] < os[d] {
+				break
+			}
+			off -= sp[d] * instr[d] * os[d]
+			pos[d] = 0
+		}
+	}
+	gatherFlat(t.Data, out.Data, idx)
+	return one(out), nil
+}
+
+func expandKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	want := asInt64(in[1])
+	ws := make([]int, len(want))
+	for i, d := range want {
+		ws[i] = int(d)
+	}
+	os, err := broadcastShape(in[0].Shape, ws)
+	if err != nil {
+		return nil, err
+	}
+	return one(expandTo(in[0], os)), nil
+}
+
+func tileKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	t := in[0]
+	reps := asInt64(in[1])
+	r := len(t.Shape)
+	if len(reps) != r {
+		return nil, fmt.Errorf("repeats %v do not fit rank %d", reps, r)
+	}
+	os := make([]int, r)
+	for i, d := range t.Shape {
+		os[i] = d * int(reps[i])
+	}
+	out := tensor.New(t.DType, os...)
+	n := out.Len()
+	idx := make([]int, n)
+	pos := make([]int, r)
+	for i := 0; i < n; i++ {
+		off := 0
+		for d := 0; d < r; d++ {
+			off = off*t.Shape[d] + pos[d]%t.Shape[d]
+		}
+		idx[i] = off
+		for d := r - 1; d >= 0; d-- {
+			pos[d]++
+			if pos[d] < os[d] {
+				break
+			}
+			pos[d] = 0
+		}
+	}
+	gatherFlat(t.Data, out.Data, idx)
+	return one(out), nil
+}
+
+func buildConstantOfShape(b *builder) (kernel, error) {
+	val := tensor.FromFloat32([]float32{0}, 1)
+	if a := b.attr("value"); a != nil && a.GetT() != nil {
+		t, err := tensor.FromProto(a.GetT(), b.c.model)
+		if err != nil {
+			return nil, err
+		}
+		if val, err = toCompute(t); err != nil {
+			return nil, err
+		}
+		if val.Len() != 1 {
+			return nil, fmt.Errorf("value must have one element, has %d", val.Len())
+		}
+	}
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		dims := asInt64(in[0])
+		shape := make([]int, len(dims))
+		for i, d := range dims {
+			if d < 0 {
+				return nil, fmt.Errorf("negative dimension in %v", dims)
+			}
+			shape[i] = int(d)
+		}
+		out := tensor.New(val.DType, shape...)
+		idx := make([]int, out.Len())
+		gatherFlat(val.Data, out.Data, idx)
+		return one(out), nil
+	}, nil
+}
+
+func rangeKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if in[0].DType == tensor.Float {
+		s, l, d := in[0].Float32s()[0], in[1].Float32s()[0], in[2].Float32s()[0]
+		n := max(0, int(ceil64((float64(l)-float64(s))/float64(d))))
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = s + float32(i)*d
+		}
+		return one(tensor.FromFloat32(out, n)), nil
+	}
+	s, l, d := asInt64(in[0])[0], asInt64(in[1])[0], asInt64(in[2])[0]
+	if d == 0 {
+		return nil, fmt.Errorf("delta is 0")
+	}
+	n := max(0, int(ceil64(float64(l-s)/float64(d))))
+	res := make([]int64, n)
+	for i := range res {
+		res[i] = s + int64(i)*d
+	}
+	out, err := castTensor(tensor.FromInt64(res, n), in[0].DType)
+	return one(out), err
+}
+
+func nonZeroKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	t := in[0]
+	f, err := asFloat32Exact(t)
+	if err != nil {
+		return nil, err
+	}
+	r := len(t.Shape)
+	var hits []int
+	for i, v := range f {
+		if v != 0 {
+			hits = append(hits, i)
+		}
+	}
+	out := make([]int64, r*len(hits))
+	pos := make([]int, r)
+	for j, h := range hits {
+		unravelIdx(h, t.Shape, pos)
+		for d := 0; d < r; d++ {
+			out[d*len(hits)+j] = int64(pos[d])
+		}
+	}
+	return one(tensor.FromInt64(out, r, len(hits))), nil
+}
+
+func unravelIdx(i int, dims, idx []int) {
+	for d := len(dims) - 1; d >= 0; d-- {
+		idx[d] = i % dims[d]
+		i /= dims[d]
+	}
+}
