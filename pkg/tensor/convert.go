@@ -270,7 +270,7 @@ func floatsFromF32(src []float32, to DType, saturate bool, mode E8M0Rounding) an
 	f := narrowFormat(to)
 	d := make([]uint8, len(src))
 	for i, v := range src {
-		d[i] = uint8(f.encode(float64(v), saturate))
+		d[i] = uint8(f.encode32(v, saturate))
 	}
 	return d
 }

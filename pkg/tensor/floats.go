@@ -116,6 +116,44 @@ func (f *minifloat) encode(x float64, saturate bool) uint32 {
 	return sign | uint32(code)
 }
 
+// encode32 is encode for float32 inputs, the hot path of quantization. It
+// rounds with integer adds on the float32 bits for results that are normal
+// in the target format, and with one float32 addition of a power of two
+// (which the FPU rounds to nearest even at exactly the target's quantum)
+// for results that are subnormal. Special values take the general path.
+func (f *minifloat) encode32(x float32, saturate bool) uint32 {
+	u := math.Float32bits(x)
+	sign := u >> 31 * f.signBit
+	u &= 0x7FFFFFFF
+	if u >= 0x7F800000 {
+		return f.encode(float64(x), saturate)
+	}
+	mshift := uint(23 - f.mbits)
+	var code uint32
+	if minNormal := uint32(128-f.bias) << 23; u >= minNormal {
+		odd := u >> mshift & 1
+		code = (u + uint32(int32(f.bias-127)<<23) + (1<<(mshift-1) - 1) + odd) >> mshift
+	} else {
+		magic := uint32(128-f.bias+int(mshift)) << 23
+		code = math.Float32bits(math.Float32frombits(u)+math.Float32frombits(magic)) - magic
+	}
+	if code > f.maxCode {
+		switch {
+		case saturate || f.noNaN:
+			return sign | f.maxCode
+		case f.infCode != 0:
+			return sign | f.infCode
+		case f.uz:
+			return f.nanCode
+		}
+		return sign | f.nanCode
+	}
+	if code == 0 && f.uz {
+		return 0
+	}
+	return sign | code
+}
+
 // decode returns the value of code c.
 func (f *minifloat) decode(c uint32) float64 {
 	neg := c&f.signBit != 0
@@ -192,7 +230,7 @@ func Float16ToFloat32(h uint16) float32 { return f16Table()[h] }
 
 // Float32ToFloat16 rounds f to the nearest binary16 code, ties to even;
 // values beyond the range become ±Inf, NaN stays NaN.
-func Float32ToFloat16(f float32) uint16 { return uint16(fmtFloat16.encode(float64(f), false)) }
+func Float32ToFloat16(f float32) uint16 { return uint16(fmtFloat16.encode32(f, false)) }
 
 // Float64ToFloat16 rounds f to binary16 directly (no double rounding via float32).
 func Float64ToFloat16(f float64) uint16 { return uint16(fmtFloat16.encode(f, false)) }
@@ -238,30 +276,30 @@ func Float4E2M1ToFloat32(c uint8) float32 { return tabE2M1[c&0xF] }
 // Float32ToFloat8E4M3FN rounds f to e4m3fn, ties to even. With saturate
 // (ONNX's default) overflow and ±Inf become ±448; without, they become NaN.
 func Float32ToFloat8E4M3FN(f float32, saturate bool) uint8 {
-	return uint8(fmtE4M3FN.encode(float64(f), saturate))
+	return uint8(fmtE4M3FN.encode32(f, saturate))
 }
 
 // Float32ToFloat8E4M3FNUZ rounds f to e4m3fnuz, ties to even. Overflow
 // becomes ±240 with saturate and NaN without; ±Inf is always NaN; -0 is 0.
 func Float32ToFloat8E4M3FNUZ(f float32, saturate bool) uint8 {
-	return uint8(fmtE4M3FNUZ.encode(float64(f), saturate))
+	return uint8(fmtE4M3FNUZ.encode32(f, saturate))
 }
 
 // Float32ToFloat8E5M2 rounds f to e5m2, ties to even. With saturate,
 // overflow and ±Inf become ±57344; without, they become ±Inf.
 func Float32ToFloat8E5M2(f float32, saturate bool) uint8 {
-	return uint8(fmtE5M2.encode(float64(f), saturate))
+	return uint8(fmtE5M2.encode32(f, saturate))
 }
 
 // Float32ToFloat8E5M2FNUZ rounds f to e5m2fnuz, ties to even. Overflow
 // becomes ±57344 with saturate and NaN without; ±Inf is always NaN.
 func Float32ToFloat8E5M2FNUZ(f float32, saturate bool) uint8 {
-	return uint8(fmtE5M2FNUZ.encode(float64(f), saturate))
+	return uint8(fmtE5M2FNUZ.encode32(f, saturate))
 }
 
 // Float32ToFloat4E2M1 rounds f to float4 e2m1, ties to even, saturating to
 // ±6; ±Inf becomes ±6 and NaN +6 (the format has neither).
-func Float32ToFloat4E2M1(f float32) uint8 { return uint8(fmtE2M1.encode(float64(f), true)) }
+func Float32ToFloat4E2M1(f float32) uint8 { return uint8(fmtE2M1.encode32(f, true)) }
 
 // E8M0Rounding selects how Float32ToFloat8E8M0 picks a power of two; the
 // names are ONNX Cast's round_mode values.
@@ -399,7 +437,7 @@ func Float32sToFloat8(dt DType, dst []uint8, src []float32, saturate bool) error
 		return errNotNarrowFloat(dt)
 	}
 	for i, x := range src {
-		dst[i] = uint8(f.encode(float64(x), saturate))
+		dst[i] = uint8(f.encode32(x, saturate))
 	}
 	return nil
 }

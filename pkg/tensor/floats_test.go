@@ -182,6 +182,32 @@ func TestFloat16Known(t *testing.T) {
 	}
 }
 
+// TestEncode32MatchesEncode cross-checks the float32 fast path against the
+// float64 routine on random bit patterns and on small magnitudes.
+func TestEncode32MatchesEncode(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	formats := map[string]*minifloat{"float16": &fmtFloat16, "bfloat16": &fmtBFloat16, "e4m3fn": &fmtE4M3FN,
+		"e4m3fnuz": &fmtE4M3FNUZ, "e5m2": &fmtE5M2, "e5m2fnuz": &fmtE5M2FNUZ, "e2m1": &fmtE2M1}
+	for name, f := range formats {
+		t.Run(name, func(t *testing.T) {
+			for i := range 200000 {
+				var x float32
+				if i%2 == 0 {
+					x = math.Float32frombits(r.Uint32())
+				} else {
+					x = float32(r.NormFloat64() * math.Exp2(float64(r.IntN(60)-40)))
+				}
+				for _, sat := range []bool{true, false} {
+					fast, slow := f.encode32(x, sat), f.encode(float64(x), sat)
+					if fast != slow {
+						t.Fatalf("%g (%#08x) saturate=%v: encode32 %#x, encode %#x", x, math.Float32bits(x), sat, fast, slow)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestBFloat16MatchesGeneric(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 100000 {
@@ -357,4 +383,26 @@ func TestSliceHelpers(t *testing.T) {
 	if err := Float32sToFloat8(Int8, nil, nil, true); err == nil {
 		t.Error("Float32sToFloat8(int8) succeeded")
 	}
+}
+
+func BenchmarkNarrowEncode(b *testing.B) {
+	src := make([]float32, 1<<16)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range src {
+		src[i] = float32(r.NormFloat64())
+	}
+	b.Run("float16", func(b *testing.B) {
+		dst := make([]uint16, len(src))
+		b.SetBytes(int64(4 * len(src)))
+		for b.Loop() {
+			Float32sToFloat16(dst, src)
+		}
+	})
+	b.Run("e4m3fn", func(b *testing.B) {
+		dst := make([]uint8, len(src))
+		b.SetBytes(int64(4 * len(src)))
+		for b.Loop() {
+			_ = Float32sToFloat8(Float8E4M3FN, dst, src, true)
+		}
+	})
 }
