@@ -127,11 +127,46 @@ func asFloat64(t *tensor.Tensor) []float64 {
 	panic(fmt.Sprintf("asFloat64: %T", t.Data))
 }
 
-// maxAbsDiff returns max |a-b| and max |ref|.
+// maxAbsDiff returns max |got-ref| and the largest finite |ref|. Equal
+// infinities and NaN against NaN match; any other non-finite mismatch is
+// an infinite difference, so that it cannot pass a tolerance.
 func maxAbsDiff(got, ref []float64) (diff, scale float64) {
 	for i := range ref {
-		diff = math.Max(diff, math.Abs(got[i]-ref[i]))
-		scale = math.Max(scale, math.Abs(ref[i]))
+		g, r := got[i], ref[i]
+		switch {
+		case g == r, math.IsNaN(g) && math.IsNaN(r):
+		case math.IsNaN(g) || math.IsNaN(r) || math.IsInf(g, 0) || math.IsInf(r, 0):
+			diff = math.Inf(1)
+		default:
+			diff = math.Max(diff, math.Abs(g-r))
+		}
+		if !math.IsInf(r, 0) && !math.IsNaN(r) {
+			scale = math.Max(scale, math.Abs(r))
+		}
 	}
 	return diff, scale
+}
+
+func TestMaxAbsDiff(t *testing.T) {
+	inf, nan := math.Inf(1), math.NaN()
+	cases := []struct {
+		name       string
+		got, ref   []float64
+		diff, scal float64
+	}{
+		{"finite", []float64{1, -2.5}, []float64{1.5, -2}, 0.5, 2},
+		{"equal infinities", []float64{-inf, 3}, []float64{-inf, 3}, 0, 3},
+		{"both NaN", []float64{nan, 1}, []float64{nan, 1}, 0, 1},
+		{"NaN against number", []float64{nan, 1}, []float64{0, 1}, inf, 1},
+		{"number against infinity", []float64{1e30}, []float64{inf}, inf, 0},
+		{"opposite infinities", []float64{inf}, []float64{-inf}, inf, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, s := maxAbsDiff(c.got, c.ref)
+			if d != c.diff || s != c.scal {
+				t.Errorf("maxAbsDiff = %g, %g; want %g, %g", d, s, c.diff, c.scal)
+			}
+		})
+	}
 }

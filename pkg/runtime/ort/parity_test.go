@@ -1,0 +1,222 @@
+//go:build ort
+
+package ort
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// parityTolerance is the largest error of the built-in engine against ONNX
+// Runtime, relative to the largest reference magnitude of an output.
+const parityTolerance = 1e-4
+
+// compareEngines runs m in the built-in engine and in ONNX Runtime on the
+// same inputs and checks every output within parityTolerance.
+func compareEngines(t *testing.T, l *Library, m *onnxgraph.Model, inputs map[string]*tensor.Tensor) {
+	t.Helper()
+	goSess, err := runtime.Open("go", m, runtime.Options{Threads: 1})
+	if err != nil {
+		t.Fatalf("built-in engine: %v", err)
+	}
+	defer goSess.Close()
+	ortSess, err := l.Open(m, SessionOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatalf("onnxruntime: %v", err)
+	}
+	defer ortSess.Close()
+	ctx := context.Background()
+	want, err := ortSess.Run(ctx, inputs, runtime.RunOptions{})
+	if err != nil {
+		t.Fatalf("onnxruntime: %v", err)
+	}
+	got, err := goSess.Run(ctx, inputs, runtime.RunOptions{})
+	if err != nil {
+		t.Fatalf("built-in engine: %v", err)
+	}
+	for _, name := range sortedKeys(want) {
+		ref, y := want[name], got[name]
+		if y == nil || y.DType != ref.DType || !slices.Equal(y.Shape, ref.Shape) {
+			t.Errorf("output %q: built-in %v, onnxruntime %v", name, y, ref)
+			continue
+		}
+		d, scale := maxAbsDiff(asFloat64(y), asFloat64(ref))
+		if d > parityTolerance*scale {
+			t.Errorf("output %q: max abs error %g > %g × max |ref| %g", name, d, parityTolerance, scale)
+		}
+		t.Logf("output %q %v: max abs error %g, max |ref| %g", name, y.Shape, d, scale)
+	}
+	if len(got) != len(want) {
+		t.Errorf("built-in engine gave %d outputs, onnxruntime %d", len(got), len(want))
+	}
+}
+
+// TestParitySharedModels compares the built-in engine with ONNX Runtime on
+// every shared model, on the reference inputs.
+func TestParitySharedModels(t *testing.T) {
+	l := testLibrary(t)
+	for _, c := range sharedCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := onnxgraph.Load(c.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareEngines(t, l, m, c.inputs)
+		})
+	}
+}
+
+// randomInputs fills every graph input with deterministic values: floats
+// in [-2, 2), integers in [0, 8), booleans either way.
+func randomInputs(t *testing.T, m *onnxgraph.Model, batch int) map[string]*tensor.Tensor {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 11))
+	in := map[string]*tensor.Tensor{}
+	for _, v := range m.Graph.Inputs {
+		dims, ok := v.Shape()
+		if !ok {
+			t.Fatalf("input %q has no shape", v.Name)
+		}
+		shape := make([]int, len(dims))
+		for i, d := range dims {
+			shape[i] = int(d.Size)
+			if d.Size < 0 {
+				shape[i] = batch
+			}
+		}
+		x := tensor.New(v.DType(), shape...)
+		switch d := x.Data.(type) {
+		case []float32:
+			for i := range d {
+				d[i] = rng.Float32()*4 - 2
+			}
+		case []int64:
+			for i := range d {
+				d[i] = rng.Int64N(8)
+			}
+		case []bool:
+			for i := range d {
+				d[i] = rng.IntN(2) == 1
+			}
+		default:
+			t.Fatalf("input %q: no generator for %s", v.Name, x.DType)
+		}
+		in[v.Name] = x
+	}
+	return in
+}
+
+// generated are small models built in Go, covering ops the shared models
+// do not stress on their own.
+func generated() map[string]*testmodels.Builder {
+	models := map[string]*testmodels.Builder{}
+	for name, build := range testmodels.Catalog {
+		models[name] = build()
+	}
+
+	b := testmodels.New("softmax_layernorm", 17)
+	b.Input("x", tensor.Float, "N", 6, 16).Output("y", tensor.Float, "N", 6, 16)
+	b.RandomInit("scale", 1, 16).RandomInit("bias", 0.5, 16).RandomInit("w", 0.3, 16, 16)
+	b.Node("MatMul", "mm", []string{"x", "w"}, []string{"h"})
+	b.Node("LayerNormalization", "ln", []string{"h", "scale", "bias"}, []string{"n"}, testmodels.AttrInt("axis", -1))
+	b.Node("Softmax", "sm", []string{"n"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+	models["softmax_layernorm"] = b
+
+	b = testmodels.New("activations", 17)
+	b.Input("x", tensor.Float, "N", 32).Output("y", tensor.Float, "N", 32)
+	b.Node("Sigmoid", "sig", []string{"x"}, []string{"s"})
+	b.Node("Tanh", "tanh", []string{"x"}, []string{"th"})
+	b.Node("Mul", "mul", []string{"s", "th"}, []string{"m"})
+	b.Node("Erf", "erf", []string{"m"}, []string{"e"})
+	b.Node("Add", "add", []string{"e", "x"}, []string{"y"})
+	models["activations"] = b
+	return models
+}
+
+// TestParityGenerated compares the engines on generated models with random
+// inputs.
+func TestParityGenerated(t *testing.T) {
+	l := testLibrary(t)
+	models := generated()
+	for _, name := range sortedKeys(models) {
+		t.Run(name, func(t *testing.T) {
+			m := modelOf(t, models[name])
+			compareEngines(t, l, m, randomInputs(t, m, 3))
+		})
+	}
+}
+
+// TestParityTaps compares the intermediate values the two engines hand to a
+// Tap, as calibration sees them: the outputs of the compute nodes.
+func TestParityTaps(t *testing.T) {
+	l := testLibrary(t)
+	var cases []sharedCase
+	for _, c := range sharedCases(t) {
+		if c.name == "digits_resnet" || c.name == "bert_encoder" {
+			cases = append(cases, c)
+		}
+	}
+	if len(cases) != 2 {
+		t.Fatalf("shared models digits_resnet and bert_encoder not found")
+	}
+	watched := map[string]bool{"Conv": true, "Gemm": true, "MatMul": true, "Relu": true, "Add": true, "Softmax": true}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := onnxgraph.Load(c.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var taps []string
+			for _, n := range m.Graph.Nodes {
+				if watched[n.OpType] {
+					taps = append(taps, n.Outputs[0].Name)
+				}
+			}
+			run := func(s runtime.Session) map[string]*tensor.Tensor {
+				t.Helper()
+				defer s.Close()
+				vals := map[string]*tensor.Tensor{}
+				_, err := s.Run(context.Background(), c.inputs, runtime.RunOptions{TapValues: taps,
+					Tap: func(name string, v *tensor.Tensor) { vals[name] = v.Clone() }})
+				if err != nil {
+					t.Fatalf("%s: %v", s.Engine(), err)
+				}
+				return vals
+			}
+			goSess, err := runtime.Open("go", m, runtime.Options{Threads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ortSess, err := l.Open(m, SessionOptions{IntraOpThreads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := run(goSess), run(ortSess)
+			worst := 0.0
+			for _, name := range taps {
+				ref, y := want[name], got[name]
+				if ref == nil || y == nil {
+					t.Errorf("value %q: onnxruntime tapped %v, built-in %v", name, ref, y)
+					continue
+				}
+				if !slices.Equal(y.Shape, ref.Shape) {
+					t.Errorf("value %q: built-in shape %v, onnxruntime %v", name, y.Shape, ref.Shape)
+					continue
+				}
+				d, scale := maxAbsDiff(asFloat64(y), asFloat64(ref))
+				if d > parityTolerance*scale {
+					t.Errorf("value %q: max abs error %g > %g × max |ref| %g", name, d, parityTolerance, scale)
+				}
+				worst = max(worst, d/max(scale, 1e-30))
+			}
+			t.Logf("%d tapped values, worst relative error %g", len(taps), worst)
+		})
+	}
+}
