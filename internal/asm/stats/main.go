@@ -143,7 +143,7 @@ func minMax(s isa) {
 	const unroll = 4
 	step := s.lanes * unroll
 	TEXT("minMax"+s.name, NOSPLIT, "func(x []float32) (lo, hi float32, nonFinite int)")
-	Doc("minMax"+s.name+" is minMax over the first len(x) &^ "+itoa(step-1)+" elements of x.")
+	Doc("minMax" + s.name + " is minMax over the first len(x) &^ " + itoa(step-1) + " elements of x.")
 	p := Load(Param("x").Base(), GP64())
 	n := Load(Param("x").Len(), GP64())
 	SHRQ(U8(log2(step)), n)
@@ -196,7 +196,7 @@ func minMax(s isa) {
 
 func minMaxAccum(s isa) {
 	TEXT("minMaxAccum"+s.name, NOSPLIT, "func(x, lo, hi []float32) (nonFinite int)")
-	Doc("minMaxAccum"+s.name+" is minMaxAccum over the first len(x) &^ "+itoa(s.lanes-1)+" elements of x; lo and hi are at least as long as x.")
+	Doc("minMaxAccum" + s.name + " is minMaxAccum over the first len(x) &^ " + itoa(s.lanes-1) + " elements of x; lo and hi are at least as long as x.")
 	p := Load(Param("x").Base(), GP64())
 	n := Load(Param("x").Len(), GP64())
 	pl := Load(Param("lo").Base(), GP64())
