@@ -1,0 +1,817 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/coreaiq/coreaiq/pkg/spec"
+)
+
+// Config is one config file: tool settings and the quantization config.
+type Config struct {
+	// File is the path the config was read from (or the name given to Parse).
+	File string
+	// Dir is the directory relative paths in the file are resolved against.
+	Dir string
+	// File holds the tool settings the file states (paths already joined
+	// with Dir). Settings() layers flags and environment over them.
+	FileSettings FileSettings
+	// Quant is the quantization config: quantization_config with presets,
+	// only_for and without applied, and the guide's defaults filled in.
+	Quant *QuantizerConfig
+	// Notices are accepted keys that post-training quantization ignores
+	// (qat_schedule), reported so that nothing is dropped silently.
+	Notices []*Diagnostic
+}
+
+// FileSettings are the tool settings of the config file (DESIGN.md §1).
+// Zero values mean "not in the file".
+type FileSettings struct {
+	Model     string
+	Output    string
+	Report    string
+	Engine    string
+	Threads   int
+	Data      []string
+	Samples   int
+	BatchSize int
+	// set records which viper keys the file states ("calibration.samples").
+	set map[string]any
+}
+
+// Keys the config file accepts, for hints.
+var (
+	topKeys         = []string{"model", "output", "report", "engine", "threads", "calibration", "quantization_spec", "quantization_config"}
+	calibrationKeys = []string{"data", "samples", "batch_size"}
+	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "preset", "only_for", "without"}
+	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
+		"module_input_spec", "module_output_spec", "module_state_spec", "qat_schedule", "preset"}
+	opKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec"}
+	specKeys    = []string{"dtype", "qscheme", "granularity", "qparam_calculator", "qparam_calculator_cls", "scale_dtype"}
+	granKeys    = []string{"type", "axis", "block_size"}
+	calcKeys    = []string{"type", "averaging_constant", "percentile", "num_bins"}
+	targetKeys  = []string{"module_types", "module_names"}
+	engineNames = []string{"go", "ort"}
+)
+
+// LoadFile reads and validates a config file. Errors are an ErrorList:
+// every problem at once, each with file:line:col, sorted by line.
+func LoadFile(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates a config held in memory; file names it in
+// messages and its directory anchors relative paths.
+func Parse(data []byte, file string) (*Config, error) {
+	d := &decoder{file: file}
+	cfg := &Config{File: file, Dir: filepath.Dir(file)}
+	cfg.FileSettings.set = map[string]any{}
+	root, perr := parseYAML(data, file)
+	if perr != nil {
+		return nil, ErrorList{perr}
+	}
+	var qcKey, qcVal *yaml.Node
+	if !isNull(root) {
+		root = deref(root)
+		if root == nil || root.Kind != yaml.MappingNode {
+			d.errorf(root, "", "a config file is a mapping of keys (model, quantization_config, ...), not %s", kindName(root))
+		}
+		for _, e := range d.mapping(root) {
+			switch k := e.key.Value; k {
+			case "model", "output", "report":
+				if s, ok := d.str(e.val, k); ok {
+					p := cfg.path(s)
+					cfg.FileSettings.set[k] = p
+					switch k {
+					case "model":
+						cfg.FileSettings.Model = p
+					case "output":
+						cfg.FileSettings.Output = p
+					case "report":
+						cfg.FileSettings.Report = p
+					}
+				}
+			case "engine":
+				if s, ok := d.str(e.val, k); ok {
+					if s != "go" && s != "ort" {
+						d.errorf(e.val, didYouMean(s, engineNames), "engine %q: want go or ort", s)
+					} else {
+						cfg.FileSettings.Engine = s
+						cfg.FileSettings.set[k] = s
+					}
+				}
+			case "threads":
+				if n, ok := d.integer(e.val, k); ok {
+					if n < 0 {
+						d.errorf(e.val, "", "threads must be 0 (all cores) or more, got %d", n)
+					} else {
+						cfg.FileSettings.Threads = n
+						cfg.FileSettings.set[k] = n
+					}
+				}
+			case "calibration":
+				d.calibration(cfg, e.val)
+			case "quantization_spec":
+				d.specLibrary(e.val)
+			case "quantization_config":
+				qcKey, qcVal = e.key, e.val
+			default:
+				d.unknownKey(e.key, "config file", topKeys)
+			}
+		}
+	}
+	cfg.Quant = d.quantizerConfig(qcKey, qcVal)
+	cfg.Notices = sortDiagnostics(d.notices)
+	if len(d.errs) > 0 {
+		return nil, ErrorList(sortDiagnostics(d.errs))
+	}
+	return cfg, nil
+}
+
+// path resolves a path written in the config against the config's directory.
+func (c *Config) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.Dir, p)
+}
+
+// decoder turns yaml.Nodes into config types, collecting every error.
+type decoder struct {
+	file    string
+	errs    []*Diagnostic
+	notices []*Diagnostic
+	visits  int
+}
+
+func (d *decoder) errorf(n *yaml.Node, hint, format string, args ...any) {
+	d.errs = append(d.errs, d.diag(n, hint, format, args...))
+}
+
+func (d *decoder) diag(n *yaml.Node, hint, format string, args ...any) *Diagnostic {
+	line, col := 1, 1
+	if n != nil && n.Line > 0 {
+		line, col = n.Line, max(n.Column, 1)
+	}
+	return &Diagnostic{File: d.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...), Hint: hint}
+}
+
+func (d *decoder) unknownKey(k *yaml.Node, where string, valid []string) {
+	d.errorf(k, didYouMean(k.Value, valid), "unknown key %q in %s (valid: %s)", k.Value, where, strings.Join(valid, ", "))
+}
+
+func (d *decoder) rule(n *yaml.Node, path string) Rule {
+	r := Rule{File: d.file, Path: path}
+	if n != nil {
+		r.Line, r.Col = n.Line, n.Column
+	}
+	return r
+}
+
+// wantMapping checks that n (aliases followed) is a mapping.
+func (d *decoder) wantMapping(n *yaml.Node, what string) bool {
+	v := deref(n)
+	if v == nil || v.Kind != yaml.MappingNode {
+		d.errorf(n, "", "%s: want a mapping, got %s", what, kindName(n))
+		return false
+	}
+	return true
+}
+
+func (d *decoder) calibration(cfg *Config, n *yaml.Node) {
+	if isNull(n) || !d.wantMapping(n, "calibration") {
+		return
+	}
+	cal := map[string]any{}
+	for _, e := range d.mapping(n) {
+		switch k := e.key.Value; k {
+		case "data":
+			var list []string
+			v := deref(e.val)
+			if v != nil && v.Kind == yaml.SequenceNode {
+				for _, item := range v.Content {
+					if s, ok := d.str(item, "calibration.data item"); ok {
+						list = append(list, cfg.path(s))
+					}
+				}
+			} else if s, ok := d.str(e.val, "calibration.data (a path or a list of paths)"); ok {
+				list = []string{cfg.path(s)}
+			}
+			cfg.FileSettings.Data = list
+			cal["data"] = list
+		case "samples", "batch_size":
+			if i, ok := d.integer(e.val, "calibration."+k); ok {
+				if i <= 0 {
+					d.errorf(e.val, "", "calibration.%s must be positive, got %d", k, i)
+					continue
+				}
+				if k == "samples" {
+					cfg.FileSettings.Samples = i
+				} else {
+					cfg.FileSettings.BatchSize = i
+				}
+				cal[k] = i
+			}
+		default:
+			d.unknownKey(e.key, "calibration", calibrationKeys)
+		}
+	}
+	if len(cal) > 0 {
+		cfg.FileSettings.set["calibration"] = cal
+	}
+}
+
+// specLibrary validates quantization_spec: named specs, usually anchored
+// and used through aliases.
+func (d *decoder) specLibrary(n *yaml.Node) {
+	if isNull(n) || !d.wantMapping(n, "quantization_spec") {
+		return
+	}
+	for _, e := range d.mapping(n) {
+		if isNull(e.val) {
+			d.errorf(e.key, "", "quantization_spec %q is empty: a spec needs at least a dtype", e.key.Value)
+			continue
+		}
+		d.spec(e.val, joinPath("quantization_spec", e.key.Value))
+	}
+}
+
+// quantizerConfig decodes quantization_config. Absent or empty, it is
+// QuantizerConfig(): W8A8 everywhere.
+func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
+	const path = "quantization_config"
+	base := d.rule(key, path)
+	globalRule := base
+	globalRule.Path = "quantization_config.global_config (default)"
+	qc := &QuantizerConfig{Global: defaultModuleConfig(globalRule), GlobalRule: globalRule}
+	if isNullOrEmpty(n) || !d.wantMapping(n, path) {
+		return qc
+	}
+	var global, onlyFor, without, types, names *entry
+	for _, e := range d.mapping(n) {
+		e := e
+		switch e.key.Value {
+		case "preset":
+			if p := d.presetRef(e.val); p != nil {
+				qc = p
+			}
+		case "global_config":
+			global = &e
+		case "only_for":
+			onlyFor = &e
+		case "without":
+			without = &e
+		case "module_type_configs":
+			types = &e
+		case "module_name_configs":
+			names = &e
+		default:
+			d.unknownKey(e.key, path, quantizerKeys)
+		}
+	}
+	// Setters apply in the guide's chaining order: the preset, then
+	// global_config, then only_for/without, then the explicit module entries
+	// (which override entries only_for/without made for the same key).
+	if global != nil {
+		qc.GlobalRule = d.rule(global.key, path+".global_config")
+		qc.Global = nil
+		if !isNullOrEmpty(global.val) && d.wantMapping(global.val, "global_config") {
+			qc.Global = d.moduleConfig(global.val, qc.GlobalRule)
+		}
+	}
+	if onlyFor != nil {
+		r := d.rule(onlyFor.key, path+".only_for")
+		tys, nms := d.targets(onlyFor.val, "only_for")
+		if qc.Global == nil && (len(tys) > 0 || len(nms) > 0) {
+			d.errorf(onlyFor.key, "", "only_for moves the global config onto its targets, but the global config is disabled; set preset or global_config")
+		}
+		moved := qc.Global
+		qc.Global, qc.GlobalRule = nil, r
+		for _, t := range tys {
+			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+		}
+		for _, t := range nms {
+			if re := d.moduleRegex(t); re != nil {
+				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+			}
+		}
+	}
+	if without != nil {
+		r := d.rule(without.key, path+".without")
+		tys, nms := d.targets(without.val, "without")
+		for _, t := range tys {
+			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+		}
+		for _, t := range nms {
+			if re := d.moduleRegex(t); re != nil {
+				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+			}
+		}
+	}
+	if types != nil && !isNull(types.val) && d.wantMapping(types.val, "module_type_configs") {
+		for _, e := range d.mapping(types.val) {
+			r := d.rule(e.key, joinPath(path+".module_type_configs", e.key.Value))
+			var mc *ModuleConfig
+			if !isNullOrEmpty(e.val) && d.wantMapping(e.val, r.Path) {
+				mc = d.moduleConfig(e.val, r)
+			}
+			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: e.key.Value, Config: mc, Rule: r})
+		}
+	}
+	if names != nil && !isNull(names.val) && d.wantMapping(names.val, "module_name_configs") {
+		for _, e := range d.mapping(names.val) {
+			r := d.rule(e.key, joinPath(path+".module_name_configs", e.key.Value))
+			re := d.moduleRegex(e.key)
+			var mc *ModuleConfig
+			if !isNullOrEmpty(e.val) && d.wantMapping(e.val, r.Path) {
+				mc = d.moduleConfig(e.val, r)
+			}
+			if re != nil {
+				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: e.key.Value, Re: re, Config: mc, Rule: r})
+			}
+		}
+	}
+	return qc
+}
+
+// setEntry is set_module_type/set_module_name: a key already present gets
+// the new value in place (its position in the match order stays).
+func setEntry(list []*ModuleEntry, e *ModuleEntry) []*ModuleEntry {
+	for i, old := range list {
+		if old.Key == e.Key {
+			out := append([]*ModuleEntry(nil), list...)
+			out[i] = e
+			return out
+		}
+	}
+	return append(list, e)
+}
+
+// targets reads only_for/without: {module_types: [...], module_names: [...]}.
+func (d *decoder) targets(n *yaml.Node, what string) (types, names []*yaml.Node) {
+	if isNullOrEmpty(n) {
+		return nil, nil
+	}
+	if v := deref(n); v != nil && v.Kind == yaml.SequenceNode {
+		d.errorf(n, "", "%s: want a mapping {module_types: [...], module_names: [...]}, got a list (a class name and a module name cannot be told apart)", what)
+		return nil, nil
+	}
+	if !d.wantMapping(n, what) {
+		return nil, nil
+	}
+	for _, e := range d.mapping(n) {
+		var list []*yaml.Node
+		v := deref(e.val)
+		switch {
+		case isNull(v):
+		case v.Kind == yaml.SequenceNode:
+			for _, item := range v.Content {
+				if _, ok := d.str(item, what+"."+e.key.Value+" item"); ok {
+					list = append(list, deref(item))
+				}
+			}
+		default:
+			if _, ok := d.str(e.val, what+"."+e.key.Value+" (a name or a list of names)"); ok {
+				list = append(list, v)
+			}
+		}
+		switch e.key.Value {
+		case "module_types":
+			types = append(types, list...)
+		case "module_names":
+			names = append(names, list...)
+		default:
+			d.unknownKey(e.key, what, targetKeys)
+		}
+	}
+	return types, names
+}
+
+// moduleRegex compiles a module_name_configs key, anchored to match a whole
+// module name.
+func (d *decoder) moduleRegex(k *yaml.Node) *regexp.Regexp {
+	re, err := compileAnchored(k.Value)
+	if err != nil {
+		d.errorf(k, "", "module name pattern %q does not compile: %v", k.Value, err)
+		return nil
+	}
+	return re
+}
+
+// compileAnchored compiles a name pattern so that it must match a whole
+// name. The error describes the pattern as written, not the anchored form.
+func compileAnchored(pattern string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(pattern); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+	}
+	return regexp.Compile(`^(?:` + pattern + `)$`)
+}
+
+// presetRef resolves `preset: NAME` to a copy of the preset's config.
+func (d *decoder) presetRef(n *yaml.Node) *QuantizerConfig {
+	name, ok := d.str(n, "preset")
+	if !ok {
+		return nil
+	}
+	p, err := Preset(name)
+	if err != nil {
+		d.errorf(n, didYouMean(name, PresetNames()), "unknown preset %q (presets: %s)", name, strings.Join(PresetNames(), ", "))
+		return nil
+	}
+	return p
+}
+
+// moduleConfig decodes a ModuleQuantizerConfig mapping; r locates it.
+func (d *decoder) moduleConfig(n *yaml.Node, r Rule) *ModuleConfig {
+	entries := d.mapping(n)
+	mc := defaultModuleConfig(r)
+	for _, e := range entries {
+		if e.key.Value == "preset" {
+			if p := d.presetRef(e.val); p != nil {
+				if p.Global == nil {
+					d.errorf(e.val, "", "preset %q has no global config to use here", e.key.Value)
+				} else {
+					mc = p.Global.clone()
+				}
+			}
+		}
+	}
+	mc.Rule = r
+	for _, e := range entries {
+		path := joinPath(r.Path, e.key.Value)
+		kr := d.rule(e.key, path)
+		switch e.key.Value {
+		case "preset":
+		case "op_input_spec":
+			mc.OpInput = d.specMap(e, kr, tensorActivation, true)
+		case "op_output_spec":
+			mc.OpOutput = d.specMap(e, kr, tensorActivation, true)
+		case "op_state_spec":
+			mc.OpState = d.specMap(e, kr, tensorState, false)
+		case "module_input_spec":
+			mc.ModuleInput = d.specMap(e, kr, tensorActivation, true)
+		case "module_output_spec":
+			mc.ModuleOutput = d.specMap(e, kr, tensorActivation, true)
+		case "module_state_spec":
+			mc.ModuleState = d.specMap(e, kr, tensorState, false)
+		case "op_type_config":
+			mc.OpTypes = nil
+			if isNull(e.val) || !d.wantMapping(e.val, path) {
+				continue
+			}
+			for _, oe := range d.mapping(e.val) {
+				if !validOpTypeKey(oe.key.Value) {
+					d.errorf(oe.key, didYouMean(oe.key.Value, opTypeKeys()),
+						"unknown op type %q: want an ONNX op type (Conv, MatMul, Softmax), a torch functional name (linear, conv2d, softmax) or domain.OpType", oe.key.Value)
+					continue
+				}
+				or := d.rule(oe.key, joinPath(path, oe.key.Value))
+				mc.OpTypes = append(mc.OpTypes, &OpEntry{Key: oe.key.Value, Config: d.opConfig(oe.val, or), Rule: or})
+			}
+		case "op_name_config":
+			mc.OpNames = nil
+			if isNull(e.val) || !d.wantMapping(e.val, path) {
+				continue
+			}
+			for _, oe := range d.mapping(e.val) {
+				re, err := compileAnchored(oe.key.Value)
+				if err != nil {
+					d.errorf(oe.key, "", "op name pattern %q does not compile: %v", oe.key.Value, err)
+					continue
+				}
+				or := d.rule(oe.key, joinPath(path, oe.key.Value))
+				mc.OpNames = append(mc.OpNames, &OpEntry{Key: oe.key.Value, Re: re, Config: d.opConfig(oe.val, or), Rule: or})
+			}
+		case "qat_schedule":
+			mc.QATSchedule = true
+			d.notices = append(d.notices, d.diag(e.key, "", "qat_schedule is ignored: post-training quantization has no training schedule"))
+		default:
+			d.unknownKey(e.key, "a module config", moduleKeys)
+		}
+	}
+	return mc
+}
+
+// opConfig decodes an OpQuantizerConfig; null or empty disables the op (nil).
+func (d *decoder) opConfig(n *yaml.Node, r Rule) *OpConfig {
+	if isNullOrEmpty(n) || !d.wantMapping(n, r.Path) {
+		return nil
+	}
+	oc := defaultOpConfig(r)
+	for _, e := range d.mapping(n) {
+		kr := d.rule(e.key, joinPath(r.Path, e.key.Value))
+		switch e.key.Value {
+		case "op_input_spec":
+			oc.Input = d.specMap(e, kr, tensorActivation, true)
+		case "op_output_spec":
+			oc.Output = d.specMap(e, kr, tensorActivation, true)
+		case "op_state_spec":
+			oc.State = d.specMap(e, kr, tensorState, false)
+		default:
+			if contains(moduleKeys, e.key.Value) {
+				d.errorf(e.key, "", "%s belongs in a module config; an op config has only %s", e.key.Value, strings.Join(opKeys, ", "))
+				continue
+			}
+			d.unknownKey(e.key, "an op config", opKeys)
+		}
+	}
+	return oc
+}
+
+type tensorKind uint8
+
+const (
+	tensorActivation tensorKind = iota
+	tensorState
+)
+
+// specMap decodes one tensor-group field.
+func (d *decoder) specMap(e entry, r Rule, kind tensorKind, indices bool) *SpecMap {
+	m := &SpecMap{Rule: r}
+	if isNullOrEmpty(e.val) {
+		m.Disabled = true
+		return m
+	}
+	if !d.wantMapping(e.val, e.key.Value) {
+		return m
+	}
+	for _, te := range d.mapping(e.val) {
+		k := te.key
+		se := &SpecEntry{Index: -1, Rule: d.rule(k, joinPath(r.Path, k.Value))}
+		switch {
+		case k.ShortTag() == "!!int":
+			idx, ok := d.integer(k, e.key.Value+" key")
+			if !ok {
+				continue
+			}
+			if !indices {
+				d.errorf(k, "", "%s keys are state names (weight, bias) or \"*\", not indices", e.key.Value)
+				continue
+			}
+			if idx < 0 {
+				d.errorf(k, "", "%s index %d is negative", e.key.Value, idx)
+				continue
+			}
+			se.Index = idx
+			if m.Kind == KeysNames {
+				d.errorf(k, "", "%s mixes index and name keys; use one kind (with \"*\")", e.key.Value)
+				continue
+			}
+			m.Kind = KeysIndices
+		case k.Value == "*":
+			se.Star = true
+		default:
+			if k.ShortTag() != "!!str" {
+				d.errorf(k, "", "%s key: want \"*\", an index or a name, got %s", e.key.Value, kindName(k))
+				continue
+			}
+			se.Name = k.Value
+			if m.Kind == KeysIndices {
+				d.errorf(k, "", "%s mixes index and name keys; use one kind (with \"*\")", e.key.Value)
+				continue
+			}
+			m.Kind = KeysNames
+		}
+		if !isNullOrEmpty(te.val) {
+			se.Spec = d.spec(te.val, se.Rule.Path)
+			if se.Spec != nil && kind == tensorActivation {
+				switch g := se.Spec.Granularity; {
+				case g.Type == spec.PerBlock:
+					d.errorf(k, "", "%s: per_block granularity is for weights, not activations", se.Rule.Path)
+					se.Spec = nil
+				case g.Type == spec.PerChannel && g.Axis == nil:
+					d.errorf(k, "", "%s: per_channel on activations needs an explicit axis (the default axes are for weights)", se.Rule.Path)
+					se.Spec = nil
+				}
+			}
+		}
+		m.Entries = append(m.Entries, se)
+	}
+	return m
+}
+
+// spec decodes a QuantizationSpec with the guide's defaults: int8,
+// symmetric, per tensor, calculator and scale dtype picked at resolution.
+func (d *decoder) spec(n *yaml.Node, path string) *spec.QuantizationSpec {
+	if !d.wantMapping(n, path) {
+		return nil
+	}
+	s := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric}
+	ok := true
+	for _, e := range d.mapping(n) {
+		switch k := e.key.Value; k {
+		case "dtype", "scale_dtype":
+			v, good := d.str(e.val, k)
+			if !good {
+				ok = false
+				continue
+			}
+			dt, err := spec.ParseDType(v)
+			if err != nil {
+				d.errorf(e.val, didYouMean(strings.TrimPrefix(v, "torch."), spec.DTypes()), "%s: %v", k, err)
+				ok = false
+				continue
+			}
+			if k == "dtype" {
+				s.DType = dt
+			} else {
+				s.ScaleDType = dt
+			}
+		case "qscheme":
+			v, good := d.str(e.val, k)
+			if !good {
+				ok = false
+				continue
+			}
+			q, err := spec.ParseQScheme(v)
+			if err != nil {
+				d.errorf(e.val, didYouMean(v, spec.QSchemes()), "qscheme: %v (want %s)", err, strings.Join(spec.QSchemes(), ", "))
+				ok = false
+				continue
+			}
+			s.QScheme = q
+		case "granularity":
+			g, good := d.granularity(e.val)
+			ok = ok && good
+			s.Granularity = g
+		case "qparam_calculator", "qparam_calculator_cls":
+			c, good := d.calculator(e.val)
+			ok = ok && good
+			s.Calculator = c
+		default:
+			d.unknownKey(e.key, "a quantization spec", specKeys)
+			ok = false
+		}
+	}
+	if !ok {
+		return nil
+	}
+	if err := s.Validate(); err != nil {
+		d.errorf(n, "", "%s: %v", path, err)
+		return nil
+	}
+	return s
+}
+
+func (d *decoder) granularity(n *yaml.Node) (spec.Granularity, bool) {
+	var g spec.Granularity
+	parseType := func(v *yaml.Node) bool {
+		s, ok := d.str(v, "granularity type")
+		if !ok {
+			return false
+		}
+		t, err := spec.ParseGranularityType(s)
+		if err != nil {
+			d.errorf(v, didYouMean(s, spec.GranularityTypes()), "%v (want %s)", err, strings.Join(spec.GranularityTypes(), ", "))
+			return false
+		}
+		g.Type = t
+		return true
+	}
+	if v := deref(n); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+		return g, parseType(n)
+	}
+	if !d.wantMapping(n, "granularity (a mapping like {type: per_block, block_size: 32})") {
+		return g, false
+	}
+	ok, typed := true, false
+	for _, e := range d.mapping(n) {
+		switch e.key.Value {
+		case "type":
+			typed = true
+			ok = parseType(e.val) && ok
+		case "axis":
+			if isNull(e.val) {
+				continue
+			}
+			a, good := d.integer(e.val, "granularity axis")
+			if good && (a < -8 || a > 7) {
+				d.errorf(e.val, "", "granularity axis %d is out of range: ONNX weights have at most 8 dimensions (use -8..7)", a)
+				good = false
+			}
+			if good {
+				g.Axis = &a
+			}
+			ok = ok && good
+		case "block_size":
+			b, good := d.integer(e.val, "block_size")
+			if good && b <= 0 {
+				d.errorf(e.val, "", "block_size must be positive, got %d", b)
+				good = false
+			}
+			g.BlockSize = b
+			ok = ok && good
+		default:
+			d.unknownKey(e.key, "granularity", granKeys)
+			ok = false
+		}
+	}
+	if !typed {
+		d.errorf(n, "", "granularity needs a type (%s)", strings.Join(spec.GranularityTypes(), ", "))
+		return g, false
+	}
+	return g, ok
+}
+
+func (d *decoder) calculator(n *yaml.Node) (spec.Calculator, bool) {
+	var c spec.Calculator
+	parseType := func(v *yaml.Node) bool {
+		s, ok := d.str(v, "qparam calculator")
+		if !ok {
+			return false
+		}
+		t, err := spec.ParseCalculatorType(s)
+		if err != nil {
+			d.errorf(v, didYouMean(s, spec.CalculatorTypes()), "%v (want %s)", err, strings.Join(spec.CalculatorTypes(), ", "))
+			return false
+		}
+		c.Type = t
+		return true
+	}
+	if v := deref(n); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+		return c, parseType(n)
+	}
+	if !d.wantMapping(n, "qparam_calculator (a name or {type: moving_average, averaging_constant: 0.01})") {
+		return c, false
+	}
+	ok, typed := true, false
+	params := map[string]*yaml.Node{}
+	for _, e := range d.mapping(n) {
+		switch k := e.key.Value; k {
+		case "type":
+			typed = true
+			ok = parseType(e.val) && ok
+		case "averaging_constant", "percentile":
+			f, good := d.number(e.val, k)
+			if good && k == "averaging_constant" && (f <= 0 || f > 1) {
+				d.errorf(e.val, "", "averaging_constant must be in (0, 1], got %g", f)
+				good = false
+			}
+			if good && k == "percentile" && (f <= 0 || f > 100) {
+				d.errorf(e.val, "", "percentile must be in (0, 100], got %g", f)
+				good = false
+			}
+			if k == "averaging_constant" {
+				c.AveragingConstant = f
+			} else {
+				c.Percentile = f
+			}
+			params[k] = e.key
+			ok = ok && good
+		case "num_bins":
+			b, good := d.integer(e.val, k)
+			if good && b <= 0 {
+				d.errorf(e.val, "", "num_bins must be positive, got %d", b)
+				good = false
+			}
+			c.NumBins = b
+			params[k] = e.key
+			ok = ok && good
+		default:
+			d.unknownKey(e.key, "qparam_calculator", calcKeys)
+			ok = false
+		}
+	}
+	if !typed {
+		d.errorf(n, "", "qparam_calculator needs a type (%s)", strings.Join(spec.CalculatorTypes(), ", "))
+		return c, false
+	}
+	applies := map[spec.CalculatorType][]string{
+		spec.MovingAverage: {"averaging_constant"},
+		spec.Percentile:    {"percentile", "num_bins"},
+		spec.Entropy:       {"num_bins"},
+		spec.MSE:           {"num_bins"},
+	}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !contains(applies[c.Type], k) {
+			d.errorf(params[k], "", "%s does not apply to the %s calculator", k, c.Type)
+			ok = false
+		}
+	}
+	return c, ok
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,355 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/spec"
+)
+
+// onnxOps are the operator types of the default ONNX domain (through opset
+// 23), the valid exact op_type_config keys.
+var onnxOps = strings.Fields(`Abs Acos Acosh Add AffineGrid And ArgMax ArgMin Asin Asinh Atan Atanh
+Attention AveragePool BatchNormalization Bernoulli BitShift BitwiseAnd BitwiseNot BitwiseOr BitwiseXor
+BlackmanWindow Cast CastLike Ceil Celu CenterCropPad Clip Col2Im Compress Concat ConcatFromSequence
+Constant ConstantOfShape Conv ConvInteger ConvTranspose Cos Cosh CumSum DFT DeformConv DepthToSpace
+DequantizeLinear Det Div Dropout DynamicQuantizeLinear Einsum Elu Equal Erf Exp Expand EyeLike Flatten
+Floor GRU Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalLpPool GlobalMaxPool Greater
+GreaterOrEqual GridSample GroupNormalization HammingWindow HannWindow HardSigmoid HardSwish Hardmax
+Identity If ImageDecoder InstanceNormalization IsInf IsNaN LRN LSTM LayerNormalization LeakyRelu Less
+LessOrEqual Log LogSoftmax Loop LpNormalization LpPool MatMul MatMulInteger Max MaxPool MaxRoiPool
+MaxUnpool Mean MeanVarianceNormalization MelWeightMatrix Min Mish Mod Mul Multinomial Neg
+NegativeLogLikelihoodLoss NonMaxSuppression NonZero Not OneHot Optional OptionalGetElement
+OptionalHasElement Or PRelu Pad Pow QLinearConv QLinearMatMul QuantizeLinear RMSNormalization RNN
+RandomNormal RandomNormalLike RandomUniform RandomUniformLike Range Reciprocal ReduceL1 ReduceL2
+ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare
+RegexFullMatch Relu Reshape Resize ReverseSequence RoiAlign RotaryEmbedding Round STFT Scan Scatter
+ScatterElements ScatterND Selu SequenceAt SequenceConstruct SequenceEmpty SequenceErase SequenceInsert
+SequenceLength SequenceMap Shape Shrink Sigmoid Sign Sin Sinh Size Slice Softmax
+SoftmaxCrossEntropyLoss Softplus Softsign SpaceToDepth Split SplitToSequence Sqrt Squeeze StringConcat
+StringNormalizer StringSplit Sub Sum Swish Tan Tanh TensorScatter TfIdfVectorizer ThresholdedRelu Tile
+TopK Transpose Trilu Unique Unsqueeze Upsample Where Xor`)
+
+var onnxOpSet = func() map[string]bool {
+	m := map[string]bool{}
+	for _, op := range onnxOps {
+		m[op] = true
+	}
+	return m
+}()
+
+// opAlias maps a torch functional name (the guide's op type keys) onto ONNX
+// nodes. match, when set, narrows the op types by the node's inputs.
+type opAlias struct {
+	ops   []string
+	match func(n *onnxgraph.Node) bool
+}
+
+func constInput(i int) func(n *onnxgraph.Node) bool {
+	return func(n *onnxgraph.Node) bool {
+		return i < len(n.Inputs) && n.Inputs[i] != nil && n.Inputs[i].IsConst()
+	}
+}
+
+func weightRank(rank int) func(n *onnxgraph.Node) bool {
+	return func(n *onnxgraph.Node) bool {
+		if len(n.Inputs) < 2 || n.Inputs[1] == nil {
+			return false
+		}
+		dims, ok := n.Inputs[1].Shape()
+		return ok && len(dims) == rank
+	}
+}
+
+var opAliases = map[string]opAlias{
+	"linear": {ops: []string{"Gemm", "MatMul"}, match: func(n *onnxgraph.Node) bool {
+		return n.OpType == "Gemm" || constInput(1)(n)
+	}},
+	"conv1d":                       {ops: []string{"Conv"}, match: weightRank(3)},
+	"conv2d":                       {ops: []string{"Conv"}, match: weightRank(4)},
+	"conv3d":                       {ops: []string{"Conv"}, match: weightRank(5)},
+	"conv_transpose1d":             {ops: []string{"ConvTranspose"}, match: weightRank(3)},
+	"conv_transpose2d":             {ops: []string{"ConvTranspose"}, match: weightRank(4)},
+	"conv_transpose3d":             {ops: []string{"ConvTranspose"}, match: weightRank(5)},
+	"embedding":                    {ops: []string{"Gather"}, match: constInput(0)},
+	"matmul":                       {ops: []string{"MatMul"}},
+	"bmm":                          {ops: []string{"MatMul"}},
+	"mm":                           {ops: []string{"MatMul"}},
+	"softmax":                      {ops: []string{"Softmax"}},
+	"log_softmax":                  {ops: []string{"LogSoftmax"}},
+	"add":                          {ops: []string{"Add"}},
+	"sub":                          {ops: []string{"Sub"}},
+	"mul":                          {ops: []string{"Mul"}},
+	"div":                          {ops: []string{"Div"}},
+	"pow":                          {ops: []string{"Pow"}},
+	"concat":                       {ops: []string{"Concat"}},
+	"cat":                          {ops: []string{"Concat"}},
+	"max_pool1d":                   {ops: []string{"MaxPool"}},
+	"max_pool2d":                   {ops: []string{"MaxPool"}},
+	"max_pool3d":                   {ops: []string{"MaxPool"}},
+	"avg_pool1d":                   {ops: []string{"AveragePool"}},
+	"avg_pool2d":                   {ops: []string{"AveragePool"}},
+	"avg_pool3d":                   {ops: []string{"AveragePool"}},
+	"adaptive_avg_pool1d":          {ops: []string{"GlobalAveragePool"}},
+	"adaptive_avg_pool2d":          {ops: []string{"GlobalAveragePool"}},
+	"adaptive_avg_pool3d":          {ops: []string{"GlobalAveragePool"}},
+	"layer_norm":                   {ops: []string{"LayerNormalization"}},
+	"batch_norm":                   {ops: []string{"BatchNormalization"}},
+	"group_norm":                   {ops: []string{"GroupNormalization"}},
+	"instance_norm":                {ops: []string{"InstanceNormalization"}},
+	"rms_norm":                     {ops: []string{"RMSNormalization"}},
+	"relu":                         {ops: []string{"Relu"}},
+	"gelu":                         {ops: []string{"Gelu"}},
+	"sigmoid":                      {ops: []string{"Sigmoid"}},
+	"tanh":                         {ops: []string{"Tanh"}},
+	"leaky_relu":                   {ops: []string{"LeakyRelu"}},
+	"elu":                          {ops: []string{"Elu"}},
+	"selu":                         {ops: []string{"Selu"}},
+	"celu":                         {ops: []string{"Celu"}},
+	"prelu":                        {ops: []string{"PRelu"}},
+	"mish":                         {ops: []string{"Mish"}},
+	"hardswish":                    {ops: []string{"HardSwish"}},
+	"hardsigmoid":                  {ops: []string{"HardSigmoid"}},
+	"softplus":                     {ops: []string{"Softplus"}},
+	"softsign":                     {ops: []string{"Softsign"}},
+	"clamp":                        {ops: []string{"Clip"}},
+	"clip":                         {ops: []string{"Clip"}},
+	"hardtanh":                     {ops: []string{"Clip"}},
+	"relu6":                        {ops: []string{"Clip"}},
+	"reshape":                      {ops: []string{"Reshape"}},
+	"view":                         {ops: []string{"Reshape"}},
+	"flatten":                      {ops: []string{"Flatten"}},
+	"transpose":                    {ops: []string{"Transpose"}},
+	"permute":                      {ops: []string{"Transpose"}},
+	"squeeze":                      {ops: []string{"Squeeze"}},
+	"unsqueeze":                    {ops: []string{"Unsqueeze"}},
+	"split":                        {ops: []string{"Split"}},
+	"chunk":                        {ops: []string{"Split"}},
+	"interpolate":                  {ops: []string{"Resize"}},
+	"upsample":                     {ops: []string{"Resize"}},
+	"pad":                          {ops: []string{"Pad"}},
+	"mean":                         {ops: []string{"ReduceMean"}},
+	"sum":                          {ops: []string{"ReduceSum"}},
+	"erf":                          {ops: []string{"Erf"}},
+	"exp":                          {ops: []string{"Exp"}},
+	"sqrt":                         {ops: []string{"Sqrt"}},
+	"rsqrt":                        {ops: []string{"Reciprocal"}},
+	"abs":                          {ops: []string{"Abs"}},
+	"neg":                          {ops: []string{"Neg"}},
+	"where":                        {ops: []string{"Where"}},
+	"gather":                       {ops: []string{"Gather"}},
+	"index_select":                 {ops: []string{"Gather"}},
+	"dropout":                      {ops: []string{"Dropout"}},
+	"maximum":                      {ops: []string{"Max"}},
+	"minimum":                      {ops: []string{"Min"}},
+	"einsum":                       {ops: []string{"Einsum"}},
+	"cumsum":                       {ops: []string{"CumSum"}},
+	"topk":                         {ops: []string{"TopK"}},
+	"argmax":                       {ops: []string{"ArgMax"}},
+	"argmin":                       {ops: []string{"ArgMin"}},
+	"pixel_shuffle":                {ops: []string{"DepthToSpace"}},
+	"pixel_unshuffle":              {ops: []string{"SpaceToDepth"}},
+	"scaled_dot_product_attention": {ops: []string{"Attention"}},
+	"expand":                       {ops: []string{"Expand"}},
+	"tile":                         {ops: []string{"Tile"}},
+	"slice":                        {ops: []string{"Slice"}},
+}
+
+// opTypeKeys lists every valid op_type_config key, for hints.
+func opTypeKeys() []string {
+	keys := append([]string(nil), onnxOps...)
+	for k := range opAliases {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// validOpTypeKey reports whether key names ONNX nodes: an ONNX op type, a
+// torch alias, or "domain.OpType" for a custom domain.
+func validOpTypeKey(key string) bool {
+	if onnxOpSet[key] {
+		return true
+	}
+	if _, ok := opAliases[key]; ok {
+		return true
+	}
+	i := strings.LastIndex(key, ".")
+	return i > 0 && i < len(key)-1
+}
+
+// opTypeTier says how well key matches node n: 0 no match, 3 the exact
+// ONNX op type, 2 an alias with an input condition (linear, conv2d,
+// embedding), 1 a plain alias. Higher tiers win; within a tier the first
+// entry in the file wins.
+func opTypeTier(key string, n *onnxgraph.Node) int {
+	if n.Domain != "" {
+		if key == n.Domain+"."+n.OpType {
+			return 3
+		}
+		return 0
+	}
+	if key == n.OpType {
+		return 3
+	}
+	a, ok := opAliases[key]
+	if !ok {
+		return 0
+	}
+	for _, op := range a.ops {
+		if op == n.OpType {
+			if a.match == nil {
+				return 1
+			}
+			if a.match(n) {
+				return 2
+			}
+		}
+	}
+	return 0
+}
+
+// opSchemas names the inputs and outputs of common ops (the ONNX schema
+// names), so that op_input_spec/op_output_spec keys like "X" work. Variadic
+// inputs share the last name.
+var opSchemas = map[string]struct{ in, out []string }{
+	"Conv":               {[]string{"X", "W", "B"}, []string{"Y"}},
+	"ConvTranspose":      {[]string{"X", "W", "B"}, []string{"Y"}},
+	"Gemm":               {[]string{"A", "B", "C"}, []string{"Y"}},
+	"MatMul":             {[]string{"A", "B"}, []string{"Y"}},
+	"Add":                {[]string{"A", "B"}, []string{"C"}},
+	"Sub":                {[]string{"A", "B"}, []string{"C"}},
+	"Mul":                {[]string{"A", "B"}, []string{"C"}},
+	"Div":                {[]string{"A", "B"}, []string{"C"}},
+	"Pow":                {[]string{"X", "Y"}, []string{"Z"}},
+	"Softmax":            {[]string{"input"}, []string{"output"}},
+	"LogSoftmax":         {[]string{"input"}, []string{"output"}},
+	"Relu":               {[]string{"X"}, []string{"Y"}},
+	"Sigmoid":            {[]string{"X"}, []string{"Y"}},
+	"Tanh":               {[]string{"input"}, []string{"output"}},
+	"Gelu":               {[]string{"X"}, []string{"Y"}},
+	"Erf":                {[]string{"input"}, []string{"output"}},
+	"Concat":             {[]string{"inputs"}, []string{"concat_result"}},
+	"MaxPool":            {[]string{"X"}, []string{"Y", "Indices"}},
+	"AveragePool":        {[]string{"X"}, []string{"Y"}},
+	"GlobalAveragePool":  {[]string{"X"}, []string{"Y"}},
+	"LayerNormalization": {[]string{"X", "Scale", "B"}, []string{"Y", "Mean", "InvStdDev"}},
+	"BatchNormalization": {[]string{"X", "scale", "B", "input_mean", "input_var"}, []string{"Y", "running_mean", "running_var"}},
+	"Gather":             {[]string{"data", "indices"}, []string{"output"}},
+	"Reshape":            {[]string{"data", "shape"}, []string{"reshaped"}},
+	"Transpose":          {[]string{"data"}, []string{"transposed"}},
+	"Flatten":            {[]string{"input"}, []string{"output"}},
+	"Clip":               {[]string{"input", "min", "max"}, []string{"output"}},
+	"Resize":             {[]string{"X", "roi", "scales", "sizes"}, []string{"Y"}},
+	"Split":              {[]string{"input", "split"}, []string{"outputs"}},
+	"Where":              {[]string{"condition", "X", "Y"}, []string{"output"}},
+}
+
+// tensorNames are the names an op_input_spec/op_output_spec key may use for
+// tensor i of n: the schema name and the generic "input_<i>"/"output_<i>".
+func tensorNames(n *onnxgraph.Node, output bool, i int) []string {
+	prefix := "input_"
+	if output {
+		prefix = "output_"
+	}
+	names := []string{fmt.Sprintf("%s%d", prefix, i)}
+	if s, ok := opSchemas[n.OpType]; ok && n.Domain == "" {
+		list := s.in
+		if output {
+			list = s.out
+		}
+		if len(list) > 0 {
+			names = append(names, list[min(i, len(list)-1)])
+		}
+	}
+	return names
+}
+
+// stateName names a constant input of n for op_state_spec: "weight" is
+// input 1 of Conv/ConvTranspose/Gemm/MatMul, the table of a Gather on an
+// initializer and the scale of normalisation ops; "bias" is input 2 (and
+// the shift of normalisation ops); batch norm statistics are
+// "running_mean"/"running_var". Other constants have no name and only "*"
+// selects them.
+func stateName(n *onnxgraph.Node, i int) string {
+	if n.Domain != "" {
+		return ""
+	}
+	switch n.OpType {
+	case "Conv", "ConvTranspose", "Gemm", "MatMul":
+		switch i {
+		case 1:
+			return "weight"
+		case 2:
+			if n.OpType != "MatMul" {
+				return "bias"
+			}
+		}
+	case "Gather":
+		if i == 0 {
+			return "weight"
+		}
+	case "LayerNormalization", "InstanceNormalization", "GroupNormalization", "RMSNormalization", "BatchNormalization":
+		switch i {
+		case 1:
+			return "weight"
+		case 2:
+			return "bias"
+		case 3:
+			if n.OpType == "BatchNormalization" {
+				return "running_mean"
+			}
+		case 4:
+			if n.OpType == "BatchNormalization" {
+				return "running_var"
+			}
+		}
+	}
+	return ""
+}
+
+// defaultAxis is the guide's default weight axis for per-channel and
+// per-block granularity, translated to ONNX layouts:
+//
+//	op                         weight        per_channel  per_block
+//	Conv                       [Cout Cin K…]  0            1
+//	ConvTranspose              [Cin Cout K…]  1            0
+//	Gemm transB=1 (Linear)     [N K]          0            1
+//	Gemm transB=0              [K N]          1            0
+//	MatMul                     [… K N]        rank−1       rank−2
+//	Gather (embedding)         [V D]          0            1
+//
+// A rank-1 state tensor (normalisation scales, biases) has one axis, 0.
+// ok is false for anything else: an axis must be given.
+func defaultAxis(n *onnxgraph.Node, input int, rank int, g spec.GranularityType) (axis int, ok bool) {
+	block := g == spec.PerBlock
+	pick := func(channel, blk int) (int, bool) {
+		if block {
+			return blk, true
+		}
+		return channel, true
+	}
+	if n.Domain == "" && stateName(n, input) == "weight" && rank >= 2 {
+		switch n.OpType {
+		case "Conv":
+			return pick(0, 1)
+		case "ConvTranspose":
+			return pick(1, 0)
+		case "Gemm":
+			if a := n.Attr("transB"); a != nil && a.GetI() != 0 {
+				return pick(0, 1)
+			}
+			return pick(1, 0)
+		case "MatMul":
+			return pick(rank-1, rank-2)
+		case "Gather":
+			return pick(0, 1)
+		}
+	}
+	if rank == 1 {
+		return 0, true
+	}
+	return 0, false
+}

@@ -1,0 +1,566 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/spec"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// Role is what a tensor is to a node.
+type Role uint8
+
+// The roles: activations flowing in and out, and state (constant inputs:
+// weights, biases, normalisation parameters).
+const (
+	RoleInput Role = iota
+	RoleOutput
+	RoleState
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleInput:
+		return "input"
+	case RoleOutput:
+		return "output"
+	}
+	return "state"
+}
+
+// Resolution is the quantization config applied to every node of a graph:
+// the input of prepare.
+type Resolution struct {
+	// Nodes are the main graph's nodes in topological order.
+	Nodes []*NodeResolution
+	// Warnings are config keys that match nothing in the model, and
+	// parts of the model the resolution does not reach, sorted by position.
+	// The library never prints them.
+	Warnings []*Diagnostic
+
+	byName map[string]*NodeResolution
+}
+
+// Node returns the resolution of the node called name, or nil.
+func (r *Resolution) Node(name string) *NodeResolution { return r.byName[name] }
+
+// NodeResolution is the resolved config of one node.
+type NodeResolution struct {
+	Node *onnxgraph.Node
+	// Scope is the module whose config entry applies ("" for the global
+	// config or an entry matching the root module).
+	Scope string
+	// ModuleRule locates that entry (global_config, module_type_configs[...],
+	// module_name_configs[...], only_for, without).
+	ModuleRule Rule
+	// OpRule locates the op config that applies: an op_name_config or
+	// op_type_config entry, or the module config itself for its op_*_spec.
+	OpRule Rule
+	// Tensors lists every input (non-constant: RoleInput, constant:
+	// RoleState) and every output of the node, in that order.
+	Tensors []*TensorResolution
+}
+
+// Quantized returns the tensors that get a spec.
+func (n *NodeResolution) Quantized() []*TensorResolution {
+	var out []*TensorResolution
+	for _, t := range n.Tensors {
+		if t.Spec != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// TensorResolution is the spec one tensor slot of a node gets.
+type TensorResolution struct {
+	Role Role
+	// Index is the position among the node's inputs (RoleInput, RoleState)
+	// or outputs.
+	Index int
+	// Value is the ONNX tensor name.
+	Value string
+	// Key is the op_state_spec name of a state tensor ("weight", "bias"), or "".
+	Key string
+	// Spec is the resolved spec: axis, calculator and scale dtype filled in.
+	// nil when the tensor is not quantized; Reason says why.
+	Spec *spec.QuantizationSpec
+	// Rule locates the config entry that decided (for a nil Spec, the entry
+	// or field that disabled or omitted the tensor).
+	Rule   Rule
+	Reason string
+}
+
+// Label names the slot: "input 0", "weight", "state 3", "output 0".
+func (t *TensorResolution) Label() string {
+	if t.Role == RoleState && t.Key != "" {
+		return t.Key
+	}
+	return fmt.Sprintf("%s %d", t.Role, t.Index)
+}
+
+// Resolve applies the config to every node of g with the guide's
+// precedence:
+//
+//   - a module's config is its own module_name_configs match (first regex
+//     in file order matching the whole name), else its own
+//     module_type_configs match (exact class name), else its parent
+//     module's; the root module gets global_config. So a null at one level
+//     is re-enabled by a more specific level, and module_name_configs >
+//     module_type_configs > global_config;
+//   - inside that config, a node takes the first op_name_config regex
+//     matching its whole name, else the best op_type_config entry (exact
+//     ONNX op type > conditional alias such as linear/conv2d/embedding >
+//     plain alias, then file order), else the module's op_*_spec;
+//   - the module_*_spec of every configured module then override the op
+//     specs of the tensors crossing that module's boundary (outer modules
+//     first, so the innermost wins).
+//
+// Errors (an ErrorList, positioned at the rule) are per_channel/per_block
+// specs without an axis on a tensor that has no default axis, and axes out
+// of range for the tensor.
+func Resolve(cfg *QuantizerConfig, g *onnxgraph.Graph) (*Resolution, error) {
+	r := &resolver{cfg: cfg, g: g, types: moduleTypes(g), eff: map[string]*effective{},
+		usedEntries: map[*ModuleEntry]bool{}, usedOps: map[*OpEntry]bool{}, applied: map[*ModuleConfig]bool{}}
+	res := &Resolution{byName: map[string]*NodeResolution{}}
+	for _, n := range g.Nodes {
+		nr := r.node(n)
+		res.Nodes = append(res.Nodes, nr)
+		res.byName[n.Name] = nr
+	}
+	r.boundaries(res)
+	for _, nr := range res.Nodes {
+		for _, t := range nr.Tensors {
+			r.finish(nr.Node, t)
+		}
+	}
+	res.Warnings = sortDiagnostics(r.warnings(res))
+	if len(r.errs) > 0 {
+		return nil, ErrorList(sortDiagnostics(r.errs))
+	}
+	return res, nil
+}
+
+type resolver struct {
+	cfg         *QuantizerConfig
+	g           *onnxgraph.Graph
+	types       map[string]string
+	eff         map[string]*effective
+	usedEntries map[*ModuleEntry]bool
+	usedOps     map[*OpEntry]bool
+	applied     map[*ModuleConfig]bool
+	errs        []*Diagnostic
+}
+
+// effective is the module config that applies to a module.
+type effective struct {
+	scope string
+	cfg   *ModuleConfig
+	rule  Rule
+	// own is set when the entry matched this module itself (not inherited).
+	own bool
+}
+
+// moduleTypes maps module names to classes: from dynamo's scope and class
+// lists (which name every enclosing module), then from Node.ModuleType.
+func moduleTypes(g *onnxgraph.Graph) map[string]string {
+	types := map[string]string{}
+	for _, n := range g.Nodes {
+		names := onnxgraph.ParsePyStringList(metadata(n, onnxgraph.MetaNameScopes))
+		classes := onnxgraph.ParsePyStringList(metadata(n, onnxgraph.MetaClassHierarchy))
+		if len(names) == len(classes) {
+			for i := 0; i+1 < len(names); i++ {
+				if types[names[i]] == "" {
+					types[names[i]] = classes[i]
+				}
+			}
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.ModuleType != "" && types[n.Module] == "" {
+			types[n.Module] = n.ModuleType
+		}
+	}
+	return types
+}
+
+func metadata(n *onnxgraph.Node, key string) string {
+	v, _ := n.Metadata(key)
+	return v
+}
+
+// scopeDepth is 0 for the root, 1 for "layer1", 2 for "layer1.0", ...
+func scopeDepth(m string) int {
+	if m == "" {
+		return 0
+	}
+	return strings.Count(m, ".") + 1
+}
+
+func parentModule(m string) string {
+	if i := strings.LastIndex(m, "."); i >= 0 {
+		return m[:i]
+	}
+	return ""
+}
+
+// effectiveFor finds the module config of module m (see Resolve).
+func (r *resolver) effectiveFor(m string) *effective {
+	if e, ok := r.eff[m]; ok {
+		return e
+	}
+	var e *effective
+	for _, me := range r.cfg.ModuleNames {
+		if me.Re.MatchString(m) {
+			e = &effective{scope: m, cfg: me.Config, rule: me.Rule, own: true}
+			r.usedEntries[me] = true
+			break
+		}
+	}
+	if t := r.types[m]; e == nil && t != "" {
+		for _, me := range r.cfg.ModuleTypes {
+			if me.Key == t {
+				e = &effective{scope: m, cfg: me.Config, rule: me.Rule, own: true}
+				r.usedEntries[me] = true
+				break
+			}
+		}
+	}
+	if e == nil {
+		if m == "" {
+			e = &effective{scope: "", cfg: r.cfg.Global, rule: r.cfg.GlobalRule, own: true}
+		} else {
+			e = r.effectiveFor(parentModule(m))
+		}
+	}
+	r.eff[m] = e
+	return e
+}
+
+// node resolves one node's op-level specs.
+func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
+	ef := r.effectiveFor(n.Module)
+	nr := &NodeResolution{Node: n, Scope: ef.scope, ModuleRule: ef.rule, OpRule: ef.rule}
+	var oc *OpConfig
+	disabled, reason := false, ""
+	if ef.cfg == nil {
+		disabled, reason = true, "module config is null"
+	} else {
+		r.applied[ef.cfg] = true
+		var chosen *OpEntry
+		for _, oe := range ef.cfg.OpNames {
+			if oe.Re.MatchString(n.Name) {
+				chosen = oe
+				break
+			}
+		}
+		if chosen == nil {
+			best := 0
+			for _, oe := range ef.cfg.OpTypes {
+				if t := opTypeTier(oe.Key, n); t > best {
+					chosen, best = oe, t
+				}
+			}
+		}
+		if chosen != nil {
+			r.usedOps[chosen] = true
+			nr.OpRule = chosen.Rule
+			oc = chosen.Config
+			if oc == nil {
+				disabled, reason = true, "op config is null"
+			}
+		} else {
+			oc = ef.cfg.opConfig()
+		}
+	}
+	for i, v := range n.Inputs {
+		if v == nil {
+			continue
+		}
+		t := &TensorResolution{Role: RoleInput, Index: i, Value: v.Name}
+		group, field := (*SpecMap)(nil), "op_input_spec"
+		var names []string
+		if v.IsConst() {
+			t.Role, t.Key = RoleState, stateName(n, i)
+			field = "op_state_spec"
+			names = []string{t.Key}
+			if oc != nil {
+				group = oc.State
+			}
+		} else {
+			names = tensorNames(n, false, i)
+			if oc != nil {
+				group = oc.Input
+			}
+		}
+		if disabled {
+			t.Rule, t.Reason = nr.OpRule, reason
+		} else {
+			lookup(t, group, field, i, names)
+		}
+		nr.Tensors = append(nr.Tensors, t)
+	}
+	for i, v := range n.Outputs {
+		if v == nil {
+			continue
+		}
+		t := &TensorResolution{Role: RoleOutput, Index: i, Value: v.Name}
+		if disabled {
+			t.Rule, t.Reason = nr.OpRule, reason
+		} else {
+			lookup(t, oc.Output, "op_output_spec", i, tensorNames(n, true, i))
+		}
+		nr.Tensors = append(nr.Tensors, t)
+	}
+	return nr
+}
+
+// lookup sets t from group (op_input_spec, ...): an entry for its index or
+// a name, else "*".
+func lookup(t *TensorResolution, group *SpecMap, field string, index int, names []string) {
+	if t.Role == RoleState {
+		index = -1
+	}
+	switch e, ok := group.Lookup(index, names...); {
+	case group.Disabled:
+		t.Spec, t.Rule, t.Reason = nil, group.Rule, field+" is null"
+	case !ok:
+		what := fmt.Sprintf("%s %d", t.Role, t.Index)
+		if t.Role == RoleState {
+			what = "this state tensor"
+			if t.Key != "" {
+				what = fmt.Sprintf("%q", t.Key)
+			}
+		}
+		t.Spec, t.Rule, t.Reason = nil, group.Rule, fmt.Sprintf("%s has no key for %s", field, what)
+	case e.Spec == nil:
+		t.Spec, t.Rule, t.Reason = nil, e.Rule, fmt.Sprintf("%s[%s] is null", field, e.Key())
+	default:
+		t.Spec, t.Rule, t.Reason = e.Spec, e.Rule, ""
+	}
+}
+
+// boundaries applies module_input_spec, module_output_spec and
+// module_state_spec of every configured module, outer modules first.
+func (r *resolver) boundaries(res *Resolution) {
+	seen := map[string]*effective{}
+	for _, e := range r.eff {
+		if e.own && e.cfg != nil && e.cfg.hasBoundary() {
+			seen[e.scope] = e
+		}
+	}
+	scopes := make([]string, 0, len(seen))
+	for s := range seen {
+		scopes = append(scopes, s)
+	}
+	sort.Slice(scopes, func(i, j int) bool {
+		if di, dj := scopeDepth(scopes[i]), scopeDepth(scopes[j]); di != dj {
+			return di < dj
+		}
+		return scopes[i] < scopes[j]
+	})
+	for _, s := range scopes {
+		mc := seen[s].cfg
+		inS := func(n *onnxgraph.Node) bool {
+			return n != nil && (s == "" || n.Module == s || strings.HasPrefix(n.Module, s+"."))
+		}
+		var ins, outs []*onnxgraph.Value
+		seenIn, seenOut := map[*onnxgraph.Value]bool{}, map[*onnxgraph.Value]bool{}
+		for _, n := range r.g.Nodes {
+			if !inS(n) {
+				continue
+			}
+			for _, v := range n.Inputs {
+				if v != nil && !v.IsConst() && !inS(v.Producer) && !seenIn[v] {
+					seenIn[v] = true
+					ins = append(ins, v)
+				}
+			}
+			for _, v := range n.Outputs {
+				if v == nil || seenOut[v] {
+					continue
+				}
+				escapes := v.IsGraphOutput
+				for _, c := range v.Consumers {
+					escapes = escapes || !inS(c)
+				}
+				if escapes {
+					seenOut[v] = true
+					outs = append(outs, v)
+				}
+			}
+		}
+		override := func(t *TensorResolution, group *SpecMap, field string, index int, names []string) {
+			if !group.Disabled {
+				if _, ok := group.Lookup(index, names...); !ok {
+					return
+				}
+			}
+			lookup(t, group, field, index, names)
+		}
+		for i, v := range ins {
+			for _, c := range v.Consumers {
+				if !inS(c) {
+					continue
+				}
+				for _, t := range res.byName[c.Name].Tensors {
+					if t.Role == RoleInput && c.Inputs[t.Index] == v {
+						override(t, mc.ModuleInput, "module_input_spec", i, []string{v.Name})
+					}
+				}
+			}
+		}
+		for i, v := range outs {
+			for _, t := range res.byName[v.Producer.Name].Tensors {
+				if t.Role == RoleOutput && v.Producer.Outputs[t.Index] == v {
+					override(t, mc.ModuleOutput, "module_output_spec", i, []string{v.Name})
+				}
+			}
+		}
+		for _, nr := range res.Nodes {
+			if !inS(nr.Node) {
+				continue
+			}
+			for _, t := range nr.Tensors {
+				if t.Role == RoleState {
+					override(t, mc.ModuleState, "module_state_spec", -1, []string{t.Key})
+				}
+			}
+		}
+	}
+}
+
+// finish checks a chosen spec against its tensor and fills in the
+// defaults: the axis from the op, the calculator by role, the scale dtype.
+func (r *resolver) finish(n *onnxgraph.Node, t *TensorResolution) {
+	if t.Spec == nil {
+		return
+	}
+	var v *onnxgraph.Value
+	if t.Role == RoleOutput {
+		v = n.Outputs[t.Index]
+	} else {
+		v = n.Inputs[t.Index]
+	}
+	switch dt := v.DType(); dt {
+	case tensor.Undefined, tensor.Float, tensor.Float16, tensor.BFloat16, tensor.Double:
+	default:
+		t.Spec, t.Reason = nil, fmt.Sprintf("not a float tensor (%s)", dt)
+		return
+	}
+	s := t.Spec.Resolved(t.Role == RoleState)
+	if g := s.Granularity; g.Type != spec.PerTensor {
+		dims, known := v.Shape()
+		rank := len(dims)
+		where := fmt.Sprintf("%s %s %q", n, t.Label(), v.Name)
+		switch {
+		case g.Axis == nil && !known:
+			r.errorAt(t.Rule, "%s: %s without axis needs a tensor of known rank; set granularity.axis", where, g.Type)
+			return
+		case g.Axis == nil:
+			axis, ok := defaultAxis(n, t.Index, rank, g.Type)
+			if !ok || t.Role != RoleState {
+				r.errorAt(t.Rule, "%s: %s without axis: %s has no default axis for this tensor (rank %d); set granularity.axis", where, g.Type, n.OpType, rank)
+				return
+			}
+			s.Granularity.Axis = &axis
+		case known:
+			axis := *g.Axis
+			if axis < 0 {
+				axis += rank
+			}
+			if axis < 0 || axis >= rank {
+				r.errorAt(t.Rule, "%s: granularity axis %d is out of range for a tensor of rank %d", where, *g.Axis, rank)
+				return
+			}
+			s.Granularity.Axis = &axis
+		}
+	}
+	t.Spec = s
+}
+
+func (r *resolver) errorAt(rule Rule, format string, args ...any) {
+	r.errs = append(r.errs, &Diagnostic{File: rule.File, Line: max(rule.Line, 1), Col: max(rule.Col, 1), Msg: fmt.Sprintf(format, args...)})
+}
+
+// warnings lists config keys that matched nothing.
+func (r *resolver) warnings(res *Resolution) []*Diagnostic {
+	var out []*Diagnostic
+	warn := func(rule Rule, hint, format string, args ...any) {
+		out = append(out, &Diagnostic{File: rule.File, Line: max(rule.Line, 1), Col: max(rule.Col, 1), Msg: fmt.Sprintf(format, args...), Hint: hint})
+	}
+	modules, classes := allModules(r.g), sortedValues(r.types)
+	var nodeNames []string
+	for _, n := range r.g.Nodes {
+		nodeNames = append(nodeNames, n.Name)
+		if len(n.Subgraphs) > 0 {
+			warn(r.cfg.GlobalRule, "", "%s has subgraphs; nodes inside If/Loop/Scan bodies are not resolved and stay in float", n)
+		}
+	}
+	for _, e := range r.cfg.ModuleNames {
+		if !r.usedEntries[e] {
+			warn(e.Rule, didYouMean(e.Key, modules), "%s matches no module in the model", e.Rule.Path)
+		}
+	}
+	for _, e := range r.cfg.ModuleTypes {
+		if r.usedEntries[e] {
+			continue
+		}
+		if len(classes) == 0 {
+			warn(e.Rule, "", "%s matches no module: the model records no module types (no pkg.torch.onnx.class_hierarchy metadata or local functions; a TorchScript export has scoped names only, so use module_name_configs)", e.Rule.Path)
+		} else {
+			warn(e.Rule, didYouMean(e.Key, classes), "%s matches no module type in the model (types: %s)", e.Rule.Path, strings.Join(classes, ", "))
+		}
+	}
+	var applied []*ModuleConfig
+	for mc := range r.applied {
+		applied = append(applied, mc)
+	}
+	for _, mc := range applied {
+		for _, oe := range mc.OpTypes {
+			if !r.usedOps[oe] {
+				warn(oe.Rule, "", "%s matches no node where that config applies", oe.Rule.Path)
+			}
+		}
+		for _, oe := range mc.OpNames {
+			if !r.usedOps[oe] {
+				warn(oe.Rule, didYouMean(oe.Key, nodeNames), "%s matches no node where that config applies", oe.Rule.Path)
+			}
+		}
+	}
+	return out
+}
+
+// allModules lists every module of g, ancestors included, sorted.
+func allModules(g *onnxgraph.Graph) []string {
+	set := map[string]bool{}
+	for _, n := range g.Nodes {
+		for m := n.Module; m != ""; m = parentModule(m) {
+			set[m] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedValues(m map[string]string) []string {
+	set := map[string]bool{}
+	for _, v := range m {
+		if v != "" {
+			set[v] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for v := range set {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
