@@ -375,8 +375,9 @@ func buildConvTranspose(b *builder) (kernel, error) {
 				} else {
 					pb = total - total/2
 				}
-				if a.autoPad == "NOTSET" && len(a.pads) == 2*nd {
-					pb = int(a.pads[d])
+				if total < 0 {
+					// A larger output than the input covers: extra zeros at the end.
+					pb = 0
 				}
 				pe = total - pb
 			case a.autoPad == "SAME_UPPER" || a.autoPad == "SAME_LOWER":
@@ -438,13 +439,20 @@ func buildPool(isMax bool) func(b *builder) (kernel, error) {
 		if a.kernel == nil {
 			return nil, fmt.Errorf("attribute kernel_shape is required")
 		}
-		if isMax && b.int("storage_order", 0) != 0 {
-			return nil, unsupportedf("storage_order=1 is not supported")
-		}
+		colMajor := isMax && b.int("storage_order", 0) != 0
 		countPad := b.int("count_include_pad", 0) != 0
 		wantIdx := isMax && len(b.n.Outputs) > 1 && b.n.Outputs[1] != nil
 		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-			x, err := floats(in[0], "X")
+			xt := in[0]
+			if isMax && (xt.DType == tensor.Uint8 || xt.DType == tensor.Int8) {
+				// Small integers are exact in float32: pool there and cast back.
+				f, err := castTensor(xt, tensor.Float)
+				if err != nil {
+					return nil, err
+				}
+				xt = f
+			}
+			x, err := floats(xt, "X")
 			if err != nil {
 				return nil, err
 			}
@@ -475,16 +483,39 @@ func buildPool(isMax bool) func(b *builder) (kernel, error) {
 				}
 				kernels.Pool(g, 1, x[p*is:(p+1)*is], out.Float32s()[p*os:(p+1)*os], isMax, countPad, padEnd, am)
 				for j := range am {
+					if colMajor {
+						am[j] = colMajorIndex(am[j], g.In)
+					}
 					am[j] += int64(p * is)
 				}
 			}
 			res := []*tensor.Tensor{out}
+			if in[0].DType != tensor.Float {
+				o, err := castTensor(out, in[0].DType)
+				if err != nil {
+					return nil, err
+				}
+				res[0] = o
+			}
 			if wantIdx {
 				res = append(res, tensor.FromInt64(idx, out.Shape...))
 			}
 			return res, nil
 		}, nil
 	}
+}
+
+// colMajorIndex turns a row-major flat index within dims into the
+// column-major one (MaxPool's storage_order=1).
+func colMajorIndex(i int64, dims []int) int64 {
+	pos := make([]int, len(dims))
+	unravelIdx(int(i), dims, pos)
+	var off, stride int64 = 0, 1
+	for d := 0; d < len(dims); d++ {
+		off += int64(pos[d]) * stride
+		stride *= int64(dims[d])
+	}
+	return off
 }
 
 func globalPoolKernel(isMax bool) kernel {
@@ -549,9 +580,8 @@ func perChannel(x []float32, shape []int, scale, shift []float32) *tensor.Tensor
 
 func buildBatchNorm(b *builder) (kernel, error) {
 	eps := b.float("epsilon", 1e-5)
-	if b.int("training_mode", 0) != 0 {
-		return nil, unsupportedf("training_mode=1 is not supported")
-	}
+	training := b.int("training_mode", 0) != 0
+	momentum := b.float("momentum", 0.9)
 	if b.opset < 9 && b.int("spatial", 1) == 0 {
 		return nil, unsupportedf("spatial=0 is not supported")
 	}
@@ -575,14 +605,58 @@ func buildBatchNorm(b *builder) (kernel, error) {
 				return nil, fmt.Errorf("%s has %d elements for %d channels", name, len(p[i]), c)
 			}
 		}
+		mean, variance := p[2], p[3]
+		if training {
+			// Normalise with the batch statistics and update the running ones.
+			mean, variance = channelStats(x, in[0].Shape)
+		}
+		p[2], p[3] = mean, variance
 		scale, shift := make([]float32, c), make([]float32, c)
 		for j := 0; j < c; j++ {
 			s := p[0][j] / float32(math.Sqrt(float64(p[3][j])+float64(eps)))
 			scale[j] = s
 			shift[j] = p[1][j] - p[2][j]*s
 		}
-		return one(perChannel(x, in[0].Shape, scale, shift)), nil
+		y := perChannel(x, in[0].Shape, scale, shift)
+		if !training {
+			return one(y), nil
+		}
+		runMean, runVar := make([]float32, c), make([]float32, c)
+		inMean, _ := floats(in[3], "input_mean")
+		inVar, _ := floats(in[4], "input_var")
+		for j := 0; j < c; j++ {
+			runMean[j] = inMean[j]*momentum + mean[j]*(1-momentum)
+			runVar[j] = inVar[j]*momentum + variance[j]*(1-momentum)
+		}
+		return []*tensor.Tensor{y, tensor.FromFloat32(runMean, c), tensor.FromFloat32(runVar, c)}, nil
 	}, nil
+}
+
+// channelStats returns the mean and (population) variance of each channel
+// (axis 1) over the batch and spatial axes.
+func channelStats(x []float32, shape []int) (mean, variance []float32) {
+	c := shape[1]
+	sp := tensor.NumElements(shape[2:])
+	n := shape[0]
+	mean, variance = make([]float32, c), make([]float32, c)
+	for j := 0; j < c; j++ {
+		var s, s2 float64
+		for i := 0; i < n; i++ {
+			for _, v := range x[(i*c+j)*sp : (i*c+j+1)*sp] {
+				s += float64(v)
+			}
+		}
+		cnt := float64(n * sp)
+		mu := s / cnt
+		for i := 0; i < n; i++ {
+			for _, v := range x[(i*c+j)*sp : (i*c+j+1)*sp] {
+				d := float64(v) - mu
+				s2 += d * d
+			}
+		}
+		mean[j], variance[j] = float32(mu), float32(s2/cnt)
+	}
+	return mean, variance
 }
 
 func buildInstanceNorm(b *builder) (kernel, error) {

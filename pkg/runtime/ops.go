@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -69,24 +70,24 @@ func init() {
 		"HardSwish":             {14, 0, simple(unaryFloat(func(x float32) float32 { return x * min(max(x/6+0.5, 0), 1) }))},
 		"Gelu":                  {20, 0, buildGelu},
 		"Mish":                  {18, 0, simple(unaryFloat(func(x float32) float32 { return x * float32(math.Tanh(float64(softplus(x)))) }))},
-		"Add":                   {7, 0, simple(binaryKernel(addFuncs))},
-		"Sub":                   {7, 0, simple(binaryKernel(subFuncs))},
-		"Mul":                   {7, 0, simple(binaryKernel(mulFuncs))},
-		"Div":                   {7, 0, simple(binaryKernel(divFuncs))},
-		"Pow":                   {7, 0, simple(powKernel)},
+		"Add":                   {1, 0, legacyBroadcast(simple(binaryKernel(addFuncs)))},
+		"Sub":                   {1, 0, legacyBroadcast(simple(binaryKernel(subFuncs)))},
+		"Mul":                   {1, 0, legacyBroadcast(simple(binaryKernel(mulFuncs)))},
+		"Div":                   {1, 0, legacyBroadcast(simple(binaryKernel(divFuncs)))},
+		"Pow":                   {1, 0, legacyBroadcast(simple(powKernel))},
 		"Mod":                   {10, 0, func(b *builder) (kernel, error) { return binaryKernel(modFuncs(b.int("fmod", 0) != 0)), nil }},
-		"Max":                   {8, 0, simple(variadicKernel(maxFuncs, false))},
-		"Min":                   {8, 0, simple(variadicKernel(minFuncs, false))},
-		"Sum":                   {8, 0, simple(variadicKernel(addFuncs, false))},
-		"Mean":                  {8, 0, simple(variadicKernel(addFuncs, true))},
-		"Equal":                 {7, 0, simple(compareKernel(func(c int) bool { return c == 0 }, true))},
-		"Less":                  {7, 0, simple(compareKernel(func(c int) bool { return c < 0 }, false))},
+		"Max":                   {1, 0, simple(variadicKernel(maxFuncs, false))},
+		"Min":                   {1, 0, simple(variadicKernel(minFuncs, false))},
+		"Sum":                   {1, 0, simple(variadicKernel(addFuncs, false))},
+		"Mean":                  {1, 0, simple(variadicKernel(addFuncs, true))},
+		"Equal":                 {1, 0, legacyBroadcast(simple(compareKernel(func(c int) bool { return c == 0 }, true)))},
+		"Less":                  {1, 0, legacyBroadcast(simple(compareKernel(func(c int) bool { return c < 0 }, false)))},
 		"LessOrEqual":           {12, 0, simple(compareKernel(func(c int) bool { return c <= 0 }, false))},
-		"Greater":               {7, 0, simple(compareKernel(func(c int) bool { return c > 0 }, false))},
+		"Greater":               {1, 0, legacyBroadcast(simple(compareKernel(func(c int) bool { return c > 0 }, false)))},
 		"GreaterOrEqual":        {12, 0, simple(compareKernel(func(c int) bool { return c >= 0 }, false))},
-		"And":                   {7, 0, simple(logicKernel(func(a, b bool) bool { return a && b }))},
-		"Or":                    {7, 0, simple(logicKernel(func(a, b bool) bool { return a || b }))},
-		"Xor":                   {7, 0, simple(logicKernel(func(a, b bool) bool { return a != b }))},
+		"And":                   {1, 0, legacyBroadcast(simple(logicKernel(func(a, b bool) bool { return a && b })))},
+		"Or":                    {1, 0, legacyBroadcast(simple(logicKernel(func(a, b bool) bool { return a || b })))},
+		"Xor":                   {1, 0, legacyBroadcast(simple(logicKernel(func(a, b bool) bool { return a != b })))},
 		"Not":                   {1, 0, simple(notKernel)},
 		"Where":                 {9, 0, simple(whereKernel)},
 		"Clip":                  {6, 0, buildClip},
@@ -104,7 +105,7 @@ func init() {
 		"Transpose":             {1, 0, buildTranspose},
 		"Concat":                {4, 0, buildConcat},
 		"Split":                 {2, 0, buildSplit},
-		"Slice":                 {10, 0, simple(sliceKernel)},
+		"Slice":                 {1, 0, buildSlice},
 		"Gather":                {1, 0, buildGather},
 		"GatherElements":        {11, 0, buildGatherElements},
 		"GatherND":              {11, 0, buildGatherND},
@@ -165,6 +166,40 @@ func ClaimedOps() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// legacyBroadcast adapts the binary ops of opsets before 7, whose B is
+// broadcast to A only with broadcast=1, aligned at axis (or at the end).
+func legacyBroadcast(build func(*builder) (kernel, error)) func(*builder) (kernel, error) {
+	return func(b *builder) (kernel, error) {
+		k, err := build(b)
+		if err != nil || b.opset >= 7 {
+			return k, err
+		}
+		bcast := b.int("broadcast", 0) != 0
+		axis, hasAxis := b.int("axis", 0), b.has("axis")
+		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			a, y := in[0], in[1]
+			if !bcast {
+				if !slices.Equal(a.Shape, y.Shape) && y.Len() != 1 {
+					return nil, fmt.Errorf("shapes %v and %v differ and broadcast is not set", a.Shape, y.Shape)
+				}
+				return k(rc, in)
+			}
+			if hasAxis {
+				ax, err := normAxis(axis, len(a.Shape))
+				if err != nil {
+					return nil, err
+				}
+				shape := slices.Clone(y.Shape)
+				for len(shape)+ax < len(a.Shape) {
+					shape = append(shape, 1)
+				}
+				y = view(y, shape)
+			}
+			return k(rc, []*tensor.Tensor{a, y})
+		}, nil
+	}
 }
 
 // builder gives an op builder the node and its attributes.

@@ -34,7 +34,7 @@ func buildResize(b *builder) (kernel, error) {
 		return nil, unsupportedf("mode=%q is not supported", s.mode)
 	}
 	switch s.coordMode {
-	case "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize":
+	case "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn":
 	default:
 		return nil, unsupportedf("coordinate_transformation_mode=%q is not supported", s.coordMode)
 	}
@@ -210,28 +210,33 @@ func (s *resizeSpec) run(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, erro
 	return one(out), nil
 }
 
-func (s *resizeSpec) sourceCoord(o, scale float64, in, out int, r0, r1 float64) float64 {
+// sourceCoord maps output coordinate o to the input axis. As in the ONNX
+// reference, the output length in the formulas is in·scale, unrounded.
+func (s *resizeSpec) sourceCoord(o, scale float64, in, _ int, r0, r1 float64) float64 {
+	outLen := float64(in) * scale
 	switch s.coordMode {
+	case "tf_half_pixel_for_nn":
+		return (o + 0.5) / scale
 	case "half_pixel":
 		return (o+0.5)/scale - 0.5
 	case "half_pixel_symmetric":
-		adj := float64(out) / (scale * float64(in))
+		adj := outLen / (scale * float64(in))
 		center := float64(in) / 2
 		off := center * (1 - adj)
 		return off + (o+0.5)/scale - 0.5
 	case "pytorch_half_pixel":
-		if out > 1 {
+		if outLen > 1 {
 			return (o+0.5)/scale - 0.5
 		}
 		return 0
 	case "align_corners":
-		if out == 1 {
+		if outLen == 1 {
 			return 0
 		}
-		return o * float64(in-1) / float64(out-1)
+		return o * float64(in-1) / (outLen - 1)
 	case "tf_crop_and_resize":
-		if out > 1 {
-			return r0*float64(in-1) + o*(r1-r0)*float64(in-1)/float64(out-1)
+		if outLen > 1 {
+			return r0*float64(in-1) + o*(r1-r0)*float64(in-1)/(outLen-1)
 		}
 		return 0.5 * (r0 + r1) * float64(in-1)
 	}

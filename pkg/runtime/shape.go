@@ -355,6 +355,22 @@ func sliceAxis(t *tensor.Tensor, ax, start, n int) *tensor.Tensor {
 	return out
 }
 
+// buildSlice reads starts, ends and axes from attributes before opset 10
+// and from inputs after.
+func buildSlice(b *builder) (kernel, error) {
+	if b.opset >= 10 {
+		return sliceKernel, nil
+	}
+	starts, ends, axes := b.ints("starts"), b.ints("ends"), b.ints("axes")
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		args := []*tensor.Tensor{in[0], tensor.FromInt64(starts, len(starts)), tensor.FromInt64(ends, len(ends))}
+		if axes != nil {
+			args = append(args, tensor.FromInt64(axes, len(axes)))
+		}
+		return sliceKernel(rc, args)
+	}, nil
+}
+
 func sliceKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	t := in[0]
 	r := len(t.Shape)

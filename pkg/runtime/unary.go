@@ -128,7 +128,18 @@ func buildDropout(b *builder) (kernel, error) {
 	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		if len(in) > 2 && in[2] != nil {
 			if m, ok := in[2].Data.([]bool); ok && len(m) == 1 && m[0] {
-				return nil, fmt.Errorf("training_mode=true is not supported")
+				// Training dropout is random; only ratio 0 is deterministic.
+				ratio := 0.5
+				if len(in) > 1 && in[1] != nil {
+					r, err := scalarFloat(in[1])
+					if err != nil {
+						return nil, fmt.Errorf("ratio: %w", err)
+					}
+					ratio = r
+				}
+				if ratio != 0 {
+					return nil, fmt.Errorf("training_mode=true with ratio %g is not supported (random)", ratio)
+				}
 			}
 		}
 		mask := tensor.New(tensor.Bool, in[0].Shape...)
