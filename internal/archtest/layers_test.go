@@ -17,6 +17,7 @@ const module = "github.com/coreaiq/coreaiq/"
 var layers = []string{
 	"cmd/coreaiq",
 	"internal/cli",
+	"pkg/compare",
 	"pkg/passes",
 	"pkg/finalize",
 	"pkg/calibrate",

@@ -1,0 +1,358 @@
+package compare
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+)
+
+func TestRunModelWithItself(t *testing.T) {
+	m := load(t, testmodels.CNN().Model)
+	data := randomBatches(3, 4, 1)
+	// Labels = the model's own predictions: both accuracies must be 100%.
+	var labels []int64
+	s := open(t, m)
+	for _, b := range data {
+		out, err := s.Run(context.Background(), b, runtime.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := out["logits"].Float32s()
+		for r := range 4 {
+			labels = append(labels, int64(argmax(x[r*10:(r+1)*10])))
+		}
+	}
+	pairing := PairActivations(m, m)
+	r, err := Run(context.Background(), s, open(t, m), seq(data), Options{Layers: &pairing, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Samples != 12 || r.Batches != 3 || len(r.Outputs) != 1 {
+		t.Fatalf("samples %d batches %d outputs %d, want 12 3 1", r.Samples, r.Batches, len(r.Outputs))
+	}
+	o := r.Outputs[0]
+	if !math.IsInf(float64(o.SQNR), 1) || o.Cosine != 1 || o.MaxAbsError != 0 {
+		t.Errorf("SQNR %v cosine %v max err %v, want inf 1 0", o.SQNR, o.Cosine, o.MaxAbsError)
+	}
+	for name, p := range map[string]*float64{"top-1": o.Top1Agreement, "top-5": o.Top5Agreement, "reference accuracy": o.ReferenceAccuracy, "candidate accuracy": o.CandidateAccuracy} {
+		if p == nil || *p != 100 {
+			t.Errorf("%s = %v, want 100%%", name, p)
+		}
+	}
+	if len(r.Layers) != 0 || len(r.Unpaired) != 0 {
+		t.Errorf("a float model has no quantized activations: %d layers, %d unpaired", len(r.Layers), len(r.Unpaired))
+	}
+	var js strings.Builder
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"sqnr_db": "inf"`) || !strings.Contains(js.String(), `"top1_agreement": 100`) {
+		t.Errorf("JSON lacks the inf SQNR or the agreement:\n%s", js.String())
+	}
+	vs, err := r.Check(Gates{MinSQNR: ptr(200.0), MinTop1Agreement: ptr(100.0)})
+	if err != nil || len(vs) != 0 {
+		t.Errorf("identical models fail gates: %v %v", vs, err)
+	}
+}
+
+// noisyLogits returns the CNN with a constant vector added to its logits.
+func noisyLogits(noise []float32) *onnxpb.ModelProto {
+	mp := proto.Clone(testmodels.CNN().Model).(*onnxpb.ModelProto)
+	g := mp.Graph
+	for _, n := range g.Node {
+		for i, o := range n.Output {
+			if o == "logits" {
+				n.Output[i] = "logits_clean"
+			}
+		}
+	}
+	g.Initializer = append(g.Initializer, testmodels.Float32Tensor("noise", []int64{1, int64(len(noise))}, noise))
+	g.Node = append(g.Node, &onnxpb.NodeProto{OpType: proto.String("Add"), Name: proto.String("perturb"),
+		Input: []string{"logits_clean", "noise"}, Output: []string{"logits"}})
+	return mp
+}
+
+// TestRunKnownPerturbation adds a known vector n to every row of the logits:
+// the error energy is rows·Σn², so the expected SQNR follows from the
+// reference outputs alone.
+func TestRunKnownPerturbation(t *testing.T) {
+	ref := load(t, testmodels.CNN().Model)
+	refSess := open(t, ref)
+	data := randomBatches(4, 5, 2)
+	var sumRef2 float64
+	var refRows [][]float32
+	for _, b := range data {
+		out, err := refSess.Run(context.Background(), b, runtime.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := out["logits"].Float32s()
+		for r := 0; r < len(x); r += 10 {
+			refRows = append(refRows, slices.Clone(x[r:r+10]))
+		}
+		for _, v := range x {
+			sumRef2 += float64(v) * float64(v)
+		}
+	}
+	cases := []struct {
+		name  string
+		scale float64
+	}{{"small", 0.001}, {"medium", 0.05}, {"large", 1}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(9, 9))
+			noise := make([]float32, 10)
+			var sumN2 float64
+			for i := range noise {
+				noise[i] = float32(rng.NormFloat64() * c.scale)
+				sumN2 += float64(noise[i]) * float64(noise[i])
+			}
+			cand := load(t, noisyLogits(noise))
+			r, err := Run(context.Background(), refSess, open(t, cand), seq(data), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 10 * math.Log10(sumRef2/(float64(len(refRows))*sumN2))
+			o := r.Outputs[0]
+			if math.Abs(float64(o.SQNR)-want) > 0.01 {
+				t.Errorf("SQNR = %v dB, want %.3f dB", o.SQNR, want)
+			}
+			var agree, agree5 int
+			maxN := 0.0
+			for _, v := range noise {
+				maxN = math.Max(maxN, math.Abs(float64(v)))
+			}
+			for _, row := range refRows {
+				noisy := make([]float32, 10)
+				for i := range row {
+					noisy[i] = row[i] + noise[i]
+				}
+				if argmax(row) == argmax(noisy) {
+					agree++
+				}
+				// Rank of the reference class among the noisy logits.
+				idx := make([]int, 10)
+				for i := range idx {
+					idx[i] = i
+				}
+				sort.SliceStable(idx, func(a, b int) bool { return noisy[idx[a]] > noisy[idx[b]] })
+				if slices.Index(idx[:5], argmax(row)) >= 0 {
+					agree5++
+				}
+			}
+			if want := 100 * float64(agree) / float64(len(refRows)); *o.Top1Agreement != want {
+				t.Errorf("top-1 agreement %v%%, want %v%%", *o.Top1Agreement, want)
+			}
+			if want := 100 * float64(agree5) / float64(len(refRows)); *o.Top5Agreement != want {
+				t.Errorf("top-5 agreement %v%%, want %v%%", *o.Top5Agreement, want)
+			}
+			if math.Abs(o.MaxAbsError-maxN) > 1e-6*math.Max(1, maxN) {
+				t.Errorf("max abs error %v, want %v", o.MaxAbsError, maxN)
+			}
+		})
+	}
+}
+
+func TestPerLayerCoversEveryQuantizedActivation(t *testing.T) {
+	ref := load(t, testmodels.CNN().Model)
+	data := randomBatches(3, 4, 3)
+	cand, quantized := qdqModel(t, ref, data, "conv1.weight", "fc.weight")
+	if len(quantized) < 8 {
+		t.Fatalf("test model has only %d quantized activations", len(quantized))
+	}
+	pairing := PairActivations(ref, cand)
+	if len(pairing.Unpaired) != 0 {
+		t.Fatalf("unpaired: %+v", pairing.Unpaired)
+	}
+	if pairing.Weights != 2 {
+		t.Errorf("weight dequantizers = %d, want 2", pairing.Weights)
+	}
+	r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: &pairing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range r.Layers {
+		got = append(got, l.Tensor)
+	}
+	sort.Strings(got)
+	want := slices.Clone(quantized)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("per-layer tensors\n got %q\nwant %q", got, want)
+	}
+	if len(r.Unpaired) != 0 {
+		t.Errorf("unpaired after run: %+v", r.Unpaired)
+	}
+	finiteLocal := 0
+	for i, l := range r.Layers {
+		if i > 0 && r.Layers[i-1].SQNR > l.SQNR {
+			t.Errorf("not worst first: %s (%v) after %s (%v)", l.Tensor, l.SQNR, r.Layers[i-1].Tensor, r.Layers[i-1].SQNR)
+		}
+		// int8 with absmax/127 scaling: ~40 dB for spread-out data, +inf
+		// where the input is already on the same grid (Relu, MaxPool and
+		// Reshape of a dequantized value with the same absmax).
+		if l.LocalSQNR < 25 {
+			t.Errorf("%s: local SQNR %v, want above 25 dB", l.Tensor, l.LocalSQNR)
+		}
+		if !math.IsInf(float64(l.LocalSQNR), 1) {
+			finiteLocal++
+		}
+		// On this model the upstream error only adds to this quantizer's.
+		if l.SQNR > l.LocalSQNR+1e-9 {
+			t.Errorf("%s: accumulated SQNR %v above local %v", l.Tensor, l.SQNR, l.LocalSQNR)
+		}
+		if !strings.HasPrefix(l.Rule, "test.yaml:") {
+			t.Errorf("%s: rule %q, want the recorded test.yaml:N", l.Tensor, l.Rule)
+		}
+		if l.ClipMin == nil || l.ClipMax == nil || *l.ClipMax <= 0 || math.Abs(*l.ClipMin/(*l.ClipMax)+128.0/127) > 1e-6 {
+			t.Errorf("%s: clip range %v..%v, want [−128s, 127s]", l.Tensor, l.ClipMin, l.ClipMax)
+		}
+		if l.DType != "int8" {
+			t.Errorf("%s: dtype %q, want int8", l.Tensor, l.DType)
+		}
+		if l.Histogram == nil || l.Histogram.Count == 0 {
+			t.Errorf("%s: no histogram", l.Tensor)
+		}
+	}
+	if finiteLocal < 4 {
+		t.Errorf("only %d quantizers add error: the test model should quantize with loss", finiteLocal)
+	}
+	// The graph input has no producer; convolutions carry their module.
+	byTensor := map[string]LayerReport{}
+	for _, l := range r.Layers {
+		byTensor[l.Tensor] = l
+	}
+	if in := byTensor["input"]; in.OpType != "graph input" || in.Node != "" || in.Histogram.Count != 3*4*64 {
+		t.Errorf("input: %+v, histogram count %d", in.Pair, in.Histogram.Count)
+	}
+	if c := byTensor["/layer1/layer1.0/conv1/Conv_output_0"]; c.Node != "/layer1/layer1.0/conv1/Conv" || c.OpType != "Conv" || c.Module != "layer1.0.conv1" {
+		t.Errorf("conv: %+v", c.Pair)
+	}
+	o := r.Outputs[0]
+	if o.SQNR < 15 || math.IsInf(float64(o.SQNR), 0) {
+		t.Errorf("output SQNR of the int8 model = %v, want finite and above 15 dB", o.SQNR)
+	}
+}
+
+func TestPairActivationsUnpaired(t *testing.T) {
+	ref := load(t, testmodels.CNN().Model)
+	cand, quantized := qdqModel(t, ref, randomBatches(1, 2, 4))
+	// Pair against a reference that lacks most of the quantized tensors:
+	// the MLP shares only the names "input" and "/relu/Relu_output_0".
+	other := load(t, testmodels.MLP().Model)
+	p := PairActivations(other, cand)
+	var paired []string
+	for _, pr := range p.Pairs {
+		paired = append(paired, pr.Tensor)
+	}
+	sort.Strings(paired)
+	if want := []string{"/relu/Relu_output_0", "input"}; !slices.Equal(paired, want) {
+		t.Errorf("paired %q, want %q", paired, want)
+	}
+	if len(p.Pairs)+len(p.Unpaired) != len(quantized) {
+		t.Errorf("%d pairs and %d unpaired for %d quantized activations", len(p.Pairs), len(p.Unpaired), len(quantized))
+	}
+	for _, u := range p.Unpaired {
+		if !strings.Contains(u.Reason, "is a computed value of the reference") || !strings.HasSuffix(u.Value, "_dequantized") {
+			t.Errorf("unpaired %+v", u)
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	ref := load(t, testmodels.CNN().Model)
+	mlp := load(t, testmodels.MLP().Model)
+	cases := []struct {
+		name string
+		run  func() error
+		want string
+	}{
+		{"no data", func() error {
+			_, err := Run(context.Background(), open(t, ref), open(t, ref), seq(nil), Options{})
+			return err
+		}, "no data"},
+		{"too few labels", func() error {
+			_, err := Run(context.Background(), open(t, ref), open(t, ref), seq(randomBatches(2, 2, 1)), Options{Labels: []int64{1, 2, 3}})
+			return err
+		}, "one label per sample"},
+		{"too many labels", func() error {
+			_, err := Run(context.Background(), open(t, ref), open(t, ref), seq(randomBatches(1, 2, 1)), Options{Labels: []int64{1, 2, 3}})
+			return err
+		}, "3 labels for 2 samples"},
+		{"output shapes differ", func() error {
+			_, err := Run(context.Background(), open(t, ref), open(t, mlp), seq(randomBatches(1, 2, 1)), Options{})
+			return err
+		}, "candidate model"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.run()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckGates(t *testing.T) {
+	top1 := 97.5
+	r := &Report{Outputs: []OutputReport{
+		{Name: "logits", SQNR: 21.5, Top1Agreement: &top1},
+		{Name: "features", SQNR: DB(math.Inf(1))},
+	}}
+	cases := []struct {
+		name    string
+		gates   Gates
+		metrics []string
+		err     error
+	}{
+		{"none", Gates{}, nil, nil},
+		{"sqnr passes", Gates{MinSQNR: ptr(20.0)}, nil, nil},
+		{"sqnr fails", Gates{MinSQNR: ptr(22.0)}, []string{"logits/sqnr_db"}, nil},
+		{"top1 fails", Gates{MinTop1Agreement: ptr(99.0)}, []string{"logits/top1_agreement"}, nil},
+		{"both fail", Gates{MinSQNR: ptr(30.0), MinTop1Agreement: ptr(98.0)}, []string{"logits/sqnr_db", "logits/top1_agreement"}, nil},
+		{"top1 passes at equality", Gates{MinTop1Agreement: ptr(97.5)}, nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vs, err := r.Check(c.gates)
+			if err != c.err {
+				t.Fatalf("error %v, want %v", err, c.err)
+			}
+			var got []string
+			for _, v := range vs {
+				got = append(got, v.Output+"/"+v.Metric)
+			}
+			if !slices.Equal(got, c.metrics) {
+				t.Errorf("violations %v, want %v", got, c.metrics)
+			}
+			if len(vs) > 0 {
+				msg := GateError(vs).Error()
+				if !strings.Contains(msg, `output "logits"`) {
+					t.Errorf("message %q does not name the output", msg)
+				}
+			}
+		})
+	}
+	noLogits := &Report{Outputs: []OutputReport{{Name: "features", SQNR: 10}}}
+	if _, err := noLogits.Check(Gates{MinTop1Agreement: ptr(99.0)}); err != ErrNoLogits {
+		t.Errorf("top-1 gate without logits: %v, want ErrNoLogits", err)
+	}
+	nan := &Report{Outputs: []OutputReport{{Name: "y", SQNR: DB(math.NaN())}}}
+	if vs, _ := nan.Check(Gates{MinSQNR: ptr(0.0)}); len(vs) != 1 {
+		t.Errorf("NaN SQNR passes the gate")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
