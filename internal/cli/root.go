@@ -119,6 +119,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 	root.AddCommand(
 		NewCmdVersion(streams, nil),
 		NewCmdInspect(streams, nil),
+		NewCmdRun(streams, nil),
 	)
 	return root
 }
