@@ -1,0 +1,137 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// TestBadConfigs pins the message of each kind of bad config: every error
+// at once, positioned, sorted by line.
+func TestBadConfigs(t *testing.T) {
+	tests := []struct{ name, text string }{
+		{"unknown top-level key", "modle: m.onnx\n"},
+		{"unknown module key", "quantization_config:\n  global_config:\n    op_inptu_spec: null\n"},
+		{"unknown spec key", "quantization_spec:\n  a: {dtype: int8, granulatiry: {type: per_tensor}}\n"},
+		{"unknown dtype", "quantization_spec:\n  a: {dtype: int7}\n"},
+		{"unknown scale dtype", "quantization_spec:\n  a: {dtype: int8, scale_dtype: float8_e8m0}\n  b: {dtype: int8, scale_dtype: int8}\n"},
+		{"unknown qscheme", "quantization_spec:\n  a: {dtype: int8, qscheme: symetric}\n"},
+		{"unknown granularity", "quantization_spec:\n  a: {dtype: int8, granularity: {type: per_chanel}}\n"},
+		{"block_size zero", "quantization_spec:\n  a: {dtype: int4, granularity: {type: per_block, block_size: 0}}\n"},
+		{"per_block without block_size", "quantization_spec:\n  a: {dtype: int4, granularity: {type: per_block}}\n"},
+		{"per_block on activations", "quantization_config:\n  global_config:\n    op_input_spec:\n      \"*\": {dtype: int4, granularity: {type: per_block, block_size: 32}}\n"},
+		{"per_channel activation without axis", "quantization_config:\n  global_config:\n    op_output_spec:\n      \"*\": {dtype: int8, granularity: {type: per_channel}}\n"},
+		{"axis out of range", "quantization_spec:\n  a: {dtype: int8, granularity: {type: per_channel, axis: 9}}\n"},
+		{"wrong type", "threads: many\ncalibration:\n  samples: -1\n  batch_size: 1.5\nengine: onnx\n"},
+		{"bad module regex", "quantization_config:\n  module_name_configs:\n    \"layer1.(0\": null\n"},
+		{"bad op regex", "quantization_config:\n  global_config:\n    op_name_config:\n      \"[conv\": null\n"},
+		{"mixed keys", "quantization_config:\n  global_config:\n    op_input_spec:\n      0: {dtype: int8}\n      X: {dtype: int8}\n"},
+		{"index key in state spec", "quantization_config:\n  global_config:\n    op_state_spec:\n      1: {dtype: int8}\n"},
+		{"unknown op type", "quantization_config:\n  global_config:\n    op_type_config:\n      sofmax: null\n"},
+		{"module key in op config", "quantization_config:\n  global_config:\n    op_type_config:\n      conv2d:\n        op_type_config: {}\n"},
+		{"unknown preset", "quantization_config:\n  preset: w3a8\n"},
+		{"asymmetric fp8", "quantization_spec:\n  a: {dtype: float8_e4m3fn, qscheme: asymmetric}\n"},
+		{"duplicate key", "model: a.onnx\nmodel: b.onnx\n"},
+		{"yaml syntax", "quantization_config:\n  global_config: [\n"},
+		{"two documents", "model: a.onnx\n---\nmodel: b.onnx\n"},
+		{"not a mapping", "- a\n- b\n"},
+		{"calculator parameter that does not apply", "quantization_spec:\n  a: {dtype: int8, qparam_calculator: {type: static, averaging_constant: 0.1}}\n"},
+		{"only_for as a list", "quantization_config:\n  preset: w4\n  only_for: [torch.nn.modules.linear.Linear]\n"},
+		{"many errors sorted", "engine: gpu\nquantization_spec:\n  a: {dtype: int9}\nquantization_config:\n  global_confg: {}\n"},
+	}
+	var b strings.Builder
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.text), "bad.yaml")
+			var list ErrorList
+			if !errors.As(err, &list) || len(list) == 0 {
+				t.Fatalf("Parse accepted it (err %v)", err)
+			}
+			for i, d := range list {
+				if d.Line < 1 || d.Col < 1 || d.File != "bad.yaml" {
+					t.Errorf("error without a position: %+v", d)
+				}
+				if i > 0 && d.Line < list[i-1].Line {
+					t.Errorf("errors not sorted by line: %v", list)
+				}
+			}
+			fmt.Fprintf(&b, "== %s\n%s\n", tt.name, err)
+		})
+	}
+	checkGolden(t, "errors.txt", b.String())
+}
+
+// TestResolveErrors: specs that only fail against a model, positioned at
+// the rule.
+func TestResolveErrors(t *testing.T) {
+	b := testmodels.New("add", 17)
+	b.Input("x", tensor.Float, 2, 3).Output("y", tensor.Float, 2, 3)
+	b.RandomInit("c", 1, 2, 3)
+	b.Node("Add", "/blk/Add", []string{"x", "c"}, []string{"y"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, text, want string }{
+		{"per_channel state without default axis",
+			"quantization_config:\n  global_config:\n    op_state_spec:\n      \"*\": {dtype: int8, granularity: {type: per_channel}}\n",
+			`c.yaml:4:7: node "/blk/Add" (Add) state 1 "c": per_channel without axis: Add has no default axis for this tensor (rank 2); set granularity.axis`},
+		{"axis out of range for the tensor",
+			"quantization_config:\n  global_config:\n    op_state_spec:\n      \"*\": {dtype: int8, granularity: {type: per_channel, axis: -3}}\n",
+			`c.yaml:4:7: node "/blk/Add" (Add) state 1 "c": granularity axis -3 is out of range for a tensor of rank 2`},
+		{"activation axis out of range",
+			"quantization_config:\n  global_config:\n    op_output_spec:\n      0: {dtype: int8, granularity: {type: per_channel, axis: 2}}\n",
+			`c.yaml:4:7: node "/blk/Add" (Add) output 0 "y": granularity axis 2 is out of range for a tensor of rank 2`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, "c.yaml", tt.text)
+			_, err := Resolve(cfg.Quant, m.Graph)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error = %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	for in, want := range map[string]string{"granulatiry": "granularity", "int7": "int8", "xyzzy": "", "per_chanel": "per_channel"} {
+		cands := append(append([]string{}, specKeys...), "int8", "per_channel")
+		if got := didYouMean(in, cands); got != want {
+			t.Errorf("didYouMean(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzLoadConfig: the loader never panics, and every error has a position.
+func FuzzLoadConfig(f *testing.F) {
+	f.Add([]byte(""))
+	f.Add([]byte("a: &a [*a]\n"))
+	f.Add([]byte("x: &x {<<: *x}\n"))
+	f.Add([]byte("quantization_config:\n  preset: w4\n  without: {module_names: ['(']}\n"))
+	f.Add([]byte("quantization_spec:\n  a: &a {dtype: int8}\nquantization_config:\n  global_config:\n    op_input_spec: {0: *a, '*': null}\n"))
+	for _, name := range PresetNames() {
+		b, _ := PresetYAML(name)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := Parse(data, "fuzz.yaml")
+		if err == nil {
+			return
+		}
+		var list ErrorList
+		if !errors.As(err, &list) {
+			t.Fatalf("error is not an ErrorList: %v", err)
+		}
+		for _, d := range list {
+			if d.Line < 1 || d.Col < 1 || d.File != "fuzz.yaml" {
+				t.Fatalf("error without a position: %+v", d)
+			}
+		}
+	})
+}
