@@ -1,0 +1,715 @@
+package finalize
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/spec"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// Stats supplies the qparams of calibrated activations.
+type Stats interface {
+	// ActivationParams returns the qparams of the activation t (a group
+	// root without a fixed range) under t.Spec, with the observed range.
+	ActivationParams(t *TensorPlan) (*Params, error)
+}
+
+// RangeStats are observed [min, max] ranges by value name; their qparams
+// are spec.QParams of the range.
+type RangeStats map[string]Range
+
+// ActivationParams implements Stats.
+func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
+	rg, ok := r[t.Value]
+	if !ok {
+		return nil, fmt.Errorf("no calibration range for activation %q", t.Value)
+	}
+	return paramsOfRange(t.Spec, rg)
+}
+
+func paramsOfRange(s *spec.QuantizationSpec, rg Range) (*Params, error) {
+	sc, zp, err := s.QParams([]float32{rg.Min}, []float32{rg.Max})
+	if err != nil {
+		return nil, err
+	}
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
+}
+
+// Options control Write.
+type Options struct {
+	// Opset pins the default-domain opset of the output (0: the lowest
+	// opset at or above the model's that the content needs). A pin below
+	// 21 with int4/uint4/int16/uint16 tensors writes com.microsoft Q/DQ.
+	Opset int64
+}
+
+// Result is the quantized model and what Write decided.
+type Result struct {
+	Model *onnxgraph.Model
+	// Opset and IRVersion are the stamped default-domain opset and IR.
+	Opset     int64
+	IRVersion int64
+	// Tensors are the written quantization points with their final
+	// qparams (biases and enlarged weight scales included), sorted by name.
+	Tensors []*TensorPlan
+	// Notes record adjustments (enlarged weight scales, raised opset).
+	Notes []string
+}
+
+// ValueNaming documents how the written model names tensors, so that a
+// per-layer comparison can pair each quantized activation with its float
+// counterpart: the value named V in the quantized model is what V's
+// consumers read — the dequantized tensor (DequantizeLinear's output) —
+// and V's producer now writes V_QuantizeLinear_Input. Graph inputs keep
+// their name on the float side; their dequantized copy is
+// V_DequantizeLinear_Output. Weights keep their name on the
+// DequantizeLinear output; the integers are V_quantized.
+const ValueNaming = "dequantized tensors keep the float value name; producers write <name>_QuantizeLinear_Input"
+
+// writer holds the state of one Write.
+type writer struct {
+	src    *onnxgraph.Model
+	plan   *Plan
+	out    *onnxpb.ModelProto
+	opts   Options
+	params map[string]*Params // by value, roots and own params
+	used   map[string]bool
+	notes  []string
+
+	opset    int64
+	msDomain bool // Q/DQ with int4/16-bit types go to com.microsoft
+
+	prologue []*onnxpb.NodeProto
+	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
+	inits    []*onnxpb.TensorProto
+	removed  map[string]bool // initializers replaced by quantized ones
+	rename   map[string]string
+}
+
+// Write builds the quantized model of m under plan: weights become integer
+// initializers followed by DequantizeLinear, activations get a shared
+// QuantizeLinear → DequantizeLinear pair, biases of Conv/ConvTranspose/Gemm
+// become int32. stats supplies calibrated activation qparams and may be nil
+// when the plan has none to calibrate. Neither m nor plan is modified.
+func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, error) {
+	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{},
+		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{}}
+	w.out = proto.CloneOf(m.Proto)
+	w.collectNames()
+	if err := w.resolveParams(stats); err != nil {
+		return nil, err
+	}
+	if err := w.resolveBiases(); err != nil {
+		return nil, err
+	}
+	if err := w.chooseOpset(); err != nil {
+		return nil, err
+	}
+	tensors := slices.Clone(plan.Tensors)
+	slices.SortStableFunc(tensors, func(a, b *TensorPlan) int { return cmpString(a.Value, b.Value) })
+	var final []*TensorPlan
+	for _, t := range tensors {
+		var err error
+		switch t.Role {
+		case Weight, Bias:
+			err = w.writeConst(t)
+		case Activation:
+			err = w.writeActivation(t)
+		}
+		if err != nil {
+			return nil, err
+		}
+		c := *t
+		c.Params = w.paramsOf(t)
+		final = append(final, &c)
+	}
+	w.assemble()
+	ir, err := w.stamp()
+	if err != nil {
+		return nil, err
+	}
+	qm, err := onnxgraph.FromProto(w.out, m.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("quantized model is not valid: %w", err)
+	}
+	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes}, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// collectNames records every node and value name of the model so that
+// inserted names are unique.
+func (w *writer) collectNames() {
+	w.used = map[string]bool{}
+	var walk func(g *onnxpb.GraphProto)
+	walk = func(g *onnxpb.GraphProto) {
+		for _, t := range g.GetInitializer() {
+			w.used[t.GetName()] = true
+		}
+		for _, vs := range [][]*onnxpb.ValueInfoProto{g.GetInput(), g.GetOutput(), g.GetValueInfo()} {
+			for _, v := range vs {
+				w.used[v.GetName()] = true
+			}
+		}
+		for _, n := range g.GetNode() {
+			w.used[n.GetName()] = true
+			for _, s := range n.GetInput() {
+				w.used[s] = true
+			}
+			for _, s := range n.GetOutput() {
+				w.used[s] = true
+			}
+			for _, a := range n.GetAttribute() {
+				if a.G != nil {
+					walk(a.G)
+				}
+				for _, sg := range a.Graphs {
+					walk(sg)
+				}
+			}
+		}
+	}
+	walk(w.out.GetGraph())
+}
+
+// name returns base, or base_1, base_2, ... : the first unused one.
+func (w *writer) name(base string) string {
+	n := base
+	for i := 1; w.used[n]; i++ {
+		n = fmt.Sprintf("%s_%d", base, i)
+	}
+	w.used[n] = true
+	return n
+}
+
+// resolveParams fills params for every tensor: weights from the plan,
+// fixed ranges from the spec, calibrated roots from stats, shared tensors
+// from their root.
+func (w *writer) resolveParams(stats Stats) error {
+	var missing []string
+	for _, t := range w.plan.Tensors {
+		if t.Role == Bias || t.SharedWith != "" {
+			continue
+		}
+		switch {
+		case t.Params != nil:
+			w.params[t.Value] = t.Params.Clone()
+		case t.Fixed != nil:
+			p, err := paramsOfRange(t.Spec, *t.Fixed)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Value, err)
+			}
+			w.params[t.Value] = p
+		case t.Role == Activation && stats != nil:
+			p, err := stats.ActivationParams(t)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Value, err)
+			}
+			w.params[t.Value] = p.Clone()
+		default:
+			missing = append(missing, t.Value)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		more := ""
+		if len(missing) > 5 {
+			more = fmt.Sprintf(" and %d more", len(missing)-5)
+			missing = missing[:5]
+		}
+		return fmt.Errorf("no qparams for %q%s: activations need calibration statistics (run calibrate, or use a weight-only preset)", missing, more)
+	}
+	for _, t := range w.plan.Tensors {
+		if t.SharedWith == "" {
+			continue
+		}
+		root := w.plan.Root(t)
+		if root == nil || root.SharedWith != "" {
+			return fmt.Errorf("tensor %q: shares qparams with %q, which is not planned", t.Value, t.SharedWith)
+		}
+		if !root.Spec.Equal(t.Spec) {
+			return fmt.Errorf("tensor %q: shares qparams with %q but has spec %s, not %s", t.Value, root.Value, t.Spec, root.Spec)
+		}
+	}
+	return nil
+}
+
+// paramsOf returns the params t uses (its root's when shared).
+func (w *writer) paramsOf(t *TensorPlan) *Params {
+	if r := w.plan.Root(t); r != nil {
+		return w.params[r.Value]
+	}
+	return nil
+}
+
+// int32Max is the largest int32 bias code.
+const int32Max = math.MaxInt32
+
+// resolveBiases computes each bias's int32 params as input scale × weight
+// scale, enlarging the weight scale of a channel whose bias would overflow
+// int32 rather than saturating the bias.
+func (w *writer) resolveBiases() error {
+	for _, t := range w.plan.Tensors {
+		if t.Role != Bias {
+			continue
+		}
+		in, wt := w.plan.Tensor(t.Input), w.plan.Tensor(t.Weight)
+		if in == nil || wt == nil {
+			return fmt.Errorf("bias %q: input %q or weight %q is not planned", t.Value, t.Input, t.Weight)
+		}
+		ip, wp := w.paramsOf(in), w.paramsOf(wt)
+		if len(ip.Scales) != 1 {
+			return fmt.Errorf("bias %q: input %q is not quantized per tensor", t.Value, t.Input)
+		}
+		b, err := w.constData(t.Value)
+		if err != nil {
+			return err
+		}
+		beta := t.BiasBeta
+		if beta == 0 {
+			beta = 1
+		}
+		sIn := float64(ip.Scales[0])
+		scales := make([]float32, len(b))
+		for c, v := range b {
+			j := c % len(wp.Scales)
+			need := math.Abs(float64(v)*float64(beta)) / (sIn * int32Max)
+			if float64(wp.Scales[j]) < need {
+				old := wp.Scales[j]
+				wp.Scales[j] = math.Nextafter32(float32(need), float32(math.Inf(1)))
+				w.notes = append(w.notes, fmt.Sprintf("weight %q: scale %d enlarged from %g to %g so that bias %q fits int32",
+					t.Weight, j, old, wp.Scales[j], t.Value))
+			}
+		}
+		for c := range b {
+			scales[c] = float32(sIn * float64(wp.Scales[c%len(wp.Scales)]))
+		}
+		if t.Axis < 0 && len(scales) > 0 {
+			scales = scales[:1]
+		}
+		w.params[t.Value] = &Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
+	}
+	return nil
+}
+
+// constData reads the float data of a constant value of the source model.
+func (w *writer) constData(name string) ([]float32, error) {
+	v := w.src.Graph.Value(name)
+	if v == nil || v.Const == nil {
+		return nil, fmt.Errorf("tensor %q: not a constant of the model", name)
+	}
+	t, err := tensor.FromProto(v.Const, w.src)
+	if err != nil {
+		return nil, err
+	}
+	f, err := t.AsFloat32()
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return f, nil
+}
+
+// needs is the default-domain opset a quantized tensor needs with
+// standard ONNX Q/DQ, and whether com.microsoft Q/DQ (contrib opset 1:
+// per-tensor or per-axis int8/16 and int4) can serve it at any opset.
+func needs(t *TensorPlan, floatType tensor.DType) (opset int64, msOK bool) {
+	opset = 10
+	if t.Axis >= 0 {
+		opset = 13
+	}
+	if floatType == tensor.Float16 || floatType == tensor.BFloat16 {
+		opset = 19
+	}
+	if t.Spec == nil { // bias: int32
+		return opset, false
+	}
+	msOK = floatType == tensor.Float || floatType == tensor.Float16
+	switch t.Spec.DType {
+	case spec.Float8E4M3FN, spec.Float8E5M2:
+		opset, msOK = max(opset, 19), false
+	case spec.Int16, spec.UInt16, spec.Int4, spec.UInt4:
+		opset = max(opset, 21)
+	case spec.Float4E2M1:
+		opset, msOK = max(opset, 23), false
+	case spec.Int2, spec.UInt2:
+		opset, msOK = max(opset, 25), false
+	default:
+		msOK = false
+	}
+	if t.BlockSize > 0 {
+		opset, msOK = max(opset, 21), false
+	}
+	if t.Role == Weight {
+		switch t.Spec.ScaleDType {
+		case spec.Float8E8M0FNU:
+			opset, msOK = max(opset, 24), false
+		case spec.Float16, spec.BFloat16:
+			if sd, _ := TensorDType(t.Spec.ScaleDType); sd != floatType {
+				opset, msOK = max(opset, 23), false
+			}
+		}
+	}
+	return opset, msOK
+}
+
+func floatTypeOf(t *TensorPlan) tensor.DType {
+	if t.FloatType == 0 {
+		return tensor.Float
+	}
+	return tensor.DType(t.FloatType)
+}
+
+// chooseOpset picks the output opset: the model's, raised as far as the
+// content needs, or the pinned one, with com.microsoft Q/DQ for int4 and
+// 16-bit types below opset 21.
+func (w *writer) chooseOpset() error {
+	cur := w.src.Opset("")
+	var needStd, needMS int64 // with standard Q/DQ only; with com.microsoft where it can serve
+	var why, whyMS string
+	for _, t := range w.plan.Tensors {
+		o, ms := needs(t, floatTypeOf(t))
+		if o > needStd {
+			needStd, why = o, fmt.Sprintf("tensor %q (%s)", t.Value, t.SpecString())
+		}
+		if !ms && o > needMS {
+			needMS, whyMS = o, fmt.Sprintf("tensor %q (%s)", t.Value, t.SpecString())
+		}
+	}
+	target := max(cur, needStd)
+	if w.opts.Opset > 0 {
+		if w.opts.Opset < cur {
+			return fmt.Errorf("opset %d is below the model's opset %d; coreaiq does not lower opsets", w.opts.Opset, cur)
+		}
+		target = w.opts.Opset
+		if target < needStd {
+			if target < needMS {
+				return fmt.Errorf("opset %d is too low: %s needs opset %d", target, whyMS, needMS)
+			}
+			w.msDomain = true
+			w.notes = append(w.notes, fmt.Sprintf("opset pinned at %d: int4/16-bit Q/DQ written in domain com.microsoft", target))
+		}
+	}
+	if err := checkOpsetRaise(w.src.Proto, cur, target); err != nil {
+		return err
+	}
+	if target > cur {
+		w.notes = append(w.notes, fmt.Sprintf("opset raised from %d to %d for %s", cur, target, why))
+	}
+	w.opset = target
+	return nil
+}
+
+// msType reports whether a Q/DQ of dtype d goes to com.microsoft.
+func (w *writer) msType(t *TensorPlan) bool {
+	if !w.msDomain || t.Spec == nil {
+		return false
+	}
+	switch t.Spec.DType {
+	case spec.Int16, spec.UInt16, spec.Int4, spec.UInt4:
+		return true
+	}
+	return false
+}
+
+// servedNode returns the source node a tensor is quantized for.
+func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
+	for _, n := range t.Nodes {
+		if node := w.src.Graph.Node(n); node != nil {
+			return node
+		}
+	}
+	return nil
+}
+
+func (w *writer) node(op, name string, in, out []string, t *TensorPlan, attrs ...*onnxpb.AttributeProto) *onnxpb.NodeProto {
+	n := &onnxpb.NodeProto{OpType: proto.String(op), Name: proto.String(w.name(name)), Input: in, Output: out, Attribute: attrs}
+	if w.msType(t) {
+		n.Domain = proto.String("com.microsoft")
+	}
+	if src := w.servedNode(t); src != nil {
+		for _, kv := range src.Proto.GetMetadataProps() {
+			n.MetadataProps = append(n.MetadataProps, proto.CloneOf(kv))
+		}
+	}
+	return n
+}
+
+func attrInt(name string, v int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
+}
+
+func (w *writer) addInit(t *tensor.Tensor, name string) error {
+	tp, err := tensor.ToProto(t, name)
+	if err != nil {
+		return err
+	}
+	w.inits = append(w.inits, tp)
+	return nil
+}
+
+// qparamInits writes the scale and zero point initializers of t (once per
+// group: shared tensors reuse their root's) and returns their names.
+func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool) (scale, zp string, err error) {
+	root := w.plan.Root(t)
+	key := root.Value
+	if s, ok := w.rename["scale:"+key]; ok {
+		return s, w.rename["zp:"+key], nil
+	}
+	p := w.params[key]
+	shape := ParamShape(t.Shape, t.Axis, t.BlockSize)
+	st, err := scaleTensor(scaleType, shape, p.Scales)
+	if err != nil {
+		return "", "", fmt.Errorf("tensor %q: %w", t.Value, err)
+	}
+	scale = w.name(key + "_scale")
+	if err := w.addInit(st, scale); err != nil {
+		return "", "", err
+	}
+	if withZP {
+		zt, err := zeroPointTensor(t.Spec.DType, shape, p.ZeroPoints)
+		if err != nil {
+			return "", "", fmt.Errorf("tensor %q: %w", t.Value, err)
+		}
+		zp = w.name(key + "_zero_point")
+		if err := w.addInit(zt, zp); err != nil {
+			return "", "", err
+		}
+	}
+	w.rename["scale:"+key], w.rename["zp:"+key] = scale, zp
+	return scale, zp, nil
+}
+
+// writeConst writes a weight or bias: integer initializer → DequantizeLinear
+// whose output keeps the float initializer's name.
+func (w *writer) writeConst(t *TensorPlan) error {
+	data, err := w.constData(t.Value)
+	if err != nil {
+		return err
+	}
+	v := w.src.Graph.Value(t.Value)
+	shape := make([]int, len(v.Const.GetDims()))
+	for i, d := range v.Const.GetDims() {
+		shape[i] = int(d)
+	}
+	p := w.params[t.Value]
+	var q *tensor.Tensor
+	var scaleType tensor.DType
+	ft := floatTypeOf(t)
+	attrs := []*onnxpb.AttributeProto{}
+	axis := t.Axis
+	if t.Role == Bias {
+		if len(p.Scales) == 1 {
+			axis = -1
+		}
+		beta := t.BiasBeta
+		if beta == 0 {
+			beta = 1
+		}
+		q = tensor.New(tensor.Int32, shape...)
+		codes := q.Data.([]int32)
+		for i, x := range data {
+			codes[i] = int32(QuantizeValue(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, int32Max))
+		}
+		scaleType = ft
+	} else {
+		q, err = Quantize(data, shape, t.Axis, t.BlockSize, t.Spec, p)
+		if err != nil {
+			return fmt.Errorf("weight %q: %w", t.Value, err)
+		}
+		scaleType, _ = TensorDType(t.Spec.ScaleDType)
+		if scaleType == tensor.Undefined || scaleType == tensor.Float {
+			scaleType = ft
+		}
+		if scaleType != ft {
+			attrs = append(attrs, attrInt("output_dtype", int64(ft)))
+		}
+	}
+	if axis >= 0 {
+		attrs = append(attrs, attrInt("axis", int64(axis)))
+		if t.BlockSize > 0 {
+			attrs = append(attrs, attrInt("block_size", int64(t.BlockSize)))
+		}
+	}
+	qname := w.name(t.Value + "_quantized")
+	if err := w.addInit(q, qname); err != nil {
+		return err
+	}
+	tt := *t
+	tt.Shape, tt.Axis = shape, axis
+	scale, zp, err := w.qparamInits(&tt, scaleType, t.Role != Bias)
+	if err != nil {
+		return err
+	}
+	in := []string{qname, scale}
+	if zp != "" {
+		in = append(in, zp)
+	}
+	w.prologue = append(w.prologue, w.node("DequantizeLinear", t.Value+"_DequantizeLinear", in, []string{t.Value}, t, attrs...))
+	w.removed[t.Value] = true
+	return nil
+}
+
+// writeActivation inserts QuantizeLinear → DequantizeLinear on a value:
+// one pair shared by all consumers. The dequantized output keeps the value's
+// name (so graph outputs keep theirs); the producer's output is renamed.
+func (w *writer) writeActivation(t *TensorPlan) error {
+	v := w.src.Graph.Value(t.Value)
+	if v == nil {
+		return fmt.Errorf("activation %q: no such value in the model", t.Value)
+	}
+	scale, zp, err := w.qparamInits(t, floatTypeOf(t), true)
+	if err != nil {
+		return err
+	}
+	qOut := w.name(t.Value + "_QuantizeLinear_Output")
+	var qIn, dqOut string
+	if v.Producer == nil {
+		// A graph input keeps its name on the float side; its consumers
+		// read the dequantized copy.
+		qIn, dqOut = t.Value, w.name(t.Value+"_DequantizeLinear_Output")
+		w.rename["in:"+t.Value] = dqOut
+	} else {
+		qIn, dqOut = w.name(t.Value+"_QuantizeLinear_Input"), t.Value
+		w.rename["out:"+t.Value] = qIn
+	}
+	q := w.node("QuantizeLinear", t.Value+"_QuantizeLinear", []string{qIn, scale, zp}, []string{qOut}, t)
+	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", []string{qOut, scale, zp}, []string{dqOut}, t)
+	if v.Producer == nil {
+		w.prologue = append(w.prologue, q, dq)
+	} else {
+		w.after[t.Value] = append(w.after[t.Value], q, dq)
+	}
+	return nil
+}
+
+// assemble rebuilds the main graph's node and initializer lists: weight
+// DequantizeLinear nodes and graph-input Q/DQ first, then the source nodes
+// in topological order, each followed by the Q/DQ of its outputs.
+func (w *writer) assemble() {
+	g := w.out.Graph
+	src := g.GetNode()
+	var nodes []*onnxpb.NodeProto
+	nodes = append(nodes, w.prologue...)
+	for _, n := range w.src.Graph.Nodes {
+		np := src[n.Index]
+		// A Constant node whose output became a quantized weight is
+		// replaced by the weight's DequantizeLinear.
+		if n.OpType == "Constant" && n.Domain == "" && len(np.Output) == 1 && w.removed[np.Output[0]] {
+			continue
+		}
+		for i, in := range np.Input {
+			if r, ok := w.rename["in:"+in]; ok {
+				np.Input[i] = r
+			}
+		}
+		var tail []*onnxpb.NodeProto
+		for i, out := range np.Output {
+			if r, ok := w.rename["out:"+out]; ok {
+				np.Output[i] = r
+				tail = append(tail, w.after[out]...)
+			}
+		}
+		if n.OpType == "Gemm" && n.Domain == "" {
+			w.foldGemmBeta(np)
+		}
+		nodes = append(nodes, np)
+		nodes = append(nodes, tail...)
+	}
+	g.Node = nodes
+	var inits []*onnxpb.TensorProto
+	for _, t := range g.GetInitializer() {
+		if !w.removed[t.GetName()] {
+			inits = append(inits, t)
+		}
+	}
+	g.Initializer = append(inits, w.inits...)
+	var inputs []*onnxpb.ValueInfoProto
+	for _, in := range g.GetInput() {
+		if !w.removed[in.GetName()] { // an initializer listed as input (IR < 4)
+			inputs = append(inputs, in)
+		}
+	}
+	g.Input = inputs
+}
+
+// foldGemmBeta resets beta to 1 on a Gemm whose bias was quantized with
+// beta folded in.
+func (w *writer) foldGemmBeta(np *onnxpb.NodeProto) {
+	if len(np.Input) < 3 {
+		return
+	}
+	b := w.plan.Tensor(np.Input[2])
+	if b == nil || b.Role != Bias || b.BiasBeta == 0 || b.BiasBeta == 1 {
+		return
+	}
+	for _, a := range np.Attribute {
+		if a.GetName() == "beta" {
+			a.F = proto.Float32(1)
+		}
+	}
+}
+
+// stamp writes the opset imports and the lowest IR version that covers
+// the content, never lowering the model's.
+func (w *writer) stamp() (int64, error) {
+	found := false
+	for _, o := range w.out.OpsetImport {
+		if onnxgraph.NormalizeDomain(o.GetDomain()) == "" {
+			o.Version = proto.Int64(w.opset)
+			found = true
+		}
+	}
+	if !found {
+		w.out.OpsetImport = append(w.out.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String(""), Version: proto.Int64(w.opset)})
+	}
+	if w.msDomain {
+		has := false
+		for _, o := range w.out.OpsetImport {
+			if o.GetDomain() == "com.microsoft" {
+				has = true
+			}
+		}
+		if !has {
+			w.out.OpsetImport = append(w.out.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String("com.microsoft"), Version: proto.Int64(1)})
+		}
+	}
+	ir := max(w.out.GetIrVersion(), irForOpset(w.opset))
+	for _, t := range w.plan.Tensors {
+		if t.Spec == nil {
+			continue
+		}
+		switch t.Spec.DType {
+		case spec.Float8E4M3FN, spec.Float8E5M2:
+			ir = max(ir, 9)
+		case spec.Int4, spec.UInt4:
+			ir = max(ir, 10)
+		case spec.Float4E2M1:
+			ir = max(ir, 11)
+		case spec.Int2, spec.UInt2:
+			ir = max(ir, 13)
+		}
+		if t.Spec.ScaleDType == spec.Float8E8M0FNU {
+			ir = max(ir, 12)
+		}
+	}
+	if ir > 13 {
+		return 0, errors.New("the quantized model needs an IR version above 13, which this build does not know")
+	}
+	w.out.IrVersion = proto.Int64(ir)
+	return ir, nil
+}

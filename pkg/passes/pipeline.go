@@ -1,0 +1,202 @@
+package passes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+)
+
+// Stage is how far the pipeline has filled in the Plan.
+type Stage = finalize.Stage
+
+// The stages, re-exported from finalize.
+const (
+	StageNone  = finalize.StageNone
+	Inspected  = finalize.Inspected
+	Prepared   = finalize.Prepared
+	Calibrated = finalize.Calibrated
+	Finalized  = finalize.Finalized
+)
+
+// Calibrator runs the float model on calibration data and returns the
+// statistics of the plan's observed activations (Plan.Observed).
+type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error)
+
+// Unit is what the passes work on: the model (read-only), the config, and
+// the Plan they fill in.
+type Unit struct {
+	Model  *onnxgraph.Model
+	Config *config.QuantizerConfig
+	// Prepare tunes the prepare pass.
+	Prepare PrepareOptions
+	// Calibrate produces activation statistics; it is only called when the
+	// plan has activations to observe.
+	Calibrate Calibrator
+	// Write tunes the finalize pass.
+	Write finalize.Options
+
+	Summary    *ModelSummary
+	Resolution *config.Resolution
+	Plan       *Plan
+	Stats      finalize.Stats
+	Result     *finalize.Result
+}
+
+// Pass is one step of the pipeline.
+type Pass struct {
+	// Name is used in errors, --dump-after and timings.
+	Name string
+	// Needs is the stage the Plan must be at before the pass runs.
+	Needs Stage
+	// Makes is the stage the Plan is at after it.
+	Makes Stage
+	Run   func(ctx context.Context, u *Unit) error
+}
+
+// Pipeline is the order of passes; Run is the only loop over it.
+var Pipeline = []Pass{
+	{Name: "inspect", Needs: StageNone, Makes: Inspected, Run: inspectPass},
+	{Name: "prepare", Needs: Inspected, Makes: Prepared, Run: preparePass},
+	{Name: "calibrate", Needs: Prepared, Makes: Calibrated, Run: calibratePass},
+	{Name: "finalize", Needs: Calibrated, Makes: Finalized, Run: finalizePass},
+}
+
+// RunOptions control Run.
+type RunOptions struct {
+	// Until is the last pass to run ("" runs them all).
+	Until string
+	// DumpAfter names a pass after which the Plan is written to Dump as
+	// text.
+	DumpAfter string
+	Dump      io.Writer
+}
+
+// Timing is the wall time of one pass.
+type Timing struct {
+	Pass    string        `json:"pass"`
+	Elapsed time.Duration `json:"-"`
+	Seconds float64       `json:"seconds"`
+}
+
+// PassNames lists the passes in order.
+func PassNames() []string {
+	out := make([]string, len(Pipeline))
+	for i, p := range Pipeline {
+		out[i] = p.Name
+	}
+	return out
+}
+
+func knownPass(name string) bool {
+	for _, p := range Pipeline {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Run runs the pipeline on u, checking each pass's stage, timing it and
+// dumping the Plan after the one named by opts.DumpAfter.
+func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
+	for _, n := range []string{opts.Until, opts.DumpAfter} {
+		if n != "" && !knownPass(n) {
+			return nil, fmt.Errorf("unknown pass %q (passes: %v)", n, PassNames())
+		}
+	}
+	var timings []Timing
+	for _, p := range Pipeline {
+		stage := StageNone
+		if u.Plan != nil {
+			stage = u.Plan.Stage
+		}
+		if stage < p.Needs {
+			return timings, fmt.Errorf("%s: needs a plan at stage %s, have %s", p.Name, p.Needs, stage)
+		}
+		if stage >= p.Makes {
+			continue // already done (a plan handed in at a later stage)
+		}
+		if err := ctx.Err(); err != nil {
+			return timings, err
+		}
+		start := time.Now()
+		if err := p.Run(ctx, u); err != nil {
+			return timings, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		el := time.Since(start)
+		timings = append(timings, Timing{Pass: p.Name, Elapsed: el, Seconds: el.Seconds()})
+		if u.Plan == nil {
+			u.Plan = &Plan{}
+		}
+		u.Plan.Stage = p.Makes
+		if opts.DumpAfter == p.Name && opts.Dump != nil {
+			if err := u.Plan.Dump(opts.Dump); err != nil {
+				return timings, err
+			}
+		}
+		if opts.Until == p.Name {
+			break
+		}
+	}
+	return timings, nil
+}
+
+func inspectPass(_ context.Context, u *Unit) error {
+	if u.Model == nil {
+		return errors.New("no model")
+	}
+	u.Summary = Summarize(u.Model)
+	u.Plan = &Plan{Stage: Inspected}
+	return nil
+}
+
+func preparePass(_ context.Context, u *Unit) error {
+	if u.Config == nil {
+		return errors.New("no quantization config")
+	}
+	res, err := config.Resolve(u.Config, u.Model.Graph)
+	if err != nil {
+		return err
+	}
+	u.Resolution = res
+	plan, err := Prepare(u.Model, res, u.Prepare)
+	if err != nil {
+		return err
+	}
+	u.Plan = plan
+	return nil
+}
+
+func calibratePass(ctx context.Context, u *Unit) error {
+	obs := u.Plan.Observed()
+	if len(obs) == 0 {
+		return nil // weight-only or fixed ranges: nothing to observe
+	}
+	if u.Stats != nil {
+		return nil // statistics handed in (finalize --stats)
+	}
+	if u.Calibrate == nil {
+		return fmt.Errorf("the plan quantizes %d activations (first %q): calibration data is needed", len(obs), obs[0].Value)
+	}
+	st, err := u.Calibrate(ctx, u.Model, u.Plan)
+	if err != nil {
+		return err
+	}
+	u.Stats = st
+	return nil
+}
+
+func finalizePass(_ context.Context, u *Unit) error {
+	res, err := finalize.Write(u.Model, u.Plan, u.Stats, u.Write)
+	if err != nil {
+		return err
+	}
+	u.Result = res
+	return nil
+}

@@ -1,0 +1,574 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/spec"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// The Plan types are defined in pkg/finalize, which consumes them (the
+// layer rule puts finalize below passes); these aliases are the names the
+// pipeline uses.
+type (
+	Plan       = finalize.Plan
+	TensorPlan = finalize.TensorPlan
+	Skip       = finalize.Skip
+	Params     = finalize.Params
+)
+
+// WeightClipping selects how weight ranges are computed in prepare.
+type WeightClipping uint8
+
+const (
+	// ClipMinMax uses each group's min and max (no clipping).
+	ClipMinMax WeightClipping = iota
+	// ClipMSE shrinks each group's range to the one that minimises the
+	// squared quantization error (also chosen per tensor by the mse
+	// calculator).
+	ClipMSE
+)
+
+// PrepareOptions tune prepare.
+type PrepareOptions struct {
+	// ConcatShare makes the inputs of Concat share the output's qparams.
+	ConcatShare bool
+	// WeightClipping applies to every weight; a weight spec with the mse
+	// calculator is clipped regardless.
+	WeightClipping WeightClipping
+}
+
+// request is one node asking for a value to be quantized.
+type request struct {
+	spec *spec.QuantizationSpec
+	rule config.Rule
+	node string
+}
+
+// Prepare turns the resolved config into a Plan: one entry per quantized
+// tensor, each node left in float listed with a reason, weight qparams
+// computed from the weights.
+func Prepare(m *onnxgraph.Model, res *config.Resolution, opts PrepareOptions) (*Plan, error) {
+	p := &preparer{m: m, g: m.Graph, res: res, opts: opts, plan: &Plan{Stage: finalize.Prepared},
+		requests: map[string][]request{}, fused: map[string]bool{}}
+	if err := p.run(); err != nil {
+		return nil, err
+	}
+	p.plan.Sort()
+	return p.plan, nil
+}
+
+type preparer struct {
+	m    *onnxgraph.Model
+	g    *onnxgraph.Graph
+	res  *config.Resolution
+	opts PrepareOptions
+	plan *Plan
+
+	// requests are the activation requests by value, producer first then
+	// consumers in topological order.
+	requests map[string][]request
+	order    []string
+	fused    map[string]bool
+	// quantized counts the planned tensors of each node.
+	quantized map[string]int
+}
+
+func (p *preparer) note(format string, args ...any) {
+	p.plan.Notes = append(p.plan.Notes, fmt.Sprintf(format, args...))
+}
+
+func (p *preparer) request(value string, r request) {
+	if _, ok := p.requests[value]; !ok {
+		p.order = append(p.order, value)
+	}
+	p.requests[value] = append(p.requests[value], r)
+}
+
+func (p *preparer) run() error {
+	p.quantized = map[string]int{}
+	// Fused activations: Conv → Relu has no Q/DQ in between.
+	var fusedPairs [][3]string
+	wanted := map[string]bool{}
+	for _, n := range p.g.Nodes {
+		r, ok := ruleOf(n)
+		if !ok || !r.fusesRelu || len(n.Outputs) == 0 || n.Outputs[0] == nil {
+			continue
+		}
+		v := n.Outputs[0]
+		if len(v.Consumers) == 1 && !v.IsGraphOutput {
+			c := v.Consumers[0]
+			if c.Domain == "" && (c.OpType == "Relu" || c.OpType == "Clip") {
+				p.fused[v.Name] = true
+				fusedPairs = append(fusedPairs, [3]string{v.Name, n.String(), c.String()})
+			}
+		}
+	}
+	// Collect activation requests, producer side first.
+	for _, n := range p.g.Nodes {
+		nr := p.res.Node(n.Name)
+		r, ok := ruleOf(n)
+		if !ok || nr == nil {
+			continue
+		}
+		for _, t := range nr.Tensors {
+			if t.Spec == nil || t.Role == config.RoleState {
+				continue
+			}
+			wanted[t.Value] = true
+			if t.Role == config.RoleOutput && r.quantizesOutput(t.Index) && !p.fused[t.Value] {
+				p.request(t.Value, request{spec: t.Spec, rule: t.Rule, node: n.Name})
+			}
+		}
+	}
+	for _, n := range p.g.Nodes {
+		nr := p.res.Node(n.Name)
+		r, ok := ruleOf(n)
+		if !ok || nr == nil {
+			continue
+		}
+		for _, t := range nr.Tensors {
+			if t.Spec == nil || t.Role != config.RoleInput || !r.quantizesInput(t.Index) {
+				continue
+			}
+			if p.fused[t.Value] {
+				wanted[t.Value] = true
+				continue
+			}
+			p.request(t.Value, request{spec: t.Spec, rule: t.Rule, node: n.Name})
+		}
+	}
+	for _, f := range fusedPairs {
+		if wanted[f[0]] {
+			p.note("value %q: no Q/DQ between %s and %s (fused activation)", f[0], f[1], f[2])
+		}
+	}
+	// Plan activations in topological order of their producers, so that a
+	// shared op's input is decided before its output.
+	if err := p.planActivations(); err != nil {
+		return err
+	}
+	if err := p.planStates(); err != nil {
+		return err
+	}
+	if p.opts.ConcatShare {
+		p.shareConcat()
+	}
+	p.skips()
+	return nil
+}
+
+func ruleOf(n *onnxgraph.Node) (opRule, bool) {
+	if n.Domain != "" {
+		return opRule{}, false
+	}
+	r, ok := opRules[n.OpType]
+	return r, ok
+}
+
+// valueOrder lists requested values: graph inputs, then each node's
+// outputs in topological order.
+func (p *preparer) valueOrder() []*onnxgraph.Value {
+	var out []*onnxgraph.Value
+	seen := map[string]bool{}
+	add := func(v *onnxgraph.Value) {
+		if v != nil && !seen[v.Name] {
+			if _, ok := p.requests[v.Name]; ok {
+				out = append(out, v)
+				seen[v.Name] = true
+			}
+		}
+	}
+	for _, v := range p.g.Inputs {
+		add(v)
+	}
+	for _, n := range p.g.Nodes {
+		for _, v := range n.Inputs {
+			if v != nil && v.Producer == nil {
+				add(v)
+			}
+		}
+		for _, v := range n.Outputs {
+			add(v)
+		}
+	}
+	return out
+}
+
+func floatTypeOf(v *onnxgraph.Value) int32 {
+	switch dt := v.DType(); dt {
+	case tensor.Float16, tensor.BFloat16:
+		return int32(dt)
+	}
+	return int32(tensor.Float)
+}
+
+func (p *preparer) planActivations() error {
+	for _, v := range p.valueOrder() {
+		reqs := p.requests[v.Name]
+		first := reqs[0]
+		if v.IsConst() {
+			p.note("value %q: constant input of %q is not an activation; left in float (quantize it as a state with op_state_spec)", v.Name, first.node)
+			continue
+		}
+		if dt := v.DType(); dt == tensor.Double {
+			p.note("value %q: float64 tensors are not quantized", v.Name)
+			continue
+		}
+		if first.spec.Granularity.Type != spec.PerTensor {
+			p.note("value %q: %s activations are not supported, only per_tensor (rule %s); left in float", v.Name, first.spec.Granularity.Type, first.rule)
+			continue
+		}
+		t := &TensorPlan{Value: v.Name, Role: finalize.Activation, Spec: first.spec, Rule: first.rule,
+			FloatType: floatTypeOf(v), Axis: -1}
+		seenNode := map[string]bool{}
+		for _, r := range reqs {
+			if !seenNode[r.node] {
+				t.Nodes = append(t.Nodes, r.node)
+				seenNode[r.node] = true
+			}
+			if !r.spec.Equal(first.spec) {
+				p.note("value %q: node %q asks for %s (%s), using %s from node %q (%s): one Q/DQ pair per tensor",
+					v.Name, r.node, r.spec, r.rule, first.spec, first.node, first.rule)
+			}
+		}
+		if prod := v.Producer; prod != nil {
+			r, _ := ruleOf(prod)
+			switch {
+			case r.fixed != nil:
+				t.Fixed = r.fixed
+			case r.kind == opShared && len(prod.Inputs) > 0 && prod.Inputs[0] != nil:
+				if in := p.plan.Tensor(prod.Inputs[0].Name); in != nil && in.Role == finalize.Activation {
+					root := p.plan.Root(in)
+					t.SharedWith = root.Value
+					if !t.Spec.Equal(root.Spec) {
+						p.note("value %q: shares qparams with %q through %s, so uses its spec %s", v.Name, root.Value, prod, root.Spec)
+						t.Spec = root.Spec
+					}
+				}
+			}
+		}
+		if err := p.plan.Add(t); err != nil {
+			return err
+		}
+		for _, n := range t.Nodes {
+			p.quantized[n]++
+		}
+	}
+	return nil
+}
+
+// planStates plans the constant inputs: weights with their spec and
+// qparams, and the int32 biases of compute ops.
+func (p *preparer) planStates() error {
+	for _, n := range p.g.Nodes {
+		nr := p.res.Node(n.Name)
+		r, ok := ruleOf(n)
+		if !ok || nr == nil {
+			continue
+		}
+		for _, t := range nr.Tensors {
+			if t.Role != config.RoleState {
+				continue
+			}
+			v := n.Inputs[t.Index]
+			if r.kind == opCompute && t.Index == r.bias {
+				if err := p.planBias(n, v, t); err != nil {
+					return err
+				}
+				continue
+			}
+			if t.Spec == nil {
+				continue
+			}
+			if err := p.planWeight(n, v, t.Spec, t.Rule); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.QuantizationSpec, rule config.Rule) error {
+	if prev := p.plan.Tensor(v.Name); prev != nil {
+		if prev.Role != finalize.Weight || !prev.Spec.Equal(s) {
+			p.note("weight %q: node %q asks for %s (%s) but it is already quantized as %s for %q; one DequantizeLinear serves both",
+				v.Name, n.Name, s, rule, prev.SpecString(), prev.Nodes[0])
+		}
+		prev.Nodes = append(prev.Nodes, n.Name)
+		p.quantized[n.Name]++
+		return nil
+	}
+	t, err := tensor.FromProto(v.Const, p.m)
+	if err != nil {
+		return fmt.Errorf("%s: weight %q: %w", n, v.Name, err)
+	}
+	data, err := t.AsFloat32()
+	if err != nil {
+		return fmt.Errorf("%s: weight %q: %w", n, v.Name, err)
+	}
+	tp := &TensorPlan{Value: v.Name, Role: finalize.Weight, Spec: s, Rule: rule, Nodes: []string{n.Name},
+		FloatType: floatTypeOf(v), Shape: t.Shape, Axis: -1}
+	if g := s.Granularity; g.Type != spec.PerTensor {
+		if g.Axis == nil {
+			return fmt.Errorf("%s: weight %q: %s granularity without an axis (rule %s)", n, v.Name, g.Type, rule)
+		}
+		tp.Axis = *g.Axis
+		if tp.Axis < 0 || tp.Axis >= len(t.Shape) {
+			return fmt.Errorf("%s: weight %q of shape %v: axis %d out of range (rule %s)", n, v.Name, t.Shape, tp.Axis, rule)
+		}
+		if g.Type == spec.PerBlock {
+			tp.BlockSize = g.BlockSize
+		}
+	}
+	clip := p.opts.WeightClipping
+	if s.Calculator.Type == spec.MSE {
+		clip = ClipMSE
+	}
+	params, err := weightParams(data, t.Shape, tp.Axis, tp.BlockSize, s, clip)
+	if err != nil {
+		return fmt.Errorf("%s: weight %q: %w", n, v.Name, err)
+	}
+	tp.Params = params
+	p.quantized[n.Name]++
+	return p.plan.Add(tp)
+}
+
+// weightParams computes a weight's qparams per group from its data.
+func weightParams(data []float32, shape []int, axis, block int, s *spec.QuantizationSpec, clip WeightClipping) (*Params, error) {
+	mins, maxs := finalize.GroupRanges(data, shape, axis, block)
+	if clip == ClipMSE {
+		groups := finalize.GroupValues(data, shape, axis, block)
+		for i, g := range groups {
+			mins[i], maxs[i] = mseRange(g, mins[i], maxs[i], s)
+		}
+	}
+	sc, zp, err := s.QParams(mins, maxs)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
+	for i := range mins {
+		lo, hi = min(lo, mins[i]), max(hi, maxs[i])
+	}
+	if len(mins) == 0 {
+		lo, hi = 0, 0
+	}
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: lo, Max: hi}}, nil
+}
+
+// mseRange shrinks [lo, hi] by factors 1, 0.99, …, 0.50 and keeps the one
+// with the smallest squared quantize-dequantize error of the group (the
+// first on ties, so no clipping wins a tie).
+func mseRange(g []float32, lo, hi float32, s *spec.QuantizationSpec) (float32, float32) {
+	bestLo, bestHi := lo, hi
+	best := math.Inf(1)
+	for step := 0; step <= 50; step++ {
+		f := float32(1 - 0.01*float64(step))
+		l, h := lo*f, hi*f
+		sc, zp, err := s.QParams([]float32{l}, []float32{h})
+		if err != nil {
+			break
+		}
+		e := quantError(g, sc[0], zp[0], s)
+		if e < best {
+			best, bestLo, bestHi = e, l, h
+		}
+	}
+	return bestLo, bestHi
+}
+
+// quantError is the sum of squared differences between g and its
+// quantize-dequantize round trip.
+func quantError(g []float32, scale float32, zp int32, s *spec.QuantizationSpec) float64 {
+	q, err := finalize.Quantize(g, []int{len(g)}, -1, 0, s, &Params{Scales: []float32{scale}, ZeroPoints: []int32{zp}})
+	if err != nil {
+		return math.Inf(1)
+	}
+	dq, err := dequantized(q, scale, zp)
+	if err != nil {
+		return math.Inf(1)
+	}
+	var e float64
+	for i, x := range g {
+		d := float64(x) - float64(dq[i])
+		e += d * d
+	}
+	return e
+}
+
+// dequantized decodes codes back to real values (x − zp)·scale.
+func dequantized(q *tensor.Tensor, scale float32, zp int32) ([]float32, error) {
+	f, err := q.AsFloat32()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(f))
+	isFloat := q.DType == tensor.Float8E4M3FN || q.DType == tensor.Float8E5M2 || q.DType == tensor.Float4E2M1
+	for i, v := range f {
+		if isFloat {
+			out[i] = v * scale
+		} else {
+			out[i] = (v - float32(zp)) * scale
+		}
+	}
+	return out, nil
+}
+
+// planBias plans the int32 bias of a Conv/ConvTranspose/Gemm when its
+// input and weight are quantized with integer per-tensor/per-channel
+// qparams; otherwise the bias keeps the spec the config gave it (or stays
+// float), with a note saying why.
+func (p *preparer) planBias(n *onnxgraph.Node, v *onnxgraph.Value, t *config.TensorResolution) error {
+	why := p.biasBlocker(n, v)
+	if why == "" {
+		in, w := p.plan.Tensor(n.Inputs[0].Name), p.plan.Tensor(n.Inputs[1].Name)
+		tp := &TensorPlan{Value: v.Name, Role: finalize.Bias, Rule: w.Rule, Nodes: []string{n.Name},
+			FloatType: floatTypeOf(v), Input: in.Value, Weight: w.Value, Axis: -1}
+		if t.Spec != nil {
+			tp.Rule = t.Rule
+			p.note("bias %q of %s: int32 with scale = input scale × weight scale (the spec %s of rule %s does not apply)", v.Name, n, t.Spec, t.Rule)
+		}
+		if w.Axis >= 0 {
+			tp.Axis = 0
+		}
+		if n.OpType == "Gemm" {
+			if a := n.Attr("beta"); a != nil && a.GetF() != 1 {
+				tp.BiasBeta = a.GetF()
+			}
+		}
+		if dims, _ := v.Shape(); len(dims) == 1 {
+			tp.Shape = []int{int(dims[0].Size)}
+		}
+		p.quantized[n.Name]++
+		return p.plan.Add(tp)
+	}
+	if t.Spec != nil {
+		p.note("bias %q of %s: not int32 (%s); quantized with its own spec", v.Name, n, why)
+		return p.planWeight(n, v, t.Spec, t.Rule)
+	}
+	if p.plan.Tensor(n.Inputs[1].Name) != nil {
+		p.note("bias %q of %s: left in float (%s)", v.Name, n, why)
+	}
+	return nil
+}
+
+// biasBlocker says why a compute op's bias cannot be int32, "" if it can.
+func (p *preparer) biasBlocker(n *onnxgraph.Node, v *onnxgraph.Value) string {
+	if len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
+		return "no weight"
+	}
+	in := p.plan.Tensor(n.Inputs[0].Name)
+	if in == nil || in.Role != finalize.Activation {
+		return "the input is not quantized"
+	}
+	if r := p.plan.Root(in); !r.Spec.DType.IsInteger() {
+		return "the input is not integer-quantized"
+	}
+	w := p.plan.Tensor(n.Inputs[1].Name)
+	if w == nil || w.Role != finalize.Weight {
+		return "the weight is not quantized"
+	}
+	if !w.Spec.DType.IsInteger() {
+		return "the weight is not integer-quantized"
+	}
+	if w.BlockSize > 0 {
+		return "the weight is quantized per block"
+	}
+	transB := false
+	if a := n.Attr("transB"); a != nil {
+		transB = a.GetI() != 0
+	}
+	if w.Axis >= 0 && w.Axis != channelAxis(n.OpType, transB) {
+		return fmt.Sprintf("the weight's axis %d is not the output-channel axis", w.Axis)
+	}
+	if dims, ok := v.Shape(); !ok || len(dims) != 1 {
+		return "the bias is not 1-D"
+	}
+	if len(v.Consumers) != 1 {
+		return "the bias is shared by several nodes"
+	}
+	if n.OpType == "Gemm" {
+		if a := n.Attr("alpha"); a != nil && a.GetF() != 1 {
+			return "Gemm alpha is not 1"
+		}
+	}
+	return ""
+}
+
+// shareConcat makes each Concat input's qparam group use the output's.
+func (p *preparer) shareConcat() {
+	for _, n := range p.g.Nodes {
+		if n.OpType != "Concat" || n.Domain != "" || len(n.Outputs) == 0 || n.Outputs[0] == nil {
+			continue
+		}
+		out := p.plan.Tensor(n.Outputs[0].Name)
+		if out == nil || out.SharedWith != "" || out.Fixed != nil {
+			continue
+		}
+		for _, v := range n.Inputs {
+			if v == nil {
+				continue
+			}
+			in := p.plan.Tensor(v.Name)
+			if in == nil || in.Role != finalize.Activation {
+				continue
+			}
+			root := p.plan.Root(in)
+			switch {
+			case root == out:
+			case root.Fixed != nil || !root.Spec.Equal(out.Spec):
+				p.note("concat %q: input %q keeps its own qparams (fixed range or different spec)", n.Name, v.Name)
+			default:
+				root.SharedWith = out.Value
+			}
+		}
+	}
+}
+
+// skips lists every node that has no quantized tensor, with the reason.
+func (p *preparer) skips() {
+	for _, n := range p.g.Nodes {
+		if p.quantized[n.Name] > 0 {
+			continue
+		}
+		reason := ""
+		_, ok := ruleOf(n)
+		switch {
+		case len(n.Subgraphs) > 0:
+			reason = "control flow: nodes inside subgraphs are not quantized"
+		case !ok && n.Domain != "":
+			reason = fmt.Sprintf("no quantization rule for op %s.%s; runs in float", n.Domain, n.OpType)
+		case !ok:
+			reason = fmt.Sprintf("no quantization rule for op %s; runs in float", n.OpType)
+		default:
+			reason = p.configReason(n)
+		}
+		p.plan.Skipped = append(p.plan.Skipped, Skip{Node: n.Name, OpType: n.OpType, Reason: reason})
+	}
+	sort.SliceStable(p.plan.Skipped, func(i, j int) bool { return p.plan.Skipped[i].Node < p.plan.Skipped[j].Node })
+}
+
+// configReason explains why a supported node got no quantized tensor.
+func (p *preparer) configReason(n *onnxgraph.Node) string {
+	nr := p.res.Node(n.Name)
+	if nr == nil {
+		return "not reached by the config resolution"
+	}
+	for _, t := range nr.Tensors {
+		if t.Spec == nil && t.Reason != "" {
+			return fmt.Sprintf("%s: %s (%s)", t.Label(), t.Reason, t.Rule)
+		}
+	}
+	for _, t := range nr.Tensors {
+		if p.fused[t.Value] {
+			return fmt.Sprintf("%s %q is fused with its activation", t.Label(), t.Value)
+		}
+	}
+	return "no float tensor to quantize"
+}
