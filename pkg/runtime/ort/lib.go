@@ -185,6 +185,9 @@ var apiSlots = map[string]int{
 	"AddSessionConfigEntry": 130,
 }
 
+// logFatal is ORT_LOGGING_LEVEL_FATAL: only messages about to abort.
+const logFatal = 4
+
 // apiTableLen is how many OrtApi slots are read: one past the highest used.
 const apiTableLen = 131
 
@@ -268,8 +271,9 @@ func initLibrary(h uintptr, path string) (*Library, error) {
 	if err := bindAPI(&l.api, slots); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	const loggingLevelError = 3 // warnings would go to stderr unasked
-	if err := l.check("CreateEnv", l.api.CreateEnv(loggingLevelError, "coreaiq", &l.env)); err != nil {
+	// ONNX Runtime logs to stderr on its own; every error it logs also comes
+	// back in the failed call's status, which is how this package reports it.
+	if err := l.check("CreateEnv", l.api.CreateEnv(logFatal, "coreaiq", &l.env)); err != nil {
 		return nil, err
 	}
 	const arenaAllocator, memTypeDefault = 1, 0

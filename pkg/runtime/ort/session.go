@@ -141,12 +141,11 @@ func (l *Library) applyOptions(opts uintptr, o SessionOptions) error {
 	if o.Parallel {
 		mode = 1
 	}
-	const logError = 3
 	steps := []struct {
 		op     string
 		status func() uintptr
 	}{
-		{"SetSessionLogSeverityLevel", func() uintptr { return l.api.SetSessionLogSeverityLevel(opts, logError) }},
+		{"SetSessionLogSeverityLevel", func() uintptr { return l.api.SetSessionLogSeverityLevel(opts, logFatal) }},
 		{"SetIntraOpNumThreads", func() uintptr { return l.api.SetIntraOpNumThreads(opts, int32(o.IntraOpThreads)) }},
 		{"SetInterOpNumThreads", func() uintptr { return l.api.SetInterOpNumThreads(opts, int32(o.InterOpThreads)) }},
 		{"SetSessionExecutionMode", func() uintptr { return l.api.SetSessionExecutionMode(opts, mode) }},
