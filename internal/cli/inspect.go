@@ -20,6 +20,8 @@ type inspectOptions struct {
 	Model  string
 	Format string
 	Nodes  bool
+	// Config, when set, adds each node's resolved quantization specs.
+	Config string
 }
 
 // NewCmdInspect builds `coreaiq inspect MODEL`.
@@ -42,6 +44,7 @@ func NewCmdInspect(streams *IO, runF func(*inspectOptions) error) *cobra.Command
 	}
 	cmd.Flags().StringVar(&opts.Format, "format", "table", "output format: table, json or yaml")
 	cmd.Flags().BoolVar(&opts.Nodes, "nodes", false, "list every node with its module (table format)")
+	cmd.Flags().StringVar(&opts.Config, "config", "", "resolve this config against the model: each quantized tensor's spec and the rule that chose it")
 	return cmd
 }
 
@@ -69,6 +72,9 @@ func runInspect(opts *inspectOptions) error {
 	}
 	s := passes.Summarize(m)
 	s.Model = opts.Model
+	if opts.Config != "" {
+		return runInspectConfig(opts, m, s)
+	}
 	return writeDocument(opts.IO.Out, opts.Format, s, func(w io.Writer) error {
 		return writeSummaryTable(w, s, opts.Nodes)
 	})

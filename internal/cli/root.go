@@ -120,6 +120,8 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdVersion(streams, nil),
 		NewCmdInspect(streams, nil),
 		NewCmdRun(streams, nil),
+		NewCmdConfig(streams, nil),
+		NewCmdPresets(streams, nil),
 	)
 	return root
 }
