@@ -73,7 +73,7 @@ var breaking = map[string][]int64{
 	// Squeeze/Unsqueeze v13 and Split v13: axes/split moved to inputs.
 	"Squeeze": {13}, "Unsqueeze": {13}, "Split": {13},
 	// Slice v10: starts/ends moved to inputs.
-	"Slice": {10},
+	"Slice":  {10},
 	"Gather": nil, "GatherElements": nil, "GatherND": nil, "Scatter": nil,
 	"ScatterElements": nil, "ScatterND": nil, "Expand": nil, "Tile": {6},
 	"Shape": nil, "Size": nil, "ConstantOfShape": nil, "Constant": nil, "Range": nil,
