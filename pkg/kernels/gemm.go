@@ -77,11 +77,10 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 		wg.Add(1)
 		go func(i0, i1 int) {
 			defer wg.Done()
-			aa := a
+			// Row i of op(A) starts at A[i*lda], or at column i when transposed.
+			aa := a[i0:]
 			if !transA {
 				aa = a[i0*lda:]
-			} else {
-				aa = a[i0:]
 			}
 			Sgemm(transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
 		}(i0, i1)

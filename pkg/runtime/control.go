@@ -10,7 +10,7 @@ func buildIf(b *builder) (kernel, error) {
 	n := b.n
 	thenG, elseG := n.Subgraphs["then_branch"], n.Subgraphs["else_branch"]
 	if thenG == nil || elseG == nil {
-		return nil, fmt.Errorf("If needs then_branch and else_branch")
+		return nil, fmt.Errorf("the node needs then_branch and else_branch")
 	}
 	thenP, err := b.c.compileGraph(thenG, n.OuterInputs, nil)
 	if err != nil {

@@ -45,9 +45,7 @@ func einsum(eq string, in []*tensor.Tensor) (*tensor.Tensor, error) {
 	labels := make([]string, len(terms))
 	count := map[byte]int{}
 	for i, t := range terms {
-		if strings.Contains(t, "...") {
-			t = strings.Replace(t, "...", ellLabels(len(in[i].Shape)-(len(t)-3)), 1)
-		}
+		t = strings.Replace(t, "...", ellLabels(len(in[i].Shape)-(len(t)-3)), 1)
 		if len(t) != len(in[i].Shape) {
 			return nil, fmt.Errorf("term %q does not fit input %d of shape %v", terms[i], i, in[i].Shape)
 		}

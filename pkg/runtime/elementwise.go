@@ -209,7 +209,7 @@ func variadicKernel(fs arithFuncs, mean bool) kernel {
 		if mean {
 			d, ok := acc.Data.([]float32)
 			if !ok {
-				return nil, fmt.Errorf("Mean of %s is not supported", acc.DType)
+				return nil, fmt.Errorf("mean of %s is not supported", acc.DType)
 			}
 			inv := float32(len(in))
 			for i := range d {
@@ -242,7 +242,7 @@ func powKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return []*tensor.Tensor{out}, nil
 	}
 	if !a.DType.IsInteger() {
-		return nil, fmt.Errorf("Pow of %s is not supported", a.DType)
+		return nil, fmt.Errorf("power of %s is not supported", a.DType)
 	}
 	ai := asInt64(a)
 	res := make([]int64, tensor.NumElements(os))
@@ -328,7 +328,7 @@ func logicKernel(f func(a, b bool) bool) kernel {
 func notKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	x, ok := in[0].Data.([]bool)
 	if !ok {
-		return nil, fmt.Errorf("Not needs a bool input, got %s", in[0].DType)
+		return nil, fmt.Errorf("logical not needs a bool input, got %s", in[0].DType)
 	}
 	out := tensor.New(tensor.Bool, in[0].Shape...)
 	o := out.Data.([]bool)
@@ -346,7 +346,7 @@ func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return nil, fmt.Errorf("condition must be bool, got %s", c.DType)
 	}
 	if x.DType != y.DType {
-		return nil, fmt.Errorf("X and Y have different types %s and %s", x.DType, y.DType)
+		return nil, fmt.Errorf("inputs X and Y have different types %s and %s", x.DType, y.DType)
 	}
 	os, err := broadcastShape(c.Shape, x.Shape, y.Shape)
 	if err != nil {

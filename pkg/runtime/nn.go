@@ -103,7 +103,7 @@ func buildGemm(b *builder) (kernel, error) {
 		}
 		as, bs := in[0].Shape, in[1].Shape
 		if len(as) != 2 || len(bs) != 2 {
-			return nil, fmt.Errorf("A %v and B %v must be matrices", as, bs)
+			return nil, fmt.Errorf("inputs A %v and B %v must be matrices", as, bs)
 		}
 		m, k := as[0], as[1]
 		if ta {
@@ -114,7 +114,7 @@ func buildGemm(b *builder) (kernel, error) {
 			k2, n = n, k2
 		}
 		if k != k2 {
-			return nil, fmt.Errorf("A %v and B %v do not fit", as, bs)
+			return nil, fmt.Errorf("inputs A %v and B %v do not fit", as, bs)
 		}
 		out := tensor.New(tensor.Float, m, n)
 		o := out.Float32s()
@@ -125,7 +125,7 @@ func buildGemm(b *builder) (kernel, error) {
 				return nil, err
 			}
 			if _, err := broadcastShape(in[2].Shape, []int{m, n}); err != nil {
-				return nil, fmt.Errorf("C: %w", err)
+				return nil, fmt.Errorf("input C: %w", err)
 			}
 			binaryLoop(o, []int{m, n}, c, in[2].Shape, o, []int{m, n}, func(_, c float32) float32 { return c })
 			cb = beta
@@ -227,13 +227,13 @@ func buildConv(b *builder) (kernel, error) {
 		}
 		xs, ws := in[0].Shape, in[1].Shape
 		if len(xs) < 3 || len(ws) != len(xs) {
-			return nil, fmt.Errorf("X %v and W %v do not fit", xs, ws)
+			return nil, fmt.Errorf("input X %v and W %v do not fit", xs, ws)
 		}
 		n, c := xs[0], xs[1]
 		m := ws[0]
 		grp := a.group
 		if c != ws[1]*grp || m%grp != 0 {
-			return nil, fmt.Errorf("X %v, W %v and group %d do not fit", xs, ws, grp)
+			return nil, fmt.Errorf("input X %v, W %v and group %d do not fit", xs, ws, grp)
 		}
 		ks := ws[2:]
 		if a.kernel != nil && !equalInts(a.kernel, ks) {
@@ -249,7 +249,7 @@ func buildConv(b *builder) (kernel, error) {
 				return nil, err
 			}
 			if len(bias) != m {
-				return nil, fmt.Errorf("B has %d elements, W has %d output channels", len(bias), m)
+				return nil, fmt.Errorf("input B has %d elements, W has %d output channels", len(bias), m)
 			}
 		}
 		out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.Out)...)
@@ -339,13 +339,13 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		}
 		xs, ws := in[0].Shape, in[1].Shape
 		if len(xs) < 3 || len(ws) != len(xs) {
-			return nil, fmt.Errorf("X %v and W %v do not fit", xs, ws)
+			return nil, fmt.Errorf("input X %v and W %v do not fit", xs, ws)
 		}
 		nd := len(xs) - 2
 		n, c := xs[0], xs[1]
 		grp := a.group
 		if ws[0] != c || c%grp != 0 {
-			return nil, fmt.Errorf("X %v, W %v and group %d do not fit", xs, ws, grp)
+			return nil, fmt.Errorf("input X %v, W %v and group %d do not fit", xs, ws, grp)
 		}
 		mg := ws[1]
 		m := mg * grp
@@ -526,7 +526,7 @@ func globalPoolKernel(isMax bool) kernel {
 		}
 		xs := in[0].Shape
 		if len(xs) < 2 {
-			return nil, fmt.Errorf("X %v needs rank 2 or more", xs)
+			return nil, fmt.Errorf("input X %v needs rank 2 or more", xs)
 		}
 		os := slices.Clone(xs)
 		for i := 2; i < len(os); i++ {
@@ -676,7 +676,7 @@ func buildInstanceNorm(b *builder) (kernel, error) {
 		}
 		xs := in[0].Shape
 		if len(xs) < 3 || len(scale) != xs[1] || len(bias) != xs[1] {
-			return nil, fmt.Errorf("X %v, scale and B do not fit", xs)
+			return nil, fmt.Errorf("input X %v, scale and B do not fit", xs)
 		}
 		c, sp := xs[1], tensor.NumElements(xs[2:])
 		out := tensor.New(tensor.Float, xs...)
@@ -725,7 +725,7 @@ func buildLayerNorm(b *builder) (kernel, error) {
 			bias = broadcastParam(bias, in[2].Shape, xs[ax:])
 		}
 		if len(scale) != n || bias != nil && len(bias) != n {
-			return nil, fmt.Errorf("Scale %v or B do not fit normalized shape %v", in[1].Shape, xs[ax:])
+			return nil, fmt.Errorf("input Scale %v or B do not fit normalized shape %v", in[1].Shape, xs[ax:])
 		}
 		out := tensor.New(tensor.Float, xs...)
 		statShape := slices.Clone(xs)

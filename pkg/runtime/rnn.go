@@ -138,7 +138,7 @@ func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
 	var err error
 	xt := in[0]
 	if len(xt.Shape) != 3 {
-		return nil, fmt.Errorf("X %v must have rank 3", xt.Shape)
+		return nil, fmt.Errorf("input X %v must have rank 3", xt.Shape)
 	}
 	if s.layout == 1 {
 		xt = transpose(xt, []int{1, 0, 2})
@@ -160,7 +160,7 @@ func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
 	}
 	g := s.gates
 	if len(d.w) != s.dirs*g*h*d.in || len(d.r) != s.dirs*g*h*h {
-		return nil, fmt.Errorf("W %v or R %v do not fit hidden_size %d, %d directions and input size %d", in[1].Shape, in[2].Shape, h, s.dirs, d.in)
+		return nil, fmt.Errorf("inputs W %v or R %v do not fit hidden_size %d, %d directions and input size %d", in[1].Shape, in[2].Shape, h, s.dirs, d.in)
 	}
 	opt := func(i int) *tensor.Tensor {
 		if i < len(in) {
@@ -173,7 +173,7 @@ func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
 			return nil, err
 		}
 		if len(d.bias) != s.dirs*2*g*h {
-			return nil, fmt.Errorf("B %v does not fit", t.Shape)
+			return nil, fmt.Errorf("input B %v does not fit", t.Shape)
 		}
 	}
 	if t := opt(4); t != nil {

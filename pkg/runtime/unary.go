@@ -162,15 +162,6 @@ func buildConstant(b *builder) (kernel, error) {
 	return func(*runCtx, []*tensor.Tensor) ([]*tensor.Tensor, error) { return one(t), nil }, nil
 }
 
-// computeType is the type a tensor of declared type dt has in the engine.
-func computeType(dt tensor.DType) tensor.DType {
-	switch dt {
-	case tensor.Float16, tensor.BFloat16, tensor.Double:
-		return tensor.Float
-	}
-	return dt
-}
-
 // castKernel casts to `to`. Casts to float16, bfloat16 and double produce
 // float32 holding values the target type can represent.
 func castKernel(to tensor.DType, saturate bool) kernel {
