@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -11,10 +12,12 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
 
 func TestOrtEngineRegistered(t *testing.T) {
@@ -64,4 +67,57 @@ func TestOrtMissingLibrary(t *testing.T) {
 	if code := exitCode(err); code != ExitFailure {
 		t.Errorf("exit code %d, want %d", code, ExitFailure)
 	}
+}
+
+// TestRunOrt runs a shared model with `coreaiq run --engine ort`: the
+// written outputs are what ONNX Runtime 1.23.2 computed for the reference.
+func TestRunOrt(t *testing.T) {
+	dir := filepath.Join(testutil.SharedModels(t), "digits_lenet")
+	out := t.TempDir()
+	code, _, stderr := runCLI(t, "run", filepath.Join(dir, "model.onnx"), "--engine", "ort", "--threads", "1",
+		"--input", "input="+filepath.Join(dir, "ref", "input_input.npy"), "--output-dir", out, "--repeat", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Engine string `json:"engine"`
+		Runs   int    `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(stderr)), &rep); err != nil || rep.Engine != "ort" || rep.Runs != 2 {
+		t.Errorf("latency line %q: %+v, %v", stderr, rep, err)
+	}
+	got, err := npy.ReadNPYFile(filepath.Join(out, "logits.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := npy.ReadNPYFile(filepath.Join(dir, "ref", "out", "logits.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Shape, want.Shape) || !slices.Equal(got.Float32s(), want.Float32s()) {
+		t.Errorf("logits %v differ from the reference %v", got, want)
+	}
+}
+
+// TestRunOrtErrors: exit codes of `run --engine ort`.
+func TestRunOrtErrors(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "mlp.onnx", testmodels.MLP())
+	good := writeNPY(t, dir, "x.npy", tensor.New(tensor.Float, 2, 16))
+	bad := writeNPY(t, dir, "bad.npy", tensor.New(tensor.Float, 2, 15))
+	t.Run("input that does not fit", func(t *testing.T) {
+		code, _, stderr := runCLI(t, "run", model, "--engine", "ort", "--input", "input="+bad, "--output-dir", filepath.Join(dir, "o1"))
+		if code != ExitUsage || !strings.Contains(stderr, `input "input": expected float32[N 16], given float32[2 15]`) {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+	t.Run("no library", func(t *testing.T) {
+		cache := t.TempDir()
+		t.Setenv(ort.LibraryEnv, "")
+		t.Setenv(ort.CacheEnv, cache)
+		code, _, stderr := runCLI(t, "run", model, "--engine", "ort", "--input", "input="+good, "--output-dir", filepath.Join(dir, "o2"))
+		if code != ExitFailure || !strings.Contains(stderr, "ONNXRUNTIME_LIB") || !strings.Contains(stderr, cache) {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
 }

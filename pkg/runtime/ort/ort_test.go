@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -214,10 +215,10 @@ func TestErrors(t *testing.T) {
 		{"missing input", map[string]*tensor.Tensor{}, nil, `input "x" (float32) is missing`},
 		{"unknown input", map[string]*tensor.Tensor{"x": x, "z": x}, nil, `model has no input "z"`},
 		{"unknown output", map[string]*tensor.Tensor{"x": x}, []string{"w"}, `model has no output "w"`},
-		{"wrong dtype", map[string]*tensor.Tensor{"x": tensor.FromInt64(make([]int64, 6), 2, 3)}, nil, `input "x": the model takes float32, given int64[2 3]`},
+		{"wrong dtype", map[string]*tensor.Tensor{"x": tensor.FromInt64(make([]int64, 6), 2, 3)}, nil, `input "x": expected float32[N 3], given int64[2 3]`},
+		{"wrong shape", map[string]*tensor.Tensor{"x": tensor.FromFloat32(make([]float32, 8), 2, 4)}, nil, `input "x": expected float32[N 3], given float32[2 4]`},
+		{"wrong rank", map[string]*tensor.Tensor{"x": tensor.FromFloat32(make([]float32, 6), 6)}, nil, `input "x": expected float32[N 3], given float32[6]`},
 		{"short data", map[string]*tensor.Tensor{"x": tensor.FromFloat32(make([]float32, 5), 2, 3)}, nil, "shape [2 3] needs 6 elements, data has 5"},
-		// ONNX Runtime's own message, surfaced.
-		{"wrong shape", map[string]*tensor.Tensor{"x": tensor.FromFloat32(make([]float32, 8), 2, 4)}, nil, "onnxruntime Run: invalid argument: Got invalid dimensions for input: x"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -225,8 +226,31 @@ func TestErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, c.want)
 			}
+			var ie *runtime.InputError
+			if strings.HasPrefix(c.name, "wrong") && !errors.As(err, &ie) {
+				t.Errorf("err %v is no runtime.InputError", err)
+			}
 		})
 	}
+	// ONNX Runtime's own run-time errors come back with its message: a
+	// Reshape to a size the data does not have.
+	t.Run("onnxruntime message", func(t *testing.T) {
+		b := testmodels.New("badreshape", 17)
+		b.Input("x", tensor.Float, "N", 3).Output("y", tensor.Float, 4)
+		b.InitInt64("shape", []int64{1}, []int64{4})
+		b.Node("Reshape", "reshape", []string{"x", "shape"}, []string{"y"})
+		s2, err := l.NewSessionFromBytes(modelBytes(t, b), SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		_, err = s2.Run(ctx, map[string]*tensor.Tensor{"x": x}, nil)
+		var oe *Error
+		if !errors.As(err, &oe) || oe.Op != "Run" || !strings.Contains(oe.Msg, "reshape") {
+			t.Fatalf("err = %v", err)
+		}
+		t.Logf("%v", err)
+	})
 	t.Run("corrupt model", func(t *testing.T) {
 		_, err := l.NewSessionFromBytes([]byte("not a model"), SessionOptions{})
 		var oe *Error

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -340,8 +341,8 @@ func (s *Session) Run(ctx context.Context, inputs map[string]*tensor.Tensor, nam
 		if !ok || t == nil {
 			return nil, fmt.Errorf("input %q (%s) is missing", in.Name, in.DType)
 		}
-		if t.DType != in.DType {
-			return nil, fmt.Errorf("input %q: the model takes %s, given %s", in.Name, in.DType, t)
+		if err := checkInput(in, t); err != nil {
+			return nil, err
 		}
 		v, err := l.newValue(t, &pin)
 		if err != nil {
@@ -424,6 +425,40 @@ func (l *Library) withRunOptions(ctx context.Context, fn func(ro uintptr) error)
 	close(done)
 	<-watcher
 	return err
+}
+
+// checkInput compares a tensor with the declared input, so that data that
+// does not fit is an InputError naming the input (ONNX Runtime would also
+// refuse it, with a less specific message).
+func checkInput(in runtime.IOInfo, t *tensor.Tensor) error {
+	fits := t.DType == in.DType
+	if len(in.Shape) > 0 {
+		fits = fits && len(t.Shape) == len(in.Shape)
+		for i := 0; fits && i < len(in.Shape); i++ {
+			fits = in.Shape[i] < 0 || int64(t.Shape[i]) == in.Shape[i]
+		}
+	}
+	if fits {
+		return nil
+	}
+	return &runtime.InputError{Input: in.Name, Expected: describeInput(in), Given: t.String()}
+}
+
+// describeInput writes a declared input like tensor.Tensor.String, with
+// symbolic dimensions by name: float32[N 3].
+func describeInput(in runtime.IOInfo) string {
+	dims := make([]string, len(in.Shape))
+	for i, d := range in.Shape {
+		switch {
+		case i < len(in.DimParams) && in.DimParams[i] != "":
+			dims[i] = in.DimParams[i]
+		case d < 0:
+			dims[i] = "?"
+		default:
+			dims[i] = fmt.Sprint(d)
+		}
+	}
+	return in.DType.String() + "[" + strings.Join(dims, " ") + "]"
 }
 
 func ioNames(infos []runtime.IOInfo) string {
