@@ -1,0 +1,225 @@
+package calibrate
+
+import (
+	"math"
+)
+
+// percentileRange is the percentile calculator. Symmetric: the p-th
+// percentile t of |v| gives [−t, t] (ONNX Runtime's default, a histogram of
+// |v|). Two-tailed: (100−p)/2 percent is cut from each tail. Both are
+// clamped to the observed [Min, Max].
+func percentileRange(h *Histogram, p float64, symmetric bool) (lo, hi float32) {
+	if symmetric {
+		t := quantileOf(h.absCounts(), p, 0, h.width())
+		return clampedSym(h, t)
+	}
+	tail := (100 - p) / 2
+	return h.quantile(tail), h.quantile(100 - tail)
+}
+
+// clampedSym is [−t, t] clamped to the observed range.
+func clampedSym(h *Histogram, t float64) (lo, hi float32) {
+	return float32(clamp(-t, float64(h.Min), float64(h.Max))), float32(clamp(t, float64(h.Min), float64(h.Max)))
+}
+
+// entropyRange is TensorRT's KL-divergence calibration on the histogram of
+// |v|: for every candidate threshold i ≥ nq bins, the reference
+// distribution P is the first i bins with the outliers added to the last,
+// Q is those i bins quantized to nq levels and expanded back over the
+// non-empty bins; the threshold is the upper edge of the i that minimises
+// KL(P‖Q), clamped to the observed range (as ONNX Runtime does).
+func entropyRange(h *Histogram, nq int) (lo, hi float32) {
+	abs := h.absCounts()
+	n := len(abs)
+	if n <= nq {
+		return float32(h.Min), float32(h.Max)
+	}
+	// suffix[i] is the sum of abs[i:].
+	suffix := make([]float64, n+1)
+	for i := n - 1; i >= 0; i-- {
+		suffix[i] = suffix[i+1] + abs[i]
+	}
+	p := make([]float64, n)
+	q := make([]float64, n)
+	best, bestI := math.Inf(1), n
+	for i := nq; i <= n; i++ {
+		copy(p, abs[:i])
+		p[i-1] += suffix[i]
+		expandQuantized(abs[:i], p[:i], q[:i], nq)
+		d := klDivergence(p[:i], q[:i])
+		if d < best {
+			best, bestI = d, i
+		}
+	}
+	return clampedSym(h, float64(bestI)*h.width())
+}
+
+// expandQuantized merges the i = len(ref) bins into nq groups of i/nq bins
+// (the last group takes the remainder) and spreads each group's total
+// evenly over the group's bins that are non-zero in p.
+func expandQuantized(ref, p, q []float64, nq int) {
+	i := len(ref)
+	m := i / nq
+	clear(q)
+	for j := range nq {
+		start, stop := j*m, (j+1)*m
+		if j == nq-1 {
+			stop = i
+		}
+		sum, nonzero := 0.0, 0
+		for k := start; k < stop; k++ {
+			sum += ref[k]
+			if p[k] != 0 {
+				nonzero++
+			}
+		}
+		if nonzero == 0 {
+			continue
+		}
+		v := sum / float64(nonzero)
+		for k := start; k < stop; k++ {
+			if p[k] != 0 {
+				q[k] = v
+			}
+		}
+	}
+}
+
+// smoothEps moves a little probability mass onto empty bins so that KL is
+// finite, as MXNet's and ONNX Runtime's _smooth_distribution do.
+const smoothEps = 1e-4
+
+// klDivergence is KL(P‖Q) of the normalised, smoothed distributions; +Inf
+// when Q is empty.
+func klDivergence(p, q []float64) float64 {
+	ps, ok1 := smooth(p)
+	qs, ok2 := smooth(q)
+	if !ok1 || !ok2 {
+		return math.Inf(1)
+	}
+	var sp, sq float64
+	for k := range ps {
+		sp += ps[k]
+		sq += qs[k]
+	}
+	d := 0.0
+	for k := range ps {
+		if ps[k] > 0 {
+			a, b := ps[k]/sp, qs[k]/sq
+			d += a * math.Log(a/b)
+		}
+	}
+	return d
+}
+
+func smooth(p []float64) ([]float64, bool) {
+	zeros := 0
+	for _, v := range p {
+		if v == 0 {
+			zeros++
+		}
+	}
+	nonzero := len(p) - zeros
+	if nonzero == 0 {
+		return nil, false
+	}
+	eps1 := smoothEps * float64(zeros) / float64(nonzero)
+	out := make([]float64, len(p))
+	for k, v := range p {
+		if v == 0 {
+			out[k] = smoothEps
+		} else {
+			out[k] = v - eps1
+		}
+	}
+	return out, true
+}
+
+// mseRange is torch's HistogramObserver search (_non_linear_param_search):
+// starting from the occupied bins, it advances a lower and an upper
+// quantile by steps of 1e−5, moves inward whichever of the start or end bin
+// the step moves further (the end on ties), and stops as soon as the L2
+// error of quantizing the histogram to dst levels rises.
+func mseRange(h *Histogram, dst int) (lo, hi float32) {
+	first, last := -1, -1
+	for j, c := range h.Counts {
+		if c != 0 {
+			if first < 0 {
+				first = j
+			}
+			last = j
+		}
+	}
+	if first < 0 {
+		return float32(h.Min), float32(h.Max)
+	}
+	hist := h.countsF()[first : last+1]
+	bins := len(hist)
+	total := 0.0
+	csum := make([]float64, bins)
+	for j, c := range hist {
+		total += c
+		csum[j] = total
+	}
+	w := h.width()
+	const step = 1e-5
+	alpha, beta := 0.0, 1.0
+	startBin, endBin := 0, bins-1
+	normMin := math.Inf(1)
+	for alpha < beta {
+		nextAlpha, nextBeta := alpha+step, beta-step
+		l, r := startBin, endBin
+		for l < endBin && csum[l] < nextAlpha*total {
+			l++
+		}
+		for r > startBin && csum[r] > nextBeta*total {
+			r--
+		}
+		nextStart, nextEnd := startBin, endBin
+		if l-startBin > endBin-r {
+			nextStart, alpha = l, nextAlpha
+		} else {
+			nextEnd, beta = r, nextBeta
+		}
+		if nextStart == startBin && nextEnd == endBin {
+			continue
+		}
+		norm := quantError(hist, w, nextStart, nextEnd, dst)
+		if norm > normMin {
+			break
+		}
+		normMin, startBin, endBin = norm, nextStart, nextEnd
+	}
+	origin := h.edge(first)
+	nlo := origin + w*float64(startBin)
+	nhi := origin + w*float64(endBin+1)
+	return float32(clamp(nlo, float64(h.Min), float64(h.Max))), float32(clamp(nhi, float64(h.Min), float64(h.Max)))
+}
+
+// quantError is torch's _compute_quantization_error: the L2 error of
+// quantizing the histogram (uniform density inside each source bin) onto dst
+// levels spanning source bins [start, end].
+func quantError(hist []float64, w float64, start, end, dst int) float64 {
+	dw := w * float64(end-start+1) / float64(dst)
+	if dw == 0 {
+		return 0
+	}
+	norm := 0.0
+	getNorm := func(a, b, density float64) float64 { return density * (b*b*b - a*a*a) / 3 }
+	for j, c := range hist {
+		if c == 0 {
+			continue
+		}
+		density := c / w
+		begin := float64(j-start) * w
+		endv := begin + w
+		db := clamp(math.Floor(begin/dw), 0, float64(dst-1))
+		de := clamp(math.Floor(endv/dw), 0, float64(dst-1))
+		dbCenter := (db + 0.5) * dw
+		norm += getNorm(begin-dbCenter, dw/2, density)
+		norm += (de - db - 1) * getNorm(-dw/2, dw/2, density)
+		deCenter := de*dw + dw/2
+		norm += getNorm(-dw/2, endv-deCenter, density)
+	}
+	return norm
+}
