@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs from Debian when it is missing:
-# protoc (the regeneration check) and libonnx-testdata (the ONNX backend
-# test models). Idempotent: does nothing when both are present.
+# protoc (the regeneration check), libonnx-testdata (the ONNX backend
+# test models) and chromium (the HTML report is rendered headless in
+# pkg/compare's tests). Idempotent: does nothing when all are present.
 set -euo pipefail
 
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -d /usr/share/libonnx-testdata/data ] || need+=(libonnx-testdata)
+command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -120,6 +120,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdVersion(streams, nil),
 		NewCmdInspect(streams, nil),
 		NewCmdRun(streams, nil),
+		NewCmdCompare(streams, nil),
 		NewCmdConfig(streams, nil),
 		NewCmdPresets(streams, nil),
 	)

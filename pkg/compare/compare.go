@@ -436,7 +436,7 @@ func (ls *layerState) endBatch(engine string) {
 }
 
 func (ls *layerState) reports() []LayerReport {
-	var out []LayerReport
+	out := []LayerReport{} // not nil: the per-layer report was asked for
 	for i, pr := range ls.pairs {
 		if ls.reported[i] {
 			continue

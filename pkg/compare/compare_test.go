@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
@@ -356,3 +357,50 @@ func TestCheckGates(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestPerLayerOnQuantizedModel quantizes test models with the project's own
+// pipeline and checks that the per-layer report covers every quantized
+// activation of the plan.
+func TestPerLayerOnQuantizedModel(t *testing.T) {
+	for _, name := range []string{"cnn.onnx", "mlp.onnx", "dynamo.onnx"} {
+		for _, preset := range []string{"w8a8", "ort-x86"} {
+			t.Run(name+"/"+preset, func(t *testing.T) {
+				ref := load(t, testmodels.Catalog[name]().Model)
+				data := batchesFor(t, ref, 3, 4)
+				cand, plan := quantizeWithPipeline(t, ref, preset, data)
+				var want []string
+				for _, tp := range plan.Tensors {
+					if tp.Role == finalize.Activation {
+						want = append(want, tp.Value)
+					}
+				}
+				if len(want) == 0 {
+					t.Fatal("the plan quantizes no activation")
+				}
+				pairing := PairActivations(ref, cand)
+				if len(pairing.Unpaired) != 0 {
+					t.Errorf("unpaired: %+v", pairing.Unpaired)
+				}
+				r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: &pairing})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, l := range r.Layers {
+					got = append(got, l.Tensor)
+					if math.IsNaN(float64(l.SQNR)) || l.SQNR < 10 {
+						t.Errorf("%s: SQNR %v dB, want above 10", l.Tensor, l.SQNR)
+					}
+				}
+				sort.Strings(got)
+				sort.Strings(want)
+				if !slices.Equal(got, want) {
+					t.Errorf("per-layer tensors\n got %q\nwant %q", got, want)
+				}
+				if len(r.Unpaired) != 0 {
+					t.Errorf("unpaired after run: %+v", r.Unpaired)
+				}
+			})
+		}
+	}
+}

@@ -11,8 +11,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/passes"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -153,4 +156,82 @@ func qdqModel(t testing.TB, ref *onnxgraph.Model, calib []Batch, weights ...stri
 	}
 	g.Node = append(g.Node, extra...)
 	return load(t, mp), quantized
+}
+
+// batchesFor draws n batches of rows random samples in [-1, 1] for every
+// input of m (symbolic dimensions other than the batch set to 2).
+func batchesFor(t testing.TB, m *onnxgraph.Model, n, rows int) []Batch {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(rows)))
+	out := make([]Batch, n)
+	for i := range out {
+		b := Batch{}
+		for _, v := range m.Graph.Inputs {
+			dims, ok := v.Shape()
+			if !ok || v.DType() != tensor.Float {
+				t.Fatalf("input %q: want a float tensor of known rank", v.Name)
+			}
+			shape := make([]int, len(dims))
+			for j, d := range dims {
+				shape[j] = int(d.Size)
+				if d.Size < 0 {
+					shape[j] = 2
+					if j == 0 {
+						shape[j] = rows
+					}
+				}
+			}
+			x := make([]float32, tensor.NumElements(shape))
+			for j := range x {
+				x[j] = rng.Float32()*2 - 1
+			}
+			b[v.Name] = tensor.FromFloat32(x, shape...)
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// quantizeWithPipeline quantizes m with a preset through the project's
+// pipeline, calibrating min/max on data.
+func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data []Batch) (*onnxgraph.Model, *passes.Plan) {
+	t.Helper()
+	cfg, err := config.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calib := func(_ context.Context, m *onnxgraph.Model, plan *passes.Plan) (finalize.Stats, error) {
+		stats := finalize.RangeStats{}
+		var names []string
+		for _, tp := range plan.Observed() {
+			names = append(names, tp.Value)
+		}
+		sess := open(t, m)
+		tap := func(name string, x *tensor.Tensor) {
+			f, err := x.AsFloat32()
+			if err != nil {
+				return
+			}
+			r, ok := stats[name]
+			for _, v := range f {
+				if !ok {
+					r, ok = finalize.Range{Min: v, Max: v}, true
+				}
+				r.Min, r.Max = min(r.Min, v), max(r.Max, v)
+			}
+			stats[name] = r
+		}
+		for _, b := range data {
+			if _, err := sess.Run(context.Background(), b, runtime.RunOptions{Tap: tap, TapValues: names}); err != nil {
+				return nil, err
+			}
+		}
+		return stats, nil
+	}
+	u := &passes.Unit{Model: m, Config: cfg, Calibrate: calib}
+	if _, err := passes.Run(context.Background(), u, passes.RunOptions{}); err != nil {
+		t.Fatalf("quantize with %s: %v", preset, err)
+	}
+	// Round-trip through bytes as the CLI would read the written file.
+	return load(t, u.Result.Model.Proto), u.Plan
 }

@@ -297,7 +297,8 @@ func (w *writer) resolveBiases() error {
 			}
 		}
 		for c := range b {
-			scales[c] = float32(sIn * float64(wp.Scales[c%len(wp.Scales)]))
+			// float32 product, as a runtime fusing the bias recomputes it.
+			scales[c] = ip.Scales[0] * wp.Scales[c%len(wp.Scales)]
 		}
 		if t.Axis < 0 && len(scales) > 0 {
 			scales = scales[:1]

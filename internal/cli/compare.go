@@ -1,0 +1,293 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/coreaiq/coreaiq/pkg/compare"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
+)
+
+type compareOptions struct {
+	IO        *IO
+	Reference string
+	Candidate string
+	Data      []string
+	Engine    string
+	Threads   int
+	Samples   int
+	BatchSize int
+	Labels    string
+	Format    string
+	PerLayer  bool
+	HTML      string
+	// MinSQNR and MinTop1 are nil when the gate is not set.
+	MinSQNR *float64
+	MinTop1 *float64
+}
+
+// NewCmdCompare builds `coreaiq compare REFERENCE.onnx CANDIDATE.onnx`.
+func NewCmdCompare(streams *IO, runF func(*compareOptions) error) *cobra.Command {
+	opts := &compareOptions{IO: streams}
+	var minSQNR float64
+	var minTop1 string
+	cmd := &cobra.Command{
+		Use:   "compare REFERENCE.onnx CANDIDATE.onnx --data NAME=FILE.npy ...",
+		Short: "Measure how closely a (quantized) model follows its reference: SQNR, agreement, per-layer error, quality gates",
+		Long: `Runs both models on the same data and reports, per output, the SQNR in dB
+(20·log10(‖x‖/‖x−x̂‖) over all samples), cosine similarity, maximum and mean
+absolute error and, for [batch, classes] outputs, top-1 and top-5 agreement.
+--per-layer pairs each quantized activation of a QDQ candidate with its float
+value in the reference and lists them worst first. --min-sqnr and
+--min-top1-agreement turn the figures into gates: the command exits with
+status 3 when one fails.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Reference, opts.Candidate = args[0], args[1]
+			if opts.Format != "table" && opts.Format != "json" {
+				return Usagef("--format %q: want table or json", opts.Format)
+			}
+			if len(opts.Data) == 0 {
+				return Usagef("--data is required: give NAME=FILE.npy per model input (FILE.npy alone for a single-input model)")
+			}
+			if opts.Samples < 0 || opts.BatchSize < 0 || opts.Threads < 0 {
+				return Usagef("--samples, --batch-size and --threads take 0 or more")
+			}
+			if cmd.Flags().Changed("min-sqnr") {
+				if math.IsNaN(minSQNR) {
+					return Usagef("--min-sqnr: want a number of dB")
+				}
+				opts.MinSQNR = &minSQNR
+			}
+			if cmd.Flags().Changed("min-top1-agreement") {
+				p, err := parsePercent(minTop1)
+				if err != nil {
+					return err
+				}
+				opts.MinTop1 = &p
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runCompare(cmd, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&opts.Data, "data", nil, "input data as NAME=FILE.npy, samples on axis 0 (repeatable; FILE.npy alone for a single-input model)")
+	f.StringVar(&opts.Engine, "engine", "go", "inference engine: go (built-in) or ort (ONNX Runtime, in builds with -tags ort)")
+	f.IntVar(&opts.Threads, "threads", 0, "threads per run (0: one per CPU)")
+	f.IntVar(&opts.Samples, "samples", 0, "use only the first N samples (0: all)")
+	f.IntVar(&opts.BatchSize, "batch-size", 0, "samples per run (0: the model's fixed batch size, else 8)")
+	f.StringVar(&opts.Labels, "labels", "", "class labels (.npy, one per sample): also report each model's top-1 accuracy")
+	f.StringVar(&opts.Format, "format", "table", "output format: table or json")
+	f.BoolVar(&opts.PerLayer, "per-layer", false, "compare every quantized activation with its float counterpart, worst first")
+	f.StringVar(&opts.HTML, "html", "", "also write a self-contained HTML report (per-layer chart and histograms) to this file")
+	f.Float64Var(&minSQNR, "min-sqnr", 0, "quality gate: exit 3 when an output's SQNR is below this many dB")
+	f.StringVar(&minTop1, "min-top1-agreement", "", "quality gate: exit 3 when a [batch, classes] output's top-1 agreement is below this percentage (e.g. 99 or 99%)")
+	return cmd
+}
+
+// parsePercent reads a percentage: "99", "99%" or "99.5". A value in (0, 1)
+// is refused because it is almost surely a fraction meant as a percentage.
+func parsePercent(s string) (float64, error) {
+	p, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	switch {
+	case err != nil || math.IsNaN(p):
+		return 0, Usagef("--min-top1-agreement %q: want a percentage such as 99 or 99.5%%", s)
+	case p < 0 || p > 100:
+		return 0, Usagef("--min-top1-agreement %q: want a percentage from 0 to 100", s)
+	case p > 0 && p < 1:
+		return 0, Usagef("--min-top1-agreement %q is a percentage, not a fraction: for %g%% write %g", s, p*100, p*100)
+	}
+	return p, nil
+}
+
+func runCompare(cmd *cobra.Command, opts *compareOptions) error {
+	ctx := cmd.Context()
+	refModel, err := loadModel(opts.Reference)
+	if err != nil {
+		return err
+	}
+	candModel, err := loadModel(opts.Candidate)
+	if err != nil {
+		return err
+	}
+	ref, err := openSession(opts.Engine, opts.Reference, refModel, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer ref.Close()
+	cand, err := openSession(opts.Engine, opts.Candidate, candModel, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer cand.Close()
+	if err := sameInputs(ref, cand); err != nil {
+		return err
+	}
+
+	inputs, err := readCompareData(opts.Data, ref.Inputs())
+	if err != nil {
+		return err
+	}
+	batch := opts.BatchSize
+	if batch == 0 {
+		batch = fixedBatch(ref.Inputs())
+	}
+	data, samples, err := compare.SliceBatches(inputs, batch, opts.Samples)
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("--data: %w", err)}
+	}
+	var copts compare.Options
+	if opts.Labels != "" {
+		lt, err := npy.ReadNPYFile(opts.Labels)
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("--labels: %w", err)}
+		}
+		labels, err := compare.LabelsOf(lt)
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("--labels %s: %w", opts.Labels, err)}
+		}
+		if len(labels) < samples {
+			return Usagef("--labels %s holds %d labels for %d samples", opts.Labels, len(labels), samples)
+		}
+		copts.Labels = labels[:samples]
+	}
+	if opts.PerLayer || opts.HTML != "" {
+		p := compare.PairActivations(refModel, candModel)
+		copts.Layers = &p
+	}
+	if opts.IO.IsTerminal {
+		copts.Progress = func(n int) { fmt.Fprintf(opts.IO.ErrOut, "\rcompared %d/%d samples", n, samples) }
+	}
+	r, err := compare.Run(ctx, ref, cand, data, copts)
+	if opts.IO.IsTerminal {
+		fmt.Fprintln(opts.IO.ErrOut)
+	}
+	if err != nil {
+		var inErr *runtime.InputError
+		if errors.As(err, &inErr) {
+			return &UsageError{Err: fmt.Errorf("--data: %w", err)}
+		}
+		return err
+	}
+	r.Reference, r.Candidate = opts.Reference, opts.Candidate
+	violations, err := r.Check(compare.Gates{MinSQNR: opts.MinSQNR, MinTop1Agreement: opts.MinTop1})
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("--min-top1-agreement: %w", err)}
+	}
+	if opts.HTML != "" {
+		if err := r.WriteHTMLFile(opts.HTML); err != nil {
+			return err
+		}
+	}
+	printed := *r
+	if !opts.PerLayer {
+		printed.Layers, printed.Unpaired, printed.WeightDequantizers = nil, nil, 0
+	}
+	if opts.Format == "json" {
+		err = printed.WriteJSON(opts.IO.Out)
+	} else {
+		err = printed.WriteTable(opts.IO.Out)
+	}
+	if err != nil {
+		return err
+	}
+	if len(violations) > 0 {
+		return &GateError{Err: compare.GateError(violations)}
+	}
+	return nil
+}
+
+// openSession compiles a model, reporting unsupported ops and missing
+// engines as usage errors (exit 2) naming the file.
+func openSession(engine, path string, m *onnxgraph.Model, threads int) (runtime.Session, error) {
+	s, err := runtime.Open(engine, m, runtime.Options{Threads: threads})
+	if err != nil {
+		var unsup *runtime.UnsupportedError
+		var unavail *runtime.ErrEngineUnavailable
+		if errors.As(err, &unsup) || errors.As(err, &unavail) {
+			return nil, &UsageError{Err: fmt.Errorf("%s: %w", path, err)}
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// sameInputs checks that both models take the same inputs: they are fed
+// the same batches.
+func sameInputs(ref, cand runtime.Session) error {
+	names := func(s runtime.Session) []string {
+		var n []string
+		for _, in := range s.Inputs() {
+			n = append(n, in.Name)
+		}
+		slices.Sort(n)
+		return n
+	}
+	a, b := names(ref), names(cand)
+	if !slices.Equal(a, b) {
+		return Usagef("the models take different inputs: reference %s, candidate %s", strings.Join(a, ", "), strings.Join(b, ", "))
+	}
+	return nil
+}
+
+// fixedBatch is the batch size the model's inputs fix on axis 0, or 8 when
+// it is symbolic.
+func fixedBatch(infos []runtime.IOInfo) int {
+	for _, in := range infos {
+		if len(in.Shape) > 0 && in.Shape[0] > 0 {
+			return int(in.Shape[0])
+		}
+	}
+	return 8
+}
+
+// readCompareData reads the --data flags: NAME=FILE.npy, or FILE.npy alone
+// when the model has one input.
+func readCompareData(flags []string, infos []runtime.IOInfo) (map[string]*tensor.Tensor, error) {
+	names := make([]string, len(infos))
+	for i, in := range infos {
+		names[i] = in.Name
+	}
+	inputs := map[string]*tensor.Tensor{}
+	for _, f := range flags {
+		name, file, ok := strings.Cut(f, "=")
+		if !ok {
+			if len(infos) != 1 {
+				return nil, Usagef("--data %q: want NAME=FILE.npy (model inputs: %s)", f, strings.Join(names, ", "))
+			}
+			name, file = names[0], f
+		}
+		if !slices.Contains(names, name) {
+			return nil, Usagef("--data %q: the model has no input %q (inputs: %s)", f, name, strings.Join(names, ", "))
+		}
+		if _, dup := inputs[name]; dup {
+			return nil, Usagef("--data %q: input %q is given twice", f, name)
+		}
+		t, err := npy.ReadNPYFile(file)
+		if err != nil {
+			return nil, &UsageError{Err: fmt.Errorf("--data for input %q: %w", name, err)}
+		}
+		inputs[name] = t
+	}
+	var missing []string
+	for _, n := range names {
+		if inputs[n] == nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, Usagef("missing --data for input %s (give NAME=FILE.npy)", strings.Join(missing, ", "))
+	}
+	return inputs, nil
+}
