@@ -47,14 +47,6 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func toFloats(x []float32) []Float {
-	out := make([]Float, len(x))
-	for i, v := range x {
-		out[i] = Float(v)
-	}
-	return out
-}
-
 func fromFloats(x []Float) []float32 {
 	out := make([]float32, len(x))
 	for i, v := range x {
