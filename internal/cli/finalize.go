@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/passes"
+)
+
+// bytesBuffer is the buffer documents are built in before an atomic write.
+type bytesBuffer = bytes.Buffer
+
+type finalizeOptions struct {
+	quantizeOptions
+	Stats string
+}
+
+// NewCmdFinalize builds `coreaiq finalize`: prepare again, take activation
+// statistics from a stats file and write the quantized model.
+func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Command {
+	opts := &finalizeOptions{quantizeOptions: quantizeOptions{IO: streams}}
+	cmd := &cobra.Command{
+		Use:   "finalize --config FILE --stats stats.json [-o out.onnx]",
+		Short: "Write the quantized QDQ model from the config and calibration statistics",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Flags = cmd.Flags()
+			if runF != nil {
+				return runF(opts)
+			}
+			return runFinalize(cmd.Context(), opts)
+		},
+	}
+	addPipelineFlags(cmd, &opts.quantizeOptions)
+	cmd.Flags().StringVar(&opts.Stats, "stats", "", "calibration statistics (coreaiq calibrate -o); not needed for weight-only configs")
+	cmd.Flags().String("report", "", "write a JSON report here")
+	return cmd
+}
+
+func runFinalize(ctx context.Context, opts *finalizeOptions) error {
+	s, err := setupPipeline(&opts.quantizeOptions)
+	if err != nil {
+		return err
+	}
+	u := &passes.Unit{}
+	if opts.Stats != "" {
+		st, err := calibrate.ReadFile(opts.Stats)
+		if err != nil {
+			return &UsageError{Err: err}
+		}
+		u.Stats = passes.StatsOf(st)
+	}
+	timings, err := runPipeline(ctx, &opts.quantizeOptions, s, u, "")
+	if err != nil {
+		if opts.Stats == "" && u.Plan != nil && len(u.Plan.Observed()) > 0 {
+			return Usagef("%v: give --stats (from coreaiq calibrate)", err)
+		}
+		return err
+	}
+	out := outputPath(s.settings)
+	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
+		return err
+	}
+	rep := newReport(s, u, timings, out)
+	if s.settings.Report != "" {
+		if err := writeReportFile(s.settings.Report, rep); err != nil {
+			return err
+		}
+	}
+	return writeReportTable(opts.IO.ErrOut, rep)
+}

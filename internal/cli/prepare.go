@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/passes"
+)
+
+// NewCmdPrepare builds `coreaiq prepare`: the resolved per-tensor plan
+// (specs, rules, shared groups, weight qparams, skipped nodes) as JSON,
+// without data.
+func NewCmdPrepare(streams *IO, runF func(*quantizeOptions) error) *cobra.Command {
+	opts := &quantizeOptions{IO: streams}
+	cmd := &cobra.Command{
+		Use:   "prepare --config FILE [-o plan.json]",
+		Short: "Resolve the config against the model into a per-tensor plan (no data needed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Flags = cmd.Flags()
+			if runF != nil {
+				return runF(opts)
+			}
+			return runPrepare(cmd.Context(), opts)
+		},
+	}
+	addPipelineFlags(cmd, opts)
+	return cmd
+}
+
+func runPrepare(ctx context.Context, opts *quantizeOptions) error {
+	s, err := setupPipeline(opts)
+	if err != nil {
+		return err
+	}
+	u := &passes.Unit{}
+	if _, err := runPipeline(ctx, opts, s, u, "prepare"); err != nil {
+		return err
+	}
+	out, _ := opts.Flags.GetString("output")
+	if out == "" {
+		return u.Plan.WriteJSON(opts.IO.Out)
+	}
+	var b bytesBuffer
+	if err := u.Plan.WriteJSON(&b); err != nil {
+		return err
+	}
+	return onnxgraph.WriteFileAtomic(out, b.Bytes())
+}

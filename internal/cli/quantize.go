@@ -1,0 +1,330 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+)
+
+type quantizeOptions struct {
+	IO     *IO
+	Config string
+	// Flags are the command's flags, layered over the config file and the
+	// environment by config.Settings.
+	Flags     *pflag.FlagSet
+	Opset     int64
+	DumpAfter string
+}
+
+// NewCmdQuantize builds `coreaiq quantize`: inspect, prepare, calibrate and
+// finalize in one run.
+func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Command {
+	opts := &quantizeOptions{IO: streams}
+	cmd := &cobra.Command{
+		Use:   "quantize [--config FILE] [--model PATH] [-o PATH] [--data PATH ...] [--preset NAME]",
+		Short: "Quantize a model: prepare the plan, calibrate activations and write a QDQ model",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Flags = cmd.Flags()
+			if runF != nil {
+				return runF(opts)
+			}
+			return runQuantize(cmd.Context(), opts)
+		},
+	}
+	addPipelineFlags(cmd, opts)
+	f := cmd.Flags()
+	f.StringArray("data", nil, "calibration data: NAME=FILE.npy per input (FILE.npy alone for a one-input model), batch on axis 0")
+	f.Int("samples", config.DefaultSamples, "calibration samples to use")
+	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run")
+	f.String("engine", config.DefaultEngine, "engine for calibration: go (built-in) or ort")
+	f.Int("threads", 0, "engine threads (0: one per CPU)")
+	f.String("report", "", "write a JSON report here")
+	return cmd
+}
+
+// addPipelineFlags adds the flags prepare, finalize and quantize share.
+func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
+	f := cmd.Flags()
+	f.StringVar(&opts.Config, "config", "", "config file (tool settings and quantization config)")
+	f.String("model", "", "model to quantize (default: the config's model)")
+	f.StringP("output", "o", "", "output path")
+	f.String("preset", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
+	f.Int64Var(&opts.Opset, "opset", 0, "pin the output's default-domain opset (0: as low as the content allows)")
+	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
+}
+
+// pipelineSetup is what every pipeline command loads first.
+type pipelineSetup struct {
+	settings config.Settings
+	model    *onnxgraph.Model
+	quant    *config.QuantizerConfig
+	notices  []*config.Diagnostic
+}
+
+func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
+	var cfg *config.Config
+	if opts.Config != "" {
+		var err error
+		if cfg, err = loadConfig(opts.Config); err != nil {
+			return nil, err
+		}
+	}
+	st, err := cfg.Settings(opts.Flags)
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	if st.Model == "" {
+		return nil, Usagef("no model: give --model or a config with `model:`")
+	}
+	m, err := loadModel(st.Model)
+	if err != nil {
+		return nil, err
+	}
+	s := &pipelineSetup{settings: st, model: m}
+	switch {
+	case st.Preset != "":
+		if s.quant, err = config.Preset(st.Preset); err != nil {
+			return nil, &UsageError{Err: err}
+		}
+	case cfg != nil && cfg.Quant != nil:
+		s.quant, s.notices = cfg.Quant, cfg.Notices
+	default:
+		if s.quant, err = config.Preset(config.DefaultPreset); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// runPipeline runs the passes up to until, printing config warnings and
+// notices to stderr.
+func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
+	u.Model, u.Config = s.model, s.quant
+	u.Write = finalize.Options{Opset: opts.Opset}
+	for _, n := range s.notices {
+		fmt.Fprintf(opts.IO.ErrOut, "notice: %s\n", n.Error())
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	timings, err := passes.Run(ctx, u, passes.RunOptions{Until: until, DumpAfter: opts.DumpAfter, Dump: opts.IO.ErrOut})
+	if u.Resolution != nil {
+		for _, w := range u.Resolution.Warnings {
+			fmt.Fprintf(opts.IO.ErrOut, "warning: %s\n", w.Error())
+		}
+	}
+	if err != nil {
+		var list config.ErrorList
+		if errors.As(err, &list) {
+			return timings, configUsageError(err)
+		}
+		return timings, err
+	}
+	return timings, nil
+}
+
+func runQuantize(ctx context.Context, opts *quantizeOptions) error {
+	s, err := setupPipeline(opts)
+	if err != nil {
+		return err
+	}
+	u := &passes.Unit{}
+	var source calibrate.Source
+	if len(s.settings.Data) > 0 {
+		files, err := dataFiles(s.settings.Data)
+		if err != nil {
+			return err
+		}
+		src, err := calibrate.OpenNPY(modelInputs(s.model), files)
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("calibration data: %w", err)}
+		}
+		defer src.Close()
+		source = src
+		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, source,
+			calibrate.Options{Samples: s.settings.Samples, BatchSize: s.settings.BatchSize}, nil)
+	}
+	timings, err := runPipeline(ctx, opts, s, u, "")
+	if err != nil {
+		if source == nil && u.Plan != nil && len(u.Plan.Observed()) > 0 {
+			return Usagef("%v: give --data (calibration.data in the config), or use a weight-only preset (--preset w8 or w4)", err)
+		}
+		return err
+	}
+	out := outputPath(s.settings)
+	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
+		return err
+	}
+	rep := newReport(s, u, timings, out)
+	if s.settings.Report != "" {
+		if err := writeReportFile(s.settings.Report, rep); err != nil {
+			return err
+		}
+	}
+	return writeReportTable(opts.IO.ErrOut, rep)
+}
+
+// dataFiles parses --data entries: NAME=FILE.npy, or FILE.npy for a
+// one-input model (key "").
+func dataFiles(data []string) (map[string]string, error) {
+	files := map[string]string{}
+	for _, d := range data {
+		name, file, ok := strings.Cut(d, "=")
+		if !ok {
+			name, file = "", d
+		}
+		if _, dup := files[name]; dup {
+			return nil, Usagef("--data %q: input %q given twice", d, name)
+		}
+		if ext := strings.ToLower(filepath.Ext(file)); ext != ".npy" {
+			return nil, Usagef("--data %q: only .npy files are read (one per model input, batch on axis 0)", d)
+		}
+		files[name] = file
+	}
+	return files, nil
+}
+
+func modelInputs(m *onnxgraph.Model) []runtime.IOInfo {
+	var out []runtime.IOInfo
+	for _, v := range m.Graph.Inputs {
+		info := runtime.IOInfo{Name: v.Name, DType: v.DType()}
+		if dims, ok := v.Shape(); ok {
+			info.Shape = make([]int64, len(dims))
+			info.DimParams = make([]string, len(dims))
+			for i, d := range dims {
+				info.Shape[i], info.DimParams[i] = d.Size, d.Param
+			}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// outputPath is the settings' output, or MODEL.quant.onnx beside the model.
+func outputPath(st config.Settings) string {
+	if st.Output != "" {
+		return st.Output
+	}
+	return strings.TrimSuffix(st.Model, filepath.Ext(st.Model)) + ".quant.onnx"
+}
+
+// report is the JSON document of --report.
+type report struct {
+	Model     string            `json:"model"`
+	Output    string            `json:"output"`
+	Opset     int64             `json:"opset"`
+	IRVersion int64             `json:"ir_version"`
+	Tensors   []reportTensor    `json:"tensors"`
+	Skipped   []finalize.Skip   `json:"skipped"`
+	Notes     []string          `json:"notes"`
+	Passes    []passes.Timing   `json:"passes"`
+	PeakRSS   int64             `json:"peak_rss_bytes"`
+	Counts    map[string]int    `json:"counts"`
+	Naming    string            `json:"value_naming"`
+	Extra     map[string]string `json:"extra,omitempty"`
+}
+
+type reportTensor struct {
+	Value     string          `json:"value"`
+	Role      string          `json:"role"`
+	Spec      string          `json:"spec"`
+	Rule      config.Rule     `json:"rule"`
+	Nodes     []string        `json:"nodes"`
+	Shared    string          `json:"shared_with,omitempty"`
+	Scales    int             `json:"scales"`
+	ScaleMin  float32         `json:"scale_min"`
+	ScaleMax  float32         `json:"scale_max"`
+	ZPMin     int32           `json:"zero_point_min"`
+	ZPMax     int32           `json:"zero_point_max"`
+	Observed  *finalize.Range `json:"observed,omitempty"`
+	Fixed     *finalize.Range `json:"fixed,omitempty"`
+	Axis      int             `json:"axis"`
+	BlockSize int             `json:"block_size,omitempty"`
+}
+
+func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out string) *report {
+	r := &report{Model: s.settings.Model, Output: out, Opset: u.Result.Opset, IRVersion: u.Result.IRVersion,
+		Skipped: append([]finalize.Skip{}, u.Plan.Skipped...), Notes: append(append([]string{}, u.Plan.Notes...), u.Result.Notes...),
+		Passes: timings, PeakRSS: peakRSS(), Counts: map[string]int{}, Naming: finalize.ValueNaming}
+	for _, t := range u.Result.Tensors {
+		rt := reportTensor{Value: t.Value, Role: t.Role.String(), Spec: t.SpecString(), Rule: t.Rule, Nodes: t.Nodes,
+			Shared: t.SharedWith, Fixed: t.Fixed, Axis: t.Axis, BlockSize: t.BlockSize}
+		if p := t.Params; p != nil && len(p.Scales) > 0 {
+			rt.Scales, rt.Observed = len(p.Scales), p.Observed
+			rt.ScaleMin, rt.ScaleMax = p.Scales[0], p.Scales[0]
+			for _, v := range p.Scales {
+				rt.ScaleMin, rt.ScaleMax = min(rt.ScaleMin, v), max(rt.ScaleMax, v)
+			}
+			rt.ZPMin, rt.ZPMax = p.ZeroPoints[0], p.ZeroPoints[0]
+			for _, z := range p.ZeroPoints {
+				rt.ZPMin, rt.ZPMax = min(rt.ZPMin, z), max(rt.ZPMax, z)
+			}
+		}
+		r.Tensors = append(r.Tensors, rt)
+		r.Counts[rt.Role]++
+	}
+	r.Counts["skipped_nodes"] = len(r.Skipped)
+	return r
+}
+
+// peakRSS is the process's peak resident set size (VmHWM), 0 when the
+// system does not report it.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb * 1024
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func writeReportFile(path string, r *report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return onnxgraph.WriteFileAtomic(path, append(b, '\n'))
+}
+
+// writeReportTable prints the short summary to stderr.
+func writeReportTable(w io.Writer, r *report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "wrote %s (opset %d, IR %d)\n", r.Output, r.Opset, r.IRVersion)
+	fmt.Fprintf(tw, "quantized\tweights %d\tbiases %d\tactivations %d\tskipped nodes %d\n",
+		r.Counts["weight"], r.Counts["bias"], r.Counts["activation"], len(r.Skipped))
+	for _, t := range r.Passes {
+		fmt.Fprintf(tw, "pass %s\t%.3fs\n", t.Pass, t.Seconds)
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintf(tw, "skipped %s (%s)\t%s\n", s.Node, s.OpType, s.Reason)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+)
+
+// TestQuantizeWeightOnly runs `quantize --preset w8` end to end: no data
+// needed, a loadable model, a report listing every quantized tensor and
+// every skipped node with its reason.
+func TestQuantizeWeightOnly(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(testutil.RepoRoot(), "testdata", "models", "cnn.onnx")
+	out, rep := filepath.Join(dir, "q.onnx"), filepath.Join(dir, "report.json")
+	code, _, stderr := runCLI(t, "quantize", "--model", model, "--preset", "w8", "-o", out, "--report", rep)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if _, err := onnxgraph.Load(out); err != nil {
+		t.Fatalf("written model does not load: %v", err)
+	}
+	b, err := os.ReadFile(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Counts["weight"] != 4 || r.Counts["activation"] != 0 {
+		t.Errorf("counts %v, want 4 weights and no activations", r.Counts)
+	}
+	// Every node without a quantized tensor is listed with a reason.
+	want := map[string]bool{"/relu/Relu": true, "/layer1/layer1.0/relu/Relu": true, "/layer1/layer1.0/Add": true,
+		"/layer1/layer1.0/relu_1/Relu": true, "/pool/MaxPool": true, "/Reshape": true}
+	for _, s := range r.Skipped {
+		if s.Reason == "" {
+			t.Errorf("skipped node %q has no reason", s.Node)
+		}
+		delete(want, s.Node)
+	}
+	if len(want) > 0 {
+		t.Errorf("nodes missing from the skipped list: %v", want)
+	}
+	if len(r.Passes) != 4 {
+		t.Errorf("pass timings %v, want 4 passes", r.Passes)
+	}
+	if !strings.Contains(stderr, "skipped /pool/MaxPool") {
+		t.Errorf("stderr table does not list skipped nodes:\n%s", stderr)
+	}
+}
+
+// TestQuantizeNeedsData checks that a preset quantizing activations
+// without data is a usage error that says what to do.
+func TestQuantizeNeedsData(t *testing.T) {
+	model := filepath.Join(testutil.RepoRoot(), "testdata", "models", "mlp.onnx")
+	code, _, stderr := runCLI(t, "quantize", "--model", model, "--preset", "w8a8", "-o", filepath.Join(t.TempDir(), "q.onnx"))
+	if code != ExitUsage || !strings.Contains(stderr, "--data") {
+		t.Fatalf("exit %d, stderr %q: want exit %d naming --data", code, stderr, ExitUsage)
+	}
+}
+
+// TestPrepareJSON checks `prepare` writes the plan as JSON on stdout.
+func TestPrepareJSON(t *testing.T) {
+	model := filepath.Join(testutil.RepoRoot(), "testdata", "models", "mlp.onnx")
+	code, stdout, stderr := runCLI(t, "prepare", "--model", model, "--preset", "w8a8")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var plan struct {
+		Stage   string `json:"stage"`
+		Tensors []struct {
+			Value string `json:"value"`
+			Role  string `json:"role"`
+			DType string `json:"dtype"`
+			Rule  struct {
+				File string `json:"file"`
+				Line int    `json:"line"`
+			} `json:"rule"`
+		} `json:"tensors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &plan); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if plan.Stage != "prepared" || len(plan.Tensors) == 0 {
+		t.Fatalf("plan %+v", plan)
+	}
+	for _, tp := range plan.Tensors {
+		if tp.Rule.File == "" || tp.DType == "" {
+			t.Errorf("tensor %q has no rule or dtype: %+v", tp.Value, tp)
+		}
+	}
+}
