@@ -123,6 +123,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdCompare(streams, nil),
 		NewCmdConfig(streams, nil),
 		NewCmdPresets(streams, nil),
+		NewCmdStats(streams, nil),
 		NewCmdPrepare(streams, nil),
 		NewCmdFinalize(streams, nil),
 		NewCmdQuantize(streams, nil),
