@@ -1,9 +1,8 @@
 package kernels
 
-import "sync"
 
-// Sgemm computes C = alpha·op(A)·op(B) + beta·C on row-major matrices, where
-// op(A) is m×k and op(B) is k×n:
+// SgemmRef is the reference of Sgemm: C = alpha·op(A)·op(B) + beta·C on
+// row-major matrices, where op(A) is m×k and op(B) is k×n:
 //
 //	for i < m, j < n:
 //	    C[i*ldc+j] = alpha · Σ_{p<k} opA(i,p)·opB(p,j) + beta·C[i*ldc+j]
@@ -11,7 +10,7 @@ import "sync"
 // opA(i,p) is A[i*lda+p], or A[p*lda+i] when transA; opB(p,j) is
 // B[p*ldb+j], or B[j*ldb+p] when transB. When beta is 0, C is overwritten
 // (NaN in C does not propagate), as in BLAS.
-func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func SgemmRef(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	for i := 0; i < m; i++ {
 		crow := c[i*ldc : i*ldc+n]
 		if beta == 0 {
@@ -58,32 +57,3 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	}
 }
 
-// SgemmParallel is Sgemm with the rows of C split over up to threads
-// goroutines. Each row is computed exactly as Sgemm computes it, so the
-// result is bit-identical to Sgemm for any thread count.
-func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	const minWork = 1 << 16
-	if threads <= 1 || m < 2 || m*n*k < minWork {
-		Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	if threads > m {
-		threads = m
-	}
-	var wg sync.WaitGroup
-	rows := (m + threads - 1) / threads
-	for i0 := 0; i0 < m; i0 += rows {
-		i1 := min(i0+rows, m)
-		wg.Add(1)
-		go func(i0, i1 int) {
-			defer wg.Done()
-			// Row i of op(A) starts at A[i*lda], or at column i when transposed.
-			aa := a[i0:]
-			if !transA {
-				aa = a[i0*lda:]
-			}
-			Sgemm(transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
-		}(i0, i1)
-	}
-	wg.Wait()
-}

@@ -1,0 +1,191 @@
+// Command gemm generates the AVX2 and AVX-512 SGEMM micro-kernels of
+// pkg/kernels (gemm_amd64.s and gemm_stubs_amd64.go) with avo.
+//
+// A micro-kernel multiplies a packed A panel by a packed B panel over kc
+// steps and writes an mr×nr tile of C:
+//
+//	for p < kc: for i < mr: for j < nr:
+//	    acc[i][j] += a[p*MR+i] · b[p*NR+j]
+//	C[i*ldc+j] = acc[i][j]          (accumulate == 0)
+//	C[i*ldc+j] += acc[i][j]         (accumulate != 0)
+//
+// MR (the A panel's row stride) is fixed per instruction set, so one packed
+// panel serves every row-count variant: edge panels use the smallest
+// variant that covers their rows. The AVX-512 kernels use FMAs with an
+// embedded broadcast of the A element, so the 12×32 tile keeps 24
+// accumulators and two B vectors in the 32 ZMM registers. The peak kernels
+// are chains of independent FMAs that measure the machine's FMA throughput.
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+type isa struct {
+	name  string
+	mr    int // A panel row stride
+	lanes int
+	vecs  int // vectors per tile row; NR = lanes·vecs
+	vec   func() VecVirtual
+	rows  []int
+}
+
+var (
+	avx512 = isa{name: "AVX512", mr: 12, lanes: 16, vecs: 2, vec: ZMM, rows: []int{12, 8, 4, 2, 1}}
+	avx2   = isa{name: "AVX2", mr: 6, lanes: 8, vecs: 2, vec: YMM, rows: []int{6, 4, 2, 1}}
+)
+
+func main() {
+	ConstraintExpr("!noasm,amd64")
+	for _, s := range []isa{avx512, avx2} {
+		for _, r := range s.rows {
+			kernel(s, r)
+		}
+		peak(s)
+	}
+	Generate()
+}
+
+func kernel(s isa, rows int) {
+	nr := s.lanes * s.vecs
+	TEXT(fmt.Sprintf("gemm%dx%d%s", rows, nr, s.name), NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accumulate int)")
+	Doc(fmt.Sprintf("gemm%dx%d%s computes a %d×%d tile of C from packed panels (A row stride %d).", rows, nr, s.name, rows, nr, s.mr))
+	kc := Load(Param("kc"), GP64())
+	pa := Load(Param("a"), GP64())
+	pb := Load(Param("b"), GP64())
+	acc := make([][]VecVirtual, rows)
+	for i := range acc {
+		acc[i] = make([]VecVirtual, s.vecs)
+		for v := range acc[i] {
+			acc[i][v] = s.vec()
+			zero(s, acc[i][v])
+		}
+	}
+	bv := make([]VecVirtual, s.vecs)
+	for v := range bv {
+		bv[v] = s.vec()
+	}
+	var bc VecVirtual
+	if s.lanes == 8 {
+		bc = s.vec()
+	}
+	step := func(off int) {
+		for v := range bv {
+			VMOVUPS(Mem{Base: pb, Disp: 4 * (off*nr + v*s.lanes)}, bv[v])
+		}
+		for i := 0; i < rows; i++ {
+			am := Mem{Base: pa, Disp: 4 * (off*s.mr + i)}
+			if s.lanes == 16 {
+				for v := range bv {
+					VFMADD231PS_BCST(am, bv[v], acc[i][v])
+				}
+			} else {
+				VBROADCASTSS(am, bc)
+				for v := range bv {
+					VFMADD231PS(bv[v], bc, acc[i][v])
+				}
+			}
+		}
+	}
+	const unroll = 4
+	Label(fmt.Sprintf("%s%d_loop4", s.name, rows))
+	CMPQ(kc, U8(unroll))
+	JL(LabelRef(fmt.Sprintf("%s%d_tail", s.name, rows)))
+	for u := 0; u < unroll; u++ {
+		step(u)
+	}
+	ADDQ(U32(4*unroll*s.mr), pa)
+	ADDQ(U32(4*unroll*nr), pb)
+	SUBQ(U8(unroll), kc)
+	JMP(LabelRef(fmt.Sprintf("%s%d_loop4", s.name, rows)))
+	Label(fmt.Sprintf("%s%d_tail", s.name, rows))
+	TESTQ(kc, kc)
+	JZ(LabelRef(fmt.Sprintf("%s%d_store", s.name, rows)))
+	step(0)
+	ADDQ(U32(4*s.mr), pa)
+	ADDQ(U32(4*nr), pb)
+	DECQ(kc)
+	JMP(LabelRef(fmt.Sprintf("%s%d_tail", s.name, rows)))
+
+	Label(fmt.Sprintf("%s%d_store", s.name, rows))
+	pc := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+	accum := Load(Param("accumulate"), GP64())
+	TESTQ(accum, accum)
+	JZ(LabelRef(fmt.Sprintf("%s%d_overwrite", s.name, rows)))
+	row := GP64()
+	MOVQ(pc, row)
+	for i := 0; i < rows; i++ {
+		for v := 0; v < s.vecs; v++ {
+			m := Mem{Base: row, Disp: 4 * v * s.lanes}
+			VADDPS(m, acc[i][v], acc[i][v])
+			VMOVUPS(acc[i][v], m)
+		}
+		if i+1 < rows {
+			ADDQ(ldc, row)
+		}
+	}
+	VZEROUPPER()
+	RET()
+	Label(fmt.Sprintf("%s%d_overwrite", s.name, rows))
+	for i := 0; i < rows; i++ {
+		for v := 0; v < s.vecs; v++ {
+			VMOVUPS(acc[i][v], Mem{Base: pc, Disp: 4 * v * s.lanes})
+		}
+		if i+1 < rows {
+			ADDQ(ldc, pc)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+func zero(s isa, v VecVirtual) {
+	if s.lanes == 16 {
+		VPXORD(v, v, v)
+	} else {
+		VXORPS(v, v, v)
+	}
+}
+
+// peak runs n iterations of 12 independent FMA chains (24 FMAs per
+// iteration on AVX-512, 12 on AVX2) and stores the chains' sum to out.
+func peak(s isa) {
+	TEXT("fmaPeak"+s.name, NOSPLIT, "func(n int, out *float32)")
+	Doc(fmt.Sprintf("fmaPeak%s runs n iterations of independent FMA chains to measure peak FMA throughput.", s.name))
+	n := Load(Param("n"), GP64())
+	chains := 12
+	if s.lanes == 16 {
+		chains = 24
+	}
+	acc := make([]VecVirtual, chains)
+	for i := range acc {
+		acc[i] = s.vec()
+		zero(s, acc[i])
+	}
+	x, y := s.vec(), s.vec()
+	zero(s, x)
+	zero(s, y)
+	Label("peak" + s.name + "_loop")
+	for i := range acc {
+		VFMADD231PS(x, y, acc[i])
+	}
+	DECQ(n)
+	JNZ(LabelRef("peak" + s.name + "_loop"))
+	for i := 1; i < chains; i++ {
+		VADDPS(acc[i], acc[0], acc[0])
+	}
+	out := Load(Param("out"), GP64())
+	if s.lanes == 16 {
+		VMOVSS(acc[0].AsX(), Mem{Base: out})
+	} else {
+		VMOVSS(acc[0].AsX(), Mem{Base: out})
+	}
+	VZEROUPPER()
+	RET()
+}

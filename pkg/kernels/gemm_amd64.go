@@ -1,0 +1,59 @@
+//go:build !noasm && amd64
+
+package kernels
+
+//go:generate sh -c "cd ../../internal/asm/gemm && go run . -out ../../../pkg/kernels/gemm_amd64.s -stubs ../../../pkg/kernels/gemm_stubs_amd64.go -pkg kernels"
+
+import "golang.org/x/sys/cpu"
+
+var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc: 1024, rows: []int{12, 8, 4, 2, 1},
+	tile: func(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
+		acc := 0
+		if accumulate {
+			acc = 1
+		}
+		switch rows {
+		case 12:
+			gemm12x32AVX512(kc, a, b, c, ldc, acc)
+		case 8:
+			gemm8x32AVX512(kc, a, b, c, ldc, acc)
+		case 4:
+			gemm4x32AVX512(kc, a, b, c, ldc, acc)
+		case 2:
+			gemm2x32AVX512(kc, a, b, c, ldc, acc)
+		default:
+			gemm1x32AVX512(kc, a, b, c, ldc, acc)
+		}
+	}}
+
+var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024, rows: []int{6, 4, 2, 1},
+	tile: func(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
+		acc := 0
+		if accumulate {
+			acc = 1
+		}
+		switch rows {
+		case 6:
+			gemm6x16AVX2(kc, a, b, c, ldc, acc)
+		case 4:
+			gemm4x16AVX2(kc, a, b, c, ldc, acc)
+		case 2:
+			gemm2x16AVX2(kc, a, b, c, ldc, acc)
+		default:
+			gemm1x16AVX2(kc, a, b, c, ldc, acc)
+		}
+	}}
+
+// gemmArches lists the micro-kernel families this CPU runs, widest first.
+func gemmArches() []*gemmArch {
+	var as []*gemmArch
+	if cpu.X86.HasAVX512F {
+		as = append(as, avx512Gemm)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		as = append(as, avx2Gemm)
+	}
+	return append(as, goArch)
+}
+
+var activeGemm = gemmArches()[0]

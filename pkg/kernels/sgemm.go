@@ -1,0 +1,278 @@
+package kernels
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// gemmArch is one micro-kernel family: tiles of up to mr×nr, computed from
+// A packed in panels of mr rows and B packed in panels of nr columns.
+type gemmArch struct {
+	name   string
+	mr, nr int
+	// kc, mc, nc are the cache blocks: a kc×nr B panel stays in L1, an
+	// mc×kc A block in L2, a kc×nc B block in L2/L3.
+	kc, mc, nc int
+	// rows lists the row counts the kernels compute, descending; a tile
+	// with fewer rows uses the smallest that covers it.
+	rows []int
+	// tile computes rows×nr of C from kc steps of packed panels a and b,
+	// overwriting C (accumulate false) or adding to it.
+	tile func(rows, kc int, a, b, c *float32, ldc int, accumulate bool)
+}
+
+// goArch is the portable micro-kernel (the noasm build and CPUs without
+// AVX2/FMA).
+var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile}
+
+// goTile is the portable micro-kernel on 4×8 tiles.
+func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
+	const mr, nr = 4, 8
+	as := unsafe.Slice(a, kc*mr)
+	bs := unsafe.Slice(b, kc*nr)
+	var acc [mr][nr]float32
+	for p := 0; p < kc; p++ {
+		ap := as[p*mr : p*mr+mr : p*mr+mr]
+		bp := bs[p*nr : p*nr+nr : p*nr+nr]
+		for i := 0; i < rows; i++ {
+			av := ap[i]
+			r := &acc[i]
+			r[0] += av * bp[0]
+			r[1] += av * bp[1]
+			r[2] += av * bp[2]
+			r[3] += av * bp[3]
+			r[4] += av * bp[4]
+			r[5] += av * bp[5]
+			r[6] += av * bp[6]
+			r[7] += av * bp[7]
+		}
+	}
+	cs := unsafe.Slice(c, (rows-1)*ldc+nr)
+	for i := 0; i < rows; i++ {
+		row := cs[i*ldc : i*ldc+nr]
+		if accumulate {
+			for j := range row {
+				row[j] += acc[i][j]
+			}
+		} else {
+			copy(row, acc[i][:])
+		}
+	}
+}
+
+// packBufs are one goroutine's packing buffers, reused across calls.
+type packBufs struct {
+	a, b, tmp []float32
+}
+
+var packPool = sync.Pool{New: func() any { return new(packBufs) }}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C exactly as SgemmRef states
+// it, with packed panels, cache blocking and the widest micro-kernel the
+// CPU runs. Results differ from SgemmRef only by rounding: the kernels use
+// fused multiply-adds and sum k in blocks, so the tests hold them to a
+// relative error of 1e-5·(1+|C|) per unit of √k against a float64 product.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	SgemmParallel(1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmParallel is Sgemm with C split into up to threads blocks of rows or
+// columns computed on the shared worker pool. Every element of C is
+// computed by the same sequence of operations whatever the split, so the
+// result is bit-identical for any thread count.
+func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if k <= 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	arch := activeGemm
+	const minWork = 1 << 15 // multiply-adds per thread worth a hand-off
+	work := m * n * k
+	threads = min(threads, max(1, work/minWork))
+	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
+	if threads <= 1 || mt*nt < 2 {
+		gemmBlocked(arch, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if nt >= mt || nt >= 2*threads {
+		// Split the columns: each thread packs its own part of B.
+		Parallel(threads, nt, 1, func(lo, hi int) {
+			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
+			bb := b[j0:]
+			if transB {
+				bb = b[j0*ldb:]
+			}
+			gemmBlocked(arch, transA, transB, m, j1-j0, k, alpha, a, lda, bb, ldb, beta, c[j0:], ldc)
+		})
+		return
+	}
+	Parallel(threads, mt, 1, func(lo, hi int) {
+		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
+		aa := a[i0*lda:]
+		if transA {
+			aa = a[i0:]
+		}
+		gemmBlocked(arch, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
+	})
+}
+
+func scaleC(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// gemmBlocked is the single-threaded blocked product (GotoBLAS loop order:
+// column blocks, k blocks with B packed once, row blocks with A packed,
+// then micro-tiles with the B panel held in L1 across the row panels).
+func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if beta != 0 {
+		scaleC(m, n, beta, c, ldc)
+	}
+	mr, nr := arch.mr, arch.nr
+	bufs := packPool.Get().(*packBufs)
+	defer packPool.Put(bufs)
+	kcMax, mcMax, ncMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr)), min(arch.nc, roundUp(n, nr))
+	bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr))
+	bufs.a = grow(bufs.a, kcMax*roundUp(mcMax, mr))
+	bufs.tmp = grow(bufs.tmp, mr*nr)
+	tmp := bufs.tmp
+	for jc := 0; jc < n; jc += arch.nc {
+		nc := min(arch.nc, n-jc)
+		for pc := 0; pc < k; pc += arch.kc {
+			kc := min(arch.kc, k-pc)
+			packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
+			accumulate := pc > 0 || beta != 0
+			for ic := 0; ic < m; ic += arch.mc {
+				mc := min(arch.mc, m-ic)
+				packA(transA, a, lda, ic, pc, mc, kc, mr, alpha, bufs.a)
+				for jr := 0; jr < nc; jr += nr {
+					cols := min(nr, nc-jr)
+					bp := &bufs.b[jr*kc]
+					for ir := 0; ir < mc; ir += mr {
+						rows := min(mr, mc-ir)
+						kr := rows
+						for _, r := range arch.rows {
+							if r >= rows {
+								kr = r
+							}
+						}
+						ap := &bufs.a[ir*kc]
+						ci := (ic+ir)*ldc + jc + jr
+						if kr == rows && cols == nr {
+							arch.tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
+							continue
+						}
+						arch.tile(kr, kc, ap, bp, &tmp[0], nr, false)
+						for i := 0; i < rows; i++ {
+							dst := c[ci+i*ldc : ci+i*ldc+cols]
+							src := tmp[i*nr : i*nr+cols]
+							if accumulate {
+								for j, v := range src {
+									dst[j] += v
+								}
+							} else {
+								copy(dst, src)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func roundUp(x, m int) int { return (x + m - 1) / m * m }
+
+// packA copies the mc×kc block of alpha·op(A) at (ic, pc) into panels of
+// mr rows: panel r holds element (ic+r·mr+i, pc+p) at r·mr·kc + p·mr + i,
+// with rows past mc zero.
+func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr int, alpha float32, dst []float32) {
+	for r := 0; r*mr < mc; r++ {
+		panel := dst[r*mr*kc : (r+1)*mr*kc]
+		rows := min(mr, mc-r*mr)
+		i0 := ic + r*mr
+		if trans {
+			for p := 0; p < kc; p++ {
+				src := a[(pc+p)*lda+i0 : (pc+p)*lda+i0+rows]
+				d := panel[p*mr : p*mr+mr]
+				if alpha == 1 {
+					copy(d, src)
+				} else {
+					for i, v := range src {
+						d[i] = alpha * v
+					}
+				}
+				clear(d[rows:])
+			}
+			continue
+		}
+		for i := 0; i < rows; i++ {
+			src := a[(i0+i)*lda+pc : (i0+i)*lda+pc+kc]
+			if alpha == 1 {
+				for p, v := range src {
+					panel[p*mr+i] = v
+				}
+			} else {
+				for p, v := range src {
+					panel[p*mr+i] = alpha * v
+				}
+			}
+		}
+		for i := rows; i < mr; i++ {
+			for p := 0; p < kc; p++ {
+				panel[p*mr+i] = 0
+			}
+		}
+	}
+}
+
+// packB copies the kc×nc block of op(B) at (pc, jc) into panels of nr
+// columns: panel r holds element (pc+p, jc+r·nr+j) at r·nr·kc + p·nr + j,
+// with columns past nc zero.
+func packB(trans bool, b []float32, ldb, pc, jc, kc, nc, nr int, dst []float32) {
+	for r := 0; r*nr < nc; r++ {
+		panel := dst[r*nr*kc : (r+1)*nr*kc]
+		cols := min(nr, nc-r*nr)
+		j0 := jc + r*nr
+		if !trans {
+			for p := 0; p < kc; p++ {
+				d := panel[p*nr : p*nr+nr]
+				copy(d, b[(pc+p)*ldb+j0:(pc+p)*ldb+j0+cols])
+				clear(d[cols:])
+			}
+			continue
+		}
+		for j := 0; j < cols; j++ {
+			src := b[(j0+j)*ldb+pc : (j0+j)*ldb+pc+kc]
+			for p, v := range src {
+				panel[p*nr+j] = v
+			}
+		}
+		for j := cols; j < nr; j++ {
+			for p := 0; p < kc; p++ {
+				panel[p*nr+j] = 0
+			}
+		}
+	}
+}

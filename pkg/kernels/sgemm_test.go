@@ -1,0 +1,119 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestSgemmArches checks every micro-kernel family this CPU runs against a
+// float64 product over odd sizes, transposes, leading dimensions wider
+// than the matrices, alpha and beta. The tolerance is 1e-5·√k·(1+|C|):
+// float32 rounding of a k-term sum with fused or separate multiply-adds.
+func TestSgemmArches(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	type tcase struct {
+		m, n, k     int
+		ta, tb      bool
+		alpha, beta float32
+		pad         int // extra leading-dimension elements
+	}
+	cases := []tcase{
+		{1, 1, 1, false, false, 1, 0, 0}, {3, 5, 7, false, false, 1, 0, 0}, {4, 6, 5, true, false, 0.5, 1, 3},
+		{7, 3, 9, false, true, 2, 0.25, 1}, {8, 8, 8, true, true, 1, 1, 0}, {65, 70, 33, false, false, 1, 0, 0},
+		{13, 33, 257, false, false, 1, 0, 5}, {12, 32, 256, false, false, 1, 0, 0}, {25, 97, 300, true, true, -1, 2, 2},
+		{1, 300, 77, false, false, 1, 0, 0}, {300, 1, 77, false, true, 1, 0, 0}, {150, 1100, 40, false, false, 1, 0.5, 0},
+		{200, 49, 600, false, false, 1, 0, 0}, {37, 64, 513, true, false, 1, 0, 7},
+	}
+	for _, arch := range gemmArches() {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d/ta=%v/tb=%v/beta=%g/pad=%d", arch.name, tc.m, tc.n, tc.k, tc.ta, tc.tb, tc.beta, tc.pad), func(t *testing.T) {
+				lda, ldb, ldc := tc.k+tc.pad, tc.n+tc.pad, tc.n+tc.pad
+				arows, brows := tc.m, tc.k
+				if tc.ta {
+					lda, arows = tc.m+tc.pad, tc.k
+				}
+				if tc.tb {
+					ldb, brows = tc.k+tc.pad, tc.n
+				}
+				a, b := randSlice(r, arows*lda), randSlice(r, brows*ldb)
+				c0 := randSlice(r, tc.m*ldc)
+				want := naiveGemm(tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c0, ldc)
+				c := append([]float32(nil), c0...)
+				gemmBlocked(arch, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+				tol := 1e-5 * math.Sqrt(float64(tc.k))
+				for i := 0; i < tc.m; i++ {
+					for j := 0; j < ldc; j++ {
+						got := c[i*ldc+j]
+						if j >= tc.n {
+							if got != c0[i*ldc+j] {
+								t.Fatalf("C[%d,%d] outside the matrix changed: %g, was %g", i, j, got, c0[i*ldc+j])
+							}
+							continue
+						}
+						w := want[i*tc.n+j]
+						if math.Abs(float64(got)-w) > tol*(1+math.Abs(w)) {
+							t.Fatalf("C[%d,%d] = %g, want %g", i, j, got, w)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSgemmParallelBitIdentical checks that the thread count does not
+// change a single bit of the result.
+func TestSgemmParallelBitIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, sz := range [][3]int{{65, 70, 33}, {300, 64, 700}, {40, 3000, 100}, {700, 20, 50}, {3, 5, 7}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		a, b, c0 := randSlice(r, m*k), randSlice(r, k*n), randSlice(r, m*n)
+		c1 := append([]float32(nil), c0...)
+		Sgemm(false, false, m, n, k, 1, a, k, b, n, 0.5, c1, n)
+		for _, threads := range []int{2, 3, 8} {
+			cp := append([]float32(nil), c0...)
+			SgemmParallel(threads, false, false, m, n, k, 1, a, k, b, n, 0.5, cp, n)
+			for i := range cp {
+				if math.Float32bits(cp[i]) != math.Float32bits(c1[i]) {
+					t.Fatalf("%v threads %d: C[%d] = %g, one thread gives %g", sz, threads, i, cp[i], c1[i])
+				}
+			}
+		}
+	}
+}
+
+func TestSgemmZeroK(t *testing.T) {
+	c := []float32{1, 2, float32(math.NaN()), 4}
+	Sgemm(false, false, 2, 2, 0, 1, nil, 0, nil, 2, 0, c, 2)
+	for i, v := range c {
+		if v != 0 {
+			t.Fatalf("C[%d] = %g, want 0 (beta 0 clears C)", i, v)
+		}
+	}
+}
+
+func BenchmarkSgemm(b *testing.B) {
+	for _, arch := range gemmArches() {
+		for _, n := range []int{64, 128, 256, 512, 1024, 2048} {
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/%d/threads=%d", arch.name, n, threads), func(b *testing.B) {
+					if arch == goArch && n > 512 {
+						b.Skip("the portable kernel is too slow for large sizes")
+					}
+					r := rand.New(rand.NewPCG(1, 1))
+					x, y, z := randSlice(r, n*n), randSlice(r, n*n), make([]float32, n*n)
+					saved := activeGemm
+					activeGemm = arch
+					defer func() { activeGemm = saved }()
+					b.ResetTimer()
+					for b.Loop() {
+						SgemmParallel(threads, false, false, n, n, n, 1, x, n, y, n, 0, z, n)
+					}
+					b.ReportMetric(2*float64(n)*float64(n)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+				})
+			}
+		}
+	}
+}
