@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -379,4 +380,23 @@ func TestCancel(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("cancelled run took %v", el)
 	}
+}
+
+// TestDroppedSession: a session dropped without Close must not upset the
+// garbage collector (a pinned pointer left behind panics at finalization).
+func TestDroppedSession(t *testing.T) {
+	l := testLibrary(t)
+	for range 3 {
+		s, err := l.NewSessionFromBytes(modelBytes(t, identity(tensor.Float)), SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(context.Background(), map[string]*tensor.Tensor{"x": tensor.New(tensor.Float, 1, 3)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goruntime.GC()
+	goruntime.GC()
+	time.Sleep(10 * time.Millisecond) // finalizers run on their own goroutine
+	goruntime.GC()
 }

@@ -76,10 +76,11 @@ type Session struct {
 	inputs  []runtime.IOInfo
 	outputs []runtime.IOInfo
 
-	// cNames holds NUL-terminated copies of every input and output name,
-	// pinned for the session's life so their addresses can go to Run.
+	// cNames holds NUL-terminated copies of every input and output name, for
+	// Run. The map keeps them alive, and the Go heap does not move objects;
+	// they are not pinned, because a Pinner left pinned when a session is
+	// dropped without Close makes the garbage collector panic.
 	cNames map[string]unsafe.Pointer
-	pin    goruntime.Pinner
 	once   sync.Once
 }
 
@@ -221,7 +222,6 @@ func (s *Session) cName(name string) unsafe.Pointer {
 		return p
 	}
 	b := append([]byte(name), 0)
-	s.pin.Pin(&b[0])
 	p := unsafe.Pointer(&b[0])
 	s.cNames[name] = p
 	return p
@@ -301,7 +301,6 @@ func (s *Session) Close() error {
 			s.lib.api.ReleaseSession(s.h)
 			s.h = 0
 		}
-		s.pin.Unpin()
 	})
 	return nil
 }
