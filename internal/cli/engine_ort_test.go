@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -120,4 +121,94 @@ func TestRunOrtErrors(t *testing.T) {
 			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
+}
+
+// TestQuantizedModelsInOrt is the oracle for quantized models: a model
+// quantized by `coreaiq quantize` loads in ONNX Runtime 1.23 and computes
+// what the built-in engine's QDQ simulation computes. Calibration runs on
+// the engine named in the case, so the ort tap path is exercised too.
+func TestQuantizedModelsInOrt(t *testing.T) {
+	shared := filepath.Join(testutil.SharedModels(t), "digits_lenet")
+	evalX, err := npy.ReadNPYFile(filepath.Join(shared, "eval_input.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	evalX.Shape[0] = n
+	evalX.Data = evalX.Float32s()[:n*28*28]
+	inputs := map[string]*tensor.Tensor{"input": evalX}
+	cases := []struct {
+		preset, engine string
+		// ortFused is false where ONNX Runtime 1.23's own graph
+		// optimizations reject the model: it is then checked with basic
+		// optimizations only, and the rejection is pinned.
+		ortFused   bool
+		ortRejects string
+	}{
+		{"w8a8", "go", true, ""},
+		{"w8a8", "ort", true, ""},
+		{"ort-x86", "go", true, ""},
+		// The QDQ fusion turns fp8 DQ→Conv→Q into QLinearConv, which has
+		// no float8 kernel.
+		{"fp8", "ort", false, "Type 'tensor(float8e4m3fn)' of input parameter"},
+	}
+	dir := t.TempDir()
+	for _, c := range cases {
+		t.Run(c.preset+"/calibrated-with-"+c.engine, func(t *testing.T) {
+			out := filepath.Join(dir, c.preset+"_"+c.engine+".onnx")
+			code, _, stderr := runCLI(t, "quantize", "--model", filepath.Join(shared, "model.onnx"), "--data", "input="+filepath.Join(shared, "calib_input.npy"),
+				"--samples", "64", "--preset", c.preset, "--engine", c.engine, "--threads", "1", "-o", out, "--log-level", "error")
+			if code != 0 {
+				t.Fatalf("quantize: exit %d: %s", code, stderr)
+			}
+			m, err := onnxgraph.Load(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			goSess, err := runtime.Open("go", m, runtime.Options{Threads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer goSess.Close()
+			want, err := goSess.Run(context.Background(), inputs, runtime.RunOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib, err := ort.Default()
+			if err != nil {
+				t.Fatal(err)
+			}
+			levels := []ort.Optimization{ort.OptimizeAll, ort.OptimizeBasic}
+			if !c.ortFused {
+				_, err := lib.Open(m, ort.SessionOptions{IntraOpThreads: 1})
+				if err == nil || !strings.Contains(err.Error(), c.ortRejects) {
+					t.Fatalf("ONNX Runtime with every optimization: err = %v, want it to contain %q", err, c.ortRejects)
+				}
+				levels = levels[1:]
+			}
+			for _, level := range levels {
+				s, err := lib.Open(m, ort.SessionOptions{IntraOpThreads: 1, Optimization: level})
+				if err != nil {
+					t.Fatalf("optimization %s: %v", level, err)
+				}
+				got, err := s.Run(context.Background(), inputs, runtime.RunOptions{})
+				s.Close()
+				if err != nil {
+					t.Fatalf("optimization %s: %v", level, err)
+				}
+				g, w := got["logits"].Float32s(), want["logits"].Float32s()
+				var diff, scale float64
+				for i := range w {
+					diff = max(diff, math.Abs(float64(g[i]-w[i])))
+					scale = max(scale, math.Abs(float64(w[i])))
+				}
+				// One quantization step flipped by float rounding is
+				// allowed; anything more is a disagreement on the model.
+				if diff > 1e-2*scale {
+					t.Errorf("optimization %s: logits differ from the built-in engine by %g (max |logit| %g)", level, diff, scale)
+				}
+				t.Logf("optimization %s: max abs difference %g, max |logit| %g", level, diff, scale)
+			}
+		})
+	}
 }

@@ -28,6 +28,20 @@ const (
 	OptimizeNone
 )
 
+func (o Optimization) String() string {
+	switch o {
+	case OptimizeAll:
+		return "all"
+	case OptimizeExtended:
+		return "extended"
+	case OptimizeBasic:
+		return "basic"
+	case OptimizeNone:
+		return "none"
+	}
+	return fmt.Sprintf("optimization(%d)", int(o))
+}
+
 // ortLevel is the GraphOptimizationLevel enum value.
 func (o Optimization) ortLevel() (int32, error) {
 	switch o {
