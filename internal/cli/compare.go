@@ -1,19 +1,22 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
-	"github.com/coreaiq/coreaiq/pkg/tensor"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
 
@@ -135,15 +138,20 @@ func runCompare(cmd *cobra.Command, opts *compareOptions) error {
 		return err
 	}
 
-	inputs, err := readCompareData(opts.Data, ref.Inputs())
+	src, err := openCompareData(opts.Data, ref.Inputs())
 	if err != nil {
 		return err
 	}
+	defer src.Close()
 	batch := opts.BatchSize
 	if batch == 0 {
 		batch = fixedBatch(ref.Inputs())
 	}
-	data, samples, err := compare.SliceBatches(inputs, batch, opts.Samples)
+	samples := src.Samples()
+	if opts.Samples > 0 {
+		samples = min(samples, opts.Samples)
+	}
+	data, err := compare.SourceBatches(src, 0, samples, batch)
 	if err != nil {
 		return &UsageError{Err: fmt.Errorf("--data: %w", err)}
 	}
@@ -252,14 +260,14 @@ func fixedBatch(infos []runtime.IOInfo) int {
 	return 8
 }
 
-// readCompareData reads the --data flags: NAME=FILE.npy, or FILE.npy alone
-// when the model has one input.
-func readCompareData(flags []string, infos []runtime.IOInfo) (map[string]*tensor.Tensor, error) {
+// openCompareData opens the --data flags as a streaming source:
+// NAME=FILE.npy per model input, or FILE.npy alone for a single-input model.
+func openCompareData(flags []string, infos []runtime.IOInfo) (*calibrate.NPYSource, error) {
 	names := make([]string, len(infos))
 	for i, in := range infos {
 		names[i] = in.Name
 	}
-	inputs := map[string]*tensor.Tensor{}
+	files := map[string]string{}
 	for _, f := range flags {
 		name, file, ok := strings.Cut(f, "=")
 		if !ok {
@@ -271,23 +279,92 @@ func readCompareData(flags []string, infos []runtime.IOInfo) (map[string]*tensor
 		if !slices.Contains(names, name) {
 			return nil, Usagef("--data %q: the model has no input %q (inputs: %s)", f, name, strings.Join(names, ", "))
 		}
-		if _, dup := inputs[name]; dup {
+		if _, dup := files[name]; dup {
 			return nil, Usagef("--data %q: input %q is given twice", f, name)
 		}
-		t, err := npy.ReadNPYFile(file)
-		if err != nil {
-			return nil, &UsageError{Err: fmt.Errorf("--data for input %q: %w", name, err)}
-		}
-		inputs[name] = t
+		files[name] = file
 	}
-	var missing []string
-	for _, n := range names {
-		if inputs[n] == nil {
-			missing = append(missing, n)
-		}
+	src, err := calibrate.OpenNPY(infos, files)
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("--data: %w", err)}
 	}
-	if len(missing) > 0 {
-		return nil, Usagef("missing --data for input %s (give NAME=FILE.npy)", strings.Join(missing, ", "))
+	return src, nil
+}
+
+// quantizeEval is `quantize --eval-samples N --min-sqnr DB`: the last N
+// samples of the calibration data are held out of calibration, and the
+// quantized model is compared with the float one on them.
+type quantizeEval struct {
+	start, end int
+	gates      compare.Gates
+}
+
+// addEvalFlags adds quantize's evaluation flags.
+func addEvalFlags(f *pflag.FlagSet) {
+	f.Int("eval-samples", 0, "hold out the last N calibration samples and report each output's SQNR on them after quantizing")
+	f.Float64("min-sqnr", 0, "quality gate on the held-out samples: exit 3 when an output's SQNR is below this many dB (needs --eval-samples)")
+}
+
+// newQuantizeEval reads the evaluation flags and splits src: it returns the
+// evaluation (nil without --eval-samples) and the number of calibration
+// samples left for calibration (calibSamples, or fewer so that they do not
+// overlap the held-out ones).
+func newQuantizeEval(f *pflag.FlagSet, src calibrate.Source, calibSamples int) (*quantizeEval, int, error) {
+	n, err := f.GetInt("eval-samples")
+	if err != nil {
+		return nil, 0, err
 	}
-	return inputs, nil
+	minSQNR, err := f.GetFloat64("min-sqnr")
+	if err != nil {
+		return nil, 0, err
+	}
+	gate := f.Changed("min-sqnr")
+	switch {
+	case n < 0:
+		return nil, 0, Usagef("--eval-samples %d: want 0 or more", n)
+	case n == 0 && gate:
+		return nil, 0, Usagef("--min-sqnr needs held-out samples: give --eval-samples N")
+	case n == 0:
+		return nil, calibSamples, nil
+	case src == nil:
+		return nil, 0, Usagef("--eval-samples needs calibration data (--data) to hold samples out of")
+	case n >= src.Samples():
+		return nil, 0, Usagef("--eval-samples %d leaves no calibration sample: the data holds %d", n, src.Samples())
+	}
+	e := &quantizeEval{start: src.Samples() - n, end: src.Samples()}
+	if gate {
+		e.gates.MinSQNR = &minSQNR
+	}
+	if calibSamples <= 0 || calibSamples > e.start {
+		calibSamples = e.start
+	}
+	return e, calibSamples, nil
+}
+
+// run compares the quantized model with the float one on the held-out
+// samples, prints the per-output table to w and returns the report; a
+// failed gate is a *GateError, returned after the report is complete.
+func (e *quantizeEval) run(ctx context.Context, w io.Writer, engine string, threads, batch int, float, quantized *onnxgraph.Model, src calibrate.Source) (*compare.Report, error) {
+	if batch <= 0 {
+		batch = fixedBatch(modelInputs(float))
+	}
+	data, err := compare.SourceBatches(src, e.start, e.end, batch)
+	if err != nil {
+		return nil, err
+	}
+	r, err := compare.Evaluate(ctx, engine, float, quantized, threads, data, e.gates)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating the quantized model on %d held-out samples: %w", e.end-e.start, err)
+	}
+	fmt.Fprintf(w, "evaluation on %d held-out samples (%d to %d)\n", e.end-e.start, e.start, e.end-1)
+	if err := r.WriteOutputs(w); err != nil {
+		return nil, err
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "FAILED  %s\n", v.Message)
+	}
+	if err := compare.GateError(r.Violations); err != nil {
+		return r, &GateError{Err: err}
+	}
+	return r, nil
 }

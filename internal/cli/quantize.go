@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -57,6 +58,7 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	f.String("engine", config.DefaultEngine, "engine for calibration: go (built-in) or ort")
 	f.Int("threads", 0, "engine threads (0: one per CPU)")
 	f.String("report", "", "write a JSON report here")
+	addEvalFlags(f)
 	return cmd
 }
 
@@ -159,8 +161,14 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		}
 		defer src.Close()
 		source = src
+	}
+	eval, calibSamples, err := newQuantizeEval(opts.Flags, source, s.settings.Samples)
+	if err != nil {
+		return err
+	}
+	if source != nil {
 		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, source,
-			calibrate.Options{Samples: s.settings.Samples, BatchSize: s.settings.BatchSize}, nil)
+			calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
 	}
 	timings, err := runPipeline(ctx, opts, s, u, "")
 	if err != nil {
@@ -174,12 +182,21 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
+	var gateErr error
+	if eval != nil {
+		if rep.Eval, gateErr = eval.run(ctx, opts.IO.ErrOut, s.settings.Engine, s.settings.Threads, s.settings.BatchSize, s.model, u.Result.Model, source); rep.Eval == nil {
+			return gateErr
+		}
+	}
 	if s.settings.Report != "" {
 		if err := writeReportFile(s.settings.Report, rep); err != nil {
 			return err
 		}
 	}
-	return writeReportTable(opts.IO.ErrOut, rep)
+	if err := writeReportTable(opts.IO.ErrOut, rep); err != nil {
+		return err
+	}
+	return gateErr
 }
 
 // dataFiles parses --data entries: NAME=FILE.npy, or FILE.npy for a
@@ -240,6 +257,8 @@ type report struct {
 	Counts    map[string]int    `json:"counts"`
 	Naming    string            `json:"value_naming"`
 	Extra     map[string]string `json:"extra,omitempty"`
+	// Eval is the comparison on --eval-samples held-out samples.
+	Eval *compare.Report `json:"eval,omitempty"`
 }
 
 type reportTensor struct {
