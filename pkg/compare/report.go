@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 )
 
 // WriteJSON writes the report as one indented JSON document. SQNR figures
@@ -69,13 +70,21 @@ func (r *Report) writeOutputs(w io.Writer) error {
 	if labels {
 		head = append(head, "ref acc", "cand acc")
 	}
-	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	// Figures align right; names and shapes are padded to align left.
+	names, shapes := []string{head[0]}, []string{head[1]}
 	for _, o := range r.Outputs {
 		name := o.Name
 		if o.CandidateName != "" {
 			name += " (" + o.CandidateName + ")"
 		}
-		row := []string{name, fmt.Sprint(o.Shape), o.SQNR.String(), fmtCos(o.Cosine), fmtG(o.MaxAbsError), fmtG(o.MeanAbsError)}
+		names, shapes = append(names, name), append(shapes, fmt.Sprint(o.Shape))
+	}
+	padLeft(names)
+	padLeft(shapes)
+	head[0], head[1] = names[0], shapes[0]
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for i, o := range r.Outputs {
+		row := []string{names[i+1], shapes[i+1], o.SQNR.String(), fmtCos(o.Cosine), fmtG(o.MaxAbsError), fmtG(o.MeanAbsError)}
 		if logits {
 			row = append(row, fmtPct(o.Top1Agreement), fmtPct(o.Top5Agreement))
 		}
@@ -135,6 +144,18 @@ func (r *Report) WriteLayers(w io.Writer, limit int) error {
 		}
 	}
 	return nil
+}
+
+// padLeft pads every string to the longest one's width, so that a
+// right-aligning tabwriter column reads left-aligned.
+func padLeft(col []string) {
+	w := 0
+	for _, c := range col {
+		w = max(w, utf8.RuneCountInString(c))
+	}
+	for i, c := range col {
+		col[i] = c + strings.Repeat(" ", w-utf8.RuneCountInString(c))
+	}
 }
 
 func fmtClip(lo, hi *float64) string {
