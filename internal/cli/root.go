@@ -127,6 +127,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdPrepare(streams, nil),
 		NewCmdFinalize(streams, nil),
 		NewCmdQuantize(streams, nil),
+		NewCmdCalibrate(streams, nil),
 	)
 	return root
 }

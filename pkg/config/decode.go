@@ -42,6 +42,8 @@ type FileSettings struct {
 	Data      []string
 	Samples   int
 	BatchSize int
+	// Images is the calibration.images block, nil when absent.
+	Images *Images
 	// set records which viper keys the file states ("calibration.samples").
 	set map[string]any
 }
@@ -49,7 +51,7 @@ type FileSettings struct {
 // Keys the config file accepts, for hints.
 var (
 	topKeys         = []string{"model", "output", "report", "engine", "threads", "calibration", "quantization_spec", "quantization_config"}
-	calibrationKeys = []string{"data", "samples", "batch_size"}
+	calibrationKeys = []string{"data", "images", "samples", "batch_size"}
 	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "preset", "only_for", "without"}
 	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
 		"module_input_spec", "module_output_spec", "module_state_spec", "qat_schedule", "preset"}
@@ -210,6 +212,8 @@ func (d *decoder) calibration(cfg *Config, n *yaml.Node) {
 			}
 			cfg.FileSettings.Data = list
 			cal["data"] = list
+		case "images":
+			cfg.FileSettings.Images = d.images(cfg, e.val)
 		case "samples", "batch_size":
 			if i, ok := d.integer(e.val, "calibration."+k); ok {
 				if i <= 0 {

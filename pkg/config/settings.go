@@ -20,6 +20,9 @@ type Settings struct {
 	Samples   int
 	BatchSize int
 	Preset    string
+	// Images is the config file's calibration.images block (files only:
+	// it has no flag or environment form).
+	Images *Images
 }
 
 // Setting keys, their flags and their environment variables:
@@ -97,6 +100,9 @@ func (c *Config) Settings(flags *pflag.FlagSet) (Settings, error) {
 		Threads:   v.GetInt("threads"),
 		Samples:   v.GetInt("calibration.samples"),
 		BatchSize: v.GetInt("calibration.batch_size"),
+	}
+	if c != nil {
+		s.Images = c.FileSettings.Images
 	}
 	switch {
 	case s.Engine != "go" && s.Engine != "ort":
