@@ -2,13 +2,15 @@
 # Installs what the test suite needs from Debian when it is missing:
 # protoc (the regeneration check), libonnx-testdata (the ONNX backend
 # test models) and chromium (the HTML report is rendered headless in
-# pkg/compare's tests). Idempotent: does nothing when all are present.
+# pkg/compare's tests), and npm when there is none (scripts/fetch-ort.sh
+# gets ONNX Runtime from the npm registry). Idempotent: does nothing when all are present.
 set -euo pipefail
 
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -d /usr/share/libonnx-testdata/data ] || need+=(libonnx-testdata)
 command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""
