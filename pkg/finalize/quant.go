@@ -269,3 +269,15 @@ func scaleTensor(dt tensor.DType, shape []int, scales []float32) (*tensor.Tensor
 	}
 	return t, nil
 }
+
+// fp4AsFP8 re-encodes float4 e2m1 codes as the float8 e4m3fn codes of the
+// same values (exact: e2m1 values are a subset of e4m3fn's).
+func fp4AsFP8(q *tensor.Tensor) *tensor.Tensor {
+	src := q.Data.([]uint8)
+	out := tensor.New(tensor.Float8E4M3FN, q.Shape...)
+	dst := out.Data.([]uint8)
+	for i, c := range src {
+		dst[i] = tensor.Float32ToFloat8E4M3FN(tensor.Float4E2M1ToFloat32(c), true)
+	}
+	return out
+}

@@ -47,7 +47,33 @@ type Options struct {
 	// Opset pins the default-domain opset of the output (0: the lowest
 	// opset at or above the model's that the content needs). A pin below
 	// 21 with int4/uint4/int16/uint16 tensors writes com.microsoft Q/DQ.
+	// A pin at 24 or above keeps float8e8m0 scales as float8e8m0; below,
+	// they are written as float scales (see keepE8M0).
 	Opset int64
+	// FP4AsFP8 writes float4 e2m1 weights as float8 e4m3fn codes of the
+	// same values, with the same scales: the dequantized weights are
+	// identical, at twice the bytes. ONNX Runtime 1.23's CPU provider
+	// cannot load float4 initializers ("tensor type 23 is not supported").
+	FP4AsFP8 bool
+}
+
+// keepE8M0 reports whether float8e8m0 scales are written as such. They
+// need opset 24 and IR 12, which ONNX Runtime 1.23 cannot load ("Unsupported
+// model IR version: 12, max supported IR version: 11"), so by default they
+// are written in the float type as the same powers of two: the dequantized
+// values are identical and the model stays at opset 23. Pinning --opset 24
+// or above keeps the e8m0 encoding (a quarter of the scale bytes).
+func (o Options) keepE8M0() bool { return o.Opset >= 24 }
+
+// storedDType is the element type t's codes are written in: the spec's,
+// except float4 e2m1 weights under FP4AsFP8, which are written as the
+// float8 e4m3fn codes of the same values (every e2m1 value is exact in
+// e4m3fn).
+func (o Options) storedDType(t *TensorPlan) spec.DType {
+	if o.FP4AsFP8 && t.Spec.DType == spec.Float4E2M1 {
+		return spec.Float8E4M3FN
+	}
+	return t.Spec.DType
 }
 
 // Result is the quantized model and what Write decided.
@@ -85,6 +111,8 @@ type writer struct {
 
 	opset    int64
 	msDomain bool // Q/DQ with int4/16-bit types go to com.microsoft
+	// e8m0AsFloat counts weights whose e8m0 scales are written as float.
+	e8m0AsFloat int
 
 	prologue []*onnxpb.NodeProto
 	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
@@ -129,6 +157,10 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		c := *t
 		c.Params = w.paramsOf(t)
 		final = append(final, &c)
+	}
+	if w.e8m0AsFloat > 0 {
+		w.notes = append(w.notes, fmt.Sprintf("float8e8m0 scales of %d weights written as float powers of two at opset %d (ONNX Runtime 1.23 reads IR ≤ 11, opset ≤ 23; --opset 24 keeps float8e8m0)",
+			w.e8m0AsFloat, w.opset))
 	}
 	w.assemble()
 	ir, err := w.stamp()
@@ -328,7 +360,7 @@ func (w *writer) constData(name string) ([]float32, error) {
 // needs is the default-domain opset a quantized tensor needs with
 // standard ONNX Q/DQ, and whether com.microsoft Q/DQ (contrib opset 1:
 // per-tensor or per-axis int8/16 and int4) can serve it at any opset.
-func needs(t *TensorPlan, floatType tensor.DType) (opset int64, msOK bool) {
+func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK bool) {
 	opset = 10
 	if t.Axis >= 0 {
 		opset = 13
@@ -340,7 +372,7 @@ func needs(t *TensorPlan, floatType tensor.DType) (opset int64, msOK bool) {
 		return opset, false
 	}
 	msOK = floatType == tensor.Float || floatType == tensor.Float16
-	switch t.Spec.DType {
+	switch o.storedDType(t) {
 	case spec.Float8E4M3FN, spec.Float8E5M2:
 		opset, msOK = max(opset, 19), false
 	case spec.Int16, spec.UInt16, spec.Int4, spec.UInt4:
@@ -358,7 +390,9 @@ func needs(t *TensorPlan, floatType tensor.DType) (opset int64, msOK bool) {
 	if t.Role == Weight {
 		switch t.Spec.ScaleDType {
 		case spec.Float8E8M0FNU:
-			opset, msOK = max(opset, 24), false
+			if o.keepE8M0() {
+				opset, msOK = max(opset, 24), false
+			}
 		case spec.Float16, spec.BFloat16:
 			if sd, _ := TensorDType(t.Spec.ScaleDType); sd != floatType {
 				opset, msOK = max(opset, 23), false
@@ -383,7 +417,7 @@ func (w *writer) chooseOpset() error {
 	var needStd, needMS int64 // with standard Q/DQ only; with com.microsoft where it can serve
 	var why, whyMS string
 	for _, t := range w.plan.Tensors {
-		o, ms := needs(t, floatTypeOf(t))
+		o, ms := needs(t, floatTypeOf(t), w.opts)
 		if o > needStd {
 			needStd, why = o, fmt.Sprintf("tensor %q (%s)", t.Value, t.SpecString())
 		}
@@ -482,7 +516,7 @@ func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool)
 		return "", "", err
 	}
 	if withZP {
-		zt, err := zeroPointTensor(t.Spec.DType, shape, p.ZeroPoints)
+		zt, err := zeroPointTensor(w.opts.storedDType(t), shape, p.ZeroPoints)
 		if err != nil {
 			return "", "", fmt.Errorf("tensor %q: %w", t.Value, err)
 		}
@@ -528,11 +562,24 @@ func (w *writer) writeConst(t *TensorPlan) error {
 		}
 		scaleType = ft
 	} else {
+		if t.Spec.ScaleDType == spec.Float8E8M0FNU {
+			// The codes must be computed with the scale as stored.
+			for i, s := range p.Scales {
+				p.Scales[i] = tensor.Float8E8M0ToFloat32(tensor.Float32ToFloat8E8M0(s, true, tensor.E8M0Up))
+			}
+		}
 		q, err = Quantize(data, shape, t.Axis, t.BlockSize, t.Spec, p)
 		if err != nil {
 			return fmt.Errorf("weight %q: %w", t.Value, err)
 		}
+		if w.opts.storedDType(t) != t.Spec.DType {
+			q = fp4AsFP8(q)
+		}
 		scaleType, _ = TensorDType(t.Spec.ScaleDType)
+		if scaleType == tensor.Float8E8M0 && !w.opts.keepE8M0() {
+			scaleType = tensor.Float // written as exact powers of two (scaleTensor)
+			w.e8m0AsFloat++
+		}
 		if scaleType == tensor.Undefined || scaleType == tensor.Float {
 			scaleType = ft
 		}
@@ -694,7 +741,7 @@ func (w *writer) stamp() (int64, error) {
 		if t.Spec == nil {
 			continue
 		}
-		switch t.Spec.DType {
+		switch w.opts.storedDType(t) {
 		case spec.Float8E4M3FN, spec.Float8E5M2:
 			ir = max(ir, 9)
 		case spec.Int4, spec.UInt4:
@@ -704,7 +751,7 @@ func (w *writer) stamp() (int64, error) {
 		case spec.Int2, spec.UInt2:
 			ir = max(ir, 13)
 		}
-		if t.Spec.ScaleDType == spec.Float8E8M0FNU {
+		if t.Spec.ScaleDType == spec.Float8E8M0FNU && w.opts.keepE8M0() {
 			ir = max(ir, 12)
 		}
 	}

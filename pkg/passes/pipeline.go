@@ -31,6 +31,9 @@ type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (final
 // Unit is what the passes work on: the model (read-only), the config, and
 // the Plan they fill in.
 type Unit struct {
+	// Model is the model to quantize. Prepare replaces it with a copy in
+	// which BatchNormalization is folded into the preceding Conv (unless
+	// Prepare.KeepBatchNorm): calibration and finalize work on that copy.
 	Model  *onnxgraph.Model
 	Config *config.QuantizerConfig
 	// Prepare tunes the prepare pass.
@@ -160,6 +163,14 @@ func preparePass(_ context.Context, u *Unit) error {
 	if u.Config == nil {
 		return errors.New("no quantization config")
 	}
+	var folded []string
+	if !u.Prepare.KeepBatchNorm {
+		m, notes, err := finalize.FoldBatchNorm(u.Model)
+		if err != nil {
+			return err
+		}
+		u.Model, folded = m, notes
+	}
 	res, err := config.Resolve(u.Config, u.Model.Graph)
 	if err != nil {
 		return err
@@ -169,6 +180,7 @@ func preparePass(_ context.Context, u *Unit) error {
 	if err != nil {
 		return err
 	}
+	plan.Notes = append(folded, plan.Notes...)
 	u.Plan = plan
 	return nil
 }

@@ -41,6 +41,9 @@ type PrepareOptions struct {
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.
 	WeightClipping WeightClipping
+	// KeepBatchNorm leaves BatchNormalization after Conv as a separate
+	// node instead of folding it into the Conv (finalize.FoldBatchNorm).
+	KeepBatchNorm bool
 }
 
 // request is one node asking for a value to be quantized.
@@ -77,6 +80,8 @@ type preparer struct {
 	fused    map[string]bool
 	// quantized counts the planned tensors of each node.
 	quantized map[string]int
+	// types are the inferred element types (elemTypes), computed on first use.
+	types map[string]tensor.DType
 }
 
 func (p *preparer) note(format string, args ...any) {
@@ -200,8 +205,21 @@ func (p *preparer) valueOrder() []*onnxgraph.Value {
 	return out
 }
 
-func floatTypeOf(v *onnxgraph.Value) int32 {
-	switch dt := v.DType(); dt {
+func floatTypeOf(v *onnxgraph.Value) int32 { return floatTypeOfDType(v.DType()) }
+
+// elemType is v's declared or inferred element type.
+func (p *preparer) elemType(v *onnxgraph.Value) tensor.DType {
+	if dt := v.DType(); dt != tensor.Undefined {
+		return dt
+	}
+	if p.types == nil {
+		p.types = elemTypes(p.g)
+	}
+	return p.types[v.Name]
+}
+
+func floatTypeOfDType(dt tensor.DType) int32 {
+	switch dt {
 	case tensor.Float16, tensor.BFloat16:
 		return int32(dt)
 	}
@@ -216,8 +234,13 @@ func (p *preparer) planActivations() error {
 			p.note("value %q: constant input of %q is not an activation; left in float (quantize it as a state with op_state_spec)", v.Name, first.node)
 			continue
 		}
-		if dt := v.DType(); dt == tensor.Double {
-			p.note("value %q: float64 tensors are not quantized", v.Name)
+		switch dt := p.elemType(v); dt {
+		case tensor.Float, tensor.Float16, tensor.BFloat16:
+		case tensor.Undefined:
+			p.note("value %q: element type unknown (no value_info, and not inferable from its producer); left unquantized", v.Name)
+			continue
+		default:
+			p.note("value %q: %s tensors are not quantized", v.Name, dt)
 			continue
 		}
 		if first.spec.Granularity.Type != spec.PerTensor {
@@ -225,7 +248,7 @@ func (p *preparer) planActivations() error {
 			continue
 		}
 		t := &TensorPlan{Value: v.Name, Role: finalize.Activation, Spec: first.spec, Rule: first.rule,
-			FloatType: floatTypeOf(v), Axis: -1}
+			FloatType: floatTypeOfDType(p.elemType(v)), Axis: -1}
 		seenNode := map[string]bool{}
 		for _, r := range reqs {
 			if !seenNode[r.node] {
@@ -324,6 +347,14 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 		}
 		if g.Type == spec.PerBlock {
 			tp.BlockSize = g.BlockSize
+			if len(t.Shape) == 1 && t.Shape[0] <= g.BlockSize {
+				// One block covering a 1-D tensor is per-tensor
+				// quantization; ONNX Runtime refuses block_size with a
+				// one-element scale ("block_size must be 0 for per-tensor
+				// quantization").
+				tp.Axis, tp.BlockSize = -1, 0
+				p.note("weight %q of %s: one block of %d covers its %d values; quantized per tensor", v.Name, n, g.BlockSize, t.Shape[0])
+			}
 		}
 	}
 	clip := p.opts.WeightClipping

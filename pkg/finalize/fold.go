@@ -1,0 +1,203 @@
+package finalize
+
+import (
+	"fmt"
+	"math"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// FoldBatchNorm returns a copy of m in which every inference-mode
+// BatchNormalization that alone consumes a Conv's output is folded into
+// that Conv: W'[c] = W[c]·s[c], b'[c] = (b[c] − mean[c])·s[c] + B[c] with
+// s = scale/√(var + ε). The Conv keeps its name and metadata_props and
+// takes over the BatchNormalization's output name. Quantizing the folded
+// weight, rather than the conv weight and the normalisation separately,
+// is what every production quantizer does: the per-channel weight scales
+// then absorb the normalisation, and no activation is quantized between
+// the two. It returns m itself and no notes when nothing folds.
+func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+	type pair struct{ conv, bn *onnxgraph.Node }
+	var pairs []pair
+	for _, n := range m.Graph.Nodes {
+		if p, ok := foldable(n); ok {
+			pairs = append(pairs, pair{p, n})
+		}
+	}
+	if len(pairs) == 0 {
+		return m, nil, nil
+	}
+	out := proto.CloneOf(m.Proto)
+	g := out.Graph
+	inits := map[string]int{}
+	for i, t := range g.GetInitializer() {
+		inits[t.GetName()] = i
+	}
+	drop := map[int]bool{}
+	removedValues := map[string]bool{}
+	var notes []string
+	for _, p := range pairs {
+		conv, bn := g.Node[p.conv.Index], g.Node[p.bn.Index]
+		read := func(v *onnxgraph.Value) ([]float32, error) {
+			t, err := tensor.FromProto(v.Const, m)
+			if err != nil {
+				return nil, err
+			}
+			return t.AsFloat32()
+		}
+		wv := p.conv.Inputs[1]
+		w, err := read(wv)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: weight %q: %w", p.conv, wv.Name, err)
+		}
+		var params [4][]float32
+		for i := range params {
+			if params[i], err = read(p.bn.Inputs[i+1]); err != nil {
+				return nil, nil, fmt.Errorf("%s: %q: %w", p.bn, p.bn.Inputs[i+1].Name, err)
+			}
+		}
+		scale, beta, mean, variance := params[0], params[1], params[2], params[3]
+		oc := len(scale)
+		if oc == 0 || len(w)%oc != 0 || len(beta) != oc || len(mean) != oc || len(variance) != oc || int(wv.Const.GetDims()[0]) != oc {
+			continue
+		}
+		eps := float32(1e-5)
+		if a := p.bn.Attr("epsilon"); a != nil {
+			eps = a.GetF()
+		}
+		bias := make([]float32, oc)
+		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
+			if bias, err = read(p.conv.Inputs[2]); err != nil || len(bias) != oc {
+				continue
+			}
+		}
+		per := len(w) / oc
+		nw := make([]float32, len(w))
+		nb := make([]float32, oc)
+		for c := range oc {
+			s := float32(float64(scale[c]) / math.Sqrt(float64(variance[c])+float64(eps)))
+			for i := range per {
+				nw[c*per+i] = w[c*per+i] * s
+			}
+			nb[c] = (bias[c]-mean[c])*s + beta[c]
+		}
+		wp, err := tensor.ToProto(tensor.FromFloat32(nw, intDims(wv.Const.GetDims())...), wv.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		bname := p.bn.Inputs[2].Name // B: its own initializer, consumed only by this BN
+		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
+			bname = p.conv.Inputs[2].Name
+		}
+		bp, err := tensor.ToProto(tensor.FromFloat32(nb, oc), bname)
+		if err != nil {
+			return nil, nil, err
+		}
+		g.Initializer[inits[wv.Name]] = wp
+		g.Initializer[inits[bname]] = bp
+		removedValues[conv.Output[0]] = true
+		conv.Input = append(conv.Input[:2:2], bname)
+		conv.Output[0] = bn.Output[0]
+		drop[p.bn.Index] = true
+		notes = append(notes, fmt.Sprintf("%s folded into %s", p.bn, p.conv))
+	}
+	nodes := g.Node[:0]
+	for i, n := range g.Node {
+		if !drop[i] {
+			nodes = append(nodes, n)
+		}
+	}
+	g.Node = nodes
+	used := map[string]bool{}
+	for _, n := range g.Node {
+		for _, in := range n.Input {
+			used[in] = true
+		}
+	}
+	var keep []*onnxpb.TensorProto
+	for _, t := range g.Initializer {
+		if used[t.GetName()] {
+			keep = append(keep, t)
+		}
+	}
+	g.Initializer = keep
+	var vi []*onnxpb.ValueInfoProto
+	for _, v := range g.ValueInfo {
+		if !removedValues[v.GetName()] {
+			vi = append(vi, v)
+		}
+	}
+	g.ValueInfo = vi
+	var inputs []*onnxpb.ValueInfoProto
+	for _, v := range g.Input {
+		if _, isInit := inits[v.GetName()]; !isInit || used[v.GetName()] {
+			inputs = append(inputs, v)
+		}
+	}
+	g.Input = inputs
+	fm, err := onnxgraph.FromProto(out, m.Dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("folding BatchNormalization: %w", err)
+	}
+	fm.Path = m.Path
+	return fm, notes, nil
+}
+
+// foldable returns the Conv a BatchNormalization node can be folded into.
+func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
+	if bn.OpType != "BatchNormalization" || bn.Domain != "" || len(bn.Inputs) != 5 || len(bn.Outputs) == 0 {
+		return nil, false
+	}
+	if a := bn.Attr("training_mode"); a != nil && a.GetI() != 0 {
+		return nil, false
+	}
+	for _, o := range bn.Outputs[1:] {
+		if o != nil && (len(o.Consumers) > 0 || o.IsGraphOutput) {
+			return nil, false
+		}
+	}
+	for _, v := range bn.Inputs[1:] {
+		if v == nil || v.Const == nil || len(v.Consumers) != 1 || v.IsGraphInput && !v.IsInitializer {
+			return nil, false
+		}
+		if dt := v.DType(); dt != tensor.Float {
+			return nil, false
+		}
+	}
+	x := bn.Inputs[0]
+	if x == nil || x.Producer == nil || len(x.Consumers) != 1 || x.IsGraphOutput {
+		return nil, false
+	}
+	conv := x.Producer
+	if conv.OpType != "Conv" || conv.Domain != "" || len(conv.Inputs) < 2 || len(conv.Outputs) != 1 {
+		return nil, false
+	}
+	w := conv.Inputs[1]
+	if w == nil || w.Const == nil || !w.IsInitializer || len(w.Consumers) != 1 || w.DType() != tensor.Float {
+		return nil, false
+	}
+	if len(conv.Inputs) > 2 && conv.Inputs[2] != nil {
+		b := conv.Inputs[2]
+		if b.Const == nil || !b.IsInitializer || len(b.Consumers) != 1 || b.DType() != tensor.Float {
+			return nil, false
+		}
+	}
+	for _, v := range bn.Inputs[1:] {
+		if !v.IsInitializer {
+			return nil, false
+		}
+	}
+	return conv, true
+}
+
+func intDims(d []int64) []int {
+	out := make([]int, len(d))
+	for i, v := range d {
+		out[i] = int(v)
+	}
+	return out
+}
