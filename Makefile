@@ -4,7 +4,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 BIN         ?= bin/coreaiq
 
-.PHONY: all build install test test-short test-noasm test-ort ort check-static deps lint fmt vet staticcheck fuzz generate check-generate bench check clean
+.PHONY: all build install test test-short test-noasm test-ort ort check-static deps lint fmt vet staticcheck fuzz generate check-generate bench bench-engines check clean
 
 all: build
 
@@ -91,6 +91,13 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-engines runs every model in SHARED_MODELS on the built-in engine and
+# ONNX Runtime (batch 1 and 8, threads 1 and 2, runs interleaved) and prints
+# median latencies and the go/ort ratio.
+SHARED_MODELS ?= $(if $(COREAIQ_SHARED_MODELS),$(COREAIQ_SHARED_MODELS),../shared/models)
+bench-engines: ort
+	ONNXRUNTIME_LIB="$$(scripts/fetch-ort.sh)" CGO_ENABLED=0 $(GO) run -tags ort ./bench/engines -models $(SHARED_MODELS) $(BENCH_ENGINES_FLAGS)
 
 check: lint test test-noasm
 

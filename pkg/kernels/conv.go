@@ -68,6 +68,15 @@ func Im2col(g *ConvGeom, c int, x, col []float32) {
 }
 
 func im2col2D(g *ConvGeom, c int, x, col []float32) {
+	ks := g.Kernel[0] * g.Kernel[1]
+	im2col2DRange(g, x, col, 0, c*ks)
+}
+
+// im2col2DRange writes rows [r0, r1) of the 2-D column matrix (row r is
+// channel r/KernelSize at kernel position r%KernelSize). The valid output
+// columns of each kernel position are computed once, so the inner loop is
+// a copy (stride 1) or a strided gather without bounds branches.
+func im2col2DRange(g *ConvGeom, x, col []float32, r0, r1 int) {
 	ih, iw := g.In[0], g.In[1]
 	kh, kw := g.Kernel[0], g.Kernel[1]
 	oh, ow := g.Out[0], g.Out[1]
@@ -75,31 +84,119 @@ func im2col2D(g *ConvGeom, c int, x, col []float32) {
 	dh, dw := g.Dilations[0], g.Dilations[1]
 	ph, pw := g.PadBegin[0], g.PadBegin[1]
 	os := oh * ow
-	r := 0
-	for ch := 0; ch < c; ch++ {
+	ks := kh * kw
+	for r := r0; r < r1; r++ {
+		ch, kp := r/ks, r%ks
+		ky, kx := kp/kw, kp%kw
 		xc := x[ch*ih*iw : (ch+1)*ih*iw]
-		for ky := 0; ky < kh; ky++ {
-			for kx := 0; kx < kw; kx++ {
-				row := col[r*os : (r+1)*os]
-				r++
-				for oy := 0; oy < oh; oy++ {
-					y := oy*sh - ph + ky*dh
-					out := row[oy*ow : (oy+1)*ow]
-					if y < 0 || y >= ih {
-						clear(out)
+		row := col[r*os : (r+1)*os]
+		// Output columns ox in [lo, hi) read inside the input row.
+		off := kx*dw - pw
+		lo := 0
+		if off < 0 {
+			lo = (-off + sw - 1) / sw
+		}
+		hi := 0
+		if iw-off > 0 {
+			hi = min(ow, (iw-off+sw-1)/sw)
+		}
+		lo = min(lo, hi)
+		for oy := 0; oy < oh; oy++ {
+			y := oy*sh - ph + ky*dh
+			out := row[oy*ow : (oy+1)*ow]
+			if y < 0 || y >= ih {
+				clear(out)
+				continue
+			}
+			xr := xc[y*iw : (y+1)*iw]
+			clear(out[:lo])
+			clear(out[hi:])
+			if sw == 1 {
+				copy(out[lo:hi], xr[lo+off:hi+off])
+				continue
+			}
+			src := lo*sw + off
+			for ox := lo; ox < hi; ox++ {
+				out[ox] = xr[src]
+				src += sw
+			}
+		}
+	}
+}
+
+// Im2colParallel is Im2col with the rows of the column matrix split over
+// up to threads workers of the shared pool (2-D windows; other ranks run
+// Im2col on the caller).
+func Im2colParallel(threads int, g *ConvGeom, c int, x, col []float32) {
+	if len(g.In) != 2 {
+		Im2col(g, c, x, col)
+		return
+	}
+	rows := c * g.KernelSize()
+	grain := max(1, (1<<14)/max(1, g.OutSize()))
+	Parallel(threads, rows, grain, func(lo, hi int) { im2col2DRange(g, x, col, lo, hi) })
+}
+
+// Depthwise2D computes a 2-D convolution with one filter per channel
+// (group = channels, one output channel per group) for channels [c0, c1)
+// of one image, then the epilogue's bias and activation (RowBias indexed by
+// channel):
+//
+//	y[ch, oy, ox] = Σ_{ky,kx} w[ch, ky, kx] · x[ch, oy·sh−ph+ky·dh, ox·sw−pw+kx·dw]
+//
+// with zero padding, summing kernel positions in row-major order.
+func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	ih, iw := g.In[0], g.In[1]
+	kh, kw := g.Kernel[0], g.Kernel[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	dh, dw := g.Dilations[0], g.Dilations[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	for ch := c0; ch < c1; ch++ {
+		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+		yc := y[ch*oh*ow : (ch+1)*oh*ow]
+		wc := w[ch*kh*kw : (ch+1)*kh*kw]
+		clear(yc)
+		for oy := 0; oy < oh; oy++ {
+			out := yc[oy*ow : (oy+1)*ow]
+			for ky := 0; ky < kh; ky++ {
+				iy := oy*sh - ph + ky*dh
+				if iy < 0 || iy >= ih {
+					continue
+				}
+				xr := xc[iy*iw : (iy+1)*iw]
+				for kx := 0; kx < kw; kx++ {
+					wv := wc[ky*kw+kx]
+					off := kx*dw - pw
+					lo := 0
+					if off < 0 {
+						lo = (-off + sw - 1) / sw
+					}
+					hi := 0
+					if iw-off > 0 {
+						hi = min(ow, (iw-off+sw-1)/sw)
+					}
+					if lo >= hi {
 						continue
 					}
-					xr := xc[y*iw : (y+1)*iw]
-					for ox := range out {
-						xx := ox*sw - pw + kx*dw
-						if xx < 0 || xx >= iw {
-							out[ox] = 0
-						} else {
-							out[ox] = xr[xx]
+					if sw == 1 {
+						src := xr[lo+off : hi+off]
+						dst := out[lo:hi]
+						for i, v := range src {
+							dst[i] += wv * v
 						}
+						continue
+					}
+					src := lo*sw + off
+					for ox := lo; ox < hi; ox++ {
+						out[ox] += wv * xr[src]
+						src += sw
 					}
 				}
 			}
+		}
+		if ep != nil {
+			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
 		}
 	}
 }

@@ -145,7 +145,14 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 // gemmBlocked is the single-threaded blocked product (GotoBLAS loop order:
 // column blocks, k blocks with B packed once, row blocks with A packed,
 // then micro-tiles with the B panel held in L1 across the row panels).
+//
+// When pa is set, A comes prepacked from it (rows from row0) instead of a;
+// when ep is set, it is applied to each finished tile while it is in cache.
 func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemmBlockedEp(arch, nil, 0, 0, nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func gemmBlockedEp(arch *gemmArch, pa *PackedA, row0, col0 int, ep *Epilogue, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if beta != 0 {
 		scaleC(m, n, beta, c, ldc)
 	}
@@ -154,7 +161,9 @@ func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32
 	defer packPool.Put(bufs)
 	kcMax, mcMax, ncMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr)), min(arch.nc, roundUp(n, nr))
 	bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr))
-	bufs.a = grow(bufs.a, kcMax*roundUp(mcMax, mr))
+	if pa == nil {
+		bufs.a = grow(bufs.a, kcMax*roundUp(mcMax, mr))
+	}
 	bufs.tmp = grow(bufs.tmp, mr*nr)
 	tmp := bufs.tmp
 	for jc := 0; jc < n; jc += arch.nc {
@@ -165,7 +174,13 @@ func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32
 			accumulate := pc > 0 || beta != 0
 			for ic := 0; ic < m; ic += arch.mc {
 				mc := min(arch.mc, m-ic)
-				packA(transA, a, lda, ic, pc, mc, kc, mr, alpha, bufs.a)
+				apack := bufs.a
+				if pa != nil {
+					apack = pa.block(pc, row0+ic)
+				} else {
+					packA(transA, a, lda, ic, pc, mc, kc, mr, alpha, bufs.a)
+				}
+				last := pc+kc == k
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
 					bp := &bufs.b[jr*kc]
@@ -177,10 +192,13 @@ func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32
 								kr = r
 							}
 						}
-						ap := &bufs.a[ir*kc]
+						ap := &apack[ir*kc]
 						ci := (ic+ir)*ldc + jc + jr
 						if kr == rows && cols == nr {
 							arch.tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
+							if last && ep != nil {
+								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
+							}
 							continue
 						}
 						arch.tile(kr, kc, ap, bp, &tmp[0], nr, false)
@@ -195,11 +213,87 @@ func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32
 								copy(dst, src)
 							}
 						}
+						if last && ep != nil {
+							ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
+						}
 					}
 				}
 			}
 		}
 	}
+}
+
+// PackedA is op(A) packed once for repeated products with different B,
+// such as constant weights: each k block of the active kernel's kc holds
+// the panels of all rows, so any row block is a contiguous slice.
+type PackedA struct {
+	arch *gemmArch
+	m, k int
+	data []float32
+}
+
+// PackA packs alpha·op(A) (m×k) for SgemmPacked.
+func PackA(transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA {
+	arch := activeGemm
+	mp := roundUp(m, arch.mr)
+	p := &PackedA{arch: arch, m: m, k: k, data: make([]float32, mp*k)}
+	for pc := 0; pc < k; pc += arch.kc {
+		kc := min(arch.kc, k-pc)
+		packA(transA, a, lda, 0, pc, m, kc, arch.mr, alpha, p.data[pc*mp:])
+	}
+	return p
+}
+
+// Rows is the number of rows of op(A).
+func (p *PackedA) Rows() int { return p.m }
+
+// Cols is the number of columns of op(A).
+func (p *PackedA) Cols() int { return p.k }
+
+func (p *PackedA) block(pc, ic int) []float32 {
+	return p.data[pc*roundUp(p.m, p.arch.mr)+ic*min(p.arch.kc, p.k-pc):]
+}
+
+// SgemmPacked computes C = A·op(B) + beta·C, as SgemmParallel, with A
+// prepacked by PackA (alpha already applied), then applies ep (may be nil)
+// to every element of C.
+func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb int, beta float32, c []float32, ldc int, ep *Epilogue) {
+	m, k := pa.m, pa.k
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if k <= 0 {
+		scaleC(m, n, beta, c, ldc)
+		if ep != nil {
+			ep.apply(c, ldc, 0, 0, m, n)
+		}
+		return
+	}
+	arch := pa.arch
+	const minWork = 1 << 15
+	threads = min(threads, max(1, m*n*k/minWork))
+	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
+	if threads <= 1 || mt*nt < 2 {
+		gemmBlockedEp(arch, pa, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
+		return
+	}
+	if nt >= mt || nt >= 2*threads {
+		Parallel(threads, nt, 1, func(lo, hi int) {
+			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
+			bb := b[j0:]
+			if transB {
+				bb = b[j0*ldb:]
+			}
+			gemmBlockedEp(arch, pa, 0, j0, ep, false, transB, m, j1-j0, k, 1, nil, 0, bb, ldb, beta, c[j0:], ldc)
+		})
+		return
+	}
+	// Row splits must start on a panel boundary of the packed A, which
+	// they do: they are multiples of mr.
+	Parallel(threads, mt, 1, func(lo, hi int) {
+		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
+		gemmBlockedEp(arch, pa, i0, 0, ep, false, transB, i1-i0, n, k, 1, nil, 0, b, ldb, beta, c[i0*ldc:], ldc)
+	})
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }

@@ -189,6 +189,11 @@ type runCtx struct {
 	tapSet  map[string]bool
 }
 
+// wants reports whether the run's tap asks for the value name.
+func (rc *runCtx) wants(name string) bool {
+	return rc.tap != nil && (rc.tapSet == nil || rc.tapSet[name])
+}
+
 func (rc *runCtx) emit(name string, t *tensor.Tensor) {
 	if rc.tap == nil || t == nil {
 		return
@@ -314,8 +319,10 @@ func runKernel(st *step, rc *runCtx, args []*tensor.Tensor) (outs []*tensor.Tens
 
 // compiler turns graphs into programs, collecting unsupported nodes.
 type compiler struct {
-	model       *onnxgraph.Model
-	threads     int
+	model   *onnxgraph.Model
+	threads int
+	// noFuse disables Conv fusion (tests compare both ways).
+	noFuse      bool
 	unsupported []Unsupported
 }
 
@@ -354,8 +361,27 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		p.inputs = append(p.inputs, inputSlot{value: val, slot: newSlot(val)})
 	}
 	lastUse := map[int]int{}
+	constOf := func(v *onnxgraph.Value) *tensor.Tensor {
+		if v == nil {
+			return nil
+		}
+		s, ok := slotOf[v]
+		if !ok {
+			return nil
+		}
+		return p.consts[s]
+	}
+	// fusedAway holds the nodes whose work a fused Conv step does.
+	fusedAway := map[*onnxgraph.Node]bool{}
 	for _, n := range g.Nodes {
+		if fusedAway[n] {
+			continue
+		}
 		st := step{node: n}
+		var chain *convChain
+		if n.OpType == "Conv" && n.Domain == "" && !c.noFuse {
+			chain = planConvChain(n, constOf)
+		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
 		allConst := true
 		for _, v := range args {
@@ -374,14 +400,35 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 				allConst = false
 			}
 		}
-		for _, v := range n.Outputs {
+		if chain != nil && allConst {
+			chain = nil
+		}
+		outs := n.Outputs
+		if chain != nil {
+			outs = []*onnxgraph.Value{chain.out}
+		}
+		for _, v := range outs {
 			if v == nil {
 				st.out = append(st.out, -1)
 				continue
 			}
 			st.out = append(st.out, newSlot(v))
 		}
-		k, err := c.build(n)
+		var k kernel
+		var err error
+		if chain != nil {
+			k, err = c.buildConvChain(chain, constOf)
+			if err == nil {
+				if chain.bn != nil {
+					fusedAway[chain.bn] = true
+				}
+				if chain.act != nil {
+					fusedAway[chain.act] = true
+				}
+			}
+		} else {
+			k, err = c.build(n)
+		}
 		if err != nil {
 			var fe *featureError
 			if errors.As(err, &fe) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -216,79 +217,142 @@ func buildConv(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	cv := &convKernel{attrs: a}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		x, err := floats(in[0], "X")
+		var bias *tensor.Tensor
+		if len(in) > 2 {
+			bias = in[2]
+		}
+		out, err := cv.run(rc, in[0], in[1], bias, kernels.ActNone)
 		if err != nil {
 			return nil, err
-		}
-		w, err := floats(in[1], "W")
-		if err != nil {
-			return nil, err
-		}
-		xs, ws := in[0].Shape, in[1].Shape
-		if len(xs) < 3 || len(ws) != len(xs) {
-			return nil, fmt.Errorf("input X %v and W %v do not fit", xs, ws)
-		}
-		n, c := xs[0], xs[1]
-		m := ws[0]
-		grp := a.group
-		if c != ws[1]*grp || m%grp != 0 {
-			return nil, fmt.Errorf("input X %v, W %v and group %d do not fit", xs, ws, grp)
-		}
-		ks := ws[2:]
-		if a.kernel != nil && !equalInts(a.kernel, ks) {
-			return nil, fmt.Errorf("kernel_shape %v differs from W %v", a.kernel, ws)
-		}
-		g, _, err := a.geometry(xs[2:], ks)
-		if err != nil {
-			return nil, err
-		}
-		var bias []float32
-		if len(in) > 2 && in[2] != nil {
-			if bias, err = floats(in[2], "B"); err != nil {
-				return nil, err
-			}
-			if len(bias) != m {
-				return nil, fmt.Errorf("input B has %d elements, W has %d output channels", len(bias), m)
-			}
-		}
-		out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.Out)...)
-		y := out.Float32s()
-		cg, mg := c/grp, m/grp
-		kk := cg * g.KernelSize()
-		is, os := g.InSize(), g.OutSize()
-		// A 1×1 stride-1 unpadded convolution needs no lowering.
-		direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
-		var col []float32
-		if !direct {
-			col = make([]float32, kk*os)
-		}
-		for i := 0; i < n; i++ {
-			if err := rc.ctx.Err(); err != nil {
-				return nil, err
-			}
-			for gi := 0; gi < grp; gi++ {
-				xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
-				src := xg
-				if !direct {
-					kernels.Im2col(g, cg, xg, col)
-					src = col
-				}
-				yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
-				kernels.SgemmParallel(rc.threads, false, false, mg, os, kk, 1, w[gi*mg*kk:], kk, src, os, 0, yg, os)
-			}
-			if bias != nil {
-				for j := 0; j < m; j++ {
-					row := y[(i*m+j)*os : (i*m+j+1)*os]
-					bv := bias[j]
-					for p := range row {
-						row[p] += bv
-					}
-				}
-			}
 		}
 		return one(out), nil
 	}, nil
+}
+
+// convKernel runs one Conv node. Per shape it picks a direct depthwise
+// loop (one filter per channel), a GEMM on the input itself (1×1, stride
+// 1, no padding) or im2col + GEMM; the weights of each group are packed
+// for the GEMM once and reused while the weight tensor is the same.
+type convKernel struct {
+	attrs *convAttrs
+	mu    sync.Mutex
+	// packedFor is the weight tensor packed holds; constant weights are
+	// the same tensor at every run.
+	packedFor *tensor.Tensor
+	packed    []*kernels.PackedA
+}
+
+var colPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func (cv *convKernel) packedWeights(w *tensor.Tensor, grp, mg, kk int) []*kernels.PackedA {
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if cv.packedFor == w {
+		return cv.packed
+	}
+	wd := w.Float32s()
+	ps := make([]*kernels.PackedA, grp)
+	for gi := range ps {
+		ps[gi] = kernels.PackA(false, mg, kk, 1, wd[gi*mg*kk:], kk)
+	}
+	cv.packedFor, cv.packed = w, ps
+	return ps
+}
+
+// run computes act(conv(x, w) + bias).
+func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, act kernels.Activation) (*tensor.Tensor, error) {
+	a := cv.attrs
+	x, err := floats(xt, "X")
+	if err != nil {
+		return nil, err
+	}
+	w, err := floats(wt, "W")
+	if err != nil {
+		return nil, err
+	}
+	xs, ws := xt.Shape, wt.Shape
+	if len(xs) < 3 || len(ws) != len(xs) {
+		return nil, fmt.Errorf("input X %v and W %v do not fit", xs, ws)
+	}
+	n, c := xs[0], xs[1]
+	m := ws[0]
+	grp := a.group
+	if c != ws[1]*grp || m%grp != 0 {
+		return nil, fmt.Errorf("input X %v, W %v and group %d do not fit", xs, ws, grp)
+	}
+	ks := ws[2:]
+	if a.kernel != nil && !equalInts(a.kernel, ks) {
+		return nil, fmt.Errorf("kernel_shape %v differs from W %v", a.kernel, ws)
+	}
+	g, _, err := a.geometry(xs[2:], ks)
+	if err != nil {
+		return nil, err
+	}
+	var bias []float32
+	if bt != nil {
+		if bias, err = floats(bt, "B"); err != nil {
+			return nil, err
+		}
+		if len(bias) != m {
+			return nil, fmt.Errorf("input B has %d elements, W has %d output channels", len(bias), m)
+		}
+	}
+	out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.Out)...)
+	y := out.Float32s()
+	cg, mg := c/grp, m/grp
+	kk := cg * g.KernelSize()
+	is, os := g.InSize(), g.OutSize()
+	ep := &kernels.Epilogue{RowBias: bias, Act: act}
+	if bias == nil && act == kernels.ActNone {
+		ep = nil
+	}
+	if len(g.In) == 2 && cg == 1 && mg == 1 {
+		// Depthwise: a direct loop per channel, channels over the threads.
+		kernels.Parallel(rc.threads, n*c, max(1, 1<<15/max(1, os*g.KernelSize())), func(lo, hi int) {
+			for j := lo; j < hi; {
+				img, ch := j/c, j%c
+				end := min(hi, (img+1)*c) - img*c
+				kernels.Depthwise2D(g, x[img*c*is:], w, y[img*m*os:], ch, end, ep)
+				j += end - ch
+			}
+		})
+		return out, rc.ctx.Err()
+	}
+	packed := cv.packedWeights(wt, grp, mg, kk)
+	// A 1×1 stride-1 unpadded convolution needs no lowering.
+	direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
+	var colp *[]float32
+	var col []float32
+	if !direct {
+		colp = colPool.Get().(*[]float32)
+		defer colPool.Put(colp)
+		if cap(*colp) < kk*os {
+			*colp = make([]float32, kk*os)
+		}
+		col = (*colp)[:kk*os]
+	}
+	for i := 0; i < n; i++ {
+		if err := rc.ctx.Err(); err != nil {
+			return nil, err
+		}
+		for gi := 0; gi < grp; gi++ {
+			xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
+			src := xg
+			if !direct {
+				kernels.Im2colParallel(rc.threads, g, cg, xg, col)
+				src = col
+			}
+			yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
+			gep := ep
+			if ep != nil && bias != nil && grp > 1 {
+				gep = &kernels.Epilogue{RowBias: bias[gi*mg : (gi+1)*mg], Act: act}
+			}
+			kernels.SgemmPacked(rc.threads, packed[gi], os, false, src, os, 0, yg, os, gep)
+		}
+	}
+	return out, nil
 }
 
 func equalInts(a []int64, b []int) bool {

@@ -1,0 +1,65 @@
+package kernels
+
+// Activation is an elementwise function fused into a GEMM or convolution
+// epilogue.
+type Activation int
+
+// The fused activations. Each computes exactly what the standalone op of
+// the engine computes, so fusing never changes a bit of the result.
+const (
+	ActNone Activation = iota
+	// ActRelu is max(x, 0).
+	ActRelu
+	// ActClip is min(max(x, Min), Max).
+	ActClip
+)
+
+// Epilogue is applied to each element of a product's result while the tile
+// is still in cache:
+//
+//	c[i,j] = act(c[i,j] + RowBias[i] + ColBias[j])
+//
+// with either bias omitted when nil.
+type Epilogue struct {
+	RowBias, ColBias []float32
+	Act              Activation
+	Min, Max         float32
+}
+
+// apply runs the epilogue on the rows×cols block of c at global position
+// (row, col).
+func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
+	for i := 0; i < rows; i++ {
+		r := c[i*ldc : i*ldc+cols]
+		if e.RowBias != nil {
+			b := e.RowBias[row+i]
+			for j := range r {
+				r[j] += b
+			}
+		}
+		if e.ColBias != nil {
+			cb := e.ColBias[col : col+cols]
+			for j := range r {
+				r[j] += cb[j]
+			}
+		}
+		e.activate(r)
+	}
+}
+
+// Apply runs the epilogue on a rows×cols matrix c with leading dimension ldc.
+func (e *Epilogue) Apply(c []float32, ldc, rows, cols int) { e.apply(c, ldc, 0, 0, rows, cols) }
+
+func (e *Epilogue) activate(r []float32) {
+	switch e.Act {
+	case ActRelu:
+		for j, v := range r {
+			r[j] = max(v, 0)
+		}
+	case ActClip:
+		lo, hi := e.Min, e.Max
+		for j, v := range r {
+			r[j] = min(max(v, lo), hi)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/kernels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// convChain is a Conv with the nodes fused into it at compile time: an
+// inference BatchNormalization folded into its weights and bias, then a
+// Relu applied in the GEMM epilogue.
+//
+// Taps: the values between the fused nodes are not materialised on the fast
+// path. When a run's tap asks for any of them, the step runs the original
+// nodes one after the other instead (unfolded weights, separate kernels)
+// and hands each intermediate value to the tap, so what a tap observes
+// never depends on fusion.
+type convChain struct {
+	conv, bn, act *onnxgraph.Node
+	// out is the value the chain produces (the last fused node's output).
+	out *onnxgraph.Value
+}
+
+// fusibleNext returns the single consumer of v when v feeds nothing else
+// and is not a graph output.
+func fusibleNext(v *onnxgraph.Value) *onnxgraph.Node {
+	if v == nil || v.IsGraphOutput || len(v.Consumers) != 1 {
+		return nil
+	}
+	n := v.Consumers[0]
+	if n.Domain != "" || len(n.Inputs) == 0 || n.Inputs[0] != v {
+		return nil
+	}
+	return n
+}
+
+// planConvChain finds the nodes to fuse into conv. constOf returns the
+// compile-time value of a node input, or nil.
+func planConvChain(conv *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.Tensor) *convChain {
+	if len(conv.Outputs) != 1 || len(conv.Inputs) < 2 {
+		return nil
+	}
+	ch := &convChain{conv: conv, out: conv.Outputs[0]}
+	if bn := fusibleNext(ch.out); bn != nil && bn.OpType == "BatchNormalization" && foldableBN(bn, conv, constOf) {
+		ch.bn, ch.out = bn, bn.Outputs[0]
+	}
+	if act := fusibleNext(ch.out); act != nil && act.OpType == "Relu" && len(act.Outputs) == 1 && act.Outputs[0] != nil {
+		ch.act, ch.out = act, act.Outputs[0]
+	}
+	if ch.bn == nil && ch.act == nil {
+		return nil
+	}
+	return ch
+}
+
+func foldableBN(bn, conv *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.Tensor) bool {
+	if len(bn.Inputs) != 5 || bn.Attr("training_mode") != nil && bn.Attr("training_mode").GetI() != 0 {
+		return false
+	}
+	if bn.Opset() < 9 && bn.Attr("spatial") != nil && bn.Attr("spatial").GetI() == 0 {
+		return false
+	}
+	for _, o := range bn.Outputs[1:] {
+		if o != nil {
+			return false
+		}
+	}
+	w := constOf(conv.Inputs[1])
+	if w == nil || w.DType != tensor.Float || len(w.Shape) < 3 {
+		return false
+	}
+	if len(conv.Inputs) > 2 && conv.Inputs[2] != nil {
+		if b := constOf(conv.Inputs[2]); b == nil || b.DType != tensor.Float || b.Len() != w.Shape[0] {
+			return false
+		}
+	}
+	for _, v := range bn.Inputs[1:] {
+		t := constOf(v)
+		if t == nil || t.DType != tensor.Float || t.Len() != w.Shape[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// buildConvChain compiles the chain into one kernel taking the Conv's
+// inputs. unfused are the kernels of the chain's nodes, run in order when
+// an intermediate value is tapped.
+func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) *tensor.Tensor) (kernel, error) {
+	convK, err := c.build(ch.conv)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{c: c, n: ch.conv, opset: ch.conv.Opset()}
+	attrs, err := readConvAttrs(b)
+	if err != nil {
+		return nil, err
+	}
+	cv := &convKernel{attrs: attrs}
+	var bnK, actK kernel
+	var bnArgs []*tensor.Tensor
+	var foldedW, foldedB *tensor.Tensor
+	if ch.bn != nil {
+		if bnK, err = c.build(ch.bn); err != nil {
+			return nil, err
+		}
+		for _, v := range ch.bn.Inputs[1:] {
+			bnArgs = append(bnArgs, constOf(v))
+		}
+		var convB *tensor.Tensor
+		if len(ch.conv.Inputs) > 2 && ch.conv.Inputs[2] != nil {
+			convB = constOf(ch.conv.Inputs[2])
+		}
+		bnb := &builder{c: c, n: ch.bn, opset: ch.bn.Opset()}
+		foldedW, foldedB = foldBN(constOf(ch.conv.Inputs[1]), convB, bnArgs, bnb.float("epsilon", 1e-5))
+	}
+	act := kernels.ActNone
+	if ch.act != nil {
+		if actK, err = c.build(ch.act); err != nil {
+			return nil, err
+		}
+		act = kernels.ActRelu
+	}
+	convOut := ch.conv.Outputs[0].Name
+	var bnOut string
+	if ch.bn != nil {
+		bnOut = ch.bn.Outputs[0].Name
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		if rc.wants(convOut) || (ch.bn != nil && ch.act != nil && rc.wants(bnOut)) {
+			return runUnfused(rc, ch, in, convK, bnK, actK, bnArgs)
+		}
+		w, bias := in[1], (*tensor.Tensor)(nil)
+		if len(in) > 2 {
+			bias = in[2]
+		}
+		if foldedW != nil {
+			w, bias = foldedW, foldedB
+		}
+		out, err := cv.run(rc, in[0], w, bias, act)
+		if err != nil {
+			return nil, err
+		}
+		return one(out), nil
+	}, nil
+}
+
+// runUnfused runs the chain's nodes one by one, tapping the intermediates.
+func runUnfused(rc *runCtx, ch *convChain, in []*tensor.Tensor, convK, bnK, actK kernel, bnArgs []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	outs, err := convK(rc, in)
+	if err != nil {
+		return nil, err
+	}
+	cur := outs[0]
+	steps := []struct {
+		n *onnxgraph.Node
+		k kernel
+	}{{ch.bn, bnK}, {ch.act, actK}}
+	prev := ch.conv
+	for _, s := range steps {
+		if s.n == nil {
+			continue
+		}
+		rc.emit(prev.Outputs[0].Name, cur)
+		args := []*tensor.Tensor{cur}
+		if s.n == ch.bn {
+			args = append(args, bnArgs...)
+		}
+		o, err := s.k(rc, args)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.n, err)
+		}
+		cur, prev = o[0], s.n
+	}
+	return one(cur), nil
+}
+
+// foldBN returns the weights and bias of a Conv followed by an inference
+// BatchNormalization with per-channel scale, bias, mean and variance p:
+//
+//	s = scale/√(var+eps);  W'[m] = W[m]·s[m];  B'[m] = (B[m]−mean[m])·s[m] + bias[m]
+//
+// computed in float64 and rounded once.
+func foldBN(w, b *tensor.Tensor, p []*tensor.Tensor, eps float32) (*tensor.Tensor, *tensor.Tensor) {
+	m := w.Shape[0]
+	per := w.Len() / m
+	scale, shift, mean, variance := p[0].Float32s(), p[1].Float32s(), p[2].Float32s(), p[3].Float32s()
+	wd := w.Float32s()
+	nw := tensor.New(tensor.Float, slices.Clone(w.Shape)...)
+	nb := tensor.New(tensor.Float, m)
+	nwd, nbd := nw.Float32s(), nb.Float32s()
+	for o := 0; o < m; o++ {
+		s := float64(scale[o]) / math.Sqrt(float64(variance[o])+float64(eps))
+		for i := o * per; i < (o+1)*per; i++ {
+			nwd[i] = float32(float64(wd[i]) * s)
+		}
+		bv := 0.0
+		if b != nil {
+			bv = float64(b.Float32s()[o])
+		}
+		nbd[o] = float32((bv-float64(mean[o]))*s + float64(shift[o]))
+	}
+	return nw, nb
+}
