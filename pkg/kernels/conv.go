@@ -258,6 +258,16 @@ func unravel(i int, dims, idx []int) {
 // of each maximum within the planes.
 func Pool(g *ConvGeom, c int, x, y []float32, isMax, countPad bool, padEnd []int, argmax []int64) {
 	nd := len(g.In)
+	if nd == 2 {
+		pool2D(g, 0, c, x, y, isMax, countPad, padEnd, argmax)
+		return
+	}
+	poolND(g, c, x, y, isMax, countPad, padEnd, argmax)
+}
+
+// poolND is Pool for any rank, by the definition.
+func poolND(g *ConvGeom, c int, x, y []float32, isMax, countPad bool, padEnd []int, argmax []int64) {
+	nd := len(g.In)
 	ks, os, is := g.KernelSize(), g.OutSize(), g.InSize()
 	kp := make([]int, nd)
 	opos := make([]int, nd)
@@ -316,6 +326,88 @@ func Pool(g *ConvGeom, c int, x, y []float32, isMax, countPad bool, padEnd []int
 					best = 0
 				}
 				argmax[ch*os+o] = int64(ch*is + best)
+			}
+		}
+	}
+}
+
+// PoolParallel is Pool with the channels split over up to threads workers.
+func PoolParallel(threads int, g *ConvGeom, c int, x, y []float32, isMax, countPad bool, padEnd []int, argmax []int64) {
+	if len(g.In) != 2 {
+		Pool(g, c, x, y, isMax, countPad, padEnd, argmax)
+		return
+	}
+	grain := max(1, (1<<14)/max(1, g.OutSize()*g.KernelSize()))
+	Parallel(threads, c, grain, func(lo, hi int) { pool2D(g, lo, hi, x, y, isMax, countPad, padEnd, argmax) })
+}
+
+// pool2D is Pool over 2-D windows for channels [c0, c1), visiting the same
+// window positions in the same order with the bounds hoisted out of the
+// inner loop.
+func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEnd []int, argmax []int64) {
+	ih, iw := g.In[0], g.In[1]
+	kh, kw := g.Kernel[0], g.Kernel[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	dh, dw := g.Dilations[0], g.Dilations[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	is, os := ih*iw, oh*ow
+	for ch := c0; ch < c1; ch++ {
+		xc := x[ch*is : (ch+1)*is]
+		for oy := 0; oy < oh; oy++ {
+			y0 := oy*sh - ph
+			for ox := 0; ox < ow; ox++ {
+				x0 := ox*sw - pw
+				var acc float32
+				if isMax {
+					acc = float32negInf
+				}
+				n, best := 0, -1
+				npadY, npadX := 0, 0
+				for ky := 0; ky < kh; ky++ {
+					yy := y0 + ky*dh
+					if yy >= -ph && yy < ih+padEnd[0] {
+						npadY++
+					}
+					if yy < 0 || yy >= ih {
+						continue
+					}
+					xr := xc[yy*iw : (yy+1)*iw]
+					for kx := 0; kx < kw; kx++ {
+						xx := x0 + kx*dw
+						if xx < 0 || xx >= iw {
+							continue
+						}
+						n++
+						v := xr[xx]
+						if isMax {
+							if v > acc || best < 0 {
+								acc, best = v, yy*iw+xx
+							}
+						} else {
+							acc += v
+						}
+					}
+				}
+				if !isMax {
+					div := n
+					if countPad {
+						for kx := 0; kx < kw; kx++ {
+							if xx := x0 + kx*dw; xx >= -pw && xx < iw+padEnd[1] {
+								npadX++
+							}
+						}
+						div = npadY * npadX
+					}
+					if div > 0 {
+						acc /= float32(div)
+					}
+				}
+				o := oy*ow + ox
+				y[ch*os+o] = acc
+				if argmax != nil {
+					argmax[ch*os+o] = int64(ch*is + max(best, 0))
+				}
 			}
 		}
 	}

@@ -540,7 +540,10 @@ func buildPool(isMax bool) func(b *builder) (kernel, error) {
 				idx = make([]int64, out.Len())
 			}
 			is, os := g.InSize(), g.OutSize()
-			for p := 0; p < nc; p++ {
+			if idx == nil {
+				kernels.PoolParallel(rc.threads, g, nc, x, out.Float32s(), isMax, countPad, padEnd, nil)
+			}
+			for p := 0; p < nc && idx != nil; p++ {
 				var am []int64
 				if idx != nil {
 					am = idx[p*os : (p+1)*os]
