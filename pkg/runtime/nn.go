@@ -54,9 +54,18 @@ func matMulKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	nb := tensor.NumElements(batch)
 	ai := bcastIndex(as[:len(as)-2], batch)
 	bi := bcastIndex(bs[:len(bs)-2], batch)
-	for i := 0; i < nb; i++ {
-		kernels.SgemmParallel(rc.threads, false, false, m, n, k, 1,
-			x[ai[i]*m*k:], k, y[bi[i]*k*n:], n, 0, o[i*m*n:], n)
+	if nb >= 2*rc.threads {
+		// Many small products (attention heads): one product per task.
+		kernels.Parallel(rc.threads, nb, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				kernels.Sgemm(false, false, m, n, k, 1, x[ai[i]*m*k:], k, y[bi[i]*k*n:], n, 0, o[i*m*n:], n)
+			}
+		})
+	} else {
+		for i := 0; i < nb; i++ {
+			kernels.SgemmParallel(rc.threads, false, false, m, n, k, 1,
+				x[ai[i]*m*k:], k, y[bi[i]*k*n:], n, 0, o[i*m*n:], n)
+		}
 	}
 	final := slices.Clone(batch)
 	if !dropA {
