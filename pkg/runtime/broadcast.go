@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -206,4 +207,37 @@ func copyRange(dst any, do int, src any, so, n int) {
 	default:
 		panic(fmt.Sprintf("copy of %T", src))
 	}
+}
+
+// parGrain is the fewest elements an elementwise task gets: below it the
+// hand-off to a worker costs more than the work.
+const parGrain = 1 << 14
+
+// binaryLoopPar is binaryLoop with the output split along its leading
+// dimension over up to threads workers; each element is computed exactly
+// as binaryLoop computes it.
+func binaryLoopPar[A, B, O any](threads int, a []A, as []int, b []B, bs []int, o []O, os []int, f func(A, B) O) {
+	if threads <= 1 || len(o) < 2*parGrain || len(os) == 0 || os[0] < 2 {
+		binaryLoop(a, as, b, bs, o, os, f)
+		return
+	}
+	inner := len(o) / os[0]
+	// An operand of full rank whose leading dimension is not broadcast is
+	// split with the output; any other operand is passed whole.
+	split := func(s []int) bool { return len(s) == len(os) && s[0] == os[0] && s[0] > 1 }
+	sa, sb := split(as), split(bs)
+	kernels.Parallel(threads, os[0], max(1, parGrain/max(1, inner)), func(lo, hi int) {
+		sub := append([]int{hi - lo}, os[1:]...)
+		aa, ash := a, as
+		if sa {
+			per := len(a) / as[0]
+			aa, ash = a[lo*per:hi*per], append([]int{hi - lo}, as[1:]...)
+		}
+		bb, bsh := b, bs
+		if sb {
+			per := len(b) / bs[0]
+			bb, bsh = b[lo*per:hi*per], append([]int{hi - lo}, bs[1:]...)
+		}
+		binaryLoop(aa, ash, bb, bsh, o[lo*inner:hi*inner], sub, f)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -32,6 +33,11 @@ func uintVia[T number](f func(a, b uint64) uint64) func(x, y T) T {
 
 // arith applies a numeric binary op with broadcasting; a and b have the same type.
 func arith(a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
+	return arithPar(1, a, b, fs)
+}
+
+// arithPar is arith with float32 outputs split over threads workers.
+func arithPar(threads int, a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
 	if a.DType != b.DType {
 		return nil, fmt.Errorf("operands have different types %s and %s", a.DType, b.DType)
 	}
@@ -43,7 +49,9 @@ func arith(a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
 	switch a.Data.(type) {
 	case []float32:
 		if fs.f32 != nil {
-			return binNum(a, b, os, dt, fs.f32), nil
+			out := tensor.New(dt, os...)
+			binaryLoopPar(threads, a.Float32s(), a.Shape, b.Float32s(), b.Shape, out.Float32s(), os, fs.f32)
+			return out, nil
 		}
 	case []float64:
 		if fs.f64 != nil {
@@ -181,8 +189,8 @@ func modFuncs(fmod bool) arithFuncs {
 }
 
 func binaryKernel(fs arithFuncs) kernel {
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		out, err := arith(in[0], in[1], fs)
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		out, err := arithPar(rc.threads, in[0], in[1], fs)
 		if err != nil {
 			return nil, err
 		}
@@ -372,16 +380,22 @@ func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 
 // unaryFloat maps a float32 function over a float tensor.
 func unaryFloat(f func(x float32) float32) kernel {
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, ok := in[0].Data.([]float32)
 		if !ok {
 			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
 		}
 		out := tensor.New(tensor.Float, in[0].Shape...)
 		o := out.Float32s()
-		for i, v := range x {
-			o[i] = f(v)
+		threads := 1
+		if rc != nil {
+			threads = rc.threads
 		}
+		kernels.Parallel(threads, len(x), parGrain, func(lo, hi int) {
+			for i, v := range x[lo:hi] {
+				o[lo+i] = f(v)
+			}
+		})
 		return []*tensor.Tensor{out}, nil
 	}
 }
