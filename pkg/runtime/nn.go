@@ -777,7 +777,7 @@ func buildLayerNorm(b *builder) (kernel, error) {
 	if b.int("stash_type", 1) != 1 {
 		return nil, unsupportedf("stash_type=%d is not supported", b.int("stash_type", 1))
 	}
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
@@ -809,7 +809,10 @@ func buildLayerNorm(b *builder) (kernel, error) {
 			statShape[i] = 1
 		}
 		mean, inv := tensor.New(tensor.Float, statShape...), tensor.New(tensor.Float, statShape...)
-		kernels.LayerNorm(x, out.Float32s(), rows, n, scale, bias, eps, mean.Float32s(), inv.Float32s())
+		o, mu, is := out.Float32s(), mean.Float32s(), inv.Float32s()
+		kernels.Parallel(rc.threads, rows, max(1, parGrain/max(1, n)), func(lo, hi int) {
+			kernels.LayerNorm(x[lo*n:hi*n], o[lo*n:hi*n], hi-lo, n, scale, bias, eps, mu[lo:hi], is[lo:hi])
+		})
 		return []*tensor.Tensor{out, mean, inv}, nil
 	}, nil
 }
@@ -834,7 +837,7 @@ func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 			def = 1
 		}
 		axis := b.int("axis", def)
-		return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			x, err := floats(in[0], "input")
 			if err != nil {
 				return nil, err
@@ -856,7 +859,10 @@ func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 			}
 			outer, dim, inner := tensor.NumElements(xs[:ax]), xs[ax], tensor.NumElements(xs[ax+1:])
 			if inner == 1 {
-				kernels.Softmax(x, out.Float32s(), outer, dim, log)
+				o := out.Float32s()
+				kernels.Parallel(rc.threads, outer, max(1, parGrain/max(1, dim)), func(lo, hi int) {
+					kernels.Softmax(x[lo*dim:hi*dim], o[lo*dim:hi*dim], hi-lo, dim, log)
+				})
 				return one(out), nil
 			}
 			row, res := make([]float32, dim), make([]float32, dim)
