@@ -43,6 +43,9 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	for _, p := range pairs {
 		conv, bn := g.Node[p.conv.Index], g.Node[p.bn.Index]
 		read := func(v *onnxgraph.Value) ([]float32, error) {
+			if c := initializerOf(v); c != nil {
+				v = c
+			}
 			t, err := tensor.FromProto(v.Const, m)
 			if err != nil {
 				return nil, err
@@ -89,16 +92,22 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		bname := p.bn.Inputs[2].Name // B: its own initializer, consumed only by this BN
-		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
-			bname = p.conv.Inputs[2].Name
-		}
-		bp, err := tensor.ToProto(tensor.FromFloat32(nb, oc), bname)
+		bp, err := tensor.ToProto(tensor.FromFloat32(nb, oc), "")
 		if err != nil {
 			return nil, nil, err
 		}
+		var bname string
+		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
+			bname = p.conv.Inputs[2].Name
+			bp.Name = proto.String(bname)
+			g.Initializer[inits[bname]] = bp
+		} else {
+			// A new initializer: the BN's B may be shared or an Identity copy.
+			bname = uniqueName(m, p.conv.Inputs[1].Name+"_bias")
+			bp.Name = proto.String(bname)
+			g.Initializer = append(g.Initializer, bp)
+		}
 		g.Initializer[inits[wv.Name]] = wp
-		g.Initializer[inits[bname]] = bp
 		removedValues[conv.Output[0]] = true
 		conv.Input = append(conv.Input[:2:2], bname)
 		conv.Output[0] = bn.Output[0]
@@ -112,10 +121,28 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 	}
 	g.Node = nodes
+	// Identity copies of folded parameters now feed nothing: drop them
+	// (in reverse order, so chains go at once).
+	outputs := map[string]bool{}
+	for _, o := range g.Output {
+		outputs[o.GetName()] = true
+	}
 	used := map[string]bool{}
 	for _, n := range g.Node {
 		for _, in := range n.Input {
 			used[in] = true
+		}
+	}
+	for i := len(g.Node) - 1; i >= 0; i-- {
+		n := g.Node[i]
+		if n.GetOpType() == "Identity" && n.GetDomain() == "" && len(n.Output) == 1 && !used[n.Output[0]] && !outputs[n.Output[0]] {
+			g.Node = append(g.Node[:i], g.Node[i+1:]...)
+			used = map[string]bool{}
+			for _, n := range g.Node {
+				for _, in := range n.Input {
+					used[in] = true
+				}
+			}
 		}
 	}
 	var keep []*onnxpb.TensorProto
@@ -147,6 +174,23 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	return fm, notes, nil
 }
 
+// initializerOf returns the initializer v holds: v itself, or the
+// initializer an Identity chain copies (torch exports shared parameters
+// that way), nil when v is not one.
+func initializerOf(v *onnxgraph.Value) *onnxgraph.Value {
+	for i := 0; v != nil && i < 8; i++ {
+		if v.IsInitializer && v.Const != nil {
+			return v
+		}
+		p := v.Producer
+		if p == nil || p.OpType != "Identity" || p.Domain != "" || len(p.Inputs) != 1 {
+			return nil
+		}
+		v = p.Inputs[0]
+	}
+	return nil
+}
+
 // foldable returns the Conv a BatchNormalization node can be folded into.
 func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
 	if bn.OpType != "BatchNormalization" || bn.Domain != "" || len(bn.Inputs) != 5 || len(bn.Outputs) == 0 {
@@ -161,10 +205,10 @@ func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
 		}
 	}
 	for _, v := range bn.Inputs[1:] {
-		if v == nil || v.Const == nil || len(v.Consumers) != 1 || v.IsGraphInput && !v.IsInitializer {
-			return nil, false
-		}
-		if dt := v.DType(); dt != tensor.Float {
+		c := initializerOf(v)
+		// Only read: the parameters may be shared (the folded bias is a
+		// new initializer).
+		if c == nil || c.DType() != tensor.Float {
 			return nil, false
 		}
 	}
@@ -186,12 +230,17 @@ func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
 			return nil, false
 		}
 	}
-	for _, v := range bn.Inputs[1:] {
-		if !v.IsInitializer {
-			return nil, false
-		}
-	}
 	return conv, true
+}
+
+// uniqueName returns base, or base_1, base_2, …: the first name no value
+// of m uses.
+func uniqueName(m *onnxgraph.Model, base string) string {
+	n := base
+	for i := 1; m.Graph.Value(n) != nil; i++ {
+		n = fmt.Sprintf("%s_%d", base, i)
+	}
+	return n
 }
 
 func intDims(d []int64) []int {
