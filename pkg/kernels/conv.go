@@ -352,6 +352,10 @@ func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEn
 	dh, dw := g.Dilations[0], g.Dilations[1]
 	ph, pw := g.PadBegin[0], g.PadBegin[1]
 	is, os := ih*iw, oh*ow
+	if isMax && argmax == nil {
+		maxPool2D(g, c0, c1, x, y)
+		return
+	}
 	for ch := c0; ch < c1; ch++ {
 		xc := x[ch*is : (ch+1)*is]
 		for oy := 0; oy < oh; oy++ {
@@ -408,6 +412,62 @@ func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEn
 				if argmax != nil {
 					argmax[ch*os+o] = int64(ch*is + max(best, 0))
 				}
+			}
+		}
+	}
+}
+
+// maxPool2D is pool2D's max without argmax: the window's inside positions
+// are clipped once per output, and the running maximum starts at the first
+// inside element exactly as the definition does (so a leading NaN stays).
+func maxPool2D(g *ConvGeom, c0, c1 int, x, y []float32) {
+	ih, iw := g.In[0], g.In[1]
+	kh, kw := g.Kernel[0], g.Kernel[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	dh, dw := g.Dilations[0], g.Dilations[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	is, os := ih*iw, oh*ow
+	// kx range inside the input for each output column.
+	kxLo, kxHi := make([]int, ow), make([]int, ow)
+	for ox := 0; ox < ow; ox++ {
+		x0 := ox*sw - pw
+		lo, hi := 0, kw
+		for lo < kw && x0+lo*dw < 0 {
+			lo++
+		}
+		for hi > lo && x0+(hi-1)*dw >= iw {
+			hi--
+		}
+		kxLo[ox], kxHi[ox] = lo, hi
+	}
+	for ch := c0; ch < c1; ch++ {
+		xc := x[ch*is : (ch+1)*is]
+		yc := y[ch*os : (ch+1)*os]
+		for oy := 0; oy < oh; oy++ {
+			y0 := oy*sh - ph
+			kyLo, kyHi := 0, kh
+			for kyLo < kh && y0+kyLo*dh < 0 {
+				kyLo++
+			}
+			for kyHi > kyLo && y0+(kyHi-1)*dh >= ih {
+				kyHi--
+			}
+			for ox := 0; ox < ow; ox++ {
+				x0 := ox*sw - pw
+				acc, first := float32negInf, true
+				for ky := kyLo; ky < kyHi; ky++ {
+					xr := xc[(y0+ky*dh)*iw:]
+					for kx := kxLo[ox]; kx < kxHi[ox]; kx++ {
+						v := xr[x0+kx*dw]
+						if first {
+							acc, first = v, false
+						} else if v > acc {
+							acc = v
+						}
+					}
+				}
+				yc[oy*ow+ox] = acc
 			}
 		}
 	}

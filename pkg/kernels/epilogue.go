@@ -53,8 +53,12 @@ func (e *Epilogue) Apply(c []float32, ldc, rows, cols int) { e.apply(c, ldc, 0, 
 func (e *Epilogue) activate(r []float32) {
 	switch e.Act {
 	case ActRelu:
+		// Equal to max(v, 0) for every input (−0 → +0, NaN stays NaN)
+		// without the builtin's NaN and signed-zero sequence.
 		for j, v := range r {
-			r[j] = max(v, 0)
+			if v <= 0 {
+				r[j] = 0
+			}
 		}
 	case ActClip:
 		lo, hi := e.Min, e.Max
