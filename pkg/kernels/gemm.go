@@ -1,6 +1,5 @@
 package kernels
 
-
 // SgemmRef is the reference of Sgemm: C = alpha·op(A)·op(B) + beta·C on
 // row-major matrices, where op(A) is m×k and op(B) is k×n:
 //
@@ -56,4 +55,3 @@ func SgemmRef(transA, transB bool, m, n, k int, alpha float32, a []float32, lda 
 		}
 	}
 }
-
