@@ -97,21 +97,17 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		return err
 	}
-	u := &passes.Unit{}
-	if _, err := runPipeline(ctx, &opts.quantizeOptions, s, u, "prepare"); err != nil {
-		return err
-	}
 	sum, err := fileSHA256(s.settings.Model)
 	if err != nil {
 		return err
 	}
+	// The calibration runs as the pipeline's calibrate pass, with the
+	// calibrator quantize uses: one code path, so that quantize and
+	// calibrate + finalize --stats produce the same model.
+	u := &passes.Unit{}
 	var stats *calibrate.Stats
-	if len(u.Plan.Observed()) == 0 {
-		// Weight-only or fixed ranges: finalize needs no statistics, but a
-		// script that always runs calibrate gets a valid (empty) file.
-		slog.Info("the plan observes no activations; writing empty statistics", "model", s.settings.Model)
-		stats = &calibrate.Stats{Version: calibrate.StatsVersion, ModelSHA256: sum}
-	} else {
+	var prog *calibrate.ProgressReporter
+	if opts.RandomData || len(s.settings.Data) > 0 || s.settings.Images != nil {
 		src, err := openCalibrationData(s, opts.RandomData)
 		if err != nil {
 			return err
@@ -120,16 +116,27 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 		if src.Random() {
 			slog.Warn("calibrating with random data: the ranges say nothing about real inputs; the stats file is marked random_data")
 		}
-		prog := calibrate.NewProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default())
+		prog = calibrate.NewProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default())
 		copts := calibrate.Options{Samples: s.settings.Samples, BatchSize: s.settings.BatchSize,
 			Shard: shard, Shards: shards, ModelSHA256: sum, Progress: prog.Report}
-		cal := passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, src, copts,
+		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, src, copts,
 			func(st *calibrate.Stats) { stats = st })
-		_, err = cal(ctx, s.model, u.Plan)
+	}
+	_, err = runPipeline(ctx, &opts.quantizeOptions, s, u, "calibrate")
+	if prog != nil {
 		prog.Done()
-		if err != nil {
-			return err
+	}
+	if err != nil {
+		if u.Calibrate == nil && u.Plan != nil && len(u.Plan.Observed()) > 0 {
+			return Usagef("%v: no calibration data: give --data (calibration.data or calibration.images in the config), or --random-data for a smoke test", err)
 		}
+		return err
+	}
+	if stats == nil {
+		// Weight-only or fixed ranges: finalize needs no statistics, but a
+		// script that always runs calibrate gets a valid (empty) file.
+		slog.Info("the plan observes no activations; writing empty statistics", "model", s.settings.Model)
+		stats = &calibrate.Stats{Version: calibrate.StatsVersion, ModelSHA256: sum}
 	}
 	if opts.Output == "" || opts.Output == "-" {
 		return stats.Write(opts.IO.Out)

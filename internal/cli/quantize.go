@@ -150,14 +150,12 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	u := &passes.Unit{}
 	var source calibrate.Source
-	if len(s.settings.Data) > 0 {
-		files, err := dataFiles(s.settings.Data)
+	if len(s.settings.Data) > 0 || s.settings.Images != nil {
+		// The data path calibrate uses (calibrate.go), so that quantize and
+		// calibrate + finalize --stats observe the same samples.
+		src, err := openCalibrationData(s, false)
 		if err != nil {
 			return err
-		}
-		src, err := calibrate.OpenNPY(modelInputs(s.model), files)
-		if err != nil {
-			return &UsageError{Err: fmt.Errorf("calibration data: %w", err)}
 		}
 		defer src.Close()
 		source = src
@@ -197,26 +195,6 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	return gateErr
-}
-
-// dataFiles parses --data entries: NAME=FILE.npy, or FILE.npy for a
-// one-input model (key "").
-func dataFiles(data []string) (map[string]string, error) {
-	files := map[string]string{}
-	for _, d := range data {
-		name, file, ok := strings.Cut(d, "=")
-		if !ok {
-			name, file = "", d
-		}
-		if _, dup := files[name]; dup {
-			return nil, Usagef("--data %q: input %q given twice", d, name)
-		}
-		if ext := strings.ToLower(filepath.Ext(file)); ext != ".npy" {
-			return nil, Usagef("--data %q: only .npy files are read (one per model input, batch on axis 0)", d)
-		}
-		files[name] = file
-	}
-	return files, nil
 }
 
 func modelInputs(m *onnxgraph.Model) []runtime.IOInfo {

@@ -51,11 +51,17 @@ func floorDiv(v float32, exp int) int {
 // fitExp is the smallest exponent ≥ from at which [lo, hi] fits the bins.
 // Both conditions only get easier as the exponent grows, so starting from
 // the current exponent finds the same answer as starting from the minimum.
+//
+// The bin indices are compared in float64 before any conversion to int:
+// at small exponents v·2^−e exceeds the int range, and Go's conversion of
+// such a float is implementation-defined (amd64 gives math.MinInt64, which
+// once made [0, 0.99] look like it fitted at 2^−140).
 func (h *Histogram) fitExp(lo, hi float32, from int) int {
 	e := from
 	for {
-		a, b := floorDiv(lo, e), floorDiv(hi, e)
-		if b-a < h.Bins && a > -maxBinIndex && b < maxBinIndex {
+		a := math.Floor(float64(lo) * math.Ldexp(1, -e))
+		b := math.Floor(float64(hi) * math.Ldexp(1, -e))
+		if b-a < float64(h.Bins) && a > -maxBinIndex && b < maxBinIndex {
 			return e
 		}
 		e++

@@ -58,7 +58,7 @@ func OpenImages(inputs []runtime.IOInfo, im *config.Images) (*ImageSource, error
 	case len(inputs) == 1:
 		s.in = inputs[0]
 	default:
-		return nil, fmt.Errorf("%s: the model has %d inputs (%s); images feed one: name it with input:", where, len(inputs), inputNames(inputs))
+		return nil, fmt.Errorf("%s: the model has %d inputs (%s); images feed one: name it with the input key", where, len(inputs), inputNames(inputs))
 	}
 	if len(inputs) > 1 {
 		return nil, fmt.Errorf("%s: images feed input %q, but the model has other inputs (%s) with no data", where, s.in.Name, inputNames(inputs))

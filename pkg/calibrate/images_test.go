@@ -287,7 +287,7 @@ func TestImageSource(t *testing.T) {
 			{"channels", in(-1, 1, 2, 2), func(*config.Images) {}, "3-channel"},
 			{"dtype", []runtime.IOInfo{{Name: "image", DType: tensor.Float16, Shape: []int64{-1, 3, 2, 2}}}, func(*config.Images) {}, "the model wants float16"},
 			{"rank", in(-1, 12), func(*config.Images) {}, "rank-4"},
-			{"which input", append(in(-1, 3, 2, 2), runtime.IOInfo{Name: "mask", DType: tensor.Float}), func(*config.Images) {}, "name it with input:"},
+			{"which input", append(in(-1, 3, 2, 2), runtime.IOInfo{Name: "mask", DType: tensor.Float}), func(*config.Images) {}, "name it with the input key"},
 			{"no files", in(-1, 3, 2, 2), func(im *config.Images) { im.Dir, im.Glob = "", filepath.Join(dir, "*.jpg") }, "no image files"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

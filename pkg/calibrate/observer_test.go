@@ -418,3 +418,22 @@ func TestReadRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestHistogramNonNegativeRange pins a past bug: for data in [0, x) the
+// bin index x·2^140 overflowed int and the histogram claimed to fit at the
+// smallest exponent, then counted every value as out of range.
+func TestHistogramNonNegativeRange(t *testing.T) {
+	for _, x := range [][]float32{{0, 0.99}, {0, 1e30}, {0, 3}, {-1e-38, 0}, {5, 6}} {
+		h := NewHistogram(2048)
+		if _, _, err := h.Add(x); err != nil {
+			t.Fatalf("%v: %v", x, err)
+		}
+		if h.Total != uint64(len(x)) {
+			t.Fatalf("%v: total %d", x, h.Total)
+		}
+		w := math.Ldexp(1, h.Exp)
+		if n := math.Floor(float64(x[1])/w) - math.Floor(float64(x[0])/w); n >= 2048 || (h.Exp > MinHistogramExp && n < 1024) {
+			t.Fatalf("%v: exponent %d spans %v bins", x, h.Exp, n)
+		}
+	}
+}
