@@ -358,7 +358,10 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 		}
 	}
 	clip := p.opts.WeightClipping
-	if s.Calculator.Type == spec.MSE {
+	if s.Calculator.Type == spec.MSE || isNarrow(s.DType) {
+		// 4-bit and narrower grids are coarse enough that min/max ranges
+		// waste most codes on rare outliers; the MSE range search is
+		// what GPTQ-free 4-bit quantizers default to.
 		clip = ClipMSE
 	}
 	params, err := weightParams(data, t.Shape, tp.Axis, tp.BlockSize, s, clip)
@@ -602,4 +605,13 @@ func (p *preparer) configReason(n *onnxgraph.Node) string {
 		}
 	}
 	return "no float tensor to quantize"
+}
+
+// isNarrow reports whether d is a 4-bit or narrower integer type.
+func isNarrow(d spec.DType) bool {
+	switch d {
+	case spec.Int4, spec.UInt4, spec.Int2, spec.UInt2:
+		return true
+	}
+	return false
 }
