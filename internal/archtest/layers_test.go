@@ -15,7 +15,9 @@ const module = "github.com/coreaiq/coreaiq/"
 // layers lists package path prefixes from the top down. A package may
 // import packages of its own layer or of layers below it.
 var layers = []string{
+	// Programs: the CLI and the benchmark drivers.
 	"cmd/coreaiq",
+	"bench",
 	"internal/cli",
 	"pkg/compare",
 	"pkg/passes",
@@ -35,6 +37,9 @@ var layers = []string{
 var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest"}
 
 func rank(pkg string) int {
+	if pkg == "bench" || strings.HasPrefix(pkg, "bench/") {
+		return 0 // a program, like cmd/coreaiq
+	}
 	best, bestLen := -1, -1
 	for i, prefix := range layers {
 		if (pkg == prefix || strings.HasPrefix(pkg, prefix+"/")) && len(prefix) > bestLen {
