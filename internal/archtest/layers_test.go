@@ -37,9 +37,6 @@ var layers = []string{
 var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest"}
 
 func rank(pkg string) int {
-	if pkg == "bench" || strings.HasPrefix(pkg, "bench/") {
-		return 0 // a program, like cmd/coreaiq
-	}
 	best, bestLen := -1, -1
 	for i, prefix := range layers {
 		if (pkg == prefix || strings.HasPrefix(pkg, prefix+"/")) && len(prefix) > bestLen {
