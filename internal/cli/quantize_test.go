@@ -97,3 +97,35 @@ func TestPrepareJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeRuleInPerLayerReport: the rule that chose each activation's
+// spec travels in the quantized model's node metadata, so `compare
+// --per-layer` shows it without the config.
+func TestQuantizeRuleInPerLayerReport(t *testing.T) {
+	dir, ref, data := compareFixture(t)
+	out := filepath.Join(dir, "cnn.q.onnx")
+	if code, _, stderr := runCLI(t, "quantize", "--model", ref, "-o", out, "--data", data, "--preset", "w8a8"); code != 0 {
+		t.Fatalf("quantize: exit %d\n%s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "compare", ref, out, "--data", data, "--per-layer", "--format", "json")
+	if code != 0 {
+		t.Fatalf("compare: exit %d\n%s", code, stderr)
+	}
+	var rep struct {
+		Layers []struct {
+			Tensor string `json:"tensor"`
+			Rule   string `json:"rule"`
+		} `json:"layers"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if len(rep.Layers) == 0 {
+		t.Fatalf("no per-layer rows:\n%s", stdout)
+	}
+	for _, l := range rep.Layers {
+		if !strings.HasPrefix(l.Rule, "preset:w8a8:") || !strings.Contains(l.Rule, "quantization_config.global_config.op_") {
+			t.Errorf("tensor %q: rule %q, want the w8a8 preset's file:line and YAML path", l.Tensor, l.Rule)
+		}
+	}
+}

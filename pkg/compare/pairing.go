@@ -5,14 +5,16 @@ import (
 	"math"
 	"sort"
 
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // RuleMetadataKey is the node metadata_props key under which a quantized
 // model records the config rule (file:line) that chose a tensor's spec on
-// its QuantizeLinear node; the per-layer report shows it when present.
-const RuleMetadataKey = "coreaiq.rule"
+// its QuantizeLinear node; the per-layer report shows it when present. The
+// writer (pkg/finalize) defines it.
+const RuleMetadataKey = finalize.RuleMetadataKey
 
 // Pair links one quantized activation of a QDQ candidate to the float value
 // of the reference it approximates: in the candidate, Quantized →

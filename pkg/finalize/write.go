@@ -478,11 +478,23 @@ func (w *writer) node(op, name string, in, out []string, t *TensorPlan, attrs ..
 	}
 	if src := w.servedNode(t); src != nil {
 		for _, kv := range src.Proto.GetMetadataProps() {
-			n.MetadataProps = append(n.MetadataProps, proto.CloneOf(kv))
+			if kv.GetKey() != RuleMetadataKey { // a re-quantized model's old rule
+				n.MetadataProps = append(n.MetadataProps, proto.CloneOf(kv))
+			}
 		}
+	}
+	if r := t.Rule; r.File != "" || r.Path != "" {
+		n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(RuleMetadataKey), Value: proto.String(r.String())})
 	}
 	return n
 }
+
+// RuleMetadataKey is the node metadata_props key under which every
+// inserted QuantizeLinear and DequantizeLinear records the config rule that
+// chose its tensor's spec, as "file:line (yaml.path)"; `compare
+// --per-layer` shows it. It lives here, below pkg/compare, so that the
+// writer and the reader share one spelling.
+const RuleMetadataKey = "coreaiq.rule"
 
 func attrInt(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}

@@ -354,6 +354,17 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 				// quantization").
 				tp.Axis, tp.BlockSize = -1, 0
 				p.note("weight %q of %s: one block of %d covers its %d values; quantized per tensor", v.Name, n, g.BlockSize, t.Shape[0])
+			} else if ch, ok := blockChannelAxis(n, t.Shape, tp.Axis); ok && t.Shape[tp.Axis] <= g.BlockSize {
+				// coreai-opt's block spans block_size input channels and
+				// the whole kernel (the kernel dimensions collapse in the
+				// scale shape). When one block covers every input channel
+				// that is one scale per output channel; ONNX blocked
+				// quantization would instead give every kernel position
+				// its own block, down to blocks of one weight for a Conv
+				// with one input channel.
+				p.note("weight %q of %s: one block of %d covers its %d input channels; quantized per channel on axis %d",
+					v.Name, n, g.BlockSize, t.Shape[tp.Axis], ch)
+				tp.Axis, tp.BlockSize = ch, 0
 			}
 		}
 	}
@@ -373,9 +384,17 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 	return p.plan.Add(tp)
 }
 
-// weightParams computes a weight's qparams per group from its data.
+// weightParams computes a weight's qparams per group from its data. The
+// observed range in the params is the data's, whatever the clipping.
 func weightParams(data []float32, shape []int, axis, block int, s *spec.QuantizationSpec, clip WeightClipping) (*Params, error) {
 	mins, maxs := finalize.GroupRanges(data, shape, axis, block)
+	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
+	for i := range mins {
+		lo, hi = min(lo, mins[i]), max(hi, maxs[i])
+	}
+	if len(mins) == 0 {
+		lo, hi = 0, 0
+	}
 	if clip == ClipMSE {
 		groups := finalize.GroupValues(data, shape, axis, block)
 		for i, g := range groups {
@@ -386,40 +405,92 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
-	for i := range mins {
-		lo, hi = min(lo, mins[i]), max(hi, maxs[i])
-	}
-	if len(mins) == 0 {
-		lo, hi = 0, 0
-	}
 	return &Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: lo, Max: hi}}, nil
 }
 
-// mseRange shrinks [lo, hi] by factors 1, 0.99, …, 0.50 and keeps the one
-// with the smallest squared quantize-dequantize error of the group (the
-// first on ties, so no clipping wins a tie).
+// mseSteps is the number of candidate ranges mseRange tries below the
+// full one: factors 1, 1−0.5/mseSteps, …, 0.5.
+const mseSteps = 100
+
+// mseRange returns the range (to hand to the spec's qparam formula) whose
+// quantize-dequantize round trip of g has the smallest squared error. The
+// candidates are the group's range shrunk by factors 1, 0.995, …, 0.5 and,
+// for symmetric integer specs, the same factors applied to the range whose
+// scale makes the grid end exactly at the group's extreme value: the
+// formula's scale (absmax/7.5 for int4) puts a positive extreme at 7.5
+// steps, which rounds to the clamped code 7, so without that candidate a
+// block's largest weight always lost 1/15 of its value (and a block of one
+// weight could never be exact). Ties keep the earlier candidate (the
+// formula's range first, so no clipping wins a tie).
 func mseRange(g []float32, lo, hi float32, s *spec.QuantizationSpec) (float32, float32) {
 	bestLo, bestHi := lo, hi
 	best := math.Inf(1)
-	for step := 0; step <= 50; step++ {
-		f := float32(1 - 0.01*float64(step))
-		l, h := lo*f, hi*f
-		sc, zp, err := s.QParams([]float32{l}, []float32{h})
-		if err != nil {
-			break
-		}
-		e := quantError(g, sc[0], zp[0], s)
-		if e < best {
-			best, bestLo, bestHi = e, l, h
+	bases := [][2]float32{{lo, hi}}
+	if fl, fh, ok := fitRange(lo, hi, s); ok {
+		bases = append(bases, [2]float32{fl, fh})
+	}
+	for _, b := range bases {
+		for step := 0; step <= mseSteps; step++ {
+			f := float32(1 - 0.5*float64(step)/mseSteps)
+			l, h := b[0]*f, b[1]*f
+			sc, zp, err := s.QParams([]float32{l}, []float32{h})
+			if err != nil {
+				break
+			}
+			e := quantError(g, sc[0], zp[0], s)
+			if e < best {
+				best, bestLo, bestHi = e, l, h
+			}
 		}
 	}
 	return bestLo, bestHi
 }
 
+// fitRange is, for a symmetric integer spec, the range [-r, r] whose
+// formula scale r/((qmax−qmin)/2) maps the group's extremes onto the ends
+// of the grid without clamping: scale = max(hi/(qmax−zp), lo/(qmin−zp)).
+// ok is false for other specs and when the formula's scale already fits.
+func fitRange(lo, hi float32, s *spec.QuantizationSpec) (float32, float32, bool) {
+	if s.QScheme == spec.Asymmetric {
+		return 0, 0, false
+	}
+	qmin, qmax, ok := s.QuantRange()
+	if !ok {
+		return 0, 0, false
+	}
+	sc, zp, err := s.QParams([]float32{lo}, []float32{hi})
+	if err != nil {
+		return 0, 0, false
+	}
+	up, down := float64(qmax)-float64(zp[0]), float64(qmin)-float64(zp[0])
+	var fit float64
+	if hi > 0 && up > 0 {
+		fit = max(fit, float64(hi)/up)
+	}
+	if lo < 0 && down < 0 {
+		fit = max(fit, float64(lo)/down)
+	}
+	if fit == 0 || float32(fit) == sc[0] {
+		return 0, 0, false
+	}
+	r := float32(fit * float64(qmax-qmin) / 2)
+	return -r, r, true
+}
+
 // quantError is the sum of squared differences between g and its
 // quantize-dequantize round trip.
 func quantError(g []float32, scale float32, zp int32, s *spec.QuantizationSpec) float64 {
+	if qmin, qmax, ok := s.QuantRange(); ok {
+		// Integer grids: QuantizeLinear's arithmetic inline, without the
+		// tensor round trip (this runs for every candidate of every group).
+		var e float64
+		for _, x := range g {
+			q := finalize.QuantizeValue(x, scale, zp, qmin, qmax)
+			d := float64(x) - float64(float32(q-int64(zp))*scale)
+			e += d * d
+		}
+		return e
+	}
 	q, err := finalize.Quantize(g, []int{len(g)}, -1, 0, s, &Params{Scales: []float32{scale}, ZeroPoints: []int32{zp}})
 	if err != nil {
 		return math.Inf(1)
@@ -614,4 +685,32 @@ func isNarrow(d spec.DType) bool {
 		return true
 	}
 	return false
+}
+
+// blockChannelAxis is the output-channel axis of a weight blocked along
+// blockAxis: the other of axes 0 and 1 for Conv, ConvTranspose, Gemm and
+// Gather tables, the other of the last two axes for MatMul. ok is false
+// for any other layout.
+func blockChannelAxis(n *onnxgraph.Node, shape []int, blockAxis int) (int, bool) {
+	r := len(shape)
+	if r < 2 || n.Domain != "" {
+		return 0, false
+	}
+	switch n.OpType {
+	case "MatMul":
+		switch blockAxis {
+		case r - 2:
+			return r - 1, true
+		case r - 1:
+			return r - 2, true
+		}
+	case "Conv", "ConvTranspose", "Gemm", "Gather":
+		switch blockAxis {
+		case 0:
+			return 1, true
+		case 1:
+			return 0, true
+		}
+	}
+	return 0, false
 }
