@@ -17,13 +17,19 @@ const (
 // Epilogue is applied to each element of a product's result while the tile
 // is still in cache:
 //
-//	c[i,j] = act(c[i,j] + RowBias[i] + ColBias[j])
+//	c[i,j] = c[i,j] + RowBias[i] + ColBias[j]
+//	c[i,j] = float32(c[i,j]·RowScale[i]) + RowShift[i]
+//	c[i,j] = act(c[i,j])
 //
-// with either bias omitted when nil.
+// with each bias and the scale step omitted when nil (RowScale and RowShift
+// come together: an inference BatchNormalization). The product is rounded
+// before the shift is added, as the standalone kernels do, so a fused
+// epilogue computes exactly what the separate ops compute.
 type Epilogue struct {
-	RowBias, ColBias []float32
-	Act              Activation
-	Min, Max         float32
+	RowBias, ColBias   []float32
+	RowScale, RowShift []float32
+	Act                Activation
+	Min, Max           float32
 }
 
 // apply runs the epilogue on the rows×cols block of c at global position
@@ -41,6 +47,12 @@ func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
 			cb := e.ColBias[col : col+cols]
 			for j := range r {
 				r[j] += cb[j]
+			}
+		}
+		if e.RowScale != nil {
+			s, t := e.RowScale[row+i], e.RowShift[row+i]
+			for j, v := range r {
+				r[j] = float32(v*s) + t
 			}
 		}
 		e.activate(r)

@@ -2,8 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"math"
-	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -11,8 +9,11 @@ import (
 )
 
 // convChain is a Conv with the nodes fused into it at compile time: an
-// inference BatchNormalization folded into its weights and bias, then a
-// Relu applied in the GEMM epilogue.
+// inference BatchNormalization and a Relu applied in the GEMM epilogue.
+// The BatchNormalization is not folded into the weights: the epilogue
+// computes exactly what the standalone kernels compute (same factors, same
+// operation order, no fused multiply-add), so a fused step and its nodes
+// run one by one give bit-identical results, whatever a run taps.
 //
 // Taps: the values between the fused nodes are not materialised on the fast
 // path. When a run's tap asks for any of them, the step runs the original
@@ -103,7 +104,7 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 	cv := &convKernel{attrs: attrs}
 	var bnK, actK kernel
 	var bnArgs []*tensor.Tensor
-	var foldedW, foldedB *tensor.Tensor
+	var bn *bnPost
 	if ch.bn != nil {
 		if bnK, err = c.build(ch.bn); err != nil {
 			return nil, err
@@ -111,12 +112,9 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 		for _, v := range ch.bn.Inputs[1:] {
 			bnArgs = append(bnArgs, constOf(v))
 		}
-		var convB *tensor.Tensor
-		if len(ch.conv.Inputs) > 2 && ch.conv.Inputs[2] != nil {
-			convB = constOf(ch.conv.Inputs[2])
-		}
 		bnb := &builder{c: c, n: ch.bn, opset: ch.bn.Opset()}
-		foldedW, foldedB = foldBN(constOf(ch.conv.Inputs[1]), convB, bnArgs, bnb.float("epsilon", 1e-5))
+		bn = &bnPost{}
+		bn.scale, bn.shift = bnScaleShift(bnArgs[0].Float32s(), bnArgs[1].Float32s(), bnArgs[2].Float32s(), bnArgs[3].Float32s(), bnb.float("epsilon", 1e-5))
 	}
 	act := kernels.ActNone
 	if ch.act != nil {
@@ -134,14 +132,11 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 		if rc.wants(convOut) || (ch.bn != nil && ch.act != nil && rc.wants(bnOut)) {
 			return runUnfused(rc, ch, in, convK, bnK, actK, bnArgs)
 		}
-		w, bias := in[1], (*tensor.Tensor)(nil)
+		var bias *tensor.Tensor
 		if len(in) > 2 {
 			bias = in[2]
 		}
-		if foldedW != nil {
-			w, bias = foldedW, foldedB
-		}
-		out, err := cv.run(rc, in[0], w, bias, act)
+		out, err := cv.run(rc, in[0], in[1], bias, bn, act)
 		if err != nil {
 			return nil, err
 		}
@@ -177,32 +172,4 @@ func runUnfused(rc *runCtx, ch *convChain, in []*tensor.Tensor, convK, bnK, actK
 		cur, prev = o[0], s.n
 	}
 	return one(cur), nil
-}
-
-// foldBN returns the weights and bias of a Conv followed by an inference
-// BatchNormalization with per-channel scale, bias, mean and variance p:
-//
-//	s = scale/√(var+eps);  W'[m] = W[m]·s[m];  B'[m] = (B[m]−mean[m])·s[m] + bias[m]
-//
-// computed in float64 and rounded once.
-func foldBN(w, b *tensor.Tensor, p []*tensor.Tensor, eps float32) (*tensor.Tensor, *tensor.Tensor) {
-	m := w.Shape[0]
-	per := w.Len() / m
-	scale, shift, mean, variance := p[0].Float32s(), p[1].Float32s(), p[2].Float32s(), p[3].Float32s()
-	wd := w.Float32s()
-	nw := tensor.New(tensor.Float, slices.Clone(w.Shape)...)
-	nb := tensor.New(tensor.Float, m)
-	nwd, nbd := nw.Float32s(), nb.Float32s()
-	for o := 0; o < m; o++ {
-		s := float64(scale[o]) / math.Sqrt(float64(variance[o])+float64(eps))
-		for i := o * per; i < (o+1)*per; i++ {
-			nwd[i] = float32(float64(wd[i]) * s)
-		}
-		bv := 0.0
-		if b != nil {
-			bv = float64(b.Float32s()[o])
-		}
-		nbd[o] = float32((bv-float64(mean[o]))*s + float64(shift[o]))
-	}
-	return nw, nb
 }

@@ -232,7 +232,7 @@ func buildConv(b *builder) (kernel, error) {
 		if len(in) > 2 {
 			bias = in[2]
 		}
-		out, err := cv.run(rc, in[0], in[1], bias, kernels.ActNone)
+		out, err := cv.run(rc, in[0], in[1], bias, nil, kernels.ActNone)
 		if err != nil {
 			return nil, err
 		}
@@ -270,8 +270,12 @@ func (cv *convKernel) packedWeights(w *tensor.Tensor, grp, mg, kk int) []*kernel
 	return ps
 }
 
-// run computes act(conv(x, w) + bias).
-func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, act kernels.Activation) (*tensor.Tensor, error) {
+// bnPost is an inference BatchNormalization applied after a Conv's bias:
+// y = float32(x·scale[c]) + shift[c].
+type bnPost struct{ scale, shift []float32 }
+
+// run computes act(bn(conv(x, w) + bias)), bn omitted when nil.
+func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act kernels.Activation) (*tensor.Tensor, error) {
 	a := cv.attrs
 	x, err := floats(xt, "X")
 	if err != nil {
@@ -314,7 +318,13 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, act kernels.Act
 	kk := cg * g.KernelSize()
 	is, os := g.InSize(), g.OutSize()
 	ep := &kernels.Epilogue{RowBias: bias, Act: act}
-	if bias == nil && act == kernels.ActNone {
+	if bn != nil {
+		if len(bn.scale) != m {
+			return nil, fmt.Errorf("fused BatchNormalization has %d channels, W has %d output channels", len(bn.scale), m)
+		}
+		ep.RowScale, ep.RowShift = bn.scale, bn.shift
+	}
+	if bias == nil && bn == nil && act == kernels.ActNone {
 		ep = nil
 	}
 	if len(g.In) == 2 && cg == 1 && mg == 1 {
@@ -355,8 +365,14 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, act kernels.Act
 			}
 			yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
 			gep := ep
-			if ep != nil && bias != nil && grp > 1 {
-				gep = &kernels.Epilogue{RowBias: bias[gi*mg : (gi+1)*mg], Act: act}
+			if ep != nil && grp > 1 {
+				gep = &kernels.Epilogue{Act: act}
+				if bias != nil {
+					gep.RowBias = bias[gi*mg : (gi+1)*mg]
+				}
+				if bn != nil {
+					gep.RowScale, gep.RowShift = bn.scale[gi*mg:(gi+1)*mg], bn.shift[gi*mg:(gi+1)*mg]
+				}
 			}
 			kernels.SgemmPacked(rc.threads, packed[gi], os, false, src, os, 0, yg, os, gep)
 		}
@@ -633,7 +649,9 @@ func globalPoolKernel(isMax bool) kernel {
 	}
 }
 
-// perChannel applies y = x·scale[c] + shift[c] over channel axis 1.
+// perChannel applies y = x·scale[c] + shift[c] over channel axis 1, with
+// the product rounded before the addition (no fused multiply-add), as the
+// BatchNormalization epilogue of a fused Conv computes it.
 func perChannel(x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
 	out := tensor.New(tensor.Float, shape...)
 	y := out.Float32s()
@@ -647,7 +665,7 @@ func perChannel(x []float32, shape []int, scale, shift []float32) *tensor.Tensor
 			off := (i*c + j) * sp
 			s, t := scale[j], shift[j]
 			for p := off; p < off+sp; p++ {
-				y[p] = x[p]*s + t
+				y[p] = float32(x[p]*s) + t
 			}
 		}
 	}
@@ -687,12 +705,7 @@ func buildBatchNorm(b *builder) (kernel, error) {
 			mean, variance = channelStats(x, in[0].Shape)
 		}
 		p[2], p[3] = mean, variance
-		scale, shift := make([]float32, c), make([]float32, c)
-		for j := 0; j < c; j++ {
-			s := p[0][j] / float32(math.Sqrt(float64(p[3][j])+float64(eps)))
-			scale[j] = s
-			shift[j] = p[1][j] - p[2][j]*s
-		}
+		scale, shift := bnScaleShift(p[0], p[1], p[2], p[3], eps)
 		y := perChannel(x, in[0].Shape, scale, shift)
 		if !training {
 			return one(y), nil
@@ -706,6 +719,24 @@ func buildBatchNorm(b *builder) (kernel, error) {
 		}
 		return []*tensor.Tensor{y, tensor.FromFloat32(runMean, c), tensor.FromFloat32(runVar, c)}, nil
 	}, nil
+}
+
+// bnScaleShift returns the per-channel factors of an inference
+// BatchNormalization, y = x·scale' + shift':
+//
+//	scale' = scale/√(var+eps);  shift' = bias − mean·scale'
+//
+// The standalone kernel and the epilogue of a fused Conv both use them, so
+// fusion does not change a bit.
+func bnScaleShift(scale, bias, mean, variance []float32, eps float32) (s, t []float32) {
+	c := len(scale)
+	s, t = make([]float32, c), make([]float32, c)
+	for j := 0; j < c; j++ {
+		sj := scale[j] / float32(math.Sqrt(float64(variance[j])+float64(eps)))
+		s[j] = sj
+		t[j] = bias[j] - float32(mean[j]*sj)
+	}
+	return s, t
 }
 
 // channelStats returns the mean and (population) variance of each channel
