@@ -32,6 +32,10 @@ type quantizeOptions struct {
 	Flags     *pflag.FlagSet
 	Opset     int64
 	DumpAfter string
+	// Format is the --format flag: qdq or ort-nbits.
+	Format string
+	// FP4AsFP8 writes float4 weights as float8 e4m3fn codes.
+	FP4AsFP8 bool
 }
 
 // NewCmdQuantize builds `coreaiq quantize`: inspect, prepare, calibrate and
@@ -70,6 +74,8 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f.StringP("output", "o", "", "output path")
 	f.String("preset", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
 	f.Int64Var(&opts.Opset, "opset", 0, "pin the output's default-domain opset (0: as low as the content allows)")
+	f.StringVar(&opts.Format, "format", "qdq", "output format: qdq (QuantizeLinear/DequantizeLinear), or ort-nbits (4-bit MatMul/Gemm weights as ONNX Runtime's com.microsoft MatMulNBits, the rest QDQ)")
+	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
 	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
 }
 
@@ -120,7 +126,11 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
 	u.Model, u.Config = s.model, s.quant
-	u.Write = finalize.Options{Opset: opts.Opset}
+	format, err := finalize.ParseFormat(opts.Format)
+	if err != nil {
+		return nil, Usagef("--format: %v", err)
+	}
+	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8}
 	for _, n := range s.notices {
 		fmt.Fprintf(opts.IO.ErrOut, "notice: %s\n", n.Error())
 	}

@@ -129,3 +129,31 @@ func TestQuantizeRuleInPerLayerReport(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeFormatFlag: --format ort-nbits writes MatMulNBits for the
+// w4 preset's Gemm weights; an unknown format is a usage error.
+func TestQuantizeFormatFlag(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(testutil.RepoRoot(), "testdata", "models", "mlp.onnx")
+	out := filepath.Join(dir, "q.onnx")
+	if code, _, stderr := runCLI(t, "quantize", "--model", model, "--preset", "w4", "--format", "ort-nbits", "-o", out); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	m, err := onnxgraph.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nbits := 0
+	for _, n := range m.Graph.Nodes {
+		if n.OpType == "MatMulNBits" && n.Domain == "com.microsoft" {
+			nbits++
+		}
+	}
+	if nbits != 2 {
+		t.Errorf("%d MatMulNBits nodes, want 2 (one per Gemm)", nbits)
+	}
+	code, _, stderr := runCLI(t, "quantize", "--model", model, "--preset", "w4", "--format", "nbits", "-o", out)
+	if code != ExitUsage || !strings.Contains(stderr, "ort-nbits") {
+		t.Errorf("unknown format: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -55,6 +55,9 @@ type Options struct {
 	// identical, at twice the bytes. ONNX Runtime 1.23's CPU provider
 	// cannot load float4 initializers ("tensor type 23 is not supported").
 	FP4AsFP8 bool
+	// Format is the form of quantized weights: QDQ (the default), or
+	// ONNX Runtime's MatMulNBits for 4-bit MatMul/Gemm weights.
+	Format Format
 }
 
 // keepE8M0 reports whether float8e8m0 scales are written as such. They
@@ -113,6 +116,12 @@ type writer struct {
 	msDomain bool // Q/DQ with int4/16-bit types go to com.microsoft
 	// e8m0AsFloat counts weights whose e8m0 scales are written as float.
 	e8m0AsFloat int
+	// nbits are the weights written as MatMulNBits (FormatORTNBits), with
+	// their initializer names (B, scales, zero points or "").
+	nbits      map[string]nbitsLayout
+	nbitsInits map[string][3]string
+	// msImport adds the com.microsoft opset import (contrib ops).
+	msImport bool
 
 	prologue []*onnxpb.NodeProto
 	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
@@ -128,7 +137,8 @@ type writer struct {
 // when the plan has none to calibrate. Neither m nor plan is modified.
 func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, error) {
 	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{},
-		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{}}
+		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
+		nbitsInits: map[string][3]string{}}
 	w.out = proto.CloneOf(m.Proto)
 	w.collectNames()
 	if err := w.resolveParams(stats); err != nil {
@@ -137,6 +147,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	if err := w.resolveBiases(); err != nil {
 		return nil, err
 	}
+	w.chooseNBits()
 	if err := w.chooseOpset(); err != nil {
 		return nil, err
 	}
@@ -145,10 +156,12 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	var final []*TensorPlan
 	for _, t := range tensors {
 		var err error
-		switch t.Role {
-		case Weight, Bias:
+		switch _, nb := w.nbits[t.Value]; {
+		case nb:
+			err = w.writeNBits(t)
+		case t.Role == Weight || t.Role == Bias:
 			err = w.writeConst(t)
-		case Activation:
+		case t.Role == Activation:
 			err = w.writeActivation(t)
 		}
 		if err != nil {
@@ -162,7 +175,9 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		w.notes = append(w.notes, fmt.Sprintf("float8e8m0 scales of %d weights written as float powers of two at opset %d (ONNX Runtime 1.23 reads IR ≤ 11, opset ≤ 23; --opset 24 keeps float8e8m0)",
 			w.e8m0AsFloat, w.opset))
 	}
-	w.assemble()
+	if err := w.assemble(); err != nil {
+		return nil, err
+	}
 	ir, err := w.stamp()
 	if err != nil {
 		return nil, err
@@ -417,6 +432,9 @@ func (w *writer) chooseOpset() error {
 	var needStd, needMS int64 // with standard Q/DQ only; with com.microsoft where it can serve
 	var why, whyMS string
 	for _, t := range w.plan.Tensors {
+		if _, nb := w.nbits[t.Value]; nb {
+			continue // a contrib op input, not a Q/DQ
+		}
 		o, ms := needs(t, floatTypeOf(t), w.opts)
 		if o > needStd {
 			needStd, why = o, fmt.Sprintf("tensor %q (%s)", t.Value, t.SpecString())
@@ -660,7 +678,7 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 // assemble rebuilds the main graph's node and initializer lists: weight
 // DequantizeLinear nodes and graph-input Q/DQ first, then the source nodes
 // in topological order, each followed by the Q/DQ of its outputs.
-func (w *writer) assemble() {
+func (w *writer) assemble() error {
 	g := w.out.Graph
 	src := g.GetNode()
 	var nodes []*onnxpb.NodeProto
@@ -687,6 +705,13 @@ func (w *writer) assemble() {
 		if n.OpType == "Gemm" && n.Domain == "" {
 			w.foldGemmBeta(np)
 		}
+		nb, err := w.nbitsNode(n, np)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		if nb != nil {
+			np = nb
+		}
 		nodes = append(nodes, np)
 		nodes = append(nodes, tail...)
 	}
@@ -705,6 +730,7 @@ func (w *writer) assemble() {
 		}
 	}
 	g.Input = inputs
+	return nil
 }
 
 // foldGemmBeta resets beta to 1 on a Gemm whose bias was quantized with
@@ -737,7 +763,7 @@ func (w *writer) stamp() (int64, error) {
 	if !found {
 		w.out.OpsetImport = append(w.out.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String(""), Version: proto.Int64(w.opset)})
 	}
-	if w.msDomain {
+	if w.msDomain || w.msImport {
 		has := false
 		for _, o := range w.out.OpsetImport {
 			if o.GetDomain() == "com.microsoft" {
@@ -750,7 +776,7 @@ func (w *writer) stamp() (int64, error) {
 	}
 	ir := max(w.out.GetIrVersion(), irForOpset(w.opset))
 	for _, t := range w.plan.Tensors {
-		if t.Spec == nil {
+		if _, nb := w.nbits[t.Value]; t.Spec == nil || nb {
 			continue
 		}
 		switch w.opts.storedDType(t) {
