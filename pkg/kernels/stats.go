@@ -180,6 +180,26 @@ func HistogramPow2(x []float32, exp, start int, counts []uint64) (under, over, n
 	if exp < -900 || exp > 900 {
 		panic(fmt.Sprintf("kernels: HistogramPow2 bin width 2^%d out of range", exp))
 	}
+	return histPow2(x, exp, start, counts)
+}
+
+const (
+	// histMaxBins bounds the kernels' scratch (8 uint32 copies of 64 Ki
+	// bins are 2 MiB); larger histograms use the reference.
+	histMaxBins = 1 << 16
+	// histMaxIndex keeps start and start+len(counts) exact in float64, so
+	// that floor(f)−fs is an exact bin index in every lane.
+	histMaxIndex = 1 << 52
+)
+
+// histKernelOK reports whether the assembly kernels take n bins from start.
+func histKernelOK(start, n int) bool {
+	return n > 0 && n <= histMaxBins && start > -histMaxIndex && start < histMaxIndex-n
+}
+
+// histPow2Ref is the pure-Go HistogramPow2; the assembly kernels compute
+// the same float64 expressions lane by lane.
+func histPow2Ref(x []float32, exp, start int, counts []uint64) (under, over, nonFinite int) {
 	scale := math.Ldexp(1, -exp)
 	fs, fe := float64(start), float64(start+len(counts))
 	for _, v := range x {

@@ -2,7 +2,12 @@
 
 package kernels
 
-import "golang.org/x/sys/cpu"
+import (
+	"math"
+	"sync"
+
+	"golang.org/x/sys/cpu"
+)
 
 var (
 	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
@@ -42,4 +47,103 @@ func minMaxAccum(x, lo, hi []float32) (nonFinite int) {
 		return minMaxAccumRef(x, lo, hi)
 	}
 	return nonFinite + minMaxAccumRef(x[n:], lo[n:], hi[n:])
+}
+
+// Histogram dispatch. The kernels count into histCopies interleaved uint32
+// sub-histograms (see internal/asm/stats/hist.go) that are summed into the
+// uint64 counts after each chunk.
+const (
+	// histCopies must match histPow2Copies of the generator.
+	histCopies = 8
+	// histChunk bounds one kernel call so that no uint32 counter overflows.
+	histChunk = 1 << 30
+)
+
+// histScratch holds zeroed sub-histograms between calls.
+var histScratch sync.Pool
+
+func histPow2(x []float32, exp, start int, counts []uint64) (under, over, nonFinite int) {
+	// Summing the copies costs about as much as counting a few values per
+	// bin, so short inputs go straight to the reference.
+	if !histKernelOK(start, len(counts)) || len(x) < histMinLen(len(counts)) {
+		return histPow2Ref(x, exp, start, counts)
+	}
+	switch {
+	case hasAVX512 && histF32OK(exp, start, len(counts)):
+		return histPow2Lanes(histF32AVX512, 16, x, exp, start, counts)
+	case hasAVX512:
+		return histPow2Lanes(histF64AVX512, 16, x, exp, start, counts)
+	case hasAVX2:
+		return histPow2Lanes(histF64AVX2, 8, x, exp, start, counts)
+	}
+	return histPow2Ref(x, exp, start, counts)
+}
+
+// A histKernelFunc counts the whole vectors of x into the sub-histograms
+// sub of len(sub)/histCopies − 1 bins from start.
+type histKernelFunc func(x []float32, exp, start int, sub []uint32) (under, over, nonFinite int)
+
+func histF64AVX512(x []float32, exp, start int, sub []uint32) (int, int, int) {
+	n := len(sub)/histCopies - 1
+	return histPow2AVX512(x, math.Ldexp(1, -exp), float64(start), float64(start+n), sub, n)
+}
+
+func histF64AVX2(x []float32, exp, start int, sub []uint32) (int, int, int) {
+	n := len(sub)/histCopies - 1
+	return histPow2AVX2(x, math.Ldexp(1, -exp), float64(start), float64(start+n), sub, n)
+}
+
+// histF32OK reports whether histPow2F32AVX512 takes the layout: 2^−exp
+// is a product of two float32 powers of two and every bin edge index is
+// exact in float32.
+func histF32OK(exp, start, n int) bool {
+	return exp >= -254 && exp <= 149 && start >= -(1<<24) && start <= 1<<24-n
+}
+
+func histF32AVX512(x []float32, exp, start int, sub []uint32) (int, int, int) {
+	n := len(sub)/histCopies - 1
+	s1, s2 := float32(math.Ldexp(1, -exp)), float32(1)
+	if exp < -127 {
+		s1, s2 = float32(math.Ldexp(1, 127)), float32(math.Ldexp(1, -exp-127))
+	}
+	return histPow2F32AVX512(x, s1, s2, float32(start), float32(start+n), start, sub, n)
+}
+
+// histPow2Lanes runs kernel over whole vectors of x and the reference over
+// the tail; histKernelOK(start, len(counts)) must hold.
+func histPow2Lanes(kernel histKernelFunc, lanes int, x []float32, exp, start int, counts []uint64) (under, over, nonFinite int) {
+	n := len(counts)
+	size := (n + 1) * histCopies
+	p, _ := histScratch.Get().(*[]uint32)
+	if p == nil || cap(*p) < size {
+		s := make([]uint32, size)
+		p = &s
+	}
+	sub := (*p)[:size]
+	for len(x) >= lanes {
+		chunk := x[:min(len(x), histChunk)&^(lanes-1)]
+		u, o, nf := kernel(chunk, exp, start, sub)
+		under, over, nonFinite = under+u, over+o, nonFinite+nf
+		histMerge(sub, counts)
+		x = x[len(chunk):]
+	}
+	histScratch.Put(p)
+	u, o, nf := histPow2Ref(x, exp, start, counts)
+	return under + u, over + o, nonFinite + nf
+}
+
+// histMinLen is the shortest input for which the kernels beat the
+// reference with n bins.
+func histMinLen(n int) int { return 4 * n }
+
+// histMerge adds the sub-histograms into counts and zeroes them, trash bin
+// included.
+func histMerge(sub []uint32, counts []uint64) {
+	for j := range counts {
+		s := sub[j*histCopies : (j+1)*histCopies : (j+1)*histCopies]
+		counts[j] += uint64(s[0]) + uint64(s[1]) + uint64(s[2]) + uint64(s[3]) +
+			uint64(s[4]) + uint64(s[5]) + uint64(s[6]) + uint64(s[7])
+		clear(s)
+	}
+	clear(sub[len(counts)*histCopies:])
 }

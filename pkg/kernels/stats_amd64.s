@@ -277,3 +277,327 @@ accumDoneAVX512:
 	MOVQ          AX, nonFinite+72(FP)
 	VZEROUPPER
 	RET
+
+// func histPow2AVX2(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
+// Requires: AVX, AVX2, POPCNT, SSE2
+TEXT ·histPow2AVX2(SB), NOSPLIT, $32-104
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	SHRQ         $0x03, CX
+	MOVQ         sub_base+48(FP), DX
+	MOVSD        scale+24(FP), X0
+	VBROADCASTSD X0, Y0
+	MOVSD        fs+32(FP), X1
+	VBROADCASTSD X1, Y1
+	MOVSD        fe+40(FP), X2
+	VBROADCASTSD X2, Y2
+	MOVQ         trash+72(FP), BX
+	MOVQ         BX, X3
+	VPBROADCASTD X3, Y3
+	XORQ         BX, BX
+	XORQ         SI, SI
+	XORQ         DI, DI
+
+histPow2AVX2Loop:
+	TESTQ        CX, CX
+	JZ           histPow2AVX2Done
+	VMOVUPS      (AX), Y4
+	VEXTRACTF128 $0x01, Y4, X5
+	VCVTPS2PD    X4, Y4
+	VCVTPS2PD    X5, Y5
+	VSUBPD       Y4, Y4, Y6
+	VCMPPD       $0x03, Y6, Y6, Y6
+	VMULPD       Y0, Y4, Y4
+	VCMPPD       $0x11, Y1, Y4, Y7
+	VCMPPD       $0x1d, Y2, Y4, Y8
+	VANDNPD      Y7, Y6, Y7
+	VANDNPD      Y8, Y6, Y8
+	VMOVMSKPD    Y7, R8
+	POPCNTL      R8, R8
+	ADDQ         R8, BX
+	VMOVMSKPD    Y8, R8
+	POPCNTL      R8, R8
+	ADDQ         R8, SI
+	VMOVMSKPD    Y6, R8
+	POPCNTL      R8, R8
+	ADDQ         R8, DI
+	VORPD        Y7, Y6, Y6
+	VORPD        Y8, Y6, Y6
+	VROUNDPD     $0x09, Y4, Y4
+	VSUBPD       Y1, Y4, Y4
+	VCVTTPD2DQY  Y4, X9
+	VEXTRACTF128 $0x01, Y6, X4
+	VSHUFPS      $0x88, X4, X6, X4
+	VBLENDVPS    X4, X3, X9, X9
+	VSUBPD       Y5, Y5, Y4
+	VCMPPD       $0x03, Y4, Y4, Y4
+	VMULPD       Y0, Y5, Y5
+	VCMPPD       $0x11, Y1, Y5, Y6
+	VCMPPD       $0x1d, Y2, Y5, Y7
+	VANDNPD      Y6, Y4, Y6
+	VANDNPD      Y7, Y4, Y7
+	VMOVMSKPD    Y6, R8
+	POPCNTL      R8, R8
+	ADDQ         R8, BX
+	VMOVMSKPD    Y7, R8
+	POPCNTL      R8, R8
+	ADDQ         R8, SI
+	VMOVMSKPD    Y4, R8
+	POPCNTL      R8, R8
+	ADDQ         R8, DI
+	VORPD        Y6, Y4, Y4
+	VORPD        Y7, Y4, Y4
+	VROUNDPD     $0x09, Y5, Y5
+	VSUBPD       Y1, Y5, Y5
+	VCVTTPD2DQY  Y5, X5
+	VEXTRACTF128 $0x01, Y4, X6
+	VSHUFPS      $0x88, X6, X4, X6
+	VBLENDVPS    X6, X3, X5, X5
+	VINSERTI128  $0x01, X5, Y9, Y4
+	VPSLLD       $0x03, Y4, Y4
+	VMOVDQU      Y4, (SP)
+	MOVQ         (SP), R8
+	MOVL         R8, R9
+	SHRQ         $0x20, R8
+	INCL         (DX)(R9*4)
+	INCL         4(DX)(R8*4)
+	MOVQ         8(SP), R8
+	MOVL         R8, R9
+	SHRQ         $0x20, R8
+	INCL         8(DX)(R9*4)
+	INCL         12(DX)(R8*4)
+	MOVQ         16(SP), R8
+	MOVL         R8, R9
+	SHRQ         $0x20, R8
+	INCL         16(DX)(R9*4)
+	INCL         20(DX)(R8*4)
+	MOVQ         24(SP), R8
+	MOVL         R8, R9
+	SHRQ         $0x20, R8
+	INCL         24(DX)(R9*4)
+	INCL         28(DX)(R8*4)
+	ADDQ         $0x00000020, AX
+	DECQ         CX
+	JMP          histPow2AVX2Loop
+
+histPow2AVX2Done:
+	MOVQ BX, under+80(FP)
+	MOVQ SI, over+88(FP)
+	MOVQ DI, nonFinite+96(FP)
+	VZEROUPPER
+	RET
+
+// func histPow2AVX512(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
+// Requires: AVX, AVX512F, POPCNT, SSE2
+TEXT ·histPow2AVX512(SB), NOSPLIT, $64-104
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	SHRQ         $0x04, CX
+	MOVQ         sub_base+48(FP), DX
+	MOVSD        scale+24(FP), X0
+	VBROADCASTSD X0, Z0
+	MOVSD        fs+32(FP), X1
+	VBROADCASTSD X1, Z1
+	MOVSD        fe+40(FP), X2
+	VBROADCASTSD X2, Z2
+	MOVQ         trash+72(FP), BX
+	MOVQ         BX, X3
+	VPBROADCASTD X3, Z3
+	XORQ         BX, BX
+	XORQ         SI, SI
+	XORQ         DI, DI
+
+histPow2AVX512Loop:
+	TESTQ         CX, CX
+	JZ            histPow2AVX512Done
+	VMOVUPS       (AX), Z4
+	VSUBPS        Z4, Z4, Z5
+	VCMPPS        $0x03, Z5, Z5, K1
+	VEXTRACTF64X4 $0x01, Z4, Y5
+	VCVTPS2PD     Y4, Z4
+	VCVTPS2PD     Y5, Z5
+	VMULPD        Z0, Z4, Z4
+	VCMPPD        $0x11, Z1, Z4, K2
+	VCMPPD        $0x1d, Z2, Z4, K3
+	VRNDSCALEPD   $0x09, Z4, Z4
+	VSUBPD        Z1, Z4, Z4
+	VCVTTPD2DQ    Z4, Y6
+	VMULPD        Z0, Z5, Z5
+	VCMPPD        $0x11, Z1, Z5, K4
+	VCMPPD        $0x1d, Z2, Z5, K5
+	VRNDSCALEPD   $0x09, Z5, Z5
+	VSUBPD        Z1, Z5, Z5
+	VCVTTPD2DQ    Z5, Y4
+	VINSERTI64X4  $0x01, Y4, Z6, Z4
+	KUNPCKBW      K2, K4, K2
+	KUNPCKBW      K3, K5, K3
+	KANDNW        K2, K1, K2
+	KANDNW        K3, K1, K3
+	KORW          K2, K1, K4
+	KORW          K3, K4, K4
+	VMOVDQA32     Z3, K4, Z4
+	VPSLLD        $0x03, Z4, Z4
+	VMOVDQU32     Z4, (SP)
+	KMOVW         K2, R8
+	POPCNTL       R8, R8
+	ADDQ          R8, BX
+	KMOVW         K3, R8
+	POPCNTL       R8, R8
+	ADDQ          R8, SI
+	KMOVW         K1, R8
+	POPCNTL       R8, R8
+	ADDQ          R8, DI
+	MOVQ          (SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          (DX)(R9*4)
+	INCL          4(DX)(R8*4)
+	MOVQ          8(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          8(DX)(R9*4)
+	INCL          12(DX)(R8*4)
+	MOVQ          16(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          16(DX)(R9*4)
+	INCL          20(DX)(R8*4)
+	MOVQ          24(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          24(DX)(R9*4)
+	INCL          28(DX)(R8*4)
+	MOVQ          32(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          (DX)(R9*4)
+	INCL          4(DX)(R8*4)
+	MOVQ          40(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          8(DX)(R9*4)
+	INCL          12(DX)(R8*4)
+	MOVQ          48(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          16(DX)(R9*4)
+	INCL          20(DX)(R8*4)
+	MOVQ          56(SP), R8
+	MOVL          R8, R9
+	SHRQ          $0x20, R8
+	INCL          24(DX)(R9*4)
+	INCL          28(DX)(R8*4)
+	ADDQ          $0x00000040, AX
+	DECQ          CX
+	JMP           histPow2AVX512Loop
+
+histPow2AVX512Done:
+	MOVQ BX, under+80(FP)
+	MOVQ SI, over+88(FP)
+	MOVQ DI, nonFinite+96(FP)
+	VZEROUPPER
+	RET
+
+// func histPow2F32AVX512(x []float32, s1 float32, s2 float32, fs float32, fe float32, start int, sub []uint32, trash int) (under int, over int, nonFinite int)
+// Requires: AVX, AVX512F, POPCNT, SSE, SSE2
+TEXT ·histPow2F32AVX512(SB), NOSPLIT, $64-104
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	SHRQ         $0x04, CX
+	MOVQ         sub_base+48(FP), DX
+	MOVSS        s1+24(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        s2+28(FP), X1
+	VBROADCASTSS X1, Z1
+	MOVSS        fs+32(FP), X2
+	VBROADCASTSS X2, Z2
+	MOVSS        fe+36(FP), X3
+	VBROADCASTSS X3, Z3
+	MOVQ         start+40(FP), BX
+	MOVQ         BX, X4
+	VPBROADCASTD X4, Z4
+	MOVQ         trash+72(FP), BX
+	MOVQ         BX, X5
+	VPBROADCASTD X5, Z5
+	XORQ         BX, BX
+	XORQ         SI, SI
+	XORQ         DI, DI
+
+histPow2F32AVX512Loop:
+	TESTQ            CX, CX
+	JZ               histPow2F32AVX512Done
+	VMOVUPS          (AX), Z6
+	VSUBPS           Z6, Z6, Z7
+	VCMPPS           $0x03, Z7, Z7, K1
+	VMULPS.RD_SAE    Z0, Z6, Z7
+	VMULPS.RD_SAE    Z1, Z7, Z7
+	VCMPPS           $0x11, Z2, Z7, K2
+	VCMPPS           $0x1d, Z3, Z7, K3
+	VCVTPS2DQ.RD_SAE Z7, Z6
+	VPSUBD           Z4, Z6, Z6
+	KANDNW           K2, K1, K2
+	KANDNW           K3, K1, K3
+	KORW             K2, K1, K4
+	KORW             K3, K4, K4
+	VMOVDQA32        Z5, K4, Z6
+	VPSLLD           $0x03, Z6, Z6
+	VMOVDQU32        Z6, (SP)
+	KMOVW            K2, R8
+	POPCNTL          R8, R8
+	ADDQ             R8, BX
+	KMOVW            K3, R8
+	POPCNTL          R8, R8
+	ADDQ             R8, SI
+	KMOVW            K1, R8
+	POPCNTL          R8, R8
+	ADDQ             R8, DI
+	MOVQ             (SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             (DX)(R9*4)
+	INCL             4(DX)(R8*4)
+	MOVQ             8(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             8(DX)(R9*4)
+	INCL             12(DX)(R8*4)
+	MOVQ             16(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             16(DX)(R9*4)
+	INCL             20(DX)(R8*4)
+	MOVQ             24(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             24(DX)(R9*4)
+	INCL             28(DX)(R8*4)
+	MOVQ             32(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             (DX)(R9*4)
+	INCL             4(DX)(R8*4)
+	MOVQ             40(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             8(DX)(R9*4)
+	INCL             12(DX)(R8*4)
+	MOVQ             48(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             16(DX)(R9*4)
+	INCL             20(DX)(R8*4)
+	MOVQ             56(SP), R8
+	MOVL             R8, R9
+	SHRQ             $0x20, R8
+	INCL             24(DX)(R9*4)
+	INCL             28(DX)(R8*4)
+	ADDQ             $0x00000040, AX
+	DECQ             CX
+	JMP              histPow2F32AVX512Loop
+
+histPow2F32AVX512Done:
+	MOVQ BX, under+80(FP)
+	MOVQ SI, over+88(FP)
+	MOVQ DI, nonFinite+96(FP)
+	VZEROUPPER
+	RET

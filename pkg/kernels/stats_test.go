@@ -322,11 +322,27 @@ func BenchmarkStats(b *testing.B) {
 				FiniteMinMaxChannels(x, s.n/channels, channels, 1, lo, hi)
 			}
 		})
+		// The calibration layout: 2048 bins of 2^−8 span ±4σ of normal
+		// data; relu data puts half the values in one bin, the worst case
+		// for store-to-load forwarding; constant data puts all of them there.
 		counts := make([]uint64, 2048)
-		b.Run("HistogramPow2_2048/"+s.name, func(b *testing.B) {
+		c := histConfig{-8, -1024, 2048}
+		for _, kind := range []string{"normal", "relu", "constant"} {
+			h := x
+			if kind != "normal" {
+				h = histInput(kind, s.n, 1, c)
+			}
+			b.Run("HistogramPow2_2048_"+kind+"/"+s.name, func(b *testing.B) {
+				b.SetBytes(int64(4 * s.n))
+				for b.Loop() {
+					HistogramPow2(h, c.exp, c.start, counts)
+				}
+			})
+		}
+		b.Run("histPow2Ref_2048_normal/"+s.name, func(b *testing.B) {
 			b.SetBytes(int64(4 * s.n))
 			for b.Loop() {
-				HistogramPow2(x, -8, -1024, counts)
+				histPow2Ref(x, c.exp, c.start, counts)
 			}
 		})
 	}

@@ -9,6 +9,8 @@ type statsVariant struct {
 	ok     bool
 	minMax func(x []float32) (float32, float32, int)
 	accum  func(x, lo, hi []float32) int
+	// hist is HistogramPow2 for parameters that satisfy histKernelOK.
+	hist func(x []float32, exp, start int, counts []uint64) (under, over, nonFinite int)
 }
 
 func statsVariants() []statsVariant {
@@ -23,6 +25,18 @@ func statsVariants() []statsVariant {
 			accum: func(x, lo, hi []float32) int {
 				n := len(x) &^ 15
 				return minMaxAccumAVX512(x[:n], lo, hi) + minMaxAccumRef(x[n:], lo[n:], hi[n:])
+			},
+			hist: func(x []float32, exp, start int, counts []uint64) (int, int, int) {
+				return histPow2Lanes(histF64AVX512, 16, x, exp, start, counts)
+			}},
+		{name: "avx512f32", ok: hasAVX512,
+			minMax: func(x []float32) (float32, float32, int) { return minMax(x) },
+			accum:  func(x, lo, hi []float32) int { return minMaxAccum(x, lo, hi) },
+			hist: func(x []float32, exp, start int, counts []uint64) (int, int, int) {
+				if !histF32OK(exp, start, len(counts)) {
+					return histPow2Lanes(histF64AVX512, 16, x, exp, start, counts)
+				}
+				return histPow2Lanes(histF32AVX512, 16, x, exp, start, counts)
 			}},
 		{name: "avx2", ok: hasAVX2,
 			minMax: func(x []float32) (float32, float32, int) {
@@ -34,7 +48,10 @@ func statsVariants() []statsVariant {
 			accum: func(x, lo, hi []float32) int {
 				n := len(x) &^ 7
 				return minMaxAccumAVX2(x[:n], lo, hi) + minMaxAccumRef(x[n:], lo[n:], hi[n:])
+			},
+			hist: func(x []float32, exp, start int, counts []uint64) (int, int, int) {
+				return histPow2Lanes(histF64AVX2, 8, x, exp, start, counts)
 			}},
-		{name: "dispatch", ok: true, minMax: minMax, accum: minMaxAccum},
+		{name: "dispatch", ok: true, minMax: minMax, accum: minMaxAccum, hist: histPow2},
 	}
 }

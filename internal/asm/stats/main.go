@@ -26,6 +26,9 @@ func main() {
 	minMax(avx512)
 	minMaxAccum(avx2)
 	minMaxAccum(avx512)
+	histPow2(avx2, histPow2Copies)
+	histPow2(avx512, histPow2Copies)
+	histPow2F32(histPow2Copies)
 	Generate()
 }
 
