@@ -157,3 +157,76 @@ func TestQuantizeFormatFlag(t *testing.T) {
 		t.Errorf("unknown format: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestReadmeQuantize runs the README's first quantize command, exactly as
+// written, in a copy of the repository's examples folder.
+func TestReadmeQuantize(t *testing.T) {
+	root := testutil.RepoRoot()
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "coreaiq quantize ") {
+			cmd = line
+			break
+		}
+	}
+	if cmd == "" {
+		t.Fatal("README.md has no line starting with `coreaiq quantize `")
+	}
+	args := strings.Fields(cmd)[1:]
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "examples"), os.DirFS(filepath.Join(root, "examples"))); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "examples", "digits", "model.int8.onnx")) // a local run's output
+	t.Chdir(dir)
+	code, _, stderr := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("%s: exit %d\n%s", cmd, code, stderr)
+	}
+	m, err := onnxgraph.Load(filepath.Join(dir, "examples", "digits", "model.int8.onnx"))
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	q := 0
+	for _, n := range m.Graph.Nodes {
+		if n.OpType == "QuantizeLinear" {
+			q++
+		}
+	}
+	if q == 0 || !strings.Contains(stderr, "wrote examples/digits/model.int8.onnx") {
+		t.Errorf("%s: %d QuantizeLinear nodes; stderr:\n%s", cmd, q, stderr)
+	}
+}
+
+// TestPresetConfigsRun runs every configs/presets file as the README
+// shows, `quantize --config configs/presets/P.yaml --model M --data D`, on
+// shared models with the built-in engine.
+func TestPresetConfigsRun(t *testing.T) {
+	shared := testutil.SharedModels(t)
+	root := testutil.RepoRoot()
+	presets, err := filepath.Glob(filepath.Join(root, "configs", "presets", "*.yaml"))
+	if err != nil || len(presets) == 0 {
+		t.Fatalf("no configs/presets/*.yaml (%v)", err)
+	}
+	for _, cfg := range presets {
+		for _, model := range []string{"digits_lenet", "digits_mlp"} {
+			name := strings.TrimSuffix(filepath.Base(cfg), ".yaml")
+			t.Run(name+"/"+model, func(t *testing.T) {
+				out := filepath.Join(t.TempDir(), "q.onnx")
+				code, _, stderr := runCLI(t, "quantize", "--config", cfg,
+					"--model", filepath.Join(shared, model, "model.onnx"),
+					"--data", filepath.Join(shared, model, "calib_input.npy"), "--samples", "32", "-o", out)
+				if code != 0 {
+					t.Fatalf("exit %d\n%s", code, stderr)
+				}
+				if _, err := onnxgraph.Load(out); err != nil {
+					t.Fatalf("written model: %v", err)
+				}
+			})
+		}
+	}
+}
