@@ -66,6 +66,7 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
+	rep.reportPath = s.settings.Report
 	if s.settings.Report != "" {
 		if err := writeReportFile(s.settings.Report, rep); err != nil {
 			return err

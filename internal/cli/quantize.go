@@ -190,6 +190,7 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
+	rep.reportPath = s.settings.Report
 	var gateErr error
 	if eval != nil {
 		if rep.Eval, gateErr = eval.run(ctx, opts.IO.ErrOut, s.settings.Engine, s.settings.Threads, s.settings.BatchSize, s.model, u.Result.Model, source); rep.Eval == nil {
@@ -247,6 +248,9 @@ type report struct {
 	Extra     map[string]string `json:"extra,omitempty"`
 	// Eval is the comparison on --eval-samples held-out samples.
 	Eval *compare.Report `json:"eval,omitempty"`
+
+	// reportPath is where --report writes this report ("" when not asked).
+	reportPath string
 }
 
 type reportTensor struct {
@@ -330,8 +334,20 @@ func writeReportTable(w io.Writer, r *report) error {
 	for _, t := range r.Passes {
 		fmt.Fprintf(tw, "pass %s\t%.3fs\n", t.Pass, t.Seconds)
 	}
-	for _, s := range r.Skipped {
+	for i, s := range r.Skipped {
+		if i == maxTableSkips && len(r.Skipped) > maxTableSkips+1 {
+			more := "the JSON report (--report) lists them all"
+			if r.reportPath != "" {
+				more = r.reportPath + " lists them all"
+			}
+			fmt.Fprintf(tw, "skipped ... and %d more\t%s\n", len(r.Skipped)-i, more)
+			break
+		}
 		fmt.Fprintf(tw, "skipped %s (%s)\t%s\n", s.Node, s.OpType, s.Reason)
 	}
 	return tw.Flush()
 }
+
+// maxTableSkips caps the skipped nodes the stderr summary lists; a large
+// model can leave hundreds of nodes in float, and the report keeps them all.
+const maxTableSkips = 20

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 )
 
@@ -227,6 +229,34 @@ func TestPresetConfigsRun(t *testing.T) {
 					t.Fatalf("written model: %v", err)
 				}
 			})
+		}
+	}
+}
+
+// TestReportTableCapsSkips: the stderr summary lists at most
+// maxTableSkips skipped nodes and says how many more the report holds.
+func TestReportTableCapsSkips(t *testing.T) {
+	for _, c := range []struct {
+		skips, listed int
+		more          string
+	}{{3, 3, ""}, {maxTableSkips + 1, maxTableSkips + 1, ""}, {maxTableSkips + 7, maxTableSkips, "and 7 more"}} {
+		r := &report{Output: "q.onnx", Counts: map[string]int{}, reportPath: "rep.json"}
+		for i := range c.skips {
+			r.Skipped = append(r.Skipped, finalize.Skip{Node: fmt.Sprintf("n%03d", i), OpType: "Relu", Reason: "why"})
+		}
+		var b strings.Builder
+		if err := writeReportTable(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if got := strings.Count(out, "(Relu)"); got != c.listed {
+			t.Errorf("%d skips: %d listed, want %d\n%s", c.skips, got, c.listed, out)
+		}
+		if c.more != "" && (!strings.Contains(out, c.more) || !strings.Contains(out, "rep.json lists them all")) {
+			t.Errorf("%d skips: no %q pointing at the report\n%s", c.skips, c.more, out)
+		}
+		if c.more == "" && strings.Contains(out, "more") {
+			t.Errorf("%d skips: unexpected cap\n%s", c.skips, out)
 		}
 	}
 }
