@@ -11,6 +11,7 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // TestQuantizeWeightOnly runs `quantize --preset w8` end to end: no data
@@ -257,6 +258,35 @@ func TestReportTableCapsSkips(t *testing.T) {
 		}
 		if c.more == "" && strings.Contains(out, "more") {
 			t.Errorf("%d skips: unexpected cap\n%s", c.skips, out)
+		}
+	}
+}
+
+// TestQuantizeFP4AsFP8Flag: --fp4-as-fp8 stores mxfp4 weights as float8
+// e4m3fn codes; without it they are float4 e2m1.
+func TestQuantizeFP4AsFP8Flag(t *testing.T) {
+	model := filepath.Join(testutil.RepoRoot(), "testdata", "models", "mlp.onnx")
+	x := tensor.New(tensor.Float, 4, 16)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(i%7)/3 - 1
+	}
+	data := writeNPY(t, t.TempDir(), "x.npy", x)
+	for _, c := range []struct {
+		flags []string
+		want  tensor.DType
+	}{{nil, tensor.Float4E2M1}, {[]string{"--fp4-as-fp8"}, tensor.Float8E4M3FN}} {
+		out := filepath.Join(t.TempDir(), "q.onnx")
+		args := append([]string{"quantize", "--model", model, "--preset", "mxfp4", "--data", data, "-o", out}, c.flags...)
+		if code, _, stderr := runCLI(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.flags, code, stderr)
+		}
+		m, err := onnxgraph.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := m.Graph.Value("fc1.weight_quantized")
+		if v == nil || v.Const == nil || tensor.DType(v.Const.GetDataType()) != c.want {
+			t.Errorf("%v: fc1.weight_quantized is %v, want %s", c.flags, v, c.want)
 		}
 	}
 }
