@@ -1,5 +1,7 @@
 package kernels
 
+import "math"
+
 // Activation is an elementwise function fused into a GEMM or convolution
 // epilogue.
 type Activation int
@@ -35,6 +37,23 @@ type Epilogue struct {
 // apply runs the epilogue on the rows×cols block of c at global position
 // (row, col).
 func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
+	if e.ColBias == nil && e.Act != ActClip {
+		// Per row: (x + b)·s + t then the activation, with b = −0, s = 1
+		// and t = −0 standing for an omitted bias or scale (x + (−0) and
+		// x·1 are x for every x, signed zeros included).
+		negZero := float32(math.Copysign(0, -1))
+		for i := 0; i < rows; i++ {
+			b, s, t := negZero, float32(1), negZero
+			if e.RowBias != nil {
+				b = e.RowBias[row+i]
+			}
+			if e.RowScale != nil {
+				s, t = e.RowScale[row+i], e.RowShift[row+i]
+			}
+			epilogueRow(c[i*ldc:i*ldc+cols], b, s, t, e.Act == ActRelu)
+		}
+		return
+	}
 	for i := 0; i < rows; i++ {
 		r := c[i*ldc : i*ldc+cols]
 		if e.RowBias != nil {
@@ -56,6 +75,25 @@ func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
 			}
 		}
 		e.activate(r)
+	}
+}
+
+// epilogueRowGo is the reference of the row epilogue, in place:
+//
+//	for j < len(r): y = float32(float32(r[j]+b)·s) + t; r[j] = relu && y <= 0 ? 0 : y
+func epilogueRowGo(r []float32, b, s, t float32, relu bool) {
+	if relu {
+		for j, v := range r {
+			y := float32(float32(v+b)*s) + t
+			if y <= 0 {
+				y = 0
+			}
+			r[j] = y
+		}
+		return
+	}
+	for j, v := range r {
+		r[j] = float32(float32(v+b)*s) + t
 	}
 }
 

@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -15,6 +17,39 @@ func TestEpilogueReluMatchesMax(t *testing.T) {
 		want := max(v, 0)
 		if math.Float32bits(got[i]) != math.Float32bits(want) {
 			t.Errorf("relu(%g) = %g (bits %#x), max gives %g (bits %#x)", v, got[i], math.Float32bits(got[i]), want, math.Float32bits(want))
+		}
+	}
+}
+
+// TestEpilogueRowMatchesReference checks the row epilogue (assembly where
+// the build has it) against epilogueRowGo bit for bit on every length up
+// to 70, random values and specials (signed zeros, NaN, infinities,
+// subnormals), with and without Relu, bias and scale.
+func TestEpilogueRowMatchesReference(t *testing.T) {
+	negZero := float32(math.Copysign(0, -1))
+	specials := []float32{0, negZero, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-45, 1e-40, -3e38, 3e38}
+	r := rand.New(rand.NewPCG(3, 5))
+	params := [][3]float32{{negZero, 1, negZero}, {0.5, 1, negZero}, {-0.25, 1.7, 0.3}, {negZero, -2, 1e-3}, {1e-40, 3e38, -1}}
+	for n := 0; n <= 70; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			if r.IntN(4) == 0 {
+				x[i] = specials[r.IntN(len(specials))]
+			} else {
+				x[i] = float32(r.NormFloat64() * 3)
+			}
+		}
+		for _, p := range params {
+			for _, relu := range []bool{false, true} {
+				got, want := slices.Clone(x), slices.Clone(x)
+				epilogueRow(got, p[0], p[1], p[2], relu)
+				epilogueRowGo(want, p[0], p[1], p[2], relu)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("n=%d b,s,t=%v relu=%v: [%d] = %g (%#x), reference %g (%#x) from %g", n, p, relu, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]), x[i])
+					}
+				}
+			}
 		}
 	}
 }

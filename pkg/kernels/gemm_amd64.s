@@ -1409,3 +1409,119 @@ peakAVX2_loop:
 	VMOVSS      X0, (AX)
 	VZEROUPPER
 	RET
+
+// func epilogueRowAVX2(x *float32, n int, b float32, s float32, t float32)
+// Requires: AVX
+TEXT ·epilogueRowAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS b+16(FP), Y0
+	VBROADCASTSS s+20(FP), Y1
+	VBROADCASTSS t+24(FP), Y2
+	VXORPS       Y3, Y3, Y3
+
+epilogueRowAVX2_loop4:
+	CMPQ    CX, $0x20
+	JL      epilogueRowAVX2_loop1
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS 64(AX), Y5
+	VMOVUPS 96(AX), Y6
+	VADDPS  Y0, Y3, Y3
+	VMULPS  Y1, Y3, Y3
+	VADDPS  Y2, Y3, Y3
+	VMOVUPS Y3, (AX)
+	VADDPS  Y0, Y4, Y4
+	VMULPS  Y1, Y4, Y4
+	VADDPS  Y2, Y4, Y4
+	VMOVUPS Y4, 32(AX)
+	VADDPS  Y0, Y5, Y5
+	VMULPS  Y1, Y5, Y5
+	VADDPS  Y2, Y5, Y5
+	VMOVUPS Y5, 64(AX)
+	VADDPS  Y0, Y6, Y6
+	VMULPS  Y1, Y6, Y6
+	VADDPS  Y2, Y6, Y6
+	VMOVUPS Y6, 96(AX)
+	ADDQ    $0x80, AX
+	SUBQ    $0x20, CX
+	JMP     epilogueRowAVX2_loop4
+
+epilogueRowAVX2_loop1:
+	TESTQ   CX, CX
+	JZ      epilogueRowAVX2_done
+	VMOVUPS (AX), Y3
+	VADDPS  Y0, Y3, Y3
+	VMULPS  Y1, Y3, Y3
+	VADDPS  Y2, Y3, Y3
+	VMOVUPS Y3, (AX)
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     epilogueRowAVX2_loop1
+
+epilogueRowAVX2_done:
+	VZEROUPPER
+	RET
+
+// func epilogueRowReluAVX2(x *float32, n int, b float32, s float32, t float32)
+// Requires: AVX
+TEXT ·epilogueRowReluAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS b+16(FP), Y0
+	VBROADCASTSS s+20(FP), Y1
+	VBROADCASTSS t+24(FP), Y2
+	VXORPS       Y3, Y3, Y3
+
+epilogueRowReluAVX2_loop4:
+	CMPQ    CX, $0x20
+	JL      epilogueRowReluAVX2_loop1
+	VMOVUPS (AX), Y4
+	VMOVUPS 32(AX), Y5
+	VMOVUPS 64(AX), Y6
+	VMOVUPS 96(AX), Y7
+	VADDPS  Y0, Y4, Y4
+	VMULPS  Y1, Y4, Y4
+	VADDPS  Y2, Y4, Y4
+	VCMPPS  $0x02, Y3, Y4, Y8
+	VANDNPS Y4, Y8, Y4
+	VMOVUPS Y4, (AX)
+	VADDPS  Y0, Y5, Y5
+	VMULPS  Y1, Y5, Y5
+	VADDPS  Y2, Y5, Y5
+	VCMPPS  $0x02, Y3, Y5, Y4
+	VANDNPS Y5, Y4, Y5
+	VMOVUPS Y5, 32(AX)
+	VADDPS  Y0, Y6, Y6
+	VMULPS  Y1, Y6, Y6
+	VADDPS  Y2, Y6, Y6
+	VCMPPS  $0x02, Y3, Y6, Y4
+	VANDNPS Y6, Y4, Y6
+	VMOVUPS Y6, 64(AX)
+	VADDPS  Y0, Y7, Y7
+	VMULPS  Y1, Y7, Y7
+	VADDPS  Y2, Y7, Y7
+	VCMPPS  $0x02, Y3, Y7, Y4
+	VANDNPS Y7, Y4, Y7
+	VMOVUPS Y7, 96(AX)
+	ADDQ    $0x80, AX
+	SUBQ    $0x20, CX
+	JMP     epilogueRowReluAVX2_loop4
+
+epilogueRowReluAVX2_loop1:
+	TESTQ   CX, CX
+	JZ      epilogueRowReluAVX2_done
+	VMOVUPS (AX), Y4
+	VADDPS  Y0, Y4, Y4
+	VMULPS  Y1, Y4, Y4
+	VADDPS  Y2, Y4, Y4
+	VCMPPS  $0x02, Y3, Y4, Y5
+	VANDNPS Y4, Y5, Y4
+	VMOVUPS Y4, (AX)
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     epilogueRowReluAVX2_loop1
+
+epilogueRowReluAVX2_done:
+	VZEROUPPER
+	RET

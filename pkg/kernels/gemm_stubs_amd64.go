@@ -36,3 +36,9 @@ func gemm1x16AVX2(kc int, a *float32, b *float32, c *float32, ldc int, accumulat
 
 // fmaPeakAVX2 runs n iterations of independent FMA chains to measure peak FMA throughput.
 func fmaPeakAVX2(n int, out *float32)
+
+// epilogueRowAVX2 computes x = (x + b)·s + t in place on n floats (n a multiple of 8).
+func epilogueRowAVX2(x *float32, n int, b float32, s float32, t float32)
+
+// epilogueRowReluAVX2 computes x = (x + b)·s + t in place on n floats (n a multiple of 8), then Relu.
+func epilogueRowReluAVX2(x *float32, n int, b float32, s float32, t float32)

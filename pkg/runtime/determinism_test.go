@@ -26,7 +26,10 @@ type detCase struct {
 
 // detCases returns the generated test models with random inputs and every
 // shared model with its reference inputs.
-func detCases(t *testing.T) []detCase {
+func detCases(t *testing.T) []detCase { return detCasesB(t) }
+
+// detCasesB is detCases for tests and benchmarks.
+func detCasesB(t testing.TB) []detCase {
 	t.Helper()
 	var cases []detCase
 	builders := map[string]*testmodels.Builder{

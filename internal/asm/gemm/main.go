@@ -47,6 +47,8 @@ func main() {
 		}
 		peak(s)
 	}
+	epilogue(false)
+	epilogue(true)
 	Generate()
 }
 

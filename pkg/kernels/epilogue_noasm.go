@@ -1,0 +1,5 @@
+//go:build noasm || !amd64
+
+package kernels
+
+func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowGo(r, b, s, t, relu) }
