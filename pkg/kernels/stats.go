@@ -184,8 +184,8 @@ func HistogramPow2(x []float32, exp, start int, counts []uint64) (under, over, n
 }
 
 const (
-	// histMaxBins bounds the kernels' scratch (8 uint32 copies of 64 Ki
-	// bins are 2 MiB); larger histograms use the reference.
+	// histMaxBins bounds the kernels' scratch (4 uint32 copies of 64 Ki
+	// bins are 1 MiB); larger histograms use the reference.
 	histMaxBins = 1 << 16
 	// histMaxIndex keeps start and start+len(counts) exact in float64, so
 	// that floor(f)−fs is an exact bin index in every lane.

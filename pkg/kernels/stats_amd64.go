@@ -54,7 +54,7 @@ func minMaxAccum(x, lo, hi []float32) (nonFinite int) {
 // uint64 counts after each chunk.
 const (
 	// histCopies must match histPow2Copies of the generator.
-	histCopies = 8
+	histCopies = 4
 	// histChunk bounds one kernel call so that no uint32 counter overflows.
 	histChunk = 1 << 30
 )
@@ -133,16 +133,17 @@ func histPow2Lanes(kernel histKernelFunc, lanes int, x []float32, exp, start int
 }
 
 // histMinLen is the shortest input for which the kernels beat the
-// reference with n bins.
-func histMinLen(n int) int { return 4 * n }
+// reference with n bins: clearing and summing the sub-histograms costs
+// about as much as counting n values with the reference (measured at 2048
+// bins: equal at 2048 values, 1.3× faster at 4096, 2× at 8192).
+func histMinLen(n int) int { return 2 * n }
 
 // histMerge adds the sub-histograms into counts and zeroes them, trash bin
 // included.
 func histMerge(sub []uint32, counts []uint64) {
 	for j := range counts {
 		s := sub[j*histCopies : (j+1)*histCopies : (j+1)*histCopies]
-		counts[j] += uint64(s[0]) + uint64(s[1]) + uint64(s[2]) + uint64(s[3]) +
-			uint64(s[4]) + uint64(s[5]) + uint64(s[6]) + uint64(s[7])
+		counts[j] += uint64(s[0]) + uint64(s[1]) + uint64(s[2]) + uint64(s[3])
 		clear(s)
 	}
 	clear(sub[len(counts)*histCopies:])

@@ -354,7 +354,7 @@ histPow2AVX2Loop:
 	VSHUFPS      $0x88, X6, X4, X6
 	VBLENDVPS    X6, X3, X5, X5
 	VINSERTI128  $0x01, X5, Y9, Y4
-	VPSLLD       $0x03, Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
 	VMOVDQU      Y4, (SP)
 	MOVQ         (SP), R8
 	MOVL         R8, R9
@@ -369,13 +369,13 @@ histPow2AVX2Loop:
 	MOVQ         16(SP), R8
 	MOVL         R8, R9
 	SHRQ         $0x20, R8
-	INCL         16(DX)(R9*4)
-	INCL         20(DX)(R8*4)
+	INCL         (DX)(R9*4)
+	INCL         4(DX)(R8*4)
 	MOVQ         24(SP), R8
 	MOVL         R8, R9
 	SHRQ         $0x20, R8
-	INCL         24(DX)(R9*4)
-	INCL         28(DX)(R8*4)
+	INCL         8(DX)(R9*4)
+	INCL         12(DX)(R8*4)
 	ADDQ         $0x00000020, AX
 	DECQ         CX
 	JMP          histPow2AVX2Loop
@@ -436,7 +436,7 @@ histPow2AVX512Loop:
 	KORW          K2, K1, K4
 	KORW          K3, K4, K4
 	VMOVDQA32     Z3, K4, Z4
-	VPSLLD        $0x03, Z4, Z4
+	VPSLLD        $0x02, Z4, Z4
 	VMOVDQU32     Z4, (SP)
 	KMOVW         K2, R8
 	POPCNTL       R8, R8
@@ -460,13 +460,13 @@ histPow2AVX512Loop:
 	MOVQ          16(SP), R8
 	MOVL          R8, R9
 	SHRQ          $0x20, R8
-	INCL          16(DX)(R9*4)
-	INCL          20(DX)(R8*4)
+	INCL          (DX)(R9*4)
+	INCL          4(DX)(R8*4)
 	MOVQ          24(SP), R8
 	MOVL          R8, R9
 	SHRQ          $0x20, R8
-	INCL          24(DX)(R9*4)
-	INCL          28(DX)(R8*4)
+	INCL          8(DX)(R9*4)
+	INCL          12(DX)(R8*4)
 	MOVQ          32(SP), R8
 	MOVL          R8, R9
 	SHRQ          $0x20, R8
@@ -480,13 +480,13 @@ histPow2AVX512Loop:
 	MOVQ          48(SP), R8
 	MOVL          R8, R9
 	SHRQ          $0x20, R8
-	INCL          16(DX)(R9*4)
-	INCL          20(DX)(R8*4)
+	INCL          (DX)(R9*4)
+	INCL          4(DX)(R8*4)
 	MOVQ          56(SP), R8
 	MOVL          R8, R9
 	SHRQ          $0x20, R8
-	INCL          24(DX)(R9*4)
-	INCL          28(DX)(R8*4)
+	INCL          8(DX)(R9*4)
+	INCL          12(DX)(R8*4)
 	ADDQ          $0x00000040, AX
 	DECQ          CX
 	JMP           histPow2AVX512Loop
@@ -540,7 +540,7 @@ histPow2F32AVX512Loop:
 	KORW             K2, K1, K4
 	KORW             K3, K4, K4
 	VMOVDQA32        Z5, K4, Z6
-	VPSLLD           $0x03, Z6, Z6
+	VPSLLD           $0x02, Z6, Z6
 	VMOVDQU32        Z6, (SP)
 	KMOVW            K2, R8
 	POPCNTL          R8, R8
@@ -564,13 +564,13 @@ histPow2F32AVX512Loop:
 	MOVQ             16(SP), R8
 	MOVL             R8, R9
 	SHRQ             $0x20, R8
-	INCL             16(DX)(R9*4)
-	INCL             20(DX)(R8*4)
+	INCL             (DX)(R9*4)
+	INCL             4(DX)(R8*4)
 	MOVQ             24(SP), R8
 	MOVL             R8, R9
 	SHRQ             $0x20, R8
-	INCL             24(DX)(R9*4)
-	INCL             28(DX)(R8*4)
+	INCL             8(DX)(R9*4)
+	INCL             12(DX)(R8*4)
 	MOVQ             32(SP), R8
 	MOVL             R8, R9
 	SHRQ             $0x20, R8
@@ -584,13 +584,13 @@ histPow2F32AVX512Loop:
 	MOVQ             48(SP), R8
 	MOVL             R8, R9
 	SHRQ             $0x20, R8
-	INCL             16(DX)(R9*4)
-	INCL             20(DX)(R8*4)
+	INCL             (DX)(R9*4)
+	INCL             4(DX)(R8*4)
 	MOVQ             56(SP), R8
 	MOVL             R8, R9
 	SHRQ             $0x20, R8
-	INCL             24(DX)(R9*4)
-	INCL             28(DX)(R8*4)
+	INCL             8(DX)(R9*4)
+	INCL             12(DX)(R8*4)
 	ADDQ             $0x00000040, AX
 	DECQ             CX
 	JMP              histPow2F32AVX512Loop
