@@ -108,9 +108,11 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 		// Split the columns: each thread packs its own part of B.
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
-			bb := b[j0:]
+			var bb []float32
 			if transB {
 				bb = b[j0*ldb:]
+			} else {
+				bb = b[j0:]
 			}
 			gemmBlocked(arch, transA, transB, m, j1-j0, k, alpha, a, lda, bb, ldb, beta, c[j0:], ldc)
 		})
@@ -118,9 +120,11 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 	}
 	Parallel(threads, mt, 1, func(lo, hi int) {
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
-		aa := a[i0*lda:]
+		var aa []float32
 		if transA {
 			aa = a[i0:]
+		} else {
+			aa = a[i0*lda:]
 		}
 		gemmBlocked(arch, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
 	})
@@ -149,10 +153,12 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 // When pa is set, A comes prepacked from it (rows from row0) instead of a;
 // when ep is set, it is applied to each finished tile while it is in cache.
 func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	gemmBlockedEp(arch, nil, 0, 0, nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	gemmBlockedEp(arch, nil, nil, 0, 0, nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-func gemmBlockedEp(arch *gemmArch, pa *PackedA, row0, col0 int, ep *Epilogue, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// gemmBlockedEp is gemmBlocked with optional prepacked operands: when pb
+// is set, B comes prepacked from it (columns from col0) instead of b.
+func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, row0, col0 int, ep *Epilogue, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if beta != 0 {
 		scaleC(m, n, beta, c, ldc)
 	}
@@ -160,7 +166,9 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, row0, col0 int, ep *Epilogue, tr
 	bufs := packPool.Get().(*packBufs)
 	defer packPool.Put(bufs)
 	kcMax, mcMax, ncMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr)), min(arch.nc, roundUp(n, nr))
-	bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr))
+	if pb == nil {
+		bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr))
+	}
 	if pa == nil {
 		bufs.a = grow(bufs.a, kcMax*roundUp(mcMax, mr))
 	}
@@ -170,7 +178,12 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, row0, col0 int, ep *Epilogue, tr
 		nc := min(arch.nc, n-jc)
 		for pc := 0; pc < k; pc += arch.kc {
 			kc := min(arch.kc, k-pc)
-			packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
+			bpack := bufs.b
+			if pb != nil {
+				bpack = pb.block(pc, col0+jc)
+			} else {
+				packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
+			}
 			accumulate := pc > 0 || beta != 0
 			for ic := 0; ic < m; ic += arch.mc {
 				mc := min(arch.mc, m-ic)
@@ -183,7 +196,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, row0, col0 int, ep *Epilogue, tr
 				last := pc+kc == k
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
-					bp := &bufs.b[jr*kc]
+					bp := &bpack[jr*kc]
 					for ir := 0; ir < mc; ir += mr {
 						rows := min(mr, mc-ir)
 						kr := rows
@@ -274,17 +287,19 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 	threads = min(threads, max(1, m*n*k/minWork))
 	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
 	if threads <= 1 || mt*nt < 2 {
-		gemmBlockedEp(arch, pa, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
+		gemmBlockedEp(arch, pa, nil, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
 		return
 	}
 	if nt >= mt || nt >= 2*threads {
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
-			bb := b[j0:]
+			var bb []float32
 			if transB {
 				bb = b[j0*ldb:]
+			} else {
+				bb = b[j0:]
 			}
-			gemmBlockedEp(arch, pa, 0, j0, ep, false, transB, m, j1-j0, k, 1, nil, 0, bb, ldb, beta, c[j0:], ldc)
+			gemmBlockedEp(arch, pa, nil, 0, j0, ep, false, transB, m, j1-j0, k, 1, nil, 0, bb, ldb, beta, c[j0:], ldc)
 		})
 		return
 	}
@@ -292,7 +307,82 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 	// they do: they are multiples of mr.
 	Parallel(threads, mt, 1, func(lo, hi int) {
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
-		gemmBlockedEp(arch, pa, i0, 0, ep, false, transB, i1-i0, n, k, 1, nil, 0, b, ldb, beta, c[i0*ldc:], ldc)
+		gemmBlockedEp(arch, pa, nil, i0, 0, ep, false, transB, i1-i0, n, k, 1, nil, 0, b, ldb, beta, c[i0*ldc:], ldc)
+	})
+}
+
+// PackedB is op(B) packed once for repeated products with different A,
+// such as constant weights on the right or a recurrent matrix used at
+// every time step: each k block of the active kernel's kc holds the
+// panels of all columns, so any column block is a contiguous slice.
+// Products with it are bit-identical to the unpacked ones.
+type PackedB struct {
+	arch *gemmArch
+	k, n int
+	data []float32
+}
+
+// PackB packs op(B) (k×n) for SgemmPackedB.
+func PackB(transB bool, k, n int, b []float32, ldb int) *PackedB {
+	arch := activeGemm
+	np := roundUp(n, arch.nr)
+	p := &PackedB{arch: arch, k: k, n: n, data: make([]float32, np*k)}
+	for pc := 0; pc < k; pc += arch.kc {
+		kc := min(arch.kc, k-pc)
+		packB(transB, b, ldb, pc, 0, kc, n, arch.nr, p.data[pc*np:])
+	}
+	return p
+}
+
+// Rows is the number of rows of op(B).
+func (p *PackedB) Rows() int { return p.k }
+
+// Cols is the number of columns of op(B).
+func (p *PackedB) Cols() int { return p.n }
+
+func (p *PackedB) block(pc, jc int) []float32 {
+	return p.data[pc*roundUp(p.n, p.arch.nr)+jc*min(p.arch.kc, p.k-pc):]
+}
+
+// SgemmPackedB computes C = alpha·op(A)·B + beta·C, as SgemmParallel, with
+// B prepacked by PackB, then applies ep (may be nil) to every element of C.
+func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, lda int, pb *PackedB, beta float32, c []float32, ldc int, ep *Epilogue) {
+	k, n := pb.k, pb.n
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if k <= 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		if ep != nil {
+			ep.apply(c, ldc, 0, 0, m, n)
+		}
+		return
+	}
+	arch := pb.arch
+	const minWork = 1 << 15
+	threads = min(threads, max(1, m*n*k/minWork))
+	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
+	if threads <= 1 || mt*nt < 2 {
+		gemmBlockedEp(arch, nil, pb, 0, 0, ep, transA, false, m, n, k, alpha, a, lda, nil, 0, beta, c, ldc)
+		return
+	}
+	if nt >= mt || nt >= 2*threads {
+		// Column splits start on a panel boundary of the packed B.
+		Parallel(threads, nt, 1, func(lo, hi int) {
+			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
+			gemmBlockedEp(arch, nil, pb, 0, j0, ep, transA, false, m, j1-j0, k, alpha, a, lda, nil, 0, beta, c[j0:], ldc)
+		})
+		return
+	}
+	Parallel(threads, mt, 1, func(lo, hi int) {
+		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
+		var aa []float32
+		if transA {
+			aa = a[i0:]
+		} else {
+			aa = a[i0*lda:]
+		}
+		gemmBlockedEp(arch, nil, pb, i0, 0, ep, transA, false, i1-i0, n, k, alpha, aa, lda, nil, 0, beta, c[i0*ldc:], ldc)
 	})
 }
 

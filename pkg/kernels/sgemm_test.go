@@ -117,3 +117,38 @@ func BenchmarkSgemm(b *testing.B) {
 		}
 	}
 }
+
+// TestSgemmPackedBBitIdentical checks products with a prepacked B against
+// the unpacked product, bit for bit, over transposes, alpha, beta and
+// thread counts (row and column splits).
+func TestSgemmPackedBBitIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, sz := range [][3]int{{1, 1, 1}, {2, 1024, 256}, {65, 70, 33}, {300, 64, 700}, {40, 3000, 100}, {700, 20, 50}, {3, 5, 7}, {8, 96, 300}} {
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			m, n, k := sz[0], sz[1], sz[2]
+			ta, tb := tr[0], tr[1]
+			lda, ldb := k, n
+			if ta {
+				lda = m
+			}
+			if tb {
+				ldb = k
+			}
+			a, b, c0 := randSlice(r, m*k), randSlice(r, k*n), randSlice(r, m*n)
+			pb := PackB(tb, k, n, b, ldb)
+			for _, threads := range []int{1, 2, 3} {
+				for _, ab := range [][2]float32{{1, 0}, {0.5, 1.5}} {
+					want := append([]float32(nil), c0...)
+					got := append([]float32(nil), c0...)
+					SgemmParallel(threads, ta, tb, m, n, k, ab[0], a, lda, b, ldb, ab[1], want, n)
+					SgemmPackedB(threads, ta, m, ab[0], a, lda, pb, ab[1], got, n, nil)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v ta=%v tb=%v threads %d alpha,beta %v: C[%d] = %g, unpacked gives %g", sz, ta, tb, threads, ab, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}

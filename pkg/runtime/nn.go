@@ -21,9 +21,16 @@ func floats(t *tensor.Tensor, what string) ([]float32, error) {
 	return x, nil
 }
 
-// matMulKernel is numpy matmul: batched over broadcast leading dims, with
-// 1-D operands promoted and the promoted dimension dropped again.
-func matMulKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+// buildMatMul returns numpy matmul: batched over broadcast leading dims,
+// with 1-D operands promoted and the promoted dimension dropped again.
+func buildMatMul(_ *builder) (kernel, error) {
+	cache := &packCache{}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		return matMul(rc, in, cache)
+	}, nil
+}
+
+func matMul(rc *runCtx, in []*tensor.Tensor, cache *packCache) ([]*tensor.Tensor, error) {
 	a, b := in[0], in[1]
 	if a.DType != tensor.Float || b.DType != tensor.Float {
 		return matMulInt(a, b)
@@ -52,16 +59,27 @@ func matMulKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	out := tensor.New(tensor.Float, os...)
 	x, y, o := a.Float32s(), b.Float32s(), out.Float32s()
 	nb := tensor.NumElements(batch)
-	ai := bcastIndex(as[:len(as)-2], batch)
-	bi := bcastIndex(bs[:len(bs)-2], batch)
-	if nb >= 2*rc.threads {
+	switch {
+	case len(bs) == 2:
+		// One matrix on the right: the batch of A is one tall product,
+		// with B packed once (and kept when it is a constant).
+		if packs := cache.get(b, func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(false, k, n, y, n)} }); packs != nil {
+			kernels.SgemmPackedB(rc.threads, false, nb*m, 1, x, k, packs[0], 0, o, n, nil)
+		} else {
+			kernels.SgemmParallel(rc.threads, false, false, nb*m, n, k, 1, x, k, y, n, 0, o, n)
+		}
+	case nb >= 2*rc.threads:
 		// Many small products (attention heads): one product per task.
+		ai := bcastIndex(as[:len(as)-2], batch)
+		bi := bcastIndex(bs[:len(bs)-2], batch)
 		kernels.Parallel(rc.threads, nb, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				kernels.Sgemm(false, false, m, n, k, 1, x[ai[i]*m*k:], k, y[bi[i]*k*n:], n, 0, o[i*m*n:], n)
 			}
 		})
-	} else {
+	default:
+		ai := bcastIndex(as[:len(as)-2], batch)
+		bi := bcastIndex(bs[:len(bs)-2], batch)
 		for i := 0; i < nb; i++ {
 			kernels.SgemmParallel(rc.threads, false, false, m, n, k, 1,
 				x[ai[i]*m*k:], k, y[bi[i]*k*n:], n, 0, o[i*m*n:], n)
@@ -102,6 +120,7 @@ func matMulInt(a, b *tensor.Tensor) ([]*tensor.Tensor, error) {
 func buildGemm(b *builder) (kernel, error) {
 	alpha, beta := b.float("alpha", 1), b.float("beta", 1)
 	ta, tb := b.int("transA", 0) != 0, b.int("transB", 0) != 0
+	cache := &packCache{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "A")
 		if err != nil {
@@ -140,7 +159,11 @@ func buildGemm(b *builder) (kernel, error) {
 			binaryLoop(o, []int{m, n}, c, in[2].Shape, o, []int{m, n}, func(_, c float32) float32 { return c })
 			cb = beta
 		}
-		kernels.SgemmParallel(rc.threads, ta, tb, m, n, k, alpha, x, as[1], w, bs[1], cb, o, n)
+		if packs := cache.get(in[1], func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(tb, k, n, w, bs[1])} }); packs != nil {
+			kernels.SgemmPackedB(rc.threads, ta, m, alpha, x, as[1], packs[0], cb, o, n, nil)
+		} else {
+			kernels.SgemmParallel(rc.threads, ta, tb, m, n, k, alpha, x, as[1], w, bs[1], cb, o, n)
+		}
 		return one(out), nil
 	}, nil
 }

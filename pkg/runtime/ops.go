@@ -121,7 +121,7 @@ func init() {
 		"DepthToSpace":          {1, 0, buildDepthToSpace},
 		"SpaceToDepth":          {1, 0, buildSpaceToDepth},
 		"Pad":                   {2, 0, buildPad},
-		"MatMul":                {1, 0, simple(matMulKernel)},
+		"MatMul":                {1, 0, buildMatMul},
 		"Gemm":                  {1, 0, buildGemm},
 		"Conv":                  {1, 0, buildConv},
 		"ConvTranspose":         {1, 0, buildConvTranspose},

@@ -241,17 +241,37 @@ func stepIndex(t, n int, rev bool) int {
 	return t
 }
 
+// packR returns the recurrence weights of each direction (g·h × h, used
+// transposed at every time step) packed for the GEMM, from the cache
+// when R is a constant.
+func (s *rnnSpec) packR(cache *packCache, rt *tensor.Tensor, r []float32, g int) []*kernels.PackedB {
+	h := s.hidden
+	pack := func() []*kernels.PackedB {
+		ps := make([]*kernels.PackedB, s.dirs)
+		for dir := range ps {
+			ps[dir] = kernels.PackB(true, h, g*h, r[dir*g*h*h:(dir+1)*g*h*h], h)
+		}
+		return ps
+	}
+	if ps := cache.get(rt, pack); ps != nil {
+		return ps
+	}
+	return pack()
+}
+
 func buildLSTM(b *builder) (kernel, error) {
 	s, err := readRNN(b, 4, []string{"Sigmoid", "Tanh", "Tanh"})
 	if err != nil {
 		return nil, err
 	}
+	cache := &packCache{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, true)
 		if err != nil {
 			return nil, err
 		}
 		h, g, nb := s.hidden, 4, d.batch
+		rPacks := s.packR(cache, in[2], d.r, g)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN, cN := make([]float32, s.dirs*nb*h), make([]float32, s.dirs*nb*h)
 		gates := make([]float32, nb*g*h)
@@ -260,7 +280,6 @@ func buildLSTM(b *builder) (kernel, error) {
 			f, gf, hf := s.acts[dir*3], s.acts[dir*3+1], s.acts[dir*3+2]
 			rev := s.reverse || dir == 1
 			w := d.w[dir*g*h*d.in : (dir+1)*g*h*d.in]
-			r := d.r[dir*g*h*h : (dir+1)*g*h*h]
 			// All input projections at once: xw = X · Wᵀ.
 			kernels.SgemmParallel(rc.threads, false, true, d.seq*nb, g*h, d.in, 1, d.x, d.in, w, d.in, 0, xw, g*h)
 			hs, cs := hN[dir*nb*h:(dir+1)*nb*h], cN[dir*nb*h:(dir+1)*nb*h]
@@ -276,7 +295,7 @@ func buildLSTM(b *builder) (kernel, error) {
 			}
 			for t := 0; t < d.seq; t++ {
 				// gates = H · Rᵀ, then each batch row adds its own time step's xw.
-				kernels.Sgemm(false, true, nb, g*h, h, 1, hs, h, r, h, 0, gates, g*h)
+				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 0, gates, g*h, nil)
 				for bi := 0; bi < nb; bi++ {
 					n := d.seq
 					if d.lens != nil {
@@ -328,12 +347,14 @@ func buildGRU(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	cache := &packCache{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, false)
 		if err != nil {
 			return nil, err
 		}
 		h, g, nb := s.hidden, 3, d.batch
+		rPacks := s.packR(cache, in[2], d.r, g)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN := make([]float32, s.dirs*nb*h)
 		xw := make([]float32, d.seq*nb*g*h)
@@ -361,7 +382,7 @@ func buildGRU(b *builder) (kernel, error) {
 			}
 			for t := 0; t < d.seq; t++ {
 				// z and r recurrences (and h's when linear_before_reset).
-				kernels.Sgemm(false, true, nb, g*h, h, 1, hs, h, r, h, 0, hr, g*h)
+				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 0, hr, g*h, nil)
 				for bi := 0; bi < nb; bi++ {
 					n := d.seq
 					if d.lens != nil {
