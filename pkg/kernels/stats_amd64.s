@@ -279,7 +279,7 @@ accumDoneAVX512:
 	RET
 
 // func histPow2AVX2(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
-// Requires: AVX, AVX2, POPCNT, SSE2
+// Requires: AVX, AVX2, MMX+, POPCNT, SSE2
 TEXT ·histPow2AVX2(SB), NOSPLIT, $32-104
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
@@ -301,6 +301,7 @@ TEXT ·histPow2AVX2(SB), NOSPLIT, $32-104
 histPow2AVX2Loop:
 	TESTQ        CX, CX
 	JZ           histPow2AVX2Done
+	PREFETCHT0   1024(AX)
 	VMOVUPS      (AX), Y4
 	VEXTRACTF128 $0x01, Y4, X5
 	VCVTPS2PD    X4, Y4
@@ -388,7 +389,7 @@ histPow2AVX2Done:
 	RET
 
 // func histPow2AVX512(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
-// Requires: AVX, AVX512F, POPCNT, SSE2
+// Requires: AVX, AVX512F, MMX+, POPCNT, SSE2
 TEXT ·histPow2AVX512(SB), NOSPLIT, $64-104
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
@@ -410,6 +411,7 @@ TEXT ·histPow2AVX512(SB), NOSPLIT, $64-104
 histPow2AVX512Loop:
 	TESTQ         CX, CX
 	JZ            histPow2AVX512Done
+	PREFETCHT0    1024(AX)
 	VMOVUPS       (AX), Z4
 	VSUBPS        Z4, Z4, Z5
 	VCMPPS        $0x03, Z5, Z5, K1
@@ -499,7 +501,7 @@ histPow2AVX512Done:
 	RET
 
 // func histPow2F32AVX512(x []float32, s1 float32, s2 float32, fs float32, fe float32, start int, sub []uint32, trash int) (under int, over int, nonFinite int)
-// Requires: AVX, AVX512F, POPCNT, SSE, SSE2
+// Requires: AVX, AVX512F, MMX+, POPCNT, SSE, SSE2
 TEXT ·histPow2F32AVX512(SB), NOSPLIT, $64-104
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
@@ -526,6 +528,7 @@ TEXT ·histPow2F32AVX512(SB), NOSPLIT, $64-104
 histPow2F32AVX512Loop:
 	TESTQ            CX, CX
 	JZ               histPow2F32AVX512Done
+	PREFETCHT0       1024(AX)
 	VMOVUPS          (AX), Z6
 	VSUBPS           Z6, Z6, Z7
 	VCMPPS           $0x03, Z7, Z7, K1

@@ -137,6 +137,10 @@ func histLoop(name string, lanes, copies int, sig string, prepare func() func(p 
 	Label(loop)
 	TESTQ(n, n)
 	JZ(LabelRef(done))
+	// The scatter keeps the loop from streaming as fast as the hardware
+	// prefetcher expects; an explicit prefetch 1 KiB ahead measured 1.2–1.5×
+	// on inputs in DRAM and changes nothing in cache.
+	PREFETCHT0(Mem{Base: p, Disp: 1024})
 	body(p, under, over, nonFinite, buf)
 	// The scatter: two indices per 64-bit load.
 	for i := 0; i < lanes; i += 2 {
