@@ -180,11 +180,7 @@ func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 						continue
 					}
 					if sw == 1 {
-						src := xr[lo+off : hi+off]
-						dst := out[lo:hi]
-						for i, v := range src {
-							dst[i] += wv * v
-						}
+						axpy(out[lo:hi], xr[lo+off:hi+off], wv)
 						continue
 					}
 					src := lo*sw + off

@@ -117,3 +117,12 @@ func (e *Epilogue) activate(r []float32) {
 		}
 	}
 }
+
+// axpyGo is the reference of axpy: for j < len(dst): dst[j] += w·src[j],
+// the product rounded before the add.
+func axpyGo(dst, src []float32, w float32) {
+	src = src[:len(dst)]
+	for j, v := range src {
+		dst[j] += float32(w * v)
+	}
+}

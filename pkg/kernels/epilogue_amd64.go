@@ -21,3 +21,16 @@ func epilogueRow(r []float32, b, s, t float32, relu bool) {
 	}
 	epilogueRowGo(r[n:], b, s, t, relu)
 }
+
+// axpy is axpyGo with the bulk in AVX2 (bit-identical: product rounded
+// before the add, no FMA).
+func axpy(dst, src []float32, w float32) {
+	n := len(dst) &^ 7
+	if !haveAVX2 || n == 0 {
+		axpyGo(dst, src, w)
+		return
+	}
+	src = src[:len(dst)]
+	axpyAVX2(&dst[0], &src[0], n, w)
+	axpyGo(dst[n:], src[n:], w)
+}

@@ -1525,3 +1525,46 @@ epilogueRowReluAVX2_loop1:
 epilogueRowReluAVX2_done:
 	VZEROUPPER
 	RET
+
+// func axpyAVX2(dst *float32, src *float32, n int, w float32)
+// Requires: AVX
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS w+24(FP), Y0
+
+axpy_loop4:
+	CMPQ    DX, $0x20
+	JL      axpy_loop1
+	VMULPS  (CX), Y0, Y1
+	VMULPS  32(CX), Y0, Y2
+	VMULPS  64(CX), Y0, Y3
+	VMULPS  96(CX), Y0, Y4
+	VADDPS  (AX), Y1, Y1
+	VMOVUPS Y1, (AX)
+	VADDPS  32(AX), Y2, Y2
+	VMOVUPS Y2, 32(AX)
+	VADDPS  64(AX), Y3, Y3
+	VMOVUPS Y3, 64(AX)
+	VADDPS  96(AX), Y4, Y4
+	VMOVUPS Y4, 96(AX)
+	ADDQ    $0x80, AX
+	ADDQ    $0x80, CX
+	SUBQ    $0x20, DX
+	JMP     axpy_loop4
+
+axpy_loop1:
+	TESTQ   DX, DX
+	JZ      axpy_done
+	VMULPS  (CX), Y0, Y1
+	VADDPS  (AX), Y1, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x08, DX
+	JMP     axpy_loop1
+
+axpy_done:
+	VZEROUPPER
+	RET

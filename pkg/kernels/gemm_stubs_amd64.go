@@ -42,3 +42,6 @@ func epilogueRowAVX2(x *float32, n int, b float32, s float32, t float32)
 
 // epilogueRowReluAVX2 computes x = (x + b)·s + t in place on n floats (n a multiple of 8), then Relu.
 func epilogueRowReluAVX2(x *float32, n int, b float32, s float32, t float32)
+
+// axpyAVX2 computes dst += w·src on n floats (n a multiple of 8), product rounded before the add.
+func axpyAVX2(dst *float32, src *float32, n int, w float32)

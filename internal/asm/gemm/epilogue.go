@@ -70,3 +70,48 @@ func epilogue(relu bool) {
 	VZEROUPPER()
 	RET()
 }
+
+// axpy generates axpyAVX2: for j < n (a multiple of 8),
+//
+//	dst[j] = dst[j] + float32(w·src[j])   (two roundings, no FMA)
+//
+// exactly what the Go loop `dst[j] += w * src[j]` computes.
+func axpy() {
+	TEXT("axpyAVX2", NOSPLIT, "func(dst, src *float32, n int, w float32)")
+	Doc("axpyAVX2 computes dst += w·src on n floats (n a multiple of 8), product rounded before the add.")
+	pd := Load(Param("dst"), GP64())
+	ps := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	vw := YMM()
+	VBROADCASTSS(NewParamAddr("w", 24), vw)
+	body := func(k int) {
+		v := make([]VecVirtual, k)
+		for i := range v {
+			v[i] = YMM()
+			VMULPS(Mem{Base: ps, Disp: 32 * i}, vw, v[i])
+		}
+		for i := range v {
+			VADDPS(Mem{Base: pd, Disp: 32 * i}, v[i], v[i])
+			VMOVUPS(v[i], Mem{Base: pd, Disp: 32 * i})
+		}
+	}
+	Label("axpy_loop4")
+	CMPQ(n, U8(32))
+	JL(LabelRef("axpy_loop1"))
+	body(4)
+	ADDQ(U8(128), pd)
+	ADDQ(U8(128), ps)
+	SUBQ(U8(32), n)
+	JMP(LabelRef("axpy_loop4"))
+	Label("axpy_loop1")
+	TESTQ(n, n)
+	JZ(LabelRef("axpy_done"))
+	body(1)
+	ADDQ(U8(32), pd)
+	ADDQ(U8(32), ps)
+	SUBQ(U8(8), n)
+	JMP(LabelRef("axpy_loop1"))
+	Label("axpy_done")
+	VZEROUPPER()
+	RET()
+}

@@ -49,6 +49,7 @@ func main() {
 	}
 	epilogue(false)
 	epilogue(true)
+	axpy()
 	Generate()
 }
 
