@@ -5,6 +5,7 @@ package ort
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -51,6 +52,12 @@ func Open(m *onnxgraph.Model, opts runtime.Options) (runtime.Session, error) {
 // Open compiles m with explicit session options. The model is serialized
 // from m.Proto, so edits not yet saved are what runs; external data is read
 // from m.Dir.
+//
+// A model with float8 QuantizeLinear/DequantizeLinear runs with the graph
+// optimizers that mishandle float8 in ONNX Runtime 1.23 disabled (see
+// float8Optimizers; one info line in the log says so), every other
+// optimization of so kept. A model with float4 constants that ONNX Runtime
+// refuses gets an error that says so and how to write one it accepts.
 func (l *Library) Open(m *onnxgraph.Model, so SessionOptions) (*Engine, error) {
 	b, err := proto.Marshal(m.Proto)
 	if err != nil {
@@ -59,8 +66,16 @@ func (l *Library) Open(m *onnxgraph.Model, so SessionOptions) (*Engine, error) {
 	if so.ExternalDataDir == "" {
 		so.ExternalDataDir = m.Dir
 	}
+	if so.Optimization != OptimizeNone && hasFloat8QDQ(m) {
+		so = float8Options(so)
+		slog.Info("onnxruntime: the model has float8 QuantizeLinear/DequantizeLinear; disabling the graph optimizers that mishandle float8 in ONNX Runtime 1.23 (other optimizations stay on)",
+			"model", m.Path, disableQuantQDQKey, 1, disableOptimizersKey, strings.Join(float8Optimizers, ";"))
+	}
 	s, err := l.NewSessionFromBytes(b, so)
 	if err != nil {
+		if f4 := float4Tensors(m); len(f4) > 0 {
+			err = l.float4Error(f4, err)
+		}
 		if m.Path != "" {
 			return nil, fmt.Errorf("model %s: %w", m.Path, err)
 		}
