@@ -67,7 +67,7 @@ type OutputReport struct {
 	// the other is not (they make SQNR −inf).
 	NonFinite int64 `json:"non_finite,omitempty"`
 	// Top1Agreement and Top5Agreement are percentages, set for logits-like
-	// outputs ([batch, classes]).
+	// outputs ([batch, classes], or [batch, classes, 1, ...]).
 	Top1Agreement *float64 `json:"top1_agreement,omitempty"`
 	Top5Agreement *float64 `json:"top5_agreement,omitempty"`
 	// ReferenceAccuracy and CandidateAccuracy are top-1 accuracies in
@@ -245,7 +245,7 @@ func (o *OutputReport) add(want, got map[string]*tensor.Tensor, rows int, labels
 	}
 	if o.Shape == nil {
 		o.Shape = slices.Clone(rt.Shape)
-		if len(rt.Shape) == 2 && rt.Shape[1] >= 2 {
+		if _, _, ok := logitsShape(rt.Shape); ok {
 			o.topk = &TopK{}
 		}
 	}
@@ -253,17 +253,34 @@ func (o *OutputReport) add(want, got map[string]*tensor.Tensor, rows int, labels
 		return fmt.Errorf("output %q: %w", o.Name, err)
 	}
 	if o.topk != nil {
-		if len(rt.Shape) != 2 {
-			return fmt.Errorf("output %q changed rank between batches: %v", o.Name, rt.Shape)
+		n, classes, ok := logitsShape(rt.Shape)
+		if !ok {
+			return fmt.Errorf("output %q changed from [batch, classes] in the first batch to %v", o.Name, rt.Shape)
 		}
-		if labels != nil && rt.Shape[0] != rows {
-			return fmt.Errorf("output %q has %d rows for a batch of %d samples, so labels cannot be matched to rows", o.Name, rt.Shape[0], rows)
+		if labels != nil && n != rows {
+			return fmt.Errorf("output %q has %d rows for a batch of %d samples, so labels cannot be matched to rows", o.Name, n, rows)
 		}
-		if err := o.topk.Add(x, y, rt.Shape[0], rt.Shape[1], labels); err != nil {
+		if err := o.topk.Add(x, y, n, classes, labels); err != nil {
 			return fmt.Errorf("output %q: %w", o.Name, err)
 		}
 	}
 	return nil
+}
+
+// logitsShape reads shape as [batch, classes]: rank 2 with at least two
+// classes, or [batch, classes, 1, ...], which holds the same numbers in the
+// same order (convolutional classifiers such as SqueezeNet end in a
+// [batch, classes, 1, 1] Softmax).
+func logitsShape(shape []int) (rows, classes int, ok bool) {
+	if len(shape) < 2 || shape[1] < 2 {
+		return 0, 0, false
+	}
+	for _, d := range shape[2:] {
+		if d != 1 {
+			return 0, 0, false
+		}
+	}
+	return shape[0], shape[1], true
 }
 
 func (o *OutputReport) finish() {

@@ -2,6 +2,7 @@ package compare
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -402,5 +403,29 @@ func TestPerLayerOnQuantizedModel(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestLogitsShape(t *testing.T) {
+	cases := []struct {
+		shape         []int
+		rows, classes int
+		ok            bool
+	}{
+		{[]int{8, 10}, 8, 10, true},
+		{[]int{2, 1000, 1, 1}, 2, 1000, true},
+		{[]int{1, 10, 1}, 1, 10, true},
+		{[]int{8, 1}, 0, 0, false},
+		{[]int{8}, 0, 0, false},
+		{[]int{2, 128, 256}, 0, 0, false},
+		{[]int{2, 10, 1, 3}, 0, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.shape), func(t *testing.T) {
+			rows, classes, ok := logitsShape(c.shape)
+			if rows != c.rows || classes != c.classes || ok != c.ok {
+				t.Errorf("logitsShape(%v) = %d, %d, %v; want %d, %d, %v", c.shape, rows, classes, ok, c.rows, c.classes, c.ok)
+			}
+		})
 	}
 }

@@ -34,7 +34,7 @@ type Violation struct {
 
 // ErrNoLogits is returned by Check when a top-1 agreement gate is set but no
 // output is logits-like: the gate could never fail, which is a usage error.
-var ErrNoLogits = errors.New("no output is logits-like (rank 2, [batch, classes]), so top-1 agreement cannot be measured")
+var ErrNoLogits = errors.New("no output is logits-like ([batch, classes], or [batch, classes, 1, ...]), so top-1 agreement cannot be measured")
 
 // Check applies g to the report, records the gates and the violations in r,
 // and returns the violations (empty when every gate passes).
