@@ -21,7 +21,7 @@ deps:
 # test is what CI runs: formatting, vet, the generated code check, the static
 # binary check, and every test, in the default build and again with the ONNX
 # Runtime engine compiled in (test-ort).
-test: deps fmt vet check-generate check-static
+test: deps fmt vet staticcheck check-generate check-static
 	$(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory test-ort
 
@@ -35,6 +35,7 @@ ort:
 test-ort: ort
 	CGO_ENABLED=0 $(GO) build -tags ort -o /dev/null ./cmd/coreaiq
 	$(GO) vet -tags ort ./...
+	$(STATICCHECK) -tags ort ./...
 	ONNXRUNTIME_LIB="$$(scripts/fetch-ort.sh)" CGO_ENABLED=0 $(GO) test -count=1 -tags ort ./...
 
 # check-static fails when the default binary is dynamically linked.
