@@ -437,6 +437,21 @@ func maxPool2D(g *ConvGeom, c0, c1 int, x, y []float32) {
 		}
 		kxLo[ox], kxHi[ox] = lo, hi
 	}
+	// [oxA, oxB) are the output columns whose window lies inside the row:
+	// those fold whole input rows with maxRow, a lane per column.
+	oxA, oxB := 0, ow
+	for oxA < ow && (kxLo[oxA] != 0 || kxHi[oxA] != kw) {
+		oxA++
+	}
+	for oxB > oxA && (kxLo[oxB-1] != 0 || kxHi[oxB-1] != kw) {
+		oxB--
+	}
+	for ox := oxA; ox < oxB; ox++ {
+		if kxLo[ox] != 0 || kxHi[ox] != kw {
+			oxA, oxB = 0, 0 // not contiguous: no row path
+			break
+		}
+	}
 	for ch := c0; ch < c1; ch++ {
 		xc := x[ch*is : (ch+1)*is]
 		yc := y[ch*os : (ch+1)*os]
@@ -449,7 +464,26 @@ func maxPool2D(g *ConvGeom, c0, c1 int, x, y []float32) {
 			for kyHi > kyLo && y0+(kyHi-1)*dh >= ih {
 				kyHi--
 			}
+			a, b := oxA, oxB
+			if kyLo == kyHi {
+				a, b = 0, 0
+			}
+			if a < b {
+				yr := yc[oy*ow+a : oy*ow+b]
+				first := true
+				for ky := kyLo; ky < kyHi; ky++ {
+					xr := xc[(y0+ky*dh)*iw:]
+					for kx := 0; kx < kw; kx++ {
+						maxRow(yr, xr[a*sw-pw+kx*dw:], sw, first)
+						first = false
+					}
+				}
+			}
 			for ox := 0; ox < ow; ox++ {
+				if ox == a && a < b {
+					ox = b - 1
+					continue
+				}
 				x0 := ox*sw - pw
 				acc, first := float32negInf, true
 				for ky := kyLo; ky < kyHi; ky++ {

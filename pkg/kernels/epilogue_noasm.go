@@ -5,3 +5,5 @@ package kernels
 func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowGo(r, b, s, t, relu) }
 
 func axpy(dst, src []float32, w float32) { axpyGo(dst, src, w) }
+
+func maxRow(dst, src []float32, stride int, first bool) { maxRowGo(dst, src, stride, first) }

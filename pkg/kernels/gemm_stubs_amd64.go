@@ -45,3 +45,9 @@ func epilogueRowReluAVX2(x *float32, n int, b float32, s float32, t float32)
 
 // axpyAVX2 computes dst += w·src on n floats (n a multiple of 8), product rounded before the add.
 func axpyAVX2(dst *float32, src *float32, n int, w float32)
+
+// maxRowAVX2 folds a row of the pooling window into dst (n a multiple of 8).
+func maxRowAVX2(dst *float32, src *float32, n int, first int)
+
+// maxRowGatherAVX2 folds a row of the pooling window into dst (n a multiple of 8).
+func maxRowGatherAVX2(dst *float32, src *float32, n int, first int, idx *int32, stride int)

@@ -50,6 +50,8 @@ func main() {
 	epilogue(false)
 	epilogue(true)
 	axpy()
+	maxRow(false)
+	maxRow(true)
 	Generate()
 }
 

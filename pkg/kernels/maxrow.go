@@ -1,0 +1,26 @@
+package kernels
+
+// maxRowGo folds one input row into a row of max-pooling outputs: with
+// v = src[i·stride],
+//
+//	dst[i] = v                          (first)
+//	dst[i] = v > dst[i] ? v : dst[i]    (otherwise)
+//
+// the running maximum of the pooling loop, one lane per output column.
+func maxRowGo(dst, src []float32, stride int, first bool) {
+	if len(dst) == 0 {
+		return
+	}
+	src = src[:(len(dst)-1)*stride+1]
+	if first {
+		for i := range dst {
+			dst[i] = src[i*stride]
+		}
+		return
+	}
+	for i, a := range dst {
+		if v := src[i*stride]; v > a {
+			dst[i] = v
+		}
+	}
+}
