@@ -241,3 +241,134 @@ func binaryLoopPar[A, B, O any](threads int, a []A, as []int, b []B, bs []int, o
 		binaryLoop(aa, ash, bb, bsh, o[lo*inner:hi*inner], sub, f)
 	})
 }
+
+// binaryF32 is binaryLoop for float32 arithmetic: it computes the same
+// values (one IEEE operation per element) but merges adjacent dimensions
+// that broadcast alike and runs each innermost row through a kernel with
+// the operation hoisted out of the loop.
+func binaryF32(op kernels.BinOp, a []float32, as []int, b []float32, bs []int, o []float32, os []int) {
+	if len(o) == 0 {
+		return
+	}
+	if len(a) == len(o) && len(b) == len(o) {
+		kernels.Binary(op, o, a, b)
+		return
+	}
+	if len(b) == 1 && len(a) == len(o) {
+		kernels.BinaryScalar(op, o, a, b[0], false)
+		return
+	}
+	if len(a) == 1 && len(b) == len(o) {
+		kernels.BinaryScalar(op, o, b, a[0], true)
+		return
+	}
+	// Coalesce: dims of extent 1 vanish; a dim joins the previous one when
+	// each operand either spans both or broadcasts over both.
+	r := len(os)
+	var shape, sa, sb [8]int
+	n := 0
+	ok := r <= len(shape)
+	for d := 0; ok && d < r; d++ {
+		if os[d] == 1 {
+			continue
+		}
+		ad, bd := dimAt(as, d, r), dimAt(bs, d, r)
+		if n > 0 && (ad == 1) == (sa[n-1] == 0) && (bd == 1) == (sb[n-1] == 0) {
+			shape[n-1] *= os[d]
+			continue
+		}
+		if n == len(shape) {
+			ok = false
+			break
+		}
+		shape[n] = os[d]
+		sa[n], sb[n] = min(ad-1, 1), min(bd-1, 1) // 1 spans, 0 broadcasts
+		n++
+	}
+	if !ok {
+		binaryLoop(a, as, b, bs, o, os, op.Apply)
+		return
+	}
+	if n == 0 {
+		o[0] = op.Apply(a[0], b[0])
+		return
+	}
+	// Element strides of each operand over the coalesced dims.
+	var stA, stB [8]int
+	ea, eb := 1, 1
+	for d := n - 1; d >= 0; d-- {
+		if sa[d] != 0 {
+			stA[d] = ea
+			ea *= shape[d]
+		}
+		if sb[d] != 0 {
+			stB[d] = eb
+			eb *= shape[d]
+		}
+	}
+	inner := shape[n-1]
+	var idx [8]int
+	pa, pb := 0, 0
+	for off := 0; off < len(o); off += inner {
+		row := o[off : off+inner]
+		switch {
+		case sa[n-1] != 0 && sb[n-1] != 0:
+			kernels.Binary(op, row, a[pa:], b[pb:])
+		case sa[n-1] != 0:
+			kernels.BinaryScalar(op, row, a[pa:], b[pb], false)
+		case sb[n-1] != 0:
+			kernels.BinaryScalar(op, row, b[pb:], a[pa], true)
+		default:
+			v := op.Apply(a[pa], b[pb])
+			for j := range row {
+				row[j] = v
+			}
+		}
+		for d := n - 2; d >= 0; d-- {
+			idx[d]++
+			pa += stA[d]
+			pb += stB[d]
+			if idx[d] < shape[d] {
+				break
+			}
+			pa -= stA[d] * shape[d]
+			pb -= stB[d] * shape[d]
+			idx[d] = 0
+		}
+	}
+}
+
+// dimAt is the extent of shape s on dimension d of a rank-r broadcast
+// (1 for the dims s lacks).
+func dimAt(s []int, d, r int) int {
+	if i := d - (r - len(s)); i >= 0 {
+		return s[i]
+	}
+	return 1
+}
+
+// binaryF32Par is binaryF32 split over threads workers like binaryLoopPar.
+func binaryF32Par(threads int, op kernels.BinOp, a []float32, as []int, b []float32, bs []int, o []float32, os []int) {
+	if threads <= 1 || len(o) < 2*parGrain || len(os) == 0 || os[0] < 2 {
+		binaryF32(op, a, as, b, bs, o, os)
+		return
+	}
+	inner := len(o) / os[0]
+	split := func(s []int) bool { return len(s) == len(os) && s[0] == os[0] && s[0] > 1 }
+	sa, sb := split(as), split(bs)
+	kernels.Parallel(threads, os[0], max(1, parGrain/max(1, inner)), func(lo, hi int) {
+		var subBuf, aBuf, bBuf [8]int
+		sub := append(append(subBuf[:0], hi-lo), os[1:]...)
+		aa, ash := a, as
+		if sa {
+			per := len(a) / as[0]
+			aa, ash = a[lo*per:hi*per], append(append(aBuf[:0], hi-lo), as[1:]...)
+		}
+		bb, bsh := b, bs
+		if sb {
+			per := len(b) / bs[0]
+			bb, bsh = b[lo*per:hi*per], append(append(bBuf[:0], hi-lo), bs[1:]...)
+		}
+		binaryF32(op, aa, ash, bb, bsh, o[lo*inner:hi*inner], sub)
+	})
+}

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 )
 
 // TestBinaryLoopPar checks the threaded elementwise loop bit for bit
@@ -55,4 +57,61 @@ func prodInts(s []int) int {
 		n *= d
 	}
 	return n
+}
+
+// TestBinaryF32 checks the coalescing float32 arithmetic loop bit for bit
+// against binaryLoop with the same operation, on every op and on shapes
+// that exercise each row kind (both span, one broadcasts, both broadcast),
+// merged and unmerged dims, size-1 dims, scalars and the threaded split.
+func TestBinaryF32(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	shapes := []struct{ as, bs []int }{
+		{[]int{5, 7}, []int{5, 7}},
+		{[]int{5, 7}, []int{1}},
+		{[]int{1}, []int{5, 7}},
+		{[]int{}, []int{3}},
+		{[]int{1}, []int{1}},
+		{[]int{2, 3, 4, 5}, []int{1, 3, 1, 1}},
+		{[]int{2, 3, 4, 5}, []int{5}},
+		{[]int{2, 1, 4, 5}, []int{1, 3, 1, 5}},
+		{[]int{2, 3, 1}, []int{1, 1, 6}},
+		{[]int{1, 3, 1, 4}, []int{2, 1, 5, 1}},
+		{[]int{4, 1}, []int{1, 4}},
+		{[]int{2, 1, 3, 1, 2}, []int{2, 2, 3, 2, 1}},
+		{[]int{1, 2, 1, 1, 1, 2, 1, 1, 3}, []int{2, 1, 1, 1, 1, 1, 2, 1, 1}},
+		{[]int{64, 1024}, []int{64, 1}},
+		{[]int{8, 4, 128, 128}, []int{8, 1, 1, 128}},
+		{[]int{3, 30000}, []int{3, 1}},
+	}
+	ops := []kernels.BinOp{kernels.BinAdd, kernels.BinSub, kernels.BinMul, kernels.BinDiv}
+	for _, tc := range shapes {
+		for _, op := range ops {
+			t.Run(fmt.Sprintf("%v_%v_op%d", tc.as, tc.bs, op), func(t *testing.T) {
+				os, err := broadcastShape(tc.as, tc.bs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, b := make([]float32, prodInts(tc.as)), make([]float32, prodInts(tc.bs))
+				for i := range a {
+					a[i] = r.Float32()*4 - 2
+				}
+				for i := range b {
+					b[i] = r.Float32()*4 - 2
+				}
+				want, got := make([]float32, prodInts(os)), make([]float32, prodInts(os))
+				binaryLoop(a, tc.as, b, tc.bs, want, os, op.Apply)
+				for _, threads := range []int{1, 2} {
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					binaryF32Par(threads, op, a, tc.as, b, tc.bs, got, os)
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("threads %d: o[%d] = %g, want %g", threads, i, got[i], want[i])
+						}
+					}
+				}
+			})
+		}
+	}
 }
