@@ -94,6 +94,13 @@ type LayerReport struct {
 	// quantizer alone adds.
 	LocalSQNR   DB      `json:"local_sqnr_db"`
 	MaxAbsError float64 `json:"max_abs_error"`
+	// NonFinite and LocalNonFinite count the element pairs of the two
+	// comparisons that are NaN or infinite on one side only, typically a
+	// −Inf attention mask that QuantizeLinear saturates. Unlike an
+	// output's, a layer's SQNR leaves them out (FiniteSQNR), so that such a
+	// layer still shows the error of its other values.
+	NonFinite      int64 `json:"non_finite,omitempty"`
+	LocalNonFinite int64 `json:"local_non_finite,omitempty"`
 	// Histogram is the distribution of the reference's float values.
 	Histogram *Histogram `json:"-"`
 }
@@ -459,8 +466,9 @@ func (ls *layerState) reports() []LayerReport {
 			continue
 		}
 		a := &ls.acc[i]
-		out = append(out, LayerReport{Pair: pr, SQNR: a.global.SQNR(), Cosine: a.global.Cosine(),
-			LocalSQNR: a.local.SQNR(), MaxAbsError: a.global.MaxAbs, Histogram: ls.hist[pr.Tensor]})
+		out = append(out, LayerReport{Pair: pr, SQNR: a.global.FiniteSQNR(), Cosine: a.global.Cosine(),
+			LocalSQNR: a.local.FiniteSQNR(), MaxAbsError: a.global.MaxAbs, Histogram: ls.hist[pr.Tensor],
+			NonFinite: a.global.NonFinite, LocalNonFinite: a.local.NonFinite})
 	}
 	sortLayers(out)
 	return out

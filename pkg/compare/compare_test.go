@@ -14,8 +14,10 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 func TestRunModelWithItself(t *testing.T) {
@@ -427,5 +429,61 @@ func TestLogitsShape(t *testing.T) {
 				t.Errorf("logitsShape(%v) = %d, %d, %v; want %d, %d, %v", c.shape, rows, classes, ok, c.rows, c.classes, c.ok)
 			}
 		})
+	}
+}
+
+// TestPerLayerMaskedValues: a −Inf attention mask saturates in
+// QuantizeLinear. The layer reports the element pairs that are infinite on
+// one side and an SQNR over the others (not −Inf), the table marks it, and
+// the model output, where infinities are not expected, keeps the strict
+// rule.
+func TestPerLayerMaskedValues(t *testing.T) {
+	build := func(quantized bool) *onnxgraph.Model {
+		b := testmodels.New("masked", 13)
+		b.Input("x", tensor.Float, "N", 4).Output("y", tensor.Float, "N", 4)
+		b.Init("mask", []int64{1, 4}, []float32{0, float32(math.Inf(-1)), 0, 0})
+		b.Node("Add", "add", []string{"x", "mask"}, []string{"scores"})
+		probs := "scores"
+		if quantized {
+			b.Init("s", nil, []float32{2.0 / 127})
+			b.Model.Graph.Initializer = append(b.Model.Graph.Initializer,
+				&onnxpb.TensorProto{Name: proto.String("z"), DataType: proto.Int32(int32(tensor.Int8)), RawData: []byte{0}})
+			b.Node("QuantizeLinear", "scores_QuantizeLinear", []string{"scores", "s", "z"}, []string{"scores_quantized"})
+			b.Node("DequantizeLinear", "scores_DequantizeLinear", []string{"scores_quantized", "s", "z"}, []string{"scores_dequantized"})
+			probs = "scores_dequantized"
+		}
+		b.Node("Softmax", "softmax", []string{probs}, []string{"y"}, testmodels.AttrInt("axis", -1))
+		return load(t, b.Model)
+	}
+	ref, cand := build(false), build(true)
+	rng := rand.New(rand.NewPCG(4, 4))
+	x := make([]float32, 8*4)
+	for i := range x {
+		x[i] = rng.Float32()*2 - 1
+	}
+	pairing := PairActivations(ref, cand)
+	r, err := Run(context.Background(), open(t, ref), open(t, cand), seq([]Batch{{"x": tensor.FromFloat32(x, 8, 4)}}), Options{Layers: &pairing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Layers) != 1 {
+		t.Fatalf("%d layers, want 1", len(r.Layers))
+	}
+	l := r.Layers[0]
+	if l.Tensor != "scores" || l.NonFinite != 8 || l.LocalNonFinite != 8 {
+		t.Errorf("layer %q: %d and %d non-finite pairs, want scores with 8 and 8", l.Tensor, l.NonFinite, l.LocalNonFinite)
+	}
+	if s := float64(l.SQNR); math.IsInf(s, 0) || s < 30 {
+		t.Errorf("layer SQNR %v dB, want the finite values' figure (int8 steps of 1/63.5 on [-1, 1])", s)
+	}
+	if o := r.Outputs[0]; o.NonFinite != 0 || math.IsInf(float64(o.SQNR), 0) {
+		t.Errorf("output y: SQNR %v, %d non-finite pairs; the softmax is finite on both sides", o.SQNR, o.NonFinite)
+	}
+	var b strings.Builder
+	if err := r.WriteLayers(&b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), l.SQNR.String()+"*") || !strings.Contains(b.String(), "* scores: 8 element pairs are NaN or infinite on one side only") {
+		t.Errorf("the table does not mark the layer:\n%s", b.String())
 	}
 }

@@ -94,6 +94,19 @@ func (s *Stats) SQNR() DB {
 	return DB(10 * math.Log10(s.SumRef2/s.SumErr2))
 }
 
+// FiniteSQNR is SQNR over the finite pairs only: the figure for values in
+// which infinities are expected, such as attention masks of −Inf that a
+// quantizer clips to the end of its range. It is −Inf when there are
+// non-finite pairs and no finite one.
+func (s *Stats) FiniteSQNR() DB {
+	if s.N == 0 && s.NonFinite > 0 {
+		return DB(math.Inf(-1))
+	}
+	f := *s
+	f.NonFinite = 0
+	return f.SQNR()
+}
+
 // Cosine is the cosine similarity Σx·x̂ / (‖x‖·‖x̂‖); 1 when the tensors
 // are identical (all zeros included), 0 when only one is all zeros.
 func (s *Stats) Cosine() float64 {

@@ -142,6 +142,38 @@ func TestStatsSpecialValues(t *testing.T) {
 	}
 }
 
+// TestStatsFiniteSQNR: a −Inf mask saturated by the quantizer makes SQNR
+// −Inf but leaves FiniteSQNR the figure of the finite values.
+func TestStatsFiniteSQNR(t *testing.T) {
+	ninf := float32(math.Inf(-1))
+	cases := []struct {
+		name       string
+		ref, cand  []float32
+		sqnr, fsqn float64
+	}{
+		{"saturated mask", []float32{ninf, 3, 4}, []float32{-10, 3, 4.5}, math.Inf(-1), 10 * math.Log10(25/0.25)},
+		{"only non-finite", []float32{ninf}, []float32{-10}, math.Inf(-1), math.Inf(-1)},
+		{"all finite", []float32{3, 4}, []float32{3, 4.5}, 10 * math.Log10(25/0.25), 10 * math.Log10(25/0.25)},
+		{"identical", []float32{ninf, 1}, []float32{ninf, 1}, math.Inf(1), math.Inf(1)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var s Stats
+			if err := s.Add(c.ref, c.cand); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []struct {
+				what      string
+				got, want float64
+			}{{"SQNR", float64(s.SQNR()), c.sqnr}, {"FiniteSQNR", float64(s.FiniteSQNR()), c.fsqn}} {
+				if f.got != f.want && math.Abs(f.got-f.want) > 1e-12 {
+					t.Errorf("%s = %v, want %v", f.what, f.got, f.want)
+				}
+			}
+		})
+	}
+}
+
 func TestStatsMerge(t *testing.T) {
 	x := []float32{1, 2, 3, 4, -5, 6}
 	y := []float32{1.1, 2, 2.5, 4, -5.5, 6.25}

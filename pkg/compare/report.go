@@ -132,10 +132,25 @@ func (r *Report) WriteLayers(w io.Writer, limit int) error {
 		if rule == "" {
 			rule = "-"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.SQNR, l.LocalSQNR, l.Tensor, node, l.OpType, module, l.DType, fmtClip(l.ClipMin, l.ClipMax), rule)
+		sqnr, local := l.SQNR.String(), l.LocalSQNR.String()
+		if l.NonFinite > 0 {
+			sqnr += "*"
+		}
+		if l.LocalNonFinite > 0 {
+			local += "*"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sqnr, local, l.Tensor, node, l.OpType, module, l.DType, fmtClip(l.ClipMin, l.ClipMax), rule)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for i, l := range r.Layers {
+		if limit > 0 && i == limit {
+			break
+		}
+		if n := max(l.NonFinite, l.LocalNonFinite); n > 0 {
+			fmt.Fprintf(w, "  * %s: %d element pairs are NaN or infinite on one side only (e.g. a -inf mask saturated by QuantizeLinear); the SQNR covers the finite ones\n", l.Tensor, n)
+		}
 	}
 	if len(r.Unpaired) > 0 {
 		fmt.Fprintf(w, "not compared (%d):\n", len(r.Unpaired))
