@@ -68,8 +68,11 @@ func (l *Library) Open(m *onnxgraph.Model, so SessionOptions) (*Engine, error) {
 	}
 	if so.Optimization != OptimizeNone && hasFloat8QDQ(m) {
 		so = float8Options(so)
-		slog.Info("onnxruntime: the model has float8 QuantizeLinear/DequantizeLinear; disabling the graph optimizers that mishandle float8 in ONNX Runtime 1.23 (other optimizations stay on)",
-			"model", m.Path, disableQuantQDQKey, 1, disableOptimizersKey, strings.Join(float8Optimizers, ";"))
+		attrs := []any{disableQuantQDQKey, 1, disableOptimizersKey, strings.Join(float8Optimizers, ";")}
+		if m.Path != "" {
+			attrs = append([]any{"model", m.Path}, attrs...)
+		}
+		slog.Info("onnxruntime: the model has float8 QuantizeLinear/DequantizeLinear; disabling the graph optimizers that mishandle float8 in ONNX Runtime 1.23 (other optimizations stay on)", attrs...)
 	}
 	s, err := l.NewSessionFromBytes(b, so)
 	if err != nil {
