@@ -372,6 +372,11 @@ func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if xf, ok := x.Data.([]float32); ok {
+		out := tensor.New(tensor.Float, os...)
+		whereF32(cond, c.Shape, xf, x.Shape, y.Float32s(), y.Shape, out.Float32s(), os)
+		return []*tensor.Tensor{out}, nil
+	}
 	ci, xi, yi := bcastIndex(c.Shape, os), bcastIndex(x.Shape, os), bcastIndex(y.Shape, os)
 	idx := make([]int, len(ci))
 	// Select over a concatenation-free scheme: gather from x, then from y.
@@ -388,6 +393,55 @@ func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		}
 	}
 	return []*tensor.Tensor{out}, nil
+}
+
+// whereF32 is Where on float32 operands: o[i] = cond ? x : y over the
+// broadcast shape os, walking the three operands with an odometer instead
+// of materialising index arrays.
+func whereF32(cond []bool, cs []int, x []float32, xs []int, y []float32, ys []int, o []float32, os []int) {
+	if len(o) == 0 {
+		return
+	}
+	r := len(os)
+	if r == 0 {
+		o[0] = y[0]
+		if cond[0] {
+			o[0] = x[0]
+		}
+		return
+	}
+	sc, sx, sy := bcastStrides(cs, os), bcastStrides(xs, os), bcastStrides(ys, os)
+	inner := os[r-1]
+	ic, ix, iy := sc[r-1], sx[r-1], sy[r-1]
+	idx := make([]int, r)
+	pc, px, py := 0, 0, 0
+	for off := 0; off < len(o); off += inner {
+		row := o[off : off+inner]
+		c, a, b := pc, px, py
+		for j := range row {
+			if cond[c] {
+				row[j] = x[a]
+			} else {
+				row[j] = y[b]
+			}
+			c += ic
+			a += ix
+			b += iy
+		}
+		for d := r - 2; d >= 0; d-- {
+			idx[d]++
+			pc += sc[d]
+			px += sx[d]
+			py += sy[d]
+			if idx[d] < os[d] {
+				break
+			}
+			pc -= sc[d] * os[d]
+			px -= sx[d] * os[d]
+			py -= sy[d] * os[d]
+			idx[d] = 0
+		}
+	}
 }
 
 // unaryFloat maps a float32 function over a float tensor.
