@@ -36,11 +36,15 @@ func uintVia[T number](f func(a, b uint64) uint64) func(x, y T) T {
 
 // arith applies a numeric binary op with broadcasting; a and b have the same type.
 func arith(a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
-	return arithPar(1, a, b, fs)
+	return arithPar(nil, a, b, fs)
 }
 
 // arithPar is arith with float32 outputs split over threads workers.
-func arithPar(threads int, a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
+func arithPar(rc *runCtx, a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, error) {
+	threads := 1
+	if rc != nil {
+		threads = rc.threads
+	}
 	if a.DType != b.DType {
 		return nil, fmt.Errorf("operands have different types %s and %s", a.DType, b.DType)
 	}
@@ -52,7 +56,7 @@ func arithPar(threads int, a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, 
 	switch a.Data.(type) {
 	case []float32:
 		if fs.op != 0 {
-			out := tensor.New(dt, os...)
+			out := rc.newFloat(os...)
 			binaryF32Par(threads, fs.op, a.Float32s(), a.Shape, b.Float32s(), b.Shape, out.Float32s(), os)
 			return out, nil
 		}
@@ -202,7 +206,7 @@ func modFuncs(fmod bool) arithFuncs {
 
 func binaryKernel(fs arithFuncs) kernel {
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		out, err := arithPar(rc.threads, in[0], in[1], fs)
+		out, err := arithPar(rc, in[0], in[1], fs)
 		if err != nil {
 			return nil, err
 		}
@@ -359,7 +363,7 @@ func notKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 }
 
 // whereKernel selects x where cond is true and y elsewhere, broadcasting all three.
-func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func whereKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	c, x, y := in[0], in[1], in[2]
 	cond, ok := c.Data.([]bool)
 	if !ok {
@@ -373,7 +377,7 @@ func whereKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return nil, err
 	}
 	if xf, ok := x.Data.([]float32); ok {
-		out := tensor.New(tensor.Float, os...)
+		out := rc.newFloat(os...)
 		whereF32(cond, c.Shape, xf, x.Shape, y.Float32s(), y.Shape, out.Float32s(), os)
 		return []*tensor.Tensor{out}, nil
 	}
@@ -451,7 +455,7 @@ func unaryFloat(f func(x float32) float32) kernel {
 		if !ok {
 			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
 		}
-		out := tensor.New(tensor.Float, in[0].Shape...)
+		out := rc.newFloat(in[0].Shape...)
 		o := out.Float32s()
 		threads := 1
 		if rc != nil {

@@ -20,6 +20,7 @@ type GoSession struct {
 	threads int
 	inputs  []IOInfo
 	outputs []IOInfo
+	arenas  arenas
 }
 
 // NewGoSession compiles m for the built-in engine. Every node the engine
@@ -93,7 +94,8 @@ func (s *GoSession) Run(ctx context.Context, inputs map[string]*tensor.Tensor, o
 		}
 		feeds[i] = ct
 	}
-	rc := &runCtx{ctx: ctx, threads: s.threads, tap: opts.Tap}
+	rc := &runCtx{ctx: ctx, threads: s.threads, tap: opts.Tap, arena: s.arenas.get()}
+	defer s.arenas.put(rc.arena)
 	if opts.Tap != nil && opts.TapValues != nil {
 		rc.tapSet = map[string]bool{}
 		for _, n := range opts.TapValues {
@@ -132,7 +134,7 @@ func checkInput(v *onnxgraph.Value, t *tensor.Tensor, symbols map[string]int) (*
 	if want != tensor.Undefined && want != t.DType {
 		return nil, &InputError{Input: v.Name, Expected: "element type " + want.String(), Given: t.DType.String()}
 	}
-	if err := checkData(t); err != nil {
+	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("input %q: %w", v.Name, err)
 	}
 	if dims, ok := v.Shape(); ok {
@@ -164,29 +166,14 @@ func checkInput(v *onnxgraph.Value, t *tensor.Tensor, symbols map[string]int) (*
 	return toCompute(t)
 }
 
-// checkData verifies that t's Data slice matches its dtype and shape.
-func checkData(t *tensor.Tensor) error {
-	for _, d := range t.Shape {
-		if d < 0 {
-			return fmt.Errorf("negative dimension in shape %v", t.Shape)
-		}
-	}
-	n := dataLen(t.Data)
-	if n < 0 {
-		return fmt.Errorf("unsupported data %T for %s", t.Data, t.DType)
-	}
-	if n != t.Len() {
-		return fmt.Errorf("%d elements for shape %v (%d elements)", n, t.Shape, t.Len())
-	}
-	return nil
-}
-
 // runCtx is the state of one run shared by all kernels.
 type runCtx struct {
 	ctx     context.Context
 	threads int
 	tap     Tap
 	tapSet  map[string]bool
+	// arena recycles intermediate float32 buffers (nil: plain allocation).
+	arena *arena
 }
 
 // wants reports whether the run's tap asks for the value name.
@@ -258,6 +245,11 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 		rc.emit(p.names[s], slots[s])
 	}
 	args := make([]*tensor.Tensor, 0, 8)
+	// held marks the slots counted in the arena: only those are released.
+	var held []bool
+	if rc.arena != nil {
+		held = make([]bool, p.nslots)
+	}
 	for i := range p.steps {
 		st := &p.steps[i]
 		if err := rc.ctx.Err(); err != nil {
@@ -283,9 +275,17 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 				return nil, fmt.Errorf("%s: output %d was not computed", st.node, j)
 			}
 			slots[s] = outs[j]
+			if held != nil {
+				rc.arena.hold(outs[j])
+				held[s] = true
+			}
 			rc.emit(p.names[s], outs[j])
 		}
 		for _, s := range st.free {
+			if held != nil && held[s] {
+				rc.arena.release(slots[s])
+				held[s] = false
+			}
 			slots[s] = nil
 		}
 	}

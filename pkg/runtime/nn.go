@@ -56,7 +56,7 @@ func matMul(rc *runCtx, in []*tensor.Tensor, cache *packCache) ([]*tensor.Tensor
 		return nil, err
 	}
 	os := slices.Concat(batch, []int{m, n})
-	out := tensor.New(tensor.Float, os...)
+	out := rc.newFloat(os...)
 	x, y, o := a.Float32s(), b.Float32s(), out.Float32s()
 	nb := tensor.NumElements(batch)
 	switch {
@@ -145,7 +145,7 @@ func buildGemm(b *builder) (kernel, error) {
 		if k != k2 {
 			return nil, fmt.Errorf("inputs A %v and B %v do not fit", as, bs)
 		}
-		out := tensor.New(tensor.Float, m, n)
+		out := rc.newFloat(m, n)
 		o := out.Float32s()
 		cb := float32(0)
 		if len(in) > 2 && in[2] != nil && beta != 0 {
@@ -335,7 +335,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 			return nil, fmt.Errorf("input B has %d elements, W has %d output channels", len(bias), m)
 		}
 	}
-	out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.Out)...)
+	out := rc.newFloat(slices.Concat([]int{n, m}, g.Out)...)
 	y := out.Float32s()
 	cg, mg := c/grp, m/grp
 	kk := cg * g.KernelSize()
@@ -516,7 +516,7 @@ func buildConvTranspose(b *builder) (kernel, error) {
 				return nil, err
 			}
 		}
-		out := tensor.New(tensor.Float, slices.Concat([]int{n, m}, g.In)...)
+		out := rc.newFloat(slices.Concat([]int{n, m}, g.In)...)
 		y := out.Float32s()
 		cg := c / grp
 		kk := mg * g.KernelSize()
@@ -582,7 +582,7 @@ func buildPool(isMax bool) func(b *builder) (kernel, error) {
 				return nil, err
 			}
 			nc := xs[0] * xs[1]
-			out := tensor.New(tensor.Float, slices.Concat(xs[:2], g.Out)...)
+			out := rc.newFloat(slices.Concat(xs[:2], g.Out)...)
 			var idx []int64
 			if wantIdx {
 				idx = make([]int64, out.Len())
@@ -857,7 +857,7 @@ func buildLayerNorm(b *builder) (kernel, error) {
 		if len(scale) != n || bias != nil && len(bias) != n {
 			return nil, fmt.Errorf("input Scale %v or B do not fit normalized shape %v", in[1].Shape, xs[ax:])
 		}
-		out := tensor.New(tensor.Float, xs...)
+		out := rc.newFloat(xs...)
 		statShape := slices.Clone(xs)
 		for i := ax; i < len(statShape); i++ {
 			statShape[i] = 1
@@ -904,7 +904,7 @@ func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 			if err != nil {
 				return nil, err
 			}
-			out := tensor.New(tensor.Float, in[0].Shape...)
+			out := rc.newFloat(in[0].Shape...)
 			if legacy {
 				// Before opset 13 the input is flattened to 2-D at axis.
 				n := tensor.NumElements(xs[ax:])
