@@ -171,7 +171,7 @@ func TestInputChecks(t *testing.T) {
 		{map[string]*tensor.Tensor{"input": tensor.New(tensor.Float, 2, 8)}, `input "input": expected shape [N 16], given shape [2 8]`},
 		{map[string]*tensor.Tensor{"input": tensor.New(tensor.Float, 16)}, `expected shape [N 16], given shape [16]`},
 		{map[string]*tensor.Tensor{"input": tensor.New(tensor.Float16, 2, 16)}, `input "input": expected element type float32, given float16`},
-		{map[string]*tensor.Tensor{"input": {DType: tensor.Float, Shape: []int{2, 16}, Data: make([]float32, 3)}}, `3 elements for shape [2 16]`},
+		{map[string]*tensor.Tensor{"input": {DType: tensor.Float, Shape: []int{2, 16}, Data: make([]float32, 3)}}, `holds 3 elements, want 32`},
 	}
 	for _, tt := range tests {
 		_, err := s.Run(context.Background(), tt.in, RunOptions{})
