@@ -19,37 +19,6 @@ func toCompute(t *tensor.Tensor) (*tensor.Tensor, error) {
 	return t, nil
 }
 
-// dataLen is the length of a tensor's Data slice, -1 for an unknown type.
-func dataLen(data any) int {
-	switch d := data.(type) {
-	case []float32:
-		return len(d)
-	case []float64:
-		return len(d)
-	case []int8:
-		return len(d)
-	case []uint8:
-		return len(d)
-	case []int16:
-		return len(d)
-	case []uint16:
-		return len(d)
-	case []int32:
-		return len(d)
-	case []uint32:
-		return len(d)
-	case []int64:
-		return len(d)
-	case []uint64:
-		return len(d)
-	case []bool:
-		return len(d)
-	case []string:
-		return len(d)
-	}
-	return -1
-}
-
 // asFloat32 returns the elements of a numeric or bool tensor as float32
 // (the Data slice itself for Float tensors).
 func asFloat32(t *tensor.Tensor) ([]float32, error) { return t.AsFloat32() }
