@@ -3,11 +3,13 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/passes"
 )
 
@@ -41,17 +43,30 @@ func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Comma
 	return cmd
 }
 
+// RandomDataMetadataKey is the model metadata_props key that marks a model
+// whose activation ranges came from random calibration data.
+const RandomDataMetadataKey = "coreaiq.calibration_data"
+
 func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 	s, err := setupPipeline(&opts.quantizeOptions)
 	if err != nil {
 		return err
 	}
 	u := &passes.Unit{}
+	randomData := false
 	if opts.Stats != "" {
 		st, err := calibrate.ReadFile(opts.Stats)
 		if err != nil {
 			return &UsageError{Err: err}
 		}
+		sum, err := fileSHA256(s.settings.Model)
+		if err != nil {
+			return err
+		}
+		if err := st.CheckModel(sum); err != nil {
+			return &UsageError{Err: fmt.Errorf("%s: %w", opts.Stats, err)}
+		}
+		randomData = st.RandomData
 		u.Stats = passes.StatsOf(st)
 	}
 	timings, err := runPipeline(ctx, &opts.quantizeOptions, s, u, "")
@@ -62,10 +77,17 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 		return err
 	}
 	out := outputPath(s.settings)
+	if randomData {
+		// Every output made from random calibration data says so.
+		key, value := RandomDataMetadataKey, "random"
+		u.Result.Model.Proto.MetadataProps = append(u.Result.Model.Proto.MetadataProps,
+			&onnxpb.StringStringEntryProto{Key: &key, Value: &value})
+	}
 	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
+	rep.RandomData = randomData
 	rep.reportPath = s.settings.Report
 	if s.settings.Report != "" {
 		if err := writeReportFile(s.settings.Report, rep); err != nil {

@@ -234,18 +234,20 @@ func outputPath(st config.Settings) string {
 
 // report is the JSON document of --report.
 type report struct {
-	Model     string            `json:"model"`
-	Output    string            `json:"output"`
-	Opset     int64             `json:"opset"`
-	IRVersion int64             `json:"ir_version"`
-	Tensors   []reportTensor    `json:"tensors"`
-	Skipped   []finalize.Skip   `json:"skipped"`
-	Notes     []string          `json:"notes"`
-	Passes    []passes.Timing   `json:"passes"`
-	PeakRSS   int64             `json:"peak_rss_bytes"`
-	Counts    map[string]int    `json:"counts"`
-	Naming    string            `json:"value_naming"`
-	Extra     map[string]string `json:"extra,omitempty"`
+	Model     string          `json:"model"`
+	Output    string          `json:"output"`
+	Opset     int64           `json:"opset"`
+	IRVersion int64           `json:"ir_version"`
+	Tensors   []reportTensor  `json:"tensors"`
+	Skipped   []finalize.Skip `json:"skipped"`
+	Notes     []string        `json:"notes"`
+	Passes    []passes.Timing `json:"passes"`
+	PeakRSS   int64           `json:"peak_rss_bytes"`
+	Counts    map[string]int  `json:"counts"`
+	Naming    string          `json:"value_naming"`
+	// RandomData is set when the activation ranges came from random inputs
+	// (calibrate --random-data): the model is only good for testing.
+	RandomData bool `json:"random_data,omitempty"`
 	// Eval is the comparison on --eval-samples held-out samples.
 	Eval *compare.Report `json:"eval,omitempty"`
 
@@ -329,6 +331,9 @@ func writeReportFile(path string, r *report) error {
 func writeReportTable(w io.Writer, r *report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "wrote %s (opset %d, IR %d)\n", r.Output, r.Opset, r.IRVersion)
+	if r.RandomData {
+		fmt.Fprintln(tw, "warning: activation ranges come from random data (calibrate --random-data): for testing only")
+	}
 	fmt.Fprintf(tw, "quantized\tweights %d\tbiases %d\tactivations %d\tskipped nodes %d\n",
 		r.Counts["weight"], r.Counts["bias"], r.Counts["activation"], len(r.Skipped))
 	for _, t := range r.Passes {
