@@ -269,7 +269,7 @@ func TestOpsetRaise(t *testing.T) {
 	}{
 		{"int8 per channel raises 11 to 13", 11, false, spec.Int8, perChannel, 1, 0, 0, 13, 8, false, ""},
 		{"int8 per tensor keeps 11", 11, false, spec.Int8, spec.Granularity{}, -1, 0, 0, 11, 8, false, ""},
-		{"softmax blocks 11 to 13", 11, true, spec.Int8, perChannel, 1, 0, 0, 0, 0, false, "Softmax (changed meaning at opset 13)"},
+		{"softmax adapted from 11 to 13", 11, true, spec.Int8, perChannel, 1, 0, 0, 13, 8, false, ""},
 		{"int4 per channel raises to 21", 17, true, spec.Int4, perChannel, 1, 0, 0, 21, 10, false, ""},
 		{"int4 pinned at 17 uses com.microsoft", 17, true, spec.Int4, perChannel, 1, 0, 17, 17, 10, true, ""},
 		{"int4 per block cannot pin 17", 17, true, spec.Int4, spec.Granularity{Type: spec.PerBlock, Axis: intPtr(0), BlockSize: 2}, 0, 2, 17, 0, 0, false, "needs opset 21"},

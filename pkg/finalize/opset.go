@@ -43,7 +43,8 @@ func irForOpset(opset int64) int64 {
 // that only added element types, or added attributes and inputs whose
 // defaults keep the old behaviour, are not listed. An op absent from the
 // table is unknown: raising the opset of a model that uses it is refused,
-// since nothing here says it is safe.
+// since nothing here says it is safe. A listed change is rewritten by the
+// op's version adapter (adapt.go) when it has one, and refused otherwise.
 var breaking = map[string][]int64{
 	// Element-wise arithmetic: v7 replaced the broadcast attribute by
 	// numpy broadcasting; later versions only added types.
@@ -65,10 +66,11 @@ var breaking = map[string][]int64{
 	"Gemm": nil, "MatMul": nil, "MatMulInteger": nil, "QLinearMatMul": nil, "Einsum": nil,
 	"MaxPool": nil, "AveragePool": nil, "GlobalAveragePool": nil, "GlobalMaxPool": nil,
 	"LpPool": nil, "GlobalLpPool": nil, "MaxRoiPool": nil, "MaxUnpool": nil,
-	// BatchNormalization v9 dropped `spatial`; v14 training_mode defaults to inference.
-	"BatchNormalization": {9}, "InstanceNormalization": nil, "LayerNormalization": nil,
+	// BatchNormalization v7 dropped is_test, v9 `spatial`; v14 training_mode defaults to inference.
+	"BatchNormalization": {7, 9}, "InstanceNormalization": nil, "LayerNormalization": nil,
 	"GroupNormalization": {21}, "LRN": nil, "LpNormalization": nil,
-	"Dropout": {12}, "Identity": nil, "Cast": nil, "CastLike": nil,
+	// Dropout v7 dropped is_test, v10 made the mask bool, v12 moved ratio to an input.
+	"Dropout": {7, 10, 12}, "Identity": nil, "Cast": nil, "CastLike": nil,
 	"Reshape": {5}, "Flatten": nil, "Transpose": nil, "Concat": {4},
 	// Squeeze/Unsqueeze v13 and Split v13: axes/split moved to inputs.
 	"Squeeze": {13}, "Unsqueeze": {13}, "Split": {13},
@@ -94,7 +96,8 @@ var breaking = map[string][]int64{
 
 // checkOpsetRaise returns an error naming every op of the model (in the
 // default domain, subgraphs included) whose meaning changed between opset
-// from and opset to, or that the table above does not know.
+// from and opset to and that has no version adapter, or that the table
+// above does not know.
 func checkOpsetRaise(m *onnxpb.ModelProto, from, to int64) error {
 	if to <= from {
 		return nil
@@ -112,10 +115,12 @@ func checkOpsetRaise(m *onnxpb.ModelProto, from, to int64) error {
 				switch {
 				case !known:
 					changed[op] = "not in coreaiq's table of operator changes"
+				case adapters[op] != nil:
+					// rewritten by adaptOpset, which names the nodes it cannot rewrite
 				default:
 					for _, v := range versions {
 						if v > from && v <= to {
-							changed[op] = fmt.Sprintf("changed meaning at opset %d", v)
+							changed[op] = fmt.Sprintf("changed meaning at opset %d, no rewrite in coreaiq", v)
 							break
 						}
 					}

@@ -175,9 +175,15 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		w.notes = append(w.notes, fmt.Sprintf("float8e8m0 scales of %d weights written as float powers of two at opset %d (ONNX Runtime 1.23 reads IR ≤ 11, opset ≤ 23; --opset 24 keeps float8e8m0)",
 			w.e8m0AsFloat, w.opset))
 	}
+	labels := viewLabels(m, w.out)
 	if err := w.assemble(); err != nil {
 		return nil, err
 	}
+	adapted, err := adaptOpset(w.out, m.Opset(""), w.opset, w.name, labels)
+	if err != nil {
+		return nil, err
+	}
+	w.notes = append(w.notes, adapted...)
 	ir, err := w.stamp()
 	if err != nil {
 		return nil, err
@@ -201,46 +207,44 @@ func cmpString(a, b string) int {
 
 // collectNames records every node and value name of the model so that
 // inserted names are unique.
-func (w *writer) collectNames() {
-	w.used = map[string]bool{}
-	var walk func(g *onnxpb.GraphProto)
-	walk = func(g *onnxpb.GraphProto) {
+func (w *writer) collectNames() { w.used = usedNames(w.out.GetGraph()) }
+
+// usedNames returns every node and value name of g and its subgraphs.
+func usedNames(g *onnxpb.GraphProto) map[string]bool {
+	used := map[string]bool{}
+	walkGraphs(g, func(g *onnxpb.GraphProto) {
 		for _, t := range g.GetInitializer() {
-			w.used[t.GetName()] = true
+			used[t.GetName()] = true
 		}
 		for _, vs := range [][]*onnxpb.ValueInfoProto{g.GetInput(), g.GetOutput(), g.GetValueInfo()} {
 			for _, v := range vs {
-				w.used[v.GetName()] = true
+				used[v.GetName()] = true
 			}
 		}
 		for _, n := range g.GetNode() {
-			w.used[n.GetName()] = true
+			used[n.GetName()] = true
 			for _, s := range n.GetInput() {
-				w.used[s] = true
+				used[s] = true
 			}
 			for _, s := range n.GetOutput() {
-				w.used[s] = true
-			}
-			for _, a := range n.GetAttribute() {
-				if a.G != nil {
-					walk(a.G)
-				}
-				for _, sg := range a.Graphs {
-					walk(sg)
-				}
+				used[s] = true
 			}
 		}
-	}
-	walk(w.out.GetGraph())
+	})
+	return used
 }
 
 // name returns base, or base_1, base_2, ... : the first unused one.
-func (w *writer) name(base string) string {
+func (w *writer) name(base string) string { return uniqueIn(w.used, base) }
+
+// uniqueIn returns the first of base, base_1, base_2, ... not in used,
+// and marks it used.
+func uniqueIn(used map[string]bool, base string) string {
 	n := base
-	for i := 1; w.used[n]; i++ {
+	for i := 1; used[n]; i++ {
 		n = fmt.Sprintf("%s_%d", base, i)
 	}
-	w.used[n] = true
+	used[n] = true
 	return n
 }
 
@@ -753,16 +757,7 @@ func (w *writer) foldGemmBeta(np *onnxpb.NodeProto) {
 // stamp writes the opset imports and the lowest IR version that covers
 // the content, never lowering the model's.
 func (w *writer) stamp() (int64, error) {
-	found := false
-	for _, o := range w.out.OpsetImport {
-		if onnxgraph.NormalizeDomain(o.GetDomain()) == "" {
-			o.Version = proto.Int64(w.opset)
-			found = true
-		}
-	}
-	if !found {
-		w.out.OpsetImport = append(w.out.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String(""), Version: proto.Int64(w.opset)})
-	}
+	setDefaultOpset(w.out, w.opset)
 	if w.msDomain || w.msImport {
 		has := false
 		for _, o := range w.out.OpsetImport {
