@@ -97,6 +97,9 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := s.resolveBatchSize(); err != nil {
+		return err
+	}
 	sum, err := fileSHA256(s.settings.Model)
 	if err != nil {
 		return err

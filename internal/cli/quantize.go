@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -85,6 +86,9 @@ type pipelineSetup struct {
 	model    *onnxgraph.Model
 	quant    *config.QuantizerConfig
 	notices  []*config.Diagnostic
+	// batchFrom names where an explicit calibration batch size came from
+	// ("" when it is the default).
+	batchFrom string
 }
 
 func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
@@ -106,7 +110,7 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &pipelineSetup{settings: st, model: m}
+	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Flags)}
 	switch {
 	case st.Preset != "":
 		if s.quant, err = config.Preset(st.Preset); err != nil {
@@ -120,6 +124,53 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 		}
 	}
 	return s, nil
+}
+
+// batchSource names where an explicit calibration batch size came from,
+// in the precedence of config.Settings (flag, environment, config file),
+// or "" when none was given.
+func batchSource(cfg *config.Config, flags *pflag.FlagSet) string {
+	switch {
+	case flags != nil && flags.Lookup("batch-size") != nil && flags.Changed("batch-size"):
+		return "--batch-size"
+	case os.Getenv("COREAIQ_CALIBRATION_BATCH_SIZE") != "":
+		return "COREAIQ_CALIBRATION_BATCH_SIZE"
+	case cfg != nil && cfg.FileSettings.BatchSize > 0:
+		return cfg.File + ": calibration.batch_size"
+	}
+	return ""
+}
+
+// resolveBatchSize fits the calibration batch to a model whose inputs fix
+// their first dimension (mnist-cntk-op8: [1, 1, 28, 28]): without an
+// explicit batch size it becomes the fixed one; an explicit one that
+// differs is a usage error naming the input and both sizes, rather than a
+// shape error in the middle of calibration.
+func (s *pipelineSetup) resolveBatchSize() error {
+	fixedBy := ""
+	for _, v := range s.model.Graph.Inputs {
+		if v.IsInitializer {
+			continue // an initializer listed as an input (IR < 4)
+		}
+		dims, ok := v.Shape()
+		if !ok || len(dims) == 0 || dims[0].Size <= 0 {
+			continue
+		}
+		fixed := int(dims[0].Size)
+		switch {
+		case s.batchFrom != "" && s.settings.BatchSize != fixed:
+			return Usagef("input %q of %s has a fixed batch size of %d, but %s sets the calibration batch size to %d: leave it unset or make it %d",
+				v.Name, s.settings.Model, fixed, s.batchFrom, s.settings.BatchSize, fixed)
+		case fixedBy == "" && s.batchFrom == "":
+			if fixed != s.settings.BatchSize {
+				slog.Info("calibration batch size set to the model's fixed batch size", "input", v.Name, "batch_size", fixed)
+			}
+			s.settings.BatchSize, fixedBy = fixed, v.Name
+		case fixedBy != "" && s.settings.BatchSize != fixed:
+			return Usagef("inputs %q and %q of %s fix different batch sizes (%d and %d) on axis 0", fixedBy, v.Name, s.settings.Model, s.settings.BatchSize, fixed)
+		}
+	}
+	return nil
 }
 
 // runPipeline runs the passes up to until, printing config warnings and
@@ -156,6 +207,9 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	s, err := setupPipeline(opts)
 	if err != nil {
+		return err
+	}
+	if err := s.resolveBatchSize(); err != nil {
 		return err
 	}
 	u := &passes.Unit{}
