@@ -85,30 +85,6 @@ type compareJSON struct {
 	WeightDequantizers int `json:"weight_dequantizers"`
 }
 
-// perTensorConfig quantizes with per-tensor int8 weights and uint8
-// activations, which opset 10 can express: the presets use per-channel
-// weights (opset 13), and SqueezeNet 1.0 (opset 7) has Dropout and Softmax,
-// whose meaning changes before opset 13, so finalize will not raise its
-// opset that far.
-const perTensorConfig = `quantization_spec:
-  activation: &activation
-    dtype: uint8
-    qscheme: asymmetric
-    granularity: { type: per_tensor }
-  weight: &weight
-    dtype: int8
-    qscheme: symmetric
-    granularity: { type: per_tensor }
-quantization_config:
-  global_config:
-    op_input_spec:
-      "*": *activation
-    op_output_spec:
-      "*": *activation
-    op_state_spec:
-      weight: *weight
-`
-
 // TestCompareSharedModels runs `coreaiq quantize` and then `coreaiq compare
 // --per-layer` on every shared model: w8a8 on all of them, w4 on the small
 // ones too (the larger models only run w8a8 to keep the test short). It
@@ -120,8 +96,7 @@ quantization_config:
 func TestCompareSharedModels(t *testing.T) {
 	shared := testutil.SharedModels(t)
 	type quant struct {
-		preset string // or "" with config
-		config string
+		preset string
 		// floor is the SQNR in dB every output must reach.
 		floor float64
 	}
@@ -130,7 +105,8 @@ func TestCompareSharedModels(t *testing.T) {
 	cases := []struct {
 		model string
 		quant []quant
-		// batch is the calibration and comparison batch size; samples the
+		// batch is the calibration and comparison batch size (0: not
+		// given, the model's fixed batch or the default); samples the
 		// number of calibration and of evaluation samples.
 		batch, samples int
 		labels         bool
@@ -138,8 +114,15 @@ func TestCompareSharedModels(t *testing.T) {
 		{"digits_lenet", []quant{w8a8, w4}, 8, 32, true},
 		{"digits_mlp", []quant{w8a8, w4}, 8, 32, true},
 		{"digits_resnet", []quant{w8a8, w4}, 8, 32, true},
-		{"mnist-cntk-op8", []quant{w8a8, w4}, 1, 16, true}, // fixed batch 1
-		{"squeezenet1.0-fp32", []quant{{config: perTensorConfig, floor: 0}}, 2, 4, false},
+		{"mnist-cntk-op8", []quant{w8a8, w4}, 0, 16, true}, // batch: the model's fixed 1
+		// SqueezeNet 1.0 (opset 7, raised through the version adapters)
+		// ends in a Softmax over 1000 classes: small errors in the logits
+		// move the probabilities a lot, so the SQNR of its output is low
+		// (here, 4 calibration samples: w8a8 1.4 dB, w4 6.1 dB; w8a8 on
+		// all 16 calibration samples and 16 evaluation samples: 3.6 dB,
+		// 62% top-1 and 94% top-5 agreement). A broken quantization is at
+		// or below 0 dB.
+		{"squeezenet1.0-fp32", []quant{{preset: "w8a8", floor: 0.5}, {preset: "w4", floor: 3}}, 2, 4, false},
 		{"resnet18", []quant{w8a8}, 2, 4, false},
 		{"mobilenetv2", []quant{w8a8}, 2, 4, false},
 		{"bert_encoder", []quant{w8a8}, 2, 4, false},
@@ -150,24 +133,15 @@ func TestCompareSharedModels(t *testing.T) {
 		dir := filepath.Join(shared, c.model)
 		model := filepath.Join(dir, "model.onnx")
 		for _, q := range c.quant {
-			name := q.preset
-			if name == "" {
-				name = "per-tensor"
-			}
-			t.Run(c.model+"/"+name, func(t *testing.T) {
+			t.Run(c.model+"/"+q.preset, func(t *testing.T) {
 				tmp := t.TempDir()
 				out := filepath.Join(tmp, "q.onnx")
-				args := []string{"quantize", "--model", model, "-o", out, "--samples", fmt.Sprint(c.samples),
-					"--batch-size", fmt.Sprint(c.batch), "--log-level", "error"}
-				if q.preset != "" {
-					args = append(args, "--preset", q.preset)
-				} else {
-					cfg := filepath.Join(tmp, "quantize.yaml")
-					if err := os.WriteFile(cfg, []byte(q.config), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					args = append(args, "--config", cfg)
+				var batch []string
+				if c.batch > 0 {
+					batch = []string{"--batch-size", fmt.Sprint(c.batch)}
 				}
+				args := append([]string{"quantize", "--model", model, "-o", out, "--samples", fmt.Sprint(c.samples),
+					"--preset", q.preset, "--log-level", "error"}, batch...)
 				if code, _, stderr := runCLI(t, append(args, sharedData(t, dir, "calib")...)...); code != 0 {
 					t.Fatalf("quantize: exit %d\n%s", code, stderr)
 				}
@@ -187,8 +161,8 @@ func TestCompareSharedModels(t *testing.T) {
 				}
 
 				html := filepath.Join(tmp, "report.html")
-				args = []string{"compare", model, out, "--samples", fmt.Sprint(c.samples), "--batch-size", fmt.Sprint(c.batch),
-					"--per-layer", "--format", "json", "--html", html}
+				args = append([]string{"compare", model, out, "--samples", fmt.Sprint(c.samples),
+					"--per-layer", "--format", "json", "--html", html}, batch...)
 				if c.labels {
 					args = append(args, "--labels", filepath.Join(dir, "eval_labels.npy"))
 				}
