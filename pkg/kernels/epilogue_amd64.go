@@ -69,3 +69,34 @@ var gatherIdx = func() (t [17][8]int32) {
 	}
 	return t
 }()
+
+// dwRow3 is dwRow3Go with whole vectors of 8 outputs in AVX2
+// (bit-identical: the same products and sums in the same order, no FMA).
+// The assembly reads x[r·ldx + stride·j + kx] only for the outputs it
+// writes, which the slice bounds below guarantee.
+func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
+	n := len(out) &^ 7
+	if !haveAVX2 || n == 0 || nr < 1 || nr > 3 || (stride != 1 && stride != 2) {
+		dwRow3Go(out, x, ldx, nr, stride, w)
+		return
+	}
+	_ = x[(nr-1)*ldx+stride*(n-1)+2]
+	_ = w[3*nr-1]
+	switch stride*4 + nr {
+	case 5:
+		dw3s1r1AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case 6:
+		dw3s1r2AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case 7:
+		dw3s1r3AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case 9:
+		dw3s2r1AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case 10:
+		dw3s2r2AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case 11:
+		dw3s2r3AVX2(&out[0], n, &x[0], ldx, &w[0])
+	}
+	if n < len(out) {
+		dwRow3Go(out[n:], x[stride*n:], ldx, nr, stride, w)
+	}
+}

@@ -1646,3 +1646,288 @@ maxRowGatherAVX2_max:
 maxRowGatherAVX2_done:
 	VZEROUPPER
 	RET
+
+// func dw3s1r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+// Requires: AVX
+TEXT ·dw3s1r1AVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         ldx+24(FP), BX
+	MOVQ         w+32(FP), SI
+	SHLQ         $0x02, BX
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+
+dw3s1r1AVX2_loop:
+	TESTQ   CX, CX
+	JZ      dw3s1r1AVX2_done
+	VXORPS  Y3, Y3, Y3
+	VMULPS  (DX), Y0, Y4
+	VADDPS  Y4, Y3, Y3
+	VMULPS  4(DX), Y1, Y4
+	VADDPS  Y4, Y3, Y3
+	VMULPS  8(DX), Y2, Y4
+	VADDPS  Y4, Y3, Y3
+	VMOVUPS Y3, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, DX
+	SUBQ    $0x08, CX
+	JMP     dw3s1r1AVX2_loop
+
+dw3s1r1AVX2_done:
+	VZEROUPPER
+	RET
+
+// func dw3s1r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+// Requires: AVX
+TEXT ·dw3s1r2AVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         ldx+24(FP), BX
+	MOVQ         w+32(FP), SI
+	SHLQ         $0x02, BX
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS 16(SI), Y4
+	VBROADCASTSS 20(SI), Y5
+
+dw3s1r2AVX2_loop:
+	TESTQ   CX, CX
+	JZ      dw3s1r2AVX2_done
+	VXORPS  Y6, Y6, Y6
+	VMULPS  (DX), Y0, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  4(DX), Y1, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  8(DX), Y2, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  (DX)(BX*1), Y3, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  4(DX)(BX*1), Y4, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  8(DX)(BX*1), Y5, Y7
+	VADDPS  Y7, Y6, Y6
+	VMOVUPS Y6, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, DX
+	SUBQ    $0x08, CX
+	JMP     dw3s1r2AVX2_loop
+
+dw3s1r2AVX2_done:
+	VZEROUPPER
+	RET
+
+// func dw3s1r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+// Requires: AVX
+TEXT ·dw3s1r3AVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         ldx+24(FP), BX
+	MOVQ         w+32(FP), SI
+	SHLQ         $0x02, BX
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS 16(SI), Y4
+	VBROADCASTSS 20(SI), Y5
+	VBROADCASTSS 24(SI), Y6
+	VBROADCASTSS 28(SI), Y7
+	VBROADCASTSS 32(SI), Y8
+
+dw3s1r3AVX2_loop:
+	TESTQ   CX, CX
+	JZ      dw3s1r3AVX2_done
+	VXORPS  Y9, Y9, Y9
+	VMULPS  (DX), Y0, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  4(DX), Y1, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  8(DX), Y2, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  (DX)(BX*1), Y3, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  4(DX)(BX*1), Y4, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  8(DX)(BX*1), Y5, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  (DX)(BX*2), Y6, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  4(DX)(BX*2), Y7, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  8(DX)(BX*2), Y8, Y10
+	VADDPS  Y10, Y9, Y9
+	VMOVUPS Y9, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, DX
+	SUBQ    $0x08, CX
+	JMP     dw3s1r3AVX2_loop
+
+dw3s1r3AVX2_done:
+	VZEROUPPER
+	RET
+
+// func dw3s2r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+// Requires: AVX, AVX2
+TEXT ·dw3s2r1AVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         ldx+24(FP), BX
+	MOVQ         w+32(FP), SI
+	SHLQ         $0x02, BX
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+
+dw3s2r1AVX2_loop:
+	TESTQ   CX, CX
+	JZ      dw3s2r1AVX2_done
+	VXORPS  Y3, Y3, Y3
+	VMOVUPS (DX), Y4
+	VMOVUPS 4(DX), Y5
+	VSHUFPS $0x88, 32(DX), Y4, Y6
+	VSHUFPS $0xdd, 32(DX), Y4, Y4
+	VSHUFPS $0xdd, 36(DX), Y5, Y5
+	VMULPS  Y0, Y6, Y6
+	VADDPS  Y6, Y3, Y3
+	VMULPS  Y1, Y4, Y4
+	VADDPS  Y4, Y3, Y3
+	VMULPS  Y2, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VPERMPD $0xd8, Y3, Y3
+	VMOVUPS Y3, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x40, DX
+	SUBQ    $0x08, CX
+	JMP     dw3s2r1AVX2_loop
+
+dw3s2r1AVX2_done:
+	VZEROUPPER
+	RET
+
+// func dw3s2r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+// Requires: AVX, AVX2
+TEXT ·dw3s2r2AVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         ldx+24(FP), BX
+	MOVQ         w+32(FP), SI
+	SHLQ         $0x02, BX
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS 16(SI), Y4
+	VBROADCASTSS 20(SI), Y5
+
+dw3s2r2AVX2_loop:
+	TESTQ   CX, CX
+	JZ      dw3s2r2AVX2_done
+	VXORPS  Y6, Y6, Y6
+	VMOVUPS (DX), Y7
+	VMOVUPS 4(DX), Y8
+	VSHUFPS $0x88, 32(DX), Y7, Y9
+	VSHUFPS $0xdd, 32(DX), Y7, Y7
+	VSHUFPS $0xdd, 36(DX), Y8, Y8
+	VMULPS  Y0, Y9, Y9
+	VADDPS  Y9, Y6, Y6
+	VMULPS  Y1, Y7, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  Y2, Y8, Y8
+	VADDPS  Y8, Y6, Y6
+	VMOVUPS (DX)(BX*1), Y7
+	VMOVUPS 4(DX)(BX*1), Y8
+	VSHUFPS $0x88, 32(DX)(BX*1), Y7, Y9
+	VSHUFPS $0xdd, 32(DX)(BX*1), Y7, Y7
+	VSHUFPS $0xdd, 36(DX)(BX*1), Y8, Y8
+	VMULPS  Y3, Y9, Y9
+	VADDPS  Y9, Y6, Y6
+	VMULPS  Y4, Y7, Y7
+	VADDPS  Y7, Y6, Y6
+	VMULPS  Y5, Y8, Y8
+	VADDPS  Y8, Y6, Y6
+	VPERMPD $0xd8, Y6, Y6
+	VMOVUPS Y6, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x40, DX
+	SUBQ    $0x08, CX
+	JMP     dw3s2r2AVX2_loop
+
+dw3s2r2AVX2_done:
+	VZEROUPPER
+	RET
+
+// func dw3s2r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+// Requires: AVX, AVX2
+TEXT ·dw3s2r3AVX2(SB), NOSPLIT, $0-40
+	MOVQ         out+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         ldx+24(FP), BX
+	MOVQ         w+32(FP), SI
+	SHLQ         $0x02, BX
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS 16(SI), Y4
+	VBROADCASTSS 20(SI), Y5
+	VBROADCASTSS 24(SI), Y6
+	VBROADCASTSS 28(SI), Y7
+	VBROADCASTSS 32(SI), Y8
+
+dw3s2r3AVX2_loop:
+	TESTQ   CX, CX
+	JZ      dw3s2r3AVX2_done
+	VXORPS  Y9, Y9, Y9
+	VMOVUPS (DX), Y10
+	VMOVUPS 4(DX), Y11
+	VSHUFPS $0x88, 32(DX), Y10, Y12
+	VSHUFPS $0xdd, 32(DX), Y10, Y10
+	VSHUFPS $0xdd, 36(DX), Y11, Y11
+	VMULPS  Y0, Y12, Y12
+	VADDPS  Y12, Y9, Y9
+	VMULPS  Y1, Y10, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  Y2, Y11, Y11
+	VADDPS  Y11, Y9, Y9
+	VMOVUPS (DX)(BX*1), Y10
+	VMOVUPS 4(DX)(BX*1), Y11
+	VSHUFPS $0x88, 32(DX)(BX*1), Y10, Y12
+	VSHUFPS $0xdd, 32(DX)(BX*1), Y10, Y10
+	VSHUFPS $0xdd, 36(DX)(BX*1), Y11, Y11
+	VMULPS  Y3, Y12, Y12
+	VADDPS  Y12, Y9, Y9
+	VMULPS  Y4, Y10, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  Y5, Y11, Y11
+	VADDPS  Y11, Y9, Y9
+	VMOVUPS (DX)(BX*2), Y10
+	VMOVUPS 4(DX)(BX*2), Y11
+	VSHUFPS $0x88, 32(DX)(BX*2), Y10, Y12
+	VSHUFPS $0xdd, 32(DX)(BX*2), Y10, Y10
+	VSHUFPS $0xdd, 36(DX)(BX*2), Y11, Y11
+	VMULPS  Y6, Y12, Y12
+	VADDPS  Y12, Y9, Y9
+	VMULPS  Y7, Y10, Y10
+	VADDPS  Y10, Y9, Y9
+	VMULPS  Y8, Y11, Y11
+	VADDPS  Y11, Y9, Y9
+	VPERMPD $0xd8, Y9, Y9
+	VMOVUPS Y9, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x40, DX
+	SUBQ    $0x08, CX
+	JMP     dw3s2r3AVX2_loop
+
+dw3s2r3AVX2_done:
+	VZEROUPPER
+	RET

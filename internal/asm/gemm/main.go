@@ -52,6 +52,11 @@ func main() {
 	axpy()
 	maxRow(false)
 	maxRow(true)
+	for _, stride := range []int{1, 2} {
+		for rows := 1; rows <= 3; rows++ {
+			depthwise(stride, rows)
+		}
+	}
 	Generate()
 }
 
