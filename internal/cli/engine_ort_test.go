@@ -112,6 +112,16 @@ func TestRunOrtErrors(t *testing.T) {
 			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
+	t.Run("model ONNX Runtime refuses", func(t *testing.T) {
+		b := testmodels.New("unknown-op", 17)
+		b.Input("input", tensor.Float, "N", 16).Output("y", tensor.Float, "N", 16)
+		b.Node("NoSuchOp", "n", []string{"input"}, []string{"y"})
+		refused := writeModel(t, dir, "refused.onnx", b)
+		code, _, stderr := runCLI(t, "run", refused, "--engine", "ort", "--input", "input="+good, "--output-dir", filepath.Join(dir, "o3"))
+		if code != ExitFailure || strings.Count(stderr, refused) != 1 {
+			t.Errorf("exit %d, stderr %q: want exit %d naming %s once", code, stderr, ExitFailure, refused)
+		}
+	})
 	t.Run("no library", func(t *testing.T) {
 		cache := t.TempDir()
 		t.Setenv(ort.LibraryEnv, "")

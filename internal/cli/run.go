@@ -79,10 +79,11 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 	if err != nil {
 		var unsup *runtime.UnsupportedError
 		var unavail *runtime.ErrEngineUnavailable
+		err = namingModel(opts.Model, err)
 		if errors.As(err, &unsup) || errors.As(err, &unavail) {
-			return &UsageError{Err: fmt.Errorf("%s: %w", opts.Model, err)}
+			return &UsageError{Err: err}
 		}
-		return fmt.Errorf("%s: %w", opts.Model, err)
+		return err
 	}
 	defer sess.Close()
 	inputs, err := readRunInputs(opts.Inputs, sess.Inputs())
@@ -145,6 +146,16 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 		}
 	}
 	return nil
+}
+
+// namingModel prefixes an engine's error with the model path, unless the
+// engine named the model itself (ONNX Runtime's Library.Open does, for its
+// API users), so that the path appears once.
+func namingModel(path string, err error) error {
+	if strings.Contains(err.Error(), path) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 // OutputFileName is the file a model output is written to: the name with
