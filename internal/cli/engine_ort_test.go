@@ -14,6 +14,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
@@ -208,5 +209,67 @@ func TestQuantizedModelsInOrt(t *testing.T) {
 				t.Logf("optimization %s: max abs difference %g, max |logit| %g", level, diff, scale)
 			}
 		})
+	}
+}
+
+// TestOldOpsetModelsInOrt: every preset on the shared models of old
+// opsets (SqueezeNet 1.0 at opset 7, raised through the version adapters;
+// mnist-cntk-op8 at opset 8 with its fixed batch of 1) writes a model that
+// ONNX Runtime 1.23 loads and runs on the reference inputs, with finite
+// outputs of the reference shape. mxfp4 is written with --fp4-as-fp8,
+// since ONNX Runtime 1.23 cannot load float4 initializers.
+func TestOldOpsetModelsInOrt(t *testing.T) {
+	shared := testutil.SharedModels(t)
+	lib, err := ort.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []struct{ dir, input string }{{"squeezenet1.0-fp32", "data_0"}, {"mnist-cntk-op8", "Input3"}}
+	for _, md := range models {
+		dir := filepath.Join(shared, md.dir)
+		x, err := npy.ReadNPYFile(filepath.Join(dir, "ref", "input_"+md.input+".npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := tensor.NumElements(x.Shape[1:])
+		x = tensor.FromFloat32(slices.Clone(x.Float32s()[:per]), append([]int{1}, x.Shape[1:]...)...)
+		for _, preset := range config.PresetNames() {
+			t.Run(md.dir+"/"+preset, func(t *testing.T) {
+				out := filepath.Join(t.TempDir(), "q.onnx")
+				args := []string{"quantize", "--model", filepath.Join(dir, "model.onnx"), "--preset", preset, "--samples", "4",
+					"-o", out, "--log-level", "error", "--data", md.input + "=" + filepath.Join(dir, "calib_"+md.input+".npy")}
+				if preset == "mxfp4" {
+					args = append(args, "--fp4-as-fp8")
+				}
+				if code, _, stderr := runCLI(t, args...); code != 0 {
+					t.Fatalf("quantize: exit %d\n%s", code, stderr)
+				}
+				m, err := onnxgraph.Load(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := lib.Open(m, ort.SessionOptions{IntraOpThreads: 1, Optimization: ort.OptimizeAll})
+				if err != nil {
+					t.Fatalf("opset %d: %v", m.Opset(""), err)
+				}
+				defer s.Close()
+				got, err := s.Run(context.Background(), map[string]*tensor.Tensor{md.input: x}, runtime.RunOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range m.Graph.Outputs {
+					y := got[o.Name]
+					if y == nil || y.Shape[0] != 1 {
+						t.Fatalf("output %q: %v", o.Name, y)
+					}
+					for i, v := range y.Float32s() {
+						if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+							t.Fatalf("output %q[%d] = %v", o.Name, i, v)
+						}
+					}
+				}
+				t.Logf("opset %d: runs in ONNX Runtime", m.Opset(""))
+			})
+		}
 	}
 }
