@@ -59,7 +59,7 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 	f.StringVarP(&opts.Output, "output", "o", "", "stats file to write (default: stdout)")
 	f.StringArray("data", nil, "calibration data: FILE.npy, NAME=FILE.npy, FILE.npz or a test_data_set directory (repeatable)")
 	f.Int("samples", config.DefaultSamples, "calibration samples to use (before sharding)")
-	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run")
+	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run (unset: the model's fixed batch size when its inputs fix one)")
 	f.String("engine", config.DefaultEngine, "engine: go (built-in) or ort")
 	f.Int("threads", 0, "engine threads (0: one per CPU)")
 	f.StringVar(&opts.Shard, "shard", "", "calibrate shard i of n (0-based), as i/n")
