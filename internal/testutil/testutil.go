@@ -21,17 +21,24 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// SharedModels returns the shared model folder (COREAIQ_SHARED_MODELS, or
-// ../shared/models beside the repository), skipping the test when there is
-// none: a plain clone of the project does not have it.
-func SharedModels(t testing.TB) string {
-	t.Helper()
+// SharedModelsDir returns the shared model folder (COREAIQ_SHARED_MODELS,
+// or ../shared/models beside the repository) and whether it exists.
+func SharedModelsDir() (string, bool) {
 	dir := os.Getenv("COREAIQ_SHARED_MODELS")
 	if dir == "" {
 		dir = filepath.Join(RepoRoot(), "..", "shared", "models")
 	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared models not found at %s (set COREAIQ_SHARED_MODELS): %v", dir, err)
+	_, err := os.Stat(dir)
+	return dir, err == nil
+}
+
+// SharedModels returns the shared model folder, skipping the test when
+// there is none: a plain clone of the project does not have it.
+func SharedModels(t testing.TB) string {
+	t.Helper()
+	dir, ok := SharedModelsDir()
+	if !ok {
+		t.Skipf("shared models not found at %s (set COREAIQ_SHARED_MODELS)", dir)
 	}
 	return dir
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
@@ -343,24 +343,11 @@ func sorted(s []string) []string {
 	return s
 }
 
-// sharedModelsDir finds the shared model folder, or skips the test.
-func sharedModelsDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("COREAIQ_SHARED_MODELS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "models")
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared models not found at %s (set COREAIQ_SHARED_MODELS): %v", dir, err)
-	}
-	return dir
-}
-
 // TestRaiseOpsetSharedModels raises the old-opset shared models to the
 // opsets the presets need and runs both versions on calibration samples:
 // the outputs must be bit-identical.
 func TestRaiseOpsetSharedModels(t *testing.T) {
-	root := sharedModelsDir(t)
+	root := testutil.SharedModels(t)
 	tests := []struct {
 		model, input string
 		batch        int

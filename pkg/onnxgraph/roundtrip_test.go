@@ -27,8 +27,8 @@ func testModels(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dir := os.Getenv("COREAIQ_SHARED_MODELS"); dir != "" || sharedExists() {
-		shared, _ := filepath.Glob(filepath.Join(sharedDir(), "*", "model.onnx"))
+	if dir, ok := testutil.SharedModelsDir(); ok {
+		shared, _ := filepath.Glob(filepath.Join(dir, "*", "model.onnx"))
 		paths = append(paths, shared...)
 	}
 	sort.Strings(paths)
@@ -36,18 +36,6 @@ func testModels(t *testing.T) []string {
 		t.Fatalf("found only %d test models under %s", len(paths), root)
 	}
 	return paths
-}
-
-func sharedDir() string {
-	if dir := os.Getenv("COREAIQ_SHARED_MODELS"); dir != "" {
-		return dir
-	}
-	return filepath.Join(testutil.RepoRoot(), "..", "shared", "models")
-}
-
-func sharedExists() bool {
-	_, err := os.Stat(sharedDir())
-	return err == nil
 }
 
 // TestRoundTrip: Load → Save → Load gives an equal proto, and saving twice

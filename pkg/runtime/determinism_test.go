@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
@@ -50,10 +51,7 @@ func detCasesB(t testing.TB) []detCase {
 		}
 		cases = append(cases, detCase{name: name, model: m, inputs: in})
 	}
-	dir := os.Getenv("COREAIQ_SHARED_MODELS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "models")
-	}
+	dir, _ := testutil.SharedModelsDir()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Logf("shared models not found at %s (set COREAIQ_SHARED_MODELS): only generated models are checked", dir)

@@ -9,28 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
 
-// sharedModels finds the shared model folder, or skips the test.
-func sharedModels(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("COREAIQ_SHARED_MODELS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "models")
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared models not found at %s (set COREAIQ_SHARED_MODELS): %v", dir, err)
-	}
-	return dir
-}
-
 // TestSharedModels runs every shared model on its reference inputs and
 // compares with the outputs ONNX Runtime produced for them.
 func TestSharedModels(t *testing.T) {
-	root := sharedModels(t)
+	root := testutil.SharedModels(t)
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatal(err)
