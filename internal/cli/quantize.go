@@ -39,6 +39,30 @@ type quantizeOptions struct {
 	FP4AsFP8 bool
 }
 
+// addPrepareFlags adds the flags that tune the prepare pass; every command
+// that prepares a plan has them, so that calibrate and finalize --stats
+// plan the same tensors as quantize.
+func addPrepareFlags(f *pflag.FlagSet) {
+	f.Bool("op-intrinsics", true, "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
+	f.Bool("concat-share", false, "give the inputs of Concat the output's qparams (ONNX Runtime's QLinearConcat wants one scale)")
+}
+
+// prepareOptions are the prepare flags as passes options; options built
+// without flags (tests, API callers) get the passes defaults.
+func (o *quantizeOptions) prepareOptions() passes.PrepareOptions {
+	var p passes.PrepareOptions
+	if o.Flags == nil {
+		return p
+	}
+	if v, err := o.Flags.GetBool("op-intrinsics"); err == nil {
+		p.NoOpIntrinsics = !v
+	}
+	if v, err := o.Flags.GetBool("concat-share"); err == nil {
+		p.ConcatShare = v
+	}
+	return p
+}
+
 // NewCmdQuantize builds `coreaiq quantize`: inspect, prepare, calibrate and
 // finalize in one run.
 func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Command {
@@ -78,6 +102,7 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f.StringVar(&opts.Format, "format", "qdq", "output format: qdq (QuantizeLinear/DequantizeLinear), or ort-nbits (4-bit MatMul/Gemm weights as ONNX Runtime's com.microsoft MatMulNBits, the rest QDQ)")
 	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
 	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
+	addPrepareFlags(f)
 }
 
 // pipelineSetup is what every pipeline command loads first.
@@ -176,7 +201,7 @@ func (s *pipelineSetup) resolveBatchSize() error {
 // runPipeline runs the passes up to until, printing config warnings and
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
-	u.Model, u.Config = s.model, s.quant
+	u.Model, u.Config, u.Prepare = s.model, s.quant, opts.prepareOptions()
 	format, err := finalize.ParseFormat(opts.Format)
 	if err != nil {
 		return nil, Usagef("--format: %v", err)

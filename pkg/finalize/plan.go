@@ -128,9 +128,13 @@ type TensorPlan struct {
 	// SharedWith names the value whose qparams this tensor reuses (its
 	// group's root), "" when the tensor has its own.
 	SharedWith string `json:"shared_with,omitempty"`
-	// Fixed is the known output range of Softmax, Sigmoid, Tanh: the
+	// Fixed is the known output range of Softmax, Sigmoid, Tanh, Clip: the
 	// qparams need no calibration.
 	Fixed *Range `json:"fixed,omitempty"`
+	// Intrinsic describes the op-intrinsic rule that set this tensor's
+	// qscheme or range over the config's spec (an asymmetric Relu output, a
+	// fixed Sigmoid range), "" when the spec is the config's as written.
+	Intrinsic string `json:"intrinsic,omitempty"`
 	// Input and Weight are the activation and weight a Bias's scale is the
 	// product of.
 	Input  string `json:"input,omitempty"`
@@ -263,6 +267,9 @@ func (p *Plan) Dump(w io.Writer) error {
 			b.WriteString("\n")
 		}
 		fmt.Fprintf(&b, "  rule %s\n", t.Rule)
+		if t.Intrinsic != "" {
+			fmt.Fprintf(&b, "  intrinsic %s\n", t.Intrinsic)
+		}
 		fmt.Fprintf(&b, "  nodes %s\n", strings.Join(quote(t.Nodes), " "))
 		if t.Shape != nil {
 			fmt.Fprintf(&b, "  shape %v\n", t.Shape)

@@ -506,14 +506,19 @@ func (w *writer) node(op, name string, in, out []string, t *TensorPlan, attrs ..
 		}
 	}
 	if r := t.Rule; r.File != "" || r.Path != "" {
-		n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(RuleMetadataKey), Value: proto.String(r.String())})
+		v := r.String()
+		if t.Intrinsic != "" {
+			v += "; op-intrinsic: " + t.Intrinsic
+		}
+		n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(RuleMetadataKey), Value: proto.String(v)})
 	}
 	return n
 }
 
 // RuleMetadataKey is the node metadata_props key under which every
 // inserted QuantizeLinear and DequantizeLinear records the config rule that
-// chose its tensor's spec, as "file:line (yaml.path)"; `compare
+// chose its tensor's spec, as "file:line (yaml.path)", followed by
+// "; op-intrinsic: …" when an op-intrinsic rule changed it; `compare
 // --per-layer` shows it. It lives here, below pkg/compare, so that the
 // writer and the reader share one spelling.
 const RuleMetadataKey = "coreaiq.rule"

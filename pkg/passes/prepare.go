@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -34,10 +35,15 @@ const (
 	ClipMSE
 )
 
-// PrepareOptions tune prepare.
+// PrepareOptions tune prepare. The zero value is the default behaviour.
 type PrepareOptions struct {
 	// ConcatShare makes the inputs of Concat share the output's qparams.
 	ConcatShare bool
+	// NoOpIntrinsics turns off the op-intrinsic rules (intrinsicOf): the
+	// outputs of Relu and Clip then keep the spec's qscheme and calibrated
+	// range, and Softmax, Sigmoid and Tanh keep the spec's qscheme on their
+	// fixed range.
+	NoOpIntrinsics bool
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.
 	WeightClipping WeightClipping
@@ -82,6 +88,9 @@ type preparer struct {
 	quantized map[string]int
 	// types are the inferred element types (elemTypes), computed on first use.
 	types map[string]tensor.DType
+	// nonNeg are the values known to be non-negative (nonNegative),
+	// computed on first use.
+	nonNeg map[string]bool
 }
 
 func (p *preparer) note(format string, args ...any) {
@@ -262,7 +271,10 @@ func (p *preparer) planActivations() error {
 		}
 		if prod := v.Producer; prod != nil {
 			r, _ := ruleOf(prod)
+			in, hasIntrinsic := intrinsicOf(p.m, prod, p.isNonNeg)
 			switch {
+			case hasIntrinsic && !p.opts.NoOpIntrinsics && first.node == prod.Name:
+				p.applyIntrinsic(t, in, prod)
 			case r.fixed != nil:
 				t.Fixed = r.fixed
 			case r.kind == opShared && len(prod.Inputs) > 0 && prod.Inputs[0] != nil:
@@ -284,6 +296,38 @@ func (p *preparer) planActivations() error {
 		}
 	}
 	return nil
+}
+
+// isNonNeg reports whether v is known to be non-negative (nonNegative),
+// computed on first use.
+func (p *preparer) isNonNeg(v *onnxgraph.Value) bool {
+	if p.nonNeg == nil {
+		p.nonNeg = nonNegative(p.m)
+	}
+	return v != nil && p.nonNeg[v.Name]
+}
+
+// applyIntrinsic sets t's qscheme and range from its producer's
+// op-intrinsic rule, over the config's spec (coreai-opt gives the rule a
+// higher priority than any config level), and records it on the tensor and
+// as a note when it changes the spec.
+func (p *preparer) applyIntrinsic(t *TensorPlan, in opIntrinsic, prod *onnxgraph.Node) {
+	var did []string
+	if in.scheme != spec.QSchemeAuto && t.Spec.DType.IsInteger() && t.Spec.QScheme != in.scheme {
+		s := t.Spec.Clone()
+		s.QScheme = in.scheme
+		p.note("value %q: %s, so %s, not %s as %s asks (op-intrinsic rule of %s)", t.Value, in.what, in.scheme, t.Spec.QScheme, t.Rule, prod)
+		t.Spec = s
+		did = append(did, in.scheme.String())
+	}
+	if in.fixed != nil {
+		f := *in.fixed
+		t.Fixed = &f
+		did = append(did, fmt.Sprintf("fixed range [%g, %g]", f.Min, f.Max))
+	}
+	if len(did) > 0 {
+		t.Intrinsic = in.what + ": " + strings.Join(did, ", ")
+	}
 }
 
 // planStates plans the constant inputs: weights with their spec and
