@@ -208,6 +208,20 @@ func (p *Plan) Add(t *TensorPlan) error {
 	return nil
 }
 
+// Remove takes the named values out of the plan (their nodes then read
+// the float values).
+func (p *Plan) Remove(values map[string]bool) {
+	kept := p.Tensors[:0]
+	for _, t := range p.Tensors {
+		if !values[t.Value] {
+			kept = append(kept, t)
+		}
+	}
+	clear(p.Tensors[len(kept):])
+	p.Tensors = kept
+	p.reindex()
+}
+
 // Tensor returns the plan of a value, or nil.
 func (p *Plan) Tensor(value string) *TensorPlan {
 	if p.index == nil {

@@ -3,6 +3,7 @@ package passes
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -65,4 +66,60 @@ func EngineCalibrator(engine string, ropts runtime.Options, data calibrate.Sourc
 		}
 		return StatsOf(st), nil
 	}
+}
+
+// Infinities is the number of ±Inf values the activation held during
+// calibration.
+func (c calibStats) Infinities(value string) int64 {
+	if o := c.st.Tensor(value); o != nil {
+		return o.Inf
+	}
+	return 0
+}
+
+// infinityCounter is implemented by statistics that count the infinities
+// each observed activation held.
+type infinityCounter interface {
+	Infinities(value string) int64
+}
+
+// keepInfinitiesFloat takes out of the plan every activation group whose
+// observed root held ±Inf during calibration, with a note: QuantizeLinear
+// saturates an infinity to the end of the grid, so a −Inf attention mask
+// (masked_fill before Softmax) would become a finite score and the masked
+// positions would get attention weight. The tensors run in float instead.
+// An int32 bias whose input is taken out goes with it (it needs the input's
+// scale).
+func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
+	ic, ok := st.(infinityCounter)
+	if !ok {
+		return
+	}
+	drop := map[string]bool{}
+	for _, root := range plan.Observed() {
+		n := ic.Infinities(root.Value)
+		if n == 0 {
+			continue
+		}
+		var group []string
+		for _, t := range plan.Tensors {
+			if t.Role == finalize.Activation && plan.Root(t) == root {
+				drop[t.Value] = true
+				group = append(group, t.Value)
+			}
+		}
+		sort.Strings(group)
+		plan.Notes = append(plan.Notes, fmt.Sprintf("value %q: held %d ±Inf values in calibration (an attention mask?): left in float with %d tensor(s) sharing its qparams %q, since QuantizeLinear would make them finite",
+			root.Value, n, len(group), group))
+	}
+	if len(drop) == 0 {
+		return
+	}
+	for _, t := range plan.Tensors {
+		if t.Role == finalize.Bias && drop[t.Input] {
+			drop[t.Value] = true
+			plan.Notes = append(plan.Notes, fmt.Sprintf("bias %q: left in float, its input %q is", t.Value, t.Input))
+		}
+	}
+	plan.Remove(drop)
 }

@@ -191,6 +191,7 @@ func calibratePass(ctx context.Context, u *Unit) error {
 		return nil // weight-only or fixed ranges: nothing to observe
 	}
 	if u.Stats != nil {
+		keepInfinitiesFloat(u.Plan, u.Stats)
 		return nil // statistics handed in (finalize --stats)
 	}
 	if u.Calibrate == nil {
@@ -201,6 +202,7 @@ func calibratePass(ctx context.Context, u *Unit) error {
 		return err
 	}
 	u.Stats = st
+	keepInfinitiesFloat(u.Plan, st)
 	return nil
 }
 
