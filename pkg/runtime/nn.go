@@ -365,25 +365,13 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 	packed := cv.packedWeights(wt, grp, mg, kk)
 	// A 1×1 stride-1 unpadded convolution needs no lowering.
 	direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
-	var colp *[]float32
-	var col []float32
-	if !direct {
-		colp = colPool.Get().(*[]float32)
-		defer colPool.Put(colp)
-		if cap(*colp) < kk*os {
-			*colp = make([]float32, kk*os)
-		}
-		col = (*colp)[:kk*os]
-	}
-	for i := 0; i < n; i++ {
-		if err := rc.ctx.Err(); err != nil {
-			return nil, err
-		}
+	// image computes image i with the given threads and column buffer.
+	image := func(i, threads int, col []float32) {
 		for gi := 0; gi < grp; gi++ {
 			xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
 			src := xg
 			if !direct {
-				kernels.Im2colParallel(rc.threads, g, cg, xg, col)
+				kernels.Im2colParallel(threads, g, cg, xg, col)
 				src = col
 			}
 			yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
@@ -397,8 +385,47 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 					gep.RowScale, gep.RowShift = bn.scale[gi*mg:(gi+1)*mg], bn.shift[gi*mg:(gi+1)*mg]
 				}
 			}
-			kernels.SgemmPacked(rc.threads, packed[gi], os, false, src, os, 0, yg, os, gep)
+			kernels.SgemmPacked(threads, packed[gi], os, false, src, os, 0, yg, os, gep)
 		}
+	}
+	colBuf := func() (*[]float32, []float32) {
+		if direct {
+			return nil, nil
+		}
+		colp := colPool.Get().(*[]float32)
+		if cap(*colp) < kk*os {
+			*colp = make([]float32, kk*os)
+		}
+		return colp, (*colp)[:kk*os]
+	}
+	// A batch splits over the threads by whole images when it divides
+	// evenly or the images are small: one hand-off per convolution
+	// instead of two per image, and each thread lowers its own images.
+	// Every image is computed by the same operations either way.
+	if t := rc.threads; t > 1 && n > 1 && (n%t == 0 || m*kk*os < 1<<21) {
+		kernels.Parallel(t, n, 1, func(lo, hi int) {
+			colp, col := colBuf()
+			if colp != nil {
+				defer colPool.Put(colp)
+			}
+			for i := lo; i < hi && rc.ctx.Err() == nil; i++ {
+				image(i, 1, col)
+			}
+		})
+		if err := rc.ctx.Err(); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	colp, col := colBuf()
+	if colp != nil {
+		defer colPool.Put(colp)
+	}
+	for i := 0; i < n; i++ {
+		if err := rc.ctx.Err(); err != nil {
+			return nil, err
+		}
+		image(i, rc.threads, col)
 	}
 	return out, nil
 }
