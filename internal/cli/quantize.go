@@ -44,7 +44,7 @@ type quantizeOptions struct {
 // plan the same tensors as quantize.
 func addPrepareFlags(f *pflag.FlagSet) {
 	f.Bool("op-intrinsics", true, "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
-	f.Bool("concat-share", false, "give the inputs of Concat the output's qparams (ONNX Runtime's QLinearConcat wants one scale)")
+	f.Bool("concat-share", true, "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
 }
 
 // prepareOptions are the prepare flags as passes options; options built
@@ -58,7 +58,7 @@ func (o *quantizeOptions) prepareOptions() passes.PrepareOptions {
 		p.NoOpIntrinsics = !v
 	}
 	if v, err := o.Flags.GetBool("concat-share"); err == nil {
-		p.ConcatShare = v
+		p.ConcatOwnQParams = !v
 	}
 	return p
 }

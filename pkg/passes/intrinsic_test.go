@@ -150,3 +150,24 @@ func TestOpIntrinsicVisible(t *testing.T) {
 		t.Errorf("dump lacks the intrinsic line:\n%s", b.String())
 	}
 }
+
+// TestConcatShare: by default both Relu inputs of the Concat use the
+// Concat output's qparams; ConcatOwnQParams keeps theirs.
+func TestConcatShare(t *testing.T) {
+	m := intrinsicModel(t)
+	for _, c := range []struct {
+		name  string
+		opts  PrepareOptions
+		share bool
+	}{{"default", PrepareOptions{}, true}, {"own", PrepareOptions{ConcatOwnQParams: true}, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			plan := preparePreset(t, m, "w8a8", c.opts)
+			out := plan.Tensor("c")
+			for _, v := range []string{"a", "bb"} {
+				if got := plan.Root(plan.Tensor(v)) == out; got != c.share {
+					t.Errorf("input %q shares the concat output's qparams: %v, want %v", v, got, c.share)
+				}
+			}
+		})
+	}
+}

@@ -37,8 +37,10 @@ const (
 
 // PrepareOptions tune prepare. The zero value is the default behaviour.
 type PrepareOptions struct {
-	// ConcatShare makes the inputs of Concat share the output's qparams.
-	ConcatShare bool
+	// ConcatOwnQParams gives each Concat input its own qparams. By default
+	// the inputs share the output's (coreai-opt's concat pattern ties them
+	// to one observer; ONNX Runtime's QLinearConcat wants one scale).
+	ConcatOwnQParams bool
 	// NoOpIntrinsics turns off the op-intrinsic rules (intrinsicOf): the
 	// outputs of Relu and Clip then keep the spec's qscheme and calibrated
 	// range, and Softmax, Sigmoid and Tanh keep the spec's qscheme on their
@@ -170,7 +172,7 @@ func (p *preparer) run() error {
 	if err := p.planStates(); err != nil {
 		return err
 	}
-	if p.opts.ConcatShare {
+	if !p.opts.ConcatOwnQParams {
 		p.shareConcat()
 	}
 	p.skips()
