@@ -57,7 +57,7 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 	f.String("model", "", "model to calibrate (default: the config's model)")
 	f.String("preset", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
 	f.StringVarP(&opts.Output, "output", "o", "", "stats file to write (default: stdout)")
-	f.StringArray("data", nil, "calibration data: FILE.npy, NAME=FILE.npy, FILE.npz or a test_data_set directory (repeatable)")
+	f.StringArray("data", nil, calibrationDataHelp)
 	f.Int("samples", config.DefaultSamples, "calibration samples to use (before sharding)")
 	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run (unset: the model's fixed batch size when its inputs fix one)")
 	f.String("engine", config.DefaultEngine, "engine: go (built-in) or ort")
@@ -151,6 +151,9 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 // openCalibrationData opens the settings' calibration data (or random
 // inputs when asked) for the model: the one path calibrate and quantize
 // share, so that both observe the same samples.
+// calibrationDataHelp describes --data for the commands that calibrate.
+const calibrationDataHelp = "calibration data, batch on axis 0: FILE.npy (one-input model), NAME=FILE.npy, FILE.npz or a test_data_set directory (repeatable)"
+
 func openCalibrationData(s *pipelineSetup, random bool) (calibrate.Source, error) {
 	inputs := modelInputs(s.model)
 	if random {

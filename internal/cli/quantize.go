@@ -81,7 +81,7 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	}
 	addPipelineFlags(cmd, opts)
 	f := cmd.Flags()
-	f.StringArray("data", nil, "calibration data: NAME=FILE.npy per input (FILE.npy alone for a one-input model), batch on axis 0")
+	f.StringArray("data", nil, calibrationDataHelp)
 	f.Int("samples", config.DefaultSamples, "calibration samples to use")
 	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run (unset: the model's fixed batch size when its inputs fix one)")
 	f.String("engine", config.DefaultEngine, "engine for calibration: go (built-in) or ort")
