@@ -426,45 +426,29 @@ func intRange(dt DType) (lo, hi int64) {
 func fillInts(dt DType, n int, value func(int) int64) any {
 	switch d := makeSlice(dt, n).(type) {
 	case []int8:
-		for i := range d {
-			d[i] = int8(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	case []uint8:
-		for i := range d {
-			d[i] = uint8(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	case []int16:
-		for i := range d {
-			d[i] = int16(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	case []uint16:
-		for i := range d {
-			d[i] = uint16(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	case []int32:
-		for i := range d {
-			d[i] = int32(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	case []uint32:
-		for i := range d {
-			d[i] = uint32(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	case []int64:
-		for i := range d {
-			d[i] = value(i)
-		}
-		return d
+		return fillFrom(d, value)
 	case []uint64:
-		for i := range d {
-			d[i] = uint64(value(i))
-		}
-		return d
+		return fillFrom(d, value)
 	}
 	panic("tensor: fillInts on non-integer type " + dt.String())
+}
+
+// fillFrom sets d[i] = T(value(i)), truncating to T's width.
+func fillFrom[T int8 | uint8 | int16 | uint16 | int32 | uint32 | int64 | uint64](d []T, value func(int) int64) []T {
+	for i := range d {
+		d[i] = T(value(i))
+	}
+	return d
 }
