@@ -2,38 +2,22 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// checkGolden compares got with testdata/golden/name, rewriting the file
-// when COREAIQ_UPDATE_GOLDEN=1.
+// checkGolden compares got with testdata/golden/name (COREAIQ_UPDATE_GOLDEN=1
+// rewrites it).
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", "golden", name)
-	if os.Getenv("COREAIQ_UPDATE_GOLDEN") == "1" {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with COREAIQ_UPDATE_GOLDEN=1 to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", "golden", name), []byte(got))
 }
 
 // guideStep is one node of the guide test model: its op, its TorchScript

@@ -3,30 +3,18 @@ package spec
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testutil"
 )
 
-// checkGolden compares got with testdata/name, rewriting the file when
-// COREAIQ_UPDATE_GOLDEN=1.
+// checkGolden compares got with testdata/name (COREAIQ_UPDATE_GOLDEN=1
+// rewrites it).
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("COREAIQ_UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with COREAIQ_UPDATE_GOLDEN=1 to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", name), []byte(got))
 }
 
 func TestParseDType(t *testing.T) {
