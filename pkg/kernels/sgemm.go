@@ -153,12 +153,14 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 // When pa is set, A comes prepacked from it (rows from row0) instead of a;
 // when ep is set, it is applied to each finished tile while it is in cache.
 func gemmBlocked(arch *gemmArch, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	gemmBlockedEp(arch, nil, nil, 0, 0, nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	gemmBlockedEp(arch, nil, nil, nil, 0, 0, nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // gemmBlockedEp is gemmBlocked with optional prepacked operands: when pb
-// is set, B comes prepacked from it (columns from col0) instead of b.
-func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, row0, col0 int, ep *Epilogue, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// is set, B comes prepacked from it (columns from col0) instead of b; when
+// cb is set, B is the column matrix of a 2-D image (columns from col0),
+// packed straight from the image.
+func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, col0 int, ep *Epilogue, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if beta != 0 {
 		scaleC(m, n, beta, c, ldc)
 	}
@@ -181,6 +183,8 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, row0, col0 int, ep 
 			bpack := bufs.b
 			if pb != nil {
 				bpack = pb.block(pc, col0+jc)
+			} else if cb != nil {
+				packBConv(cb, pc, col0+jc, kc, nc, nr, bufs.b)
 			} else {
 				packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
 			}
@@ -271,6 +275,24 @@ func (p *PackedA) block(pc, ic int) []float32 {
 // prepacked by PackA (alpha already applied), then applies ep (may be nil)
 // to every element of C.
 func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb int, beta float32, c []float32, ldc int, ep *Epilogue) {
+	sgemmPacked(threads, pa, nil, n, transB, b, ldb, beta, c, ldc, ep)
+}
+
+// SgemmConv computes C = A·Im2col(g, x) for a 2-D geometry g and x of
+// pa.Cols()/g.KernelSize() channels, with A prepacked by PackA, then
+// applies ep (may be nil): a convolution without the column matrix. The
+// GEMM's B panels are gathered from the image directly; they hold the
+// same values as panels packed from Im2col's output, so C is bit-identical
+// to SgemmPacked on that output.
+func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
+	cb, release := newConvB(g, pa.k/g.KernelSize(), x)
+	defer release()
+	sgemmPacked(threads, pa, cb, g.OutSize(), false, nil, 0, 0, c, ldc, ep)
+}
+
+// sgemmPacked is SgemmPacked with B taken from cb instead of b when cb is
+// set.
+func sgemmPacked(threads int, pa *PackedA, cb *convB, n int, transB bool, b []float32, ldb int, beta float32, c []float32, ldc int, ep *Epilogue) {
 	m, k := pa.m, pa.k
 	if m <= 0 || n <= 0 {
 		return
@@ -287,19 +309,21 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 	threads = min(threads, max(1, m*n*k/minWork))
 	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
 	if threads <= 1 || mt*nt < 2 {
-		gemmBlockedEp(arch, pa, nil, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
+		gemmBlockedEp(arch, pa, nil, cb, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
 		return
 	}
 	if nt >= mt || nt >= 2*threads {
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
 			var bb []float32
-			if transB {
+			switch {
+			case cb != nil:
+			case transB:
 				bb = b[j0*ldb:]
-			} else {
+			default:
 				bb = b[j0:]
 			}
-			gemmBlockedEp(arch, pa, nil, 0, j0, ep, false, transB, m, j1-j0, k, 1, nil, 0, bb, ldb, beta, c[j0:], ldc)
+			gemmBlockedEp(arch, pa, nil, cb, 0, j0, ep, false, transB, m, j1-j0, k, 1, nil, 0, bb, ldb, beta, c[j0:], ldc)
 		})
 		return
 	}
@@ -307,7 +331,7 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 	// they do: they are multiples of mr.
 	Parallel(threads, mt, 1, func(lo, hi int) {
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
-		gemmBlockedEp(arch, pa, nil, i0, 0, ep, false, transB, i1-i0, n, k, 1, nil, 0, b, ldb, beta, c[i0*ldc:], ldc)
+		gemmBlockedEp(arch, pa, nil, cb, i0, 0, ep, false, transB, i1-i0, n, k, 1, nil, 0, b, ldb, beta, c[i0*ldc:], ldc)
 	})
 }
 
@@ -363,14 +387,14 @@ func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, l
 	threads = min(threads, max(1, m*n*k/minWork))
 	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
 	if threads <= 1 || mt*nt < 2 {
-		gemmBlockedEp(arch, nil, pb, 0, 0, ep, transA, false, m, n, k, alpha, a, lda, nil, 0, beta, c, ldc)
+		gemmBlockedEp(arch, nil, pb, nil, 0, 0, ep, transA, false, m, n, k, alpha, a, lda, nil, 0, beta, c, ldc)
 		return
 	}
 	if nt >= mt || nt >= 2*threads {
 		// Column splits start on a panel boundary of the packed B.
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
-			gemmBlockedEp(arch, nil, pb, 0, j0, ep, transA, false, m, j1-j0, k, alpha, a, lda, nil, 0, beta, c[j0:], ldc)
+			gemmBlockedEp(arch, nil, pb, nil, 0, j0, ep, transA, false, m, j1-j0, k, alpha, a, lda, nil, 0, beta, c[j0:], ldc)
 		})
 		return
 	}
@@ -382,7 +406,7 @@ func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, l
 		} else {
 			aa = a[i0*lda:]
 		}
-		gemmBlockedEp(arch, nil, pb, i0, 0, ep, transA, false, i1-i0, n, k, alpha, aa, lda, nil, 0, beta, c[i0*ldc:], ldc)
+		gemmBlockedEp(arch, nil, pb, nil, i0, 0, ep, transA, false, i1-i0, n, k, alpha, aa, lda, nil, 0, beta, c[i0*ldc:], ldc)
 	})
 }
 

@@ -363,17 +363,15 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 		return out, rc.ctx.Err()
 	}
 	packed := cv.packedWeights(wt, grp, mg, kk)
-	// A 1×1 stride-1 unpadded convolution needs no lowering.
+	// A 1×1 stride-1 unpadded convolution needs no lowering; other 2-D
+	// convolutions gather the GEMM's panels from the image (SgemmConv),
+	// the same values as packed from an im2col matrix.
 	direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
+	implicit := !direct && len(g.In) == 2
 	// image computes image i with the given threads and column buffer.
 	image := func(i, threads int, col []float32) {
 		for gi := 0; gi < grp; gi++ {
 			xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
-			src := xg
-			if !direct {
-				kernels.Im2colParallel(threads, g, cg, xg, col)
-				src = col
-			}
 			yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
 			gep := ep
 			if ep != nil && grp > 1 {
@@ -385,11 +383,19 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 					gep.RowScale, gep.RowShift = bn.scale[gi*mg:(gi+1)*mg], bn.shift[gi*mg:(gi+1)*mg]
 				}
 			}
-			kernels.SgemmPacked(threads, packed[gi], os, false, src, os, 0, yg, os, gep)
+			switch {
+			case direct:
+				kernels.SgemmPacked(threads, packed[gi], os, false, xg, os, 0, yg, os, gep)
+			case implicit:
+				kernels.SgemmConv(threads, packed[gi], g, xg, yg, os, gep)
+			default:
+				kernels.Im2colParallel(threads, g, cg, xg, col)
+				kernels.SgemmPacked(threads, packed[gi], os, false, col, os, 0, yg, os, gep)
+			}
 		}
 	}
 	colBuf := func() (*[]float32, []float32) {
-		if direct {
+		if direct || implicit {
 			return nil, nil
 		}
 		colp := colPool.Get().(*[]float32)
