@@ -100,3 +100,23 @@ func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
 		dwRow3Go(out[n:], x[stride*n:], ldx, nr, stride, w)
 	}
 }
+
+// erfRow is erfGo in AVX2, bit-identical but for NaN payloads; the tail
+// of fewer than 8 elements goes through the same kernel via a buffer, so
+// every element takes the same path however a row is split.
+func erfRow(dst, src []float32) {
+	if !haveAVX2 {
+		erfGo(dst, src)
+		return
+	}
+	n := len(dst) &^ 7
+	if n > 0 {
+		erfRowAVX2(&dst[0], &src[0], n)
+	}
+	if n < len(dst) {
+		var buf [8]float32
+		copy(buf[:], src[n:])
+		erfRowAVX2(&buf[0], &buf[0], 8)
+		copy(dst[n:], buf[:])
+	}
+}

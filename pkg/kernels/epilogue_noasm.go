@@ -11,3 +11,5 @@ func maxRow(dst, src []float32, stride int, first bool) { maxRowGo(dst, src, str
 func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
 	dwRow3Go(out, x, ldx, nr, stride, w)
 }
+
+func erfRow(dst, src []float32) { erfGo(dst, src) }

@@ -1931,3 +1931,134 @@ dw3s2r3AVX2_loop:
 dw3s2r3AVX2_done:
 	VZEROUPPER
 	RET
+
+// func erfRowAVX2(dst *float32, src *float32, n int)
+// Requires: AVX, AVX2
+TEXT ·erfRowAVX2(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         $0x4010000000000000, BX
+	VMOVQ        BX, X0
+	VBROADCASTSD X0, Y0
+	MOVQ         $0xc010000000000000, BX
+	VMOVQ        BX, X1
+	VBROADCASTSD X1, Y1
+
+erf_loop:
+	TESTQ      DX, DX
+	JZ         erf_done
+	VCVTPS2PD  (CX), Y2
+	VMINPD     Y2, Y0, Y2
+	VMAXPD     Y2, Y1, Y2
+	VMULPD     Y2, Y2, Y3
+	VMULPD     erfconsts<>+0(SB), Y3, Y4
+	VADDPD     erfconsts<>+32(SB), Y4, Y4
+	VMULPD     erfconsts<>+224(SB), Y3, Y5
+	VADDPD     erfconsts<>+256(SB), Y5, Y5
+	VCVTPS2PD  16(CX), Y6
+	VMINPD     Y6, Y0, Y6
+	VMAXPD     Y6, Y1, Y6
+	VMULPD     Y6, Y6, Y7
+	VMULPD     erfconsts<>+0(SB), Y7, Y8
+	VADDPD     erfconsts<>+32(SB), Y8, Y8
+	VMULPD     erfconsts<>+224(SB), Y7, Y9
+	VADDPD     erfconsts<>+256(SB), Y9, Y9
+	VMULPD     Y3, Y4, Y4
+	VADDPD     erfconsts<>+64(SB), Y4, Y4
+	VMULPD     Y3, Y5, Y5
+	VADDPD     erfconsts<>+288(SB), Y5, Y5
+	VMULPD     Y7, Y8, Y8
+	VADDPD     erfconsts<>+64(SB), Y8, Y8
+	VMULPD     Y7, Y9, Y9
+	VADDPD     erfconsts<>+288(SB), Y9, Y9
+	VMULPD     Y3, Y4, Y4
+	VADDPD     erfconsts<>+96(SB), Y4, Y4
+	VMULPD     Y3, Y5, Y5
+	VADDPD     erfconsts<>+320(SB), Y5, Y5
+	VMULPD     Y7, Y8, Y8
+	VADDPD     erfconsts<>+96(SB), Y8, Y8
+	VMULPD     Y7, Y9, Y9
+	VADDPD     erfconsts<>+320(SB), Y9, Y9
+	VMULPD     Y3, Y4, Y4
+	VADDPD     erfconsts<>+128(SB), Y4, Y4
+	VMULPD     Y3, Y5, Y5
+	VADDPD     erfconsts<>+352(SB), Y5, Y5
+	VMULPD     Y7, Y8, Y8
+	VADDPD     erfconsts<>+128(SB), Y8, Y8
+	VMULPD     Y7, Y9, Y9
+	VADDPD     erfconsts<>+352(SB), Y9, Y9
+	VMULPD     Y3, Y4, Y4
+	VADDPD     erfconsts<>+160(SB), Y4, Y4
+	VMULPD     Y7, Y8, Y8
+	VADDPD     erfconsts<>+160(SB), Y8, Y8
+	VMULPD     Y3, Y4, Y4
+	VADDPD     erfconsts<>+192(SB), Y4, Y4
+	VMULPD     Y7, Y8, Y8
+	VADDPD     erfconsts<>+192(SB), Y8, Y8
+	VMULPD     Y4, Y2, Y2
+	VDIVPD     Y5, Y2, Y2
+	VCVTPD2PSY Y2, X2
+	VMOVUPS    X2, (AX)
+	VMULPD     Y8, Y6, Y6
+	VDIVPD     Y9, Y6, Y6
+	VCVTPD2PSY Y6, X6
+	VMOVUPS    X6, 16(AX)
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, AX
+	SUBQ       $0x08, DX
+	JMP        erf_loop
+
+erf_done:
+	VZEROUPPER
+	RET
+
+DATA erfconsts<>+0(SB)/8, $0xbdf2bbe1536358b7
+DATA erfconsts<>+8(SB)/8, $0xbdf2bbe1536358b7
+DATA erfconsts<>+16(SB)/8, $0xbdf2bbe1536358b7
+DATA erfconsts<>+24(SB)/8, $0xbdf2bbe1536358b7
+DATA erfconsts<>+32(SB)/8, $0x3e5dbffdb951fff6
+DATA erfconsts<>+40(SB)/8, $0x3e5dbffdb951fff6
+DATA erfconsts<>+48(SB)/8, $0x3e5dbffdb951fff6
+DATA erfconsts<>+56(SB)/8, $0x3e5dbffdb951fff6
+DATA erfconsts<>+64(SB)/8, $0xbec19fea2baa463b
+DATA erfconsts<>+72(SB)/8, $0xbec19fea2baa463b
+DATA erfconsts<>+80(SB)/8, $0xbec19fea2baa463b
+DATA erfconsts<>+88(SB)/8, $0xbec19fea2baa463b
+DATA erfconsts<>+96(SB)/8, $0xbf0dd85a4dc426e3
+DATA erfconsts<>+104(SB)/8, $0xbf0dd85a4dc426e3
+DATA erfconsts<>+112(SB)/8, $0xbf0dd85a4dc426e3
+DATA erfconsts<>+120(SB)/8, $0xbf0dd85a4dc426e3
+DATA erfconsts<>+128(SB)/8, $0xbf48158c5c2ce6a4
+DATA erfconsts<>+136(SB)/8, $0xbf48158c5c2ce6a4
+DATA erfconsts<>+144(SB)/8, $0xbf48158c5c2ce6a4
+DATA erfconsts<>+152(SB)/8, $0xbf48158c5c2ce6a4
+DATA erfconsts<>+160(SB)/8, $0xbf68343eb19d459e
+DATA erfconsts<>+168(SB)/8, $0xbf68343eb19d459e
+DATA erfconsts<>+176(SB)/8, $0xbf68343eb19d459e
+DATA erfconsts<>+184(SB)/8, $0xbf68343eb19d459e
+DATA erfconsts<>+192(SB)/8, $0xbf907b7a82ed1713
+DATA erfconsts<>+200(SB)/8, $0xbf907b7a82ed1713
+DATA erfconsts<>+208(SB)/8, $0xbf907b7a82ed1713
+DATA erfconsts<>+216(SB)/8, $0xbf907b7a82ed1713
+DATA erfconsts<>+224(SB)/8, $0xbeee8c19abb84b81
+DATA erfconsts<>+232(SB)/8, $0xbeee8c19abb84b81
+DATA erfconsts<>+240(SB)/8, $0xbeee8c19abb84b81
+DATA erfconsts<>+248(SB)/8, $0xbeee8c19abb84b81
+DATA erfconsts<>+256(SB)/8, $0xbf2bf7a52db09376
+DATA erfconsts<>+264(SB)/8, $0xbf2bf7a52db09376
+DATA erfconsts<>+272(SB)/8, $0xbf2bf7a52db09376
+DATA erfconsts<>+280(SB)/8, $0xbf2bf7a52db09376
+DATA erfconsts<>+288(SB)/8, $0xbf5b9249b4778fb8
+DATA erfconsts<>+296(SB)/8, $0xbf5b9249b4778fb8
+DATA erfconsts<>+304(SB)/8, $0xbf5b9249b4778fb8
+DATA erfconsts<>+312(SB)/8, $0xbf5b9249b4778fb8
+DATA erfconsts<>+320(SB)/8, $0xbf7e337efa2c2f02
+DATA erfconsts<>+328(SB)/8, $0xbf7e337efa2c2f02
+DATA erfconsts<>+336(SB)/8, $0xbf7e337efa2c2f02
+DATA erfconsts<>+344(SB)/8, $0xbf7e337efa2c2f02
+DATA erfconsts<>+352(SB)/8, $0xbf8d36d4ddb1cdc3
+DATA erfconsts<>+360(SB)/8, $0xbf8d36d4ddb1cdc3
+DATA erfconsts<>+368(SB)/8, $0xbf8d36d4ddb1cdc3
+DATA erfconsts<>+376(SB)/8, $0xbf8d36d4ddb1cdc3
+GLOBL erfconsts<>(SB), RODATA|NOPTR, $384

@@ -69,3 +69,6 @@ func dw3s2r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
 // dw3s2r3AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 2, from 3 input rows.
 func dw3s2r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+
+// erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
+func erfRowAVX2(dst *float32, src *float32, n int)

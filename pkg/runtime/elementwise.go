@@ -470,6 +470,25 @@ func unaryFloat(f func(x float32) float32) kernel {
 	}
 }
 
+// unaryFloatRows is unaryFloat with a row kernel f(dst, src) applied to
+// chunks of the input.
+func unaryFloatRows(f func(dst, src []float32)) kernel {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, ok := in[0].Data.([]float32)
+		if !ok {
+			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
+		}
+		out := rc.newFloat(in[0].Shape...)
+		o := out.Float32s()
+		threads := 1
+		if rc != nil {
+			threads = rc.threads
+		}
+		kernels.Parallel(threads, len(x), parGrain, func(lo, hi int) { f(o[lo:hi], x[lo:hi]) })
+		return []*tensor.Tensor{out}, nil
+	}
+}
+
 // via64 lifts a float64 math function to float32.
 func via64(f func(float64) float64) func(float32) float32 {
 	return func(x float32) float32 { return float32(f(float64(x))) }
@@ -570,34 +589,10 @@ func scalarFloat(t *tensor.Tensor) (float64, error) {
 	return f[0], nil
 }
 
-// erf32 is the error function, within 1e-6 relative error of math.Erf
-// (measured: 1.3e-7 on every 97th float32 bit pattern; one subnormal unit
-// for subnormal results):
-//
-//	erf(x) = x·P(x²)/Q(x²)   on x clamped to [−4, 4]
-//
-// with P of degree 6 and Q of degree 4 in x², the rational minimax fit
-// Eigen and XNNPACK use for float erf (erf(4) rounds to 1 in float32),
-// evaluated in float64. It needs no exponential and no branch; NaN stays
-// NaN (min and max keep it) and erf(−0) = −0.
-func erf32(x float32) float32 { return float32(erfRational(float64(x))) }
-
-// erfRational is erf32's formula in float64.
-func erfRational(v float64) float64 {
-	v = max(-4, min(4, v))
-	x2 := v * v
-	p := x2*-2.72614225801306e-10 + 2.77068142495902e-08
-	p = x2*p + -2.10102402082508e-06
-	p = x2*p + -5.69250639462346e-05
-	p = x2*p + -7.34990630326855e-04
-	p = x2*p + -2.95459980854025e-03
-	p = x2*p + -1.60960333262415e-02
-	q := x2*-1.45660718464996e-05 + -2.13374055278905e-04
-	q = x2*q + -1.68282697438203e-03
-	q = x2*q + -7.37332916720468e-03
-	q = x2*q + -1.42647390514189e-02
-	return v * p / q
-}
+// erf32 is the error function as kernels.Erf computes it: a rational fit
+// in float64 within 1e-6 relative error of math.Erf (one subnormal unit
+// for subnormal results).
+func erf32(x float32) float32 { return float32(kernels.Erf64(float64(x))) }
 
 func sigmoid(x float32) float32 {
 	if x >= 0 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -54,7 +55,7 @@ func init() {
 		"Acosh":                 {9, 0, simple(unaryFloat(via64(math.Acosh)))},
 		"Atanh":                 {9, 0, simple(unaryFloat(via64(math.Atanh)))},
 		"Tanh":                  {1, 0, simple(unaryFloat(via64(math.Tanh)))},
-		"Erf":                   {9, 0, simple(unaryFloat(erf32))},
+		"Erf":                   {9, 0, simple(unaryFloatRows(kernels.Erf))},
 		"Sigmoid":               {1, 0, simple(unaryFloat(sigmoid))},
 		"Relu":                  {1, 0, simple(unarySigned(func(x float32) float32 { return max(x, 0) }, func(x int64) int64 { return max(x, 0) }))},
 		"Softplus":              {1, 0, simple(unaryFloat(softplus))},

@@ -57,6 +57,7 @@ func main() {
 			depthwise(stride, rows)
 		}
 	}
+	erf()
 	Generate()
 }
 
