@@ -176,7 +176,7 @@ func buildUnsqueeze(b *builder) (kernel, error) {
 
 func buildTranspose(b *builder) (kernel, error) {
 	perm := b.ints("perm")
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t := in[0]
 		r := len(t.Shape)
 		p := make([]int, r)
@@ -196,8 +196,64 @@ func buildTranspose(b *builder) (kernel, error) {
 				p[i] = ax
 			}
 		}
+		if _, ok := t.Data.([]float32); ok {
+			return one(transposeF32(rc, t, p)), nil
+		}
 		return one(transpose(t, p)), nil
 	}, nil
+}
+
+// transposeF32 is transpose for float32 data, into a buffer of the run's
+// arena: an odometer over the output's outer dimensions and a strided
+// copy along its last one, without transpose's index array (an int per
+// element, allocated at every run).
+func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
+	x := t.Data.([]float32)
+	r := len(t.Shape)
+	os, st := make([]int, r), make([]int, r)
+	s := 1
+	for i := r - 1; i >= 0; i-- {
+		for j, p := range perm {
+			if p == i {
+				os[j], st[j] = t.Shape[i], s
+			}
+		}
+		s *= t.Shape[i]
+	}
+	out := rc.newFloat(os...)
+	y := out.Float32s()
+	if len(y) == 0 {
+		return out
+	}
+	if r == 0 {
+		copy(y, x)
+		return out
+	}
+	inner, is := os[r-1], st[r-1]
+	pos := make([]int, r-1)
+	off := 0
+	for o := 0; o < len(y); o += inner {
+		row := y[o : o+inner]
+		if is == 1 {
+			copy(row, x[off:off+inner])
+		} else {
+			src := off
+			for j := range row {
+				row[j] = x[src]
+				src += is
+			}
+		}
+		for d := r - 2; d >= 0; d-- {
+			pos[d]++
+			off += st[d]
+			if pos[d] < os[d] {
+				break
+			}
+			off -= st[d] * os[d]
+			pos[d] = 0
+		}
+	}
+	return out
 }
 
 // transpose permutes the axes of t: out dim i is input dim perm[i].
