@@ -53,15 +53,7 @@ func Im2col(g *ConvGeom, c int, x, col []float32) {
 			row := col[(ch*ks+k)*os : (ch*ks+k+1)*os]
 			for o := 0; o < os; o++ {
 				unravel(o, g.Out, opos)
-				idx, ok := 0, true
-				for d := 0; d < nd; d++ {
-					p := opos[d]*g.Strides[d] - g.PadBegin[d] + kp[d]*g.Dilations[d]
-					if p < 0 || p >= g.In[d] {
-						ok = false
-						break
-					}
-					idx = idx*g.In[d] + p
-				}
+				idx, ok := g.inputIndex(opos, kp)
 				if ok {
 					row[o] = xc[idx]
 				} else {
@@ -300,6 +292,19 @@ func dwRow3Go(out, x []float32, ldx, nr, stride int, w []float32) {
 	}
 }
 
+// inputIndex is the flat input index that output position opos reads
+// through kernel position kp; ok is false when it falls in the padding.
+func (g *ConvGeom) inputIndex(opos, kp []int) (idx int, ok bool) {
+	for d := range g.In {
+		p := opos[d]*g.Strides[d] - g.PadBegin[d] + kp[d]*g.Dilations[d]
+		if p < 0 || p >= g.In[d] {
+			return 0, false
+		}
+		idx = idx*g.In[d] + p
+	}
+	return idx, true
+}
+
 // Col2im is the adjoint of Im2col, used by transposed convolution: it
 // accumulates the column matrix back into image planes (x must be zeroed
 // by the caller when a plain scatter is wanted):
@@ -318,15 +323,7 @@ func Col2im(g *ConvGeom, c int, col, x []float32) {
 			row := col[(ch*ks+k)*os : (ch*ks+k+1)*os]
 			for o := 0; o < os; o++ {
 				unravel(o, g.Out, opos)
-				idx, ok := 0, true
-				for d := 0; d < nd; d++ {
-					p := opos[d]*g.Strides[d] - g.PadBegin[d] + kp[d]*g.Dilations[d]
-					if p < 0 || p >= g.In[d] {
-						ok = false
-						break
-					}
-					idx = idx*g.In[d] + p
-				}
+				idx, ok := g.inputIndex(opos, kp)
 				if ok {
 					xc[idx] += row[o]
 				}
