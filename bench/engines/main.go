@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coreaiq/coreaiq/bench/internal/benchio"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
@@ -38,11 +39,7 @@ func main() {
 }
 
 func run() error {
-	def := os.Getenv("COREAIQ_SHARED_MODELS")
-	if def == "" {
-		def = filepath.Join("..", "shared", "models")
-	}
-	dir := flag.String("models", def, "folder of model folders (model.onnx, eval_<input>.npy); env COREAIQ_SHARED_MODELS")
+	dir := flag.String("models", benchio.DefaultModels(), "folder of model folders (model.onnx, eval_<input>.npy); env COREAIQ_SHARED_MODELS")
 	runs := flag.Int("runs", 20, "timed runs per engine and configuration")
 	budget := flag.Duration("budget", 20*time.Second, "stop a configuration's timed runs after this long (at least 3 runs each)")
 	batches := flag.String("batch", "1,8", "batch sizes")
@@ -117,7 +114,7 @@ func measure(m *onnxgraph.Model, dir string, batch, threads, runs int, budget ti
 	defer ortSess.Close()
 	inputs := map[string]*tensor.Tensor{}
 	for _, in := range gs.Inputs() {
-		t, err := npy.ReadNPYFile(filepath.Join(dir, "eval_"+sanitize(in.Name)+".npy"))
+		t, err := npy.ReadNPYFile(benchio.DataFile(dir, "eval", in.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +144,7 @@ func measure(m *onnxgraph.Model, dir string, batch, threads, runs int, budget ti
 			lat[i] = append(lat[i], float64(time.Since(t0).Microseconds())/1000)
 		}
 	}
-	return &result{goMs: median(lat[0]), ortMs: median(lat[1]), runs: len(lat[0])}, nil
+	return &result{goMs: benchio.Median(lat[0]), ortMs: benchio.Median(lat[1]), runs: len(lat[0])}, nil
 }
 
 // firstSamples returns the first n samples (axis 0) of t.
@@ -160,19 +157,6 @@ func firstSamples(t *tensor.Tensor, n int) (*tensor.Tensor, error) {
 	shape[0] = n
 	data := reflect.ValueOf(t.Data).Slice(0, n*per).Interface()
 	return &tensor.Tensor{DType: t.DType, Shape: shape, Data: data}, nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func sanitize(name string) string {
-	return strings.NewReplacer("/", "_", ":", "_").Replace(name)
 }
 
 func ints(s string) ([]int, error) {

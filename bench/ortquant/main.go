@@ -24,6 +24,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coreaiq/coreaiq/bench/internal/benchio"
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -42,11 +43,7 @@ func main() {
 }
 
 func run() error {
-	def := os.Getenv("COREAIQ_SHARED_MODELS")
-	if def == "" {
-		def = filepath.Join("..", "shared", "models")
-	}
-	dir := flag.String("models", def, "folder of model folders (model.onnx, calib_<input>.npy, eval_<input>.npy); env COREAIQ_SHARED_MODELS")
+	dir := flag.String("models", benchio.DefaultModels(), "folder of model folders (model.onnx, calib_<input>.npy, eval_<input>.npy); env COREAIQ_SHARED_MODELS")
 	only := flag.String("only", "resnet18,mobilenetv2", "comma-separated model folder names")
 	preset := flag.String("preset", "ort-x86", "quantization preset")
 	runs := flag.Int("runs", 30, "timed runs per model and configuration")
@@ -103,7 +100,7 @@ func quantize(m *onnxgraph.Model, dir, preset string, samples int) (*onnxgraph.M
 	gs.Close()
 	var data []string
 	for _, in := range inputs {
-		data = append(data, in.Name+"="+filepath.Join(dir, "calib_"+sanitize(in.Name)+".npy"))
+		data = append(data, in.Name+"="+benchio.DataFile(dir, "calib", in.Name))
 	}
 	src, err := calibrate.Open(inputs, data, nil)
 	if err != nil {
@@ -134,7 +131,7 @@ func measure(fm, qm *onnxgraph.Model, dir string, batch, threads, runs int, budg
 	}
 	inputs := map[string]*tensor.Tensor{}
 	for _, in := range sessions[0].Inputs() {
-		t, err := npy.ReadNPYFile(filepath.Join(dir, "eval_"+sanitize(in.Name)+".npy"))
+		t, err := npy.ReadNPYFile(benchio.DataFile(dir, "eval", in.Name))
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -163,18 +160,5 @@ func measure(fm, qm *onnxgraph.Model, dir string, batch, threads, runs int, budg
 			lat[i] = append(lat[i], float64(time.Since(t0).Microseconds())/1000)
 		}
 	}
-	return median(lat[0]), median(lat[1]), len(lat[0]), nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func sanitize(name string) string {
-	return strings.NewReplacer("/", "_", ":", "_").Replace(name)
+	return benchio.Median(lat[0]), benchio.Median(lat[1]), len(lat[0]), nil
 }
