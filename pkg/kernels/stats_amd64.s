@@ -278,29 +278,40 @@ accumDoneAVX512:
 	VZEROUPPER
 	RET
 
-// func histPow2AVX2(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
-// Requires: AVX, AVX2, MMX+, POPCNT, SSE2
-TEXT ·histPow2AVX2(SB), NOSPLIT, $32-104
+// func histPow2AVX2(x []float32, scale float64, fs float64, fe float64, sub []uint16, trash int, idx []uint32) (under int, over int, nonFinite int)
+// Requires: AVX, AVX2, CMOV, MMX+, POPCNT, SSE2
+TEXT ·histPow2AVX2(SB), NOSPLIT, $0-128
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
 	SHRQ         $0x03, CX
 	MOVQ         sub_base+48(FP), DX
+	MOVQ         idx_base+80(FP), BX
+	MOVQ         idx_len+88(FP), SI
+	SHRQ         $0x03, SI
 	MOVSD        scale+24(FP), X0
 	VBROADCASTSD X0, Y0
 	MOVSD        fs+32(FP), X1
 	VBROADCASTSD X1, Y1
 	MOVSD        fe+40(FP), X2
 	VBROADCASTSD X2, Y2
-	MOVQ         trash+72(FP), BX
-	MOVQ         BX, X3
+	MOVQ         trash+72(FP), DI
+	MOVQ         DI, X3
 	VPBROADCASTD X3, Y3
-	XORQ         BX, BX
-	XORQ         SI, SI
 	XORQ         DI, DI
+	XORQ         R8, R8
+	XORQ         R9, R9
 
-histPow2AVX2Loop:
-	TESTQ        CX, CX
-	JZ           histPow2AVX2Done
+histPow2AVX2Block:
+	TESTQ   CX, CX
+	JZ      histPow2AVX2Done
+	MOVQ    SI, R10
+	CMPQ    CX, R10
+	CMOVQLT CX, R10
+	SUBQ    R10, CX
+	MOVQ    BX, R11
+	MOVQ    R10, R12
+
+histPow2AVX2Vec:
 	PREFETCHT0   1024(AX)
 	VMOVUPS      (AX), Y4
 	VEXTRACTF128 $0x01, Y4, X5
@@ -313,15 +324,15 @@ histPow2AVX2Loop:
 	VCMPPD       $0x1d, Y2, Y4, Y8
 	VANDNPD      Y7, Y6, Y7
 	VANDNPD      Y8, Y6, Y8
-	VMOVMSKPD    Y7, R8
-	POPCNTL      R8, R8
-	ADDQ         R8, BX
-	VMOVMSKPD    Y8, R8
-	POPCNTL      R8, R8
-	ADDQ         R8, SI
-	VMOVMSKPD    Y6, R8
-	POPCNTL      R8, R8
-	ADDQ         R8, DI
+	VMOVMSKPD    Y7, R13
+	POPCNTL      R13, R13
+	ADDQ         R13, DI
+	VMOVMSKPD    Y8, R13
+	POPCNTL      R13, R13
+	ADDQ         R13, R8
+	VMOVMSKPD    Y6, R13
+	POPCNTL      R13, R13
+	ADDQ         R13, R9
 	VORPD        Y7, Y6, Y6
 	VORPD        Y8, Y6, Y6
 	VROUNDPD     $0x09, Y4, Y4
@@ -337,15 +348,15 @@ histPow2AVX2Loop:
 	VCMPPD       $0x1d, Y2, Y5, Y7
 	VANDNPD      Y6, Y4, Y6
 	VANDNPD      Y7, Y4, Y7
-	VMOVMSKPD    Y6, R8
-	POPCNTL      R8, R8
-	ADDQ         R8, BX
-	VMOVMSKPD    Y7, R8
-	POPCNTL      R8, R8
-	ADDQ         R8, SI
-	VMOVMSKPD    Y4, R8
-	POPCNTL      R8, R8
-	ADDQ         R8, DI
+	VMOVMSKPD    Y6, R13
+	POPCNTL      R13, R13
+	ADDQ         R13, DI
+	VMOVMSKPD    Y7, R13
+	POPCNTL      R13, R13
+	ADDQ         R13, R8
+	VMOVMSKPD    Y4, R13
+	POPCNTL      R13, R13
+	ADDQ         R13, R9
 	VORPD        Y6, Y4, Y4
 	VORPD        Y7, Y4, Y4
 	VROUNDPD     $0x09, Y5, Y5
@@ -355,62 +366,77 @@ histPow2AVX2Loop:
 	VSHUFPS      $0x88, X6, X4, X6
 	VBLENDVPS    X6, X3, X5, X5
 	VINSERTI128  $0x01, X5, Y9, Y4
-	VPSLLD       $0x02, Y4, Y4
-	VMOVDQU      Y4, (SP)
-	MOVQ         (SP), R8
-	MOVL         R8, R9
-	SHRQ         $0x20, R8
-	INCL         (DX)(R9*4)
-	INCL         4(DX)(R8*4)
-	MOVQ         8(SP), R8
-	MOVL         R8, R9
-	SHRQ         $0x20, R8
-	INCL         8(DX)(R9*4)
-	INCL         12(DX)(R8*4)
-	MOVQ         16(SP), R8
-	MOVL         R8, R9
-	SHRQ         $0x20, R8
-	INCL         (DX)(R9*4)
-	INCL         4(DX)(R8*4)
-	MOVQ         24(SP), R8
-	MOVL         R8, R9
-	SHRQ         $0x20, R8
-	INCL         8(DX)(R9*4)
-	INCL         12(DX)(R8*4)
+	VPSLLD       $0x03, Y4, Y4
+	VMOVDQU      Y4, (R11)
 	ADDQ         $0x00000020, AX
-	DECQ         CX
-	JMP          histPow2AVX2Loop
+	ADDQ         $0x00000020, R11
+	DECQ         R12
+	JNZ          histPow2AVX2Vec
+	MOVQ         BX, R11
+
+histPow2AVX2Scatter:
+	MOVL (R11), R12
+	INCW (DX)(R12*2)
+	MOVL 4(R11), R12
+	INCW 2(DX)(R12*2)
+	MOVL 8(R11), R12
+	INCW 4(DX)(R12*2)
+	MOVL 12(R11), R12
+	INCW 6(DX)(R12*2)
+	MOVL 16(R11), R12
+	INCW 8(DX)(R12*2)
+	MOVL 20(R11), R12
+	INCW 10(DX)(R12*2)
+	MOVL 24(R11), R12
+	INCW 12(DX)(R12*2)
+	MOVL 28(R11), R12
+	INCW 14(DX)(R12*2)
+	ADDQ $0x00000020, R11
+	DECQ R10
+	JNZ  histPow2AVX2Scatter
+	JMP  histPow2AVX2Block
 
 histPow2AVX2Done:
-	MOVQ BX, under+80(FP)
-	MOVQ SI, over+88(FP)
-	MOVQ DI, nonFinite+96(FP)
+	MOVQ DI, under+104(FP)
+	MOVQ R8, over+112(FP)
+	MOVQ R9, nonFinite+120(FP)
 	VZEROUPPER
 	RET
 
-// func histPow2AVX512(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
-// Requires: AVX, AVX512F, MMX+, POPCNT, SSE2
-TEXT ·histPow2AVX512(SB), NOSPLIT, $64-104
+// func histPow2AVX512(x []float32, scale float64, fs float64, fe float64, sub []uint16, trash int, idx []uint32) (under int, over int, nonFinite int)
+// Requires: AVX, AVX512F, CMOV, MMX+, POPCNT, SSE2
+TEXT ·histPow2AVX512(SB), NOSPLIT, $0-128
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
 	SHRQ         $0x04, CX
 	MOVQ         sub_base+48(FP), DX
+	MOVQ         idx_base+80(FP), BX
+	MOVQ         idx_len+88(FP), SI
+	SHRQ         $0x04, SI
 	MOVSD        scale+24(FP), X0
 	VBROADCASTSD X0, Z0
 	MOVSD        fs+32(FP), X1
 	VBROADCASTSD X1, Z1
 	MOVSD        fe+40(FP), X2
 	VBROADCASTSD X2, Z2
-	MOVQ         trash+72(FP), BX
-	MOVQ         BX, X3
+	MOVQ         trash+72(FP), DI
+	MOVQ         DI, X3
 	VPBROADCASTD X3, Z3
-	XORQ         BX, BX
-	XORQ         SI, SI
 	XORQ         DI, DI
+	XORQ         R8, R8
+	XORQ         R9, R9
 
-histPow2AVX512Loop:
-	TESTQ         CX, CX
-	JZ            histPow2AVX512Done
+histPow2AVX512Block:
+	TESTQ   CX, CX
+	JZ      histPow2AVX512Done
+	MOVQ    SI, R10
+	CMPQ    CX, R10
+	CMOVQLT CX, R10
+	SUBQ    R10, CX
+	MOVQ    BX, R11
+	MOVQ    R10, R12
+
+histPow2AVX512Vec:
 	PREFETCHT0    1024(AX)
 	VMOVUPS       (AX), Z4
 	VSUBPS        Z4, Z4, Z5
@@ -438,75 +464,78 @@ histPow2AVX512Loop:
 	KORW          K2, K1, K4
 	KORW          K3, K4, K4
 	VMOVDQA32     Z3, K4, Z4
-	VPSLLD        $0x02, Z4, Z4
-	VMOVDQU32     Z4, (SP)
-	KMOVW         K2, R8
-	POPCNTL       R8, R8
-	ADDQ          R8, BX
-	KMOVW         K3, R8
-	POPCNTL       R8, R8
-	ADDQ          R8, SI
-	KMOVW         K1, R8
-	POPCNTL       R8, R8
-	ADDQ          R8, DI
-	MOVQ          (SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          (DX)(R9*4)
-	INCL          4(DX)(R8*4)
-	MOVQ          8(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          8(DX)(R9*4)
-	INCL          12(DX)(R8*4)
-	MOVQ          16(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          (DX)(R9*4)
-	INCL          4(DX)(R8*4)
-	MOVQ          24(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          8(DX)(R9*4)
-	INCL          12(DX)(R8*4)
-	MOVQ          32(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          (DX)(R9*4)
-	INCL          4(DX)(R8*4)
-	MOVQ          40(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          8(DX)(R9*4)
-	INCL          12(DX)(R8*4)
-	MOVQ          48(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          (DX)(R9*4)
-	INCL          4(DX)(R8*4)
-	MOVQ          56(SP), R8
-	MOVL          R8, R9
-	SHRQ          $0x20, R8
-	INCL          8(DX)(R9*4)
-	INCL          12(DX)(R8*4)
+	VPSLLD        $0x03, Z4, Z4
+	VMOVDQU32     Z4, (R11)
+	KMOVW         K2, R13
+	POPCNTL       R13, R13
+	ADDQ          R13, DI
+	KMOVW         K3, R13
+	POPCNTL       R13, R13
+	ADDQ          R13, R8
+	KMOVW         K1, R13
+	POPCNTL       R13, R13
+	ADDQ          R13, R9
 	ADDQ          $0x00000040, AX
-	DECQ          CX
-	JMP           histPow2AVX512Loop
+	ADDQ          $0x00000040, R11
+	DECQ          R12
+	JNZ           histPow2AVX512Vec
+	MOVQ          BX, R11
+
+histPow2AVX512Scatter:
+	MOVL (R11), R12
+	INCW (DX)(R12*2)
+	MOVL 4(R11), R12
+	INCW 2(DX)(R12*2)
+	MOVL 8(R11), R12
+	INCW 4(DX)(R12*2)
+	MOVL 12(R11), R12
+	INCW 6(DX)(R12*2)
+	MOVL 16(R11), R12
+	INCW 8(DX)(R12*2)
+	MOVL 20(R11), R12
+	INCW 10(DX)(R12*2)
+	MOVL 24(R11), R12
+	INCW 12(DX)(R12*2)
+	MOVL 28(R11), R12
+	INCW 14(DX)(R12*2)
+	MOVL 32(R11), R12
+	INCW (DX)(R12*2)
+	MOVL 36(R11), R12
+	INCW 2(DX)(R12*2)
+	MOVL 40(R11), R12
+	INCW 4(DX)(R12*2)
+	MOVL 44(R11), R12
+	INCW 6(DX)(R12*2)
+	MOVL 48(R11), R12
+	INCW 8(DX)(R12*2)
+	MOVL 52(R11), R12
+	INCW 10(DX)(R12*2)
+	MOVL 56(R11), R12
+	INCW 12(DX)(R12*2)
+	MOVL 60(R11), R12
+	INCW 14(DX)(R12*2)
+	ADDQ $0x00000040, R11
+	DECQ R10
+	JNZ  histPow2AVX512Scatter
+	JMP  histPow2AVX512Block
 
 histPow2AVX512Done:
-	MOVQ BX, under+80(FP)
-	MOVQ SI, over+88(FP)
-	MOVQ DI, nonFinite+96(FP)
+	MOVQ DI, under+104(FP)
+	MOVQ R8, over+112(FP)
+	MOVQ R9, nonFinite+120(FP)
 	VZEROUPPER
 	RET
 
-// func histPow2F32AVX512(x []float32, s1 float32, s2 float32, fs float32, fe float32, start int, sub []uint32, trash int) (under int, over int, nonFinite int)
-// Requires: AVX, AVX512F, MMX+, POPCNT, SSE, SSE2
-TEXT ·histPow2F32AVX512(SB), NOSPLIT, $64-104
+// func histPow2F32AVX512(x []float32, s1 float32, s2 float32, fs float32, fe float32, start int, sub []uint16, trash int, idx []uint32) (under int, over int, nonFinite int)
+// Requires: AVX, AVX512F, CMOV, MMX+, POPCNT, SSE, SSE2
+TEXT ·histPow2F32AVX512(SB), NOSPLIT, $0-128
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
 	SHRQ         $0x04, CX
 	MOVQ         sub_base+48(FP), DX
+	MOVQ         idx_base+80(FP), BX
+	MOVQ         idx_len+88(FP), SI
+	SHRQ         $0x04, SI
 	MOVSS        s1+24(FP), X0
 	VBROADCASTSS X0, Z0
 	MOVSS        s2+28(FP), X1
@@ -515,19 +544,27 @@ TEXT ·histPow2F32AVX512(SB), NOSPLIT, $64-104
 	VBROADCASTSS X2, Z2
 	MOVSS        fe+36(FP), X3
 	VBROADCASTSS X3, Z3
-	MOVQ         start+40(FP), BX
-	MOVQ         BX, X4
+	MOVQ         start+40(FP), DI
+	MOVQ         DI, X4
 	VPBROADCASTD X4, Z4
-	MOVQ         trash+72(FP), BX
-	MOVQ         BX, X5
+	MOVQ         trash+72(FP), DI
+	MOVQ         DI, X5
 	VPBROADCASTD X5, Z5
-	XORQ         BX, BX
-	XORQ         SI, SI
 	XORQ         DI, DI
+	XORQ         R8, R8
+	XORQ         R9, R9
 
-histPow2F32AVX512Loop:
-	TESTQ            CX, CX
-	JZ               histPow2F32AVX512Done
+histPow2F32AVX512Block:
+	TESTQ   CX, CX
+	JZ      histPow2F32AVX512Done
+	MOVQ    SI, R10
+	CMPQ    CX, R10
+	CMOVQLT CX, R10
+	SUBQ    R10, CX
+	MOVQ    BX, R11
+	MOVQ    R10, R12
+
+histPow2F32AVX512Vec:
 	PREFETCHT0       1024(AX)
 	VMOVUPS          (AX), Z6
 	VSUBPS           Z6, Z6, Z7
@@ -543,64 +580,64 @@ histPow2F32AVX512Loop:
 	KORW             K2, K1, K4
 	KORW             K3, K4, K4
 	VMOVDQA32        Z5, K4, Z6
-	VPSLLD           $0x02, Z6, Z6
-	VMOVDQU32        Z6, (SP)
-	KMOVW            K2, R8
-	POPCNTL          R8, R8
-	ADDQ             R8, BX
-	KMOVW            K3, R8
-	POPCNTL          R8, R8
-	ADDQ             R8, SI
-	KMOVW            K1, R8
-	POPCNTL          R8, R8
-	ADDQ             R8, DI
-	MOVQ             (SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             (DX)(R9*4)
-	INCL             4(DX)(R8*4)
-	MOVQ             8(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             8(DX)(R9*4)
-	INCL             12(DX)(R8*4)
-	MOVQ             16(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             (DX)(R9*4)
-	INCL             4(DX)(R8*4)
-	MOVQ             24(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             8(DX)(R9*4)
-	INCL             12(DX)(R8*4)
-	MOVQ             32(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             (DX)(R9*4)
-	INCL             4(DX)(R8*4)
-	MOVQ             40(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             8(DX)(R9*4)
-	INCL             12(DX)(R8*4)
-	MOVQ             48(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             (DX)(R9*4)
-	INCL             4(DX)(R8*4)
-	MOVQ             56(SP), R8
-	MOVL             R8, R9
-	SHRQ             $0x20, R8
-	INCL             8(DX)(R9*4)
-	INCL             12(DX)(R8*4)
+	VPSLLD           $0x03, Z6, Z6
+	VMOVDQU32        Z6, (R11)
+	KMOVW            K2, R13
+	POPCNTL          R13, R13
+	ADDQ             R13, DI
+	KMOVW            K3, R13
+	POPCNTL          R13, R13
+	ADDQ             R13, R8
+	KMOVW            K1, R13
+	POPCNTL          R13, R13
+	ADDQ             R13, R9
 	ADDQ             $0x00000040, AX
-	DECQ             CX
-	JMP              histPow2F32AVX512Loop
+	ADDQ             $0x00000040, R11
+	DECQ             R12
+	JNZ              histPow2F32AVX512Vec
+	MOVQ             BX, R11
+
+histPow2F32AVX512Scatter:
+	MOVL (R11), R12
+	INCW (DX)(R12*2)
+	MOVL 4(R11), R12
+	INCW 2(DX)(R12*2)
+	MOVL 8(R11), R12
+	INCW 4(DX)(R12*2)
+	MOVL 12(R11), R12
+	INCW 6(DX)(R12*2)
+	MOVL 16(R11), R12
+	INCW 8(DX)(R12*2)
+	MOVL 20(R11), R12
+	INCW 10(DX)(R12*2)
+	MOVL 24(R11), R12
+	INCW 12(DX)(R12*2)
+	MOVL 28(R11), R12
+	INCW 14(DX)(R12*2)
+	MOVL 32(R11), R12
+	INCW (DX)(R12*2)
+	MOVL 36(R11), R12
+	INCW 2(DX)(R12*2)
+	MOVL 40(R11), R12
+	INCW 4(DX)(R12*2)
+	MOVL 44(R11), R12
+	INCW 6(DX)(R12*2)
+	MOVL 48(R11), R12
+	INCW 8(DX)(R12*2)
+	MOVL 52(R11), R12
+	INCW 10(DX)(R12*2)
+	MOVL 56(R11), R12
+	INCW 12(DX)(R12*2)
+	MOVL 60(R11), R12
+	INCW 14(DX)(R12*2)
+	ADDQ $0x00000040, R11
+	DECQ R10
+	JNZ  histPow2F32AVX512Scatter
+	JMP  histPow2F32AVX512Block
 
 histPow2F32AVX512Done:
-	MOVQ BX, under+80(FP)
-	MOVQ SI, over+88(FP)
-	MOVQ DI, nonFinite+96(FP)
+	MOVQ DI, under+104(FP)
+	MOVQ R8, over+112(FP)
+	MOVQ R9, nonFinite+120(FP)
 	VZEROUPPER
 	RET

@@ -138,6 +138,31 @@ func TestHistogramPow2VariantsLarge(t *testing.T) {
 	}
 }
 
+// TestHistogramPow2CounterOverflow puts far more than 2^16 values in one
+// bin, and in the trash bin, so that the kernels' narrow per-copy counters
+// must be merged before they wrap.
+func TestHistogramPow2CounterOverflow(t *testing.T) {
+	const n = 9*65536 + 37
+	c := histConfig{-8, -1024, 2048}
+	inBin := make([]float32, n)
+	for i := range inBin {
+		inBin[i] = 0.5
+	}
+	outside := make([]float32, n)
+	for i := range outside {
+		outside[i] = float32(1-2*(i%2)) * 1e6
+	}
+	for _, v := range statsVariants() {
+		if !v.ok {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			histCheck(t, "one bin", v.hist, inBin, c)
+			histCheck(t, "out of range", v.hist, outside, c)
+		})
+	}
+}
+
 // TestHistogramPow2RandomLayouts draws bin layouts and data together.
 func TestHistogramPow2RandomLayouts(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))

@@ -17,16 +17,19 @@ func minMaxAccumAVX2(x []float32, lo []float32, hi []float32) (nonFinite int)
 func minMaxAccumAVX512(x []float32, lo []float32, hi []float32) (nonFinite int)
 
 // histPow2AVX2 is the histogram of the first len(x) &^ 7 elements of x into
-// 4 interleaved uint32 sub-histograms sub[j·4 + c] of trash+1 bins each;
-// out-of-range and non-finite values go to bin trash.
-func histPow2AVX2(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
+// 8 interleaved uint16 sub-histograms sub[j·8 + c] of trash+1 bins each;
+// out-of-range and non-finite values go to bin trash. idx is scratch; its
+// length must be a positive multiple of 8.
+func histPow2AVX2(x []float32, scale float64, fs float64, fe float64, sub []uint16, trash int, idx []uint32) (under int, over int, nonFinite int)
 
 // histPow2AVX512 is the histogram of the first len(x) &^ 15 elements of x into
-// 4 interleaved uint32 sub-histograms sub[j·4 + c] of trash+1 bins each;
-// out-of-range and non-finite values go to bin trash.
-func histPow2AVX512(x []float32, scale float64, fs float64, fe float64, sub []uint32, trash int) (under int, over int, nonFinite int)
+// 8 interleaved uint16 sub-histograms sub[j·8 + c] of trash+1 bins each;
+// out-of-range and non-finite values go to bin trash. idx is scratch; its
+// length must be a positive multiple of 16.
+func histPow2AVX512(x []float32, scale float64, fs float64, fe float64, sub []uint16, trash int, idx []uint32) (under int, over int, nonFinite int)
 
 // histPow2F32AVX512 is the histogram of the first len(x) &^ 15 elements of x into
-// 4 interleaved uint32 sub-histograms sub[j·4 + c] of trash+1 bins each;
-// out-of-range and non-finite values go to bin trash.
-func histPow2F32AVX512(x []float32, s1 float32, s2 float32, fs float32, fe float32, start int, sub []uint32, trash int) (under int, over int, nonFinite int)
+// 8 interleaved uint16 sub-histograms sub[j·8 + c] of trash+1 bins each;
+// out-of-range and non-finite values go to bin trash. idx is scratch; its
+// length must be a positive multiple of 16.
+func histPow2F32AVX512(x []float32, s1 float32, s2 float32, fs float32, fe float32, start int, sub []uint16, trash int, idx []uint32) (under int, over int, nonFinite int)
