@@ -13,8 +13,8 @@ import (
 // and a trip through the scheduler (tens of microseconds on a loaded
 // machine) before it starts, which made two threads slower than one on
 // small models. Workers therefore spin for a while after their last chunk
-// before they park, the caller spins for a while before it blocks on the
-// outstanding chunks, and chunks are claimed from a counter by whoever is
+// before they park, the caller polls for the outstanding chunks without
+// parking, and chunks are claimed from a counter by whoever is
 // free first (the caller included), so a step never waits for a worker to
 // wake up when the caller could have run the chunk itself. Which goroutine
 // runs a chunk never changes what the chunk computes.
@@ -35,9 +35,6 @@ const (
 	// it parks: longer than the serial gap between two parallel steps of
 	// a model, short enough not to burn a core between runs.
 	workerSpin = 50 * time.Microsecond
-	// callerSpin is how long a caller polls for the other chunks of its
-	// step before it blocks.
-	callerSpin = 50 * time.Microsecond
 )
 
 // job is one Parallel call: chunks of size elements of [0, n).
@@ -46,7 +43,6 @@ type job struct {
 	n, size, count int
 	next           atomic.Int64 // next chunk to claim
 	left           atomic.Int64 // chunks not yet finished
-	wg             sync.WaitGroup
 }
 
 func startPool() {
@@ -118,7 +114,6 @@ func (j *job) run() {
 		lo := c * j.size
 		j.fn(lo, min(lo+j.size, j.n))
 		j.left.Add(-1)
-		j.wg.Done()
 	}
 }
 
@@ -152,7 +147,6 @@ func Parallel(threads, n, grain int, fn func(lo, hi int)) {
 	size := (n + chunks - 1) / chunks
 	j := &job{fn: fn, n: n, size: size, count: (n + size - 1) / size}
 	j.left.Store(int64(j.count))
-	j.wg.Add(j.count)
 	pool.mu.Lock()
 	pool.jobs = append(pool.jobs, j)
 	pool.pending.Store(int32(len(pool.jobs)))
@@ -161,7 +155,16 @@ func Parallel(threads, n, grain int, fn func(lo, hi int)) {
 	}
 	pool.mu.Unlock()
 	j.run()
-	if !spinUntil(callerSpin, func() bool { return j.left.Load() == 0 }) {
-		j.wg.Wait()
+	// Every chunk is claimed; the ones left are running on workers. The
+	// caller waits for them without parking: a parked goroutine is woken
+	// onto the P of the worker that finishes last, which keeps spinning
+	// for its next step, so the caller waited for another P to steal it —
+	// tens to hundreds of microseconds on a virtual CPU that had gone
+	// idle, at every step whose chunks ended unevenly. Yielding now and
+	// then lets a worker that shares this P run.
+	for i := 0; j.left.Load() != 0; i++ {
+		if i&255 == 255 {
+			runtime.Gosched()
+		}
 	}
 }

@@ -104,7 +104,7 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 		gemmBlocked(arch, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if nt >= mt || nt >= 2*threads {
+	if splitColumns(m, n, mt, nt, threads) {
 		// Split the columns: each thread packs its own part of B.
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
@@ -128,6 +128,21 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 		}
 		gemmBlocked(arch, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
 	})
+}
+
+// splitColumns reports whether an unpacked product splits C by columns
+// (every thread packs all of A and its part of B) rather than by rows
+// (every thread packs its part of A and all of B). Packing A costs about
+// twice as much per element as packing B (BenchmarkPack), so the split
+// that duplicates less packing wins, provided each thread gets a panel.
+func splitColumns(m, n, mt, nt, threads int) bool {
+	switch {
+	case mt < threads:
+		return true
+	case nt < threads:
+		return false
+	}
+	return 2*m < n
 }
 
 func scaleC(m, n int, beta float32, c []float32, ldc int) {
@@ -435,6 +450,9 @@ func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr int, alpha float32, 
 			}
 			continue
 		}
+		if rows == mr && alpha == 1 && packARows(a[i0*lda+pc:], lda, kc, mr, panel) {
+			continue
+		}
 		for i := 0; i < rows; i++ {
 			src := a[(i0+i)*lda+pc : (i0+i)*lda+pc+kc]
 			if alpha == 1 {
@@ -453,6 +471,39 @@ func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr int, alpha float32, 
 			}
 		}
 	}
+}
+
+// packARows packs mr whole rows of a (row stride lda) of kc columns into
+// panel, column by column, when mr is one of the kernels' panel heights.
+// Walking the columns writes the panel in order and reads mr rows that
+// stay in L1, where the row-by-row loop wrote with a stride of mr floats.
+func packARows(a []float32, lda, kc, mr int, panel []float32) bool {
+	switch mr {
+	case 12:
+		_ = a[11*lda+kc-1]
+		r := [12][]float32{}
+		for i := range r {
+			r[i] = a[i*lda : i*lda+kc : i*lda+kc]
+		}
+		for p := 0; p < kc; p++ {
+			d := (*[12]float32)(panel[p*12:])
+			d[0], d[1], d[2], d[3] = r[0][p], r[1][p], r[2][p], r[3][p]
+			d[4], d[5], d[6], d[7] = r[4][p], r[5][p], r[6][p], r[7][p]
+			d[8], d[9], d[10], d[11] = r[8][p], r[9][p], r[10][p], r[11][p]
+		}
+		return true
+	case 6:
+		r := [6][]float32{}
+		for i := range r {
+			r[i] = a[i*lda : i*lda+kc : i*lda+kc]
+		}
+		for p := 0; p < kc; p++ {
+			d := (*[6]float32)(panel[p*6:])
+			d[0], d[1], d[2], d[3], d[4], d[5] = r[0][p], r[1][p], r[2][p], r[3][p], r[4][p], r[5][p]
+		}
+		return true
+	}
+	return false
 }
 
 // packB copies the kc×nc block of op(B) at (pc, jc) into panels of nr

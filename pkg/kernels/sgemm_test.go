@@ -152,3 +152,26 @@ func TestSgemmPackedBBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPack measures packing a 256×256 row-major operand into the
+// active kernel's A and B panels, per element.
+func BenchmarkPack(b *testing.B) {
+	const n = 256
+	arch := activeGemm
+	src := make([]float32, n*n)
+	dst := make([]float32, (n+arch.mr)*(n+arch.nr))
+	b.Run("A", func(b *testing.B) {
+		b.SetBytes(4 * n * n)
+		for b.Loop() {
+			for ic := 0; ic < n; ic += arch.mc {
+				packA(false, src, n, ic, 0, min(arch.mc, n-ic), n, arch.mr, 1, dst)
+			}
+		}
+	})
+	b.Run("B", func(b *testing.B) {
+		b.SetBytes(4 * n * n)
+		for b.Loop() {
+			packB(false, src, n, 0, 0, n, n, arch.nr, dst)
+		}
+	})
+}
