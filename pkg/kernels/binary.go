@@ -27,9 +27,23 @@ func (op BinOp) Apply(a, b float32) float32 {
 }
 
 // Binary sets o[i] = a[i] op b[i] for i < len(o); a and b are at least as
-// long as o. The switch sits outside the loops so that each loop is a plain
-// load-op-store the compiler keeps free of calls and bounds checks.
+// long as o. o may be a or b, but must not overlap them otherwise.
 func Binary(op BinOp, o, a, b []float32) {
+	n := binaryVec(op, o, a[:len(o)], b[:len(o)])
+	binaryGo(op, o[n:], a[n:len(o)], b[n:len(o)])
+}
+
+// BinaryScalar sets o[i] = a[i] op s, or s op a[i] when rev is true. o may
+// be a, but must not overlap it otherwise.
+func BinaryScalar(op BinOp, o, a []float32, s float32, rev bool) {
+	n := binaryScalarVec(op, o, a[:len(o)], s, rev)
+	binaryScalarGo(op, o[n:], a[n:len(o)], s, rev)
+}
+
+// binaryGo is Binary in Go. The switch sits outside the loops so that each
+// loop is a plain load-op-store the compiler keeps free of calls and
+// bounds checks.
+func binaryGo(op BinOp, o, a, b []float32) {
 	a, b = a[:len(o)], b[:len(o)]
 	switch op {
 	case BinAdd:
@@ -51,8 +65,8 @@ func Binary(op BinOp, o, a, b []float32) {
 	}
 }
 
-// BinaryScalar sets o[i] = a[i] op s, or s op a[i] when rev is true.
-func BinaryScalar(op BinOp, o, a []float32, s float32, rev bool) {
+// binaryScalarGo is BinaryScalar in Go.
+func binaryScalarGo(op BinOp, o, a []float32, s float32, rev bool) {
 	a = a[:len(o)]
 	switch {
 	case op == BinAdd:

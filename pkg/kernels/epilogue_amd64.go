@@ -120,3 +120,42 @@ func erfRow(dst, src []float32) {
 		copy(dst[n:], buf[:])
 	}
 }
+
+// binaryVec computes the first len(o) &^ 7 elements of Binary in AVX2
+// (bit-identical: one IEEE operation each) and returns how many.
+func binaryVec(op BinOp, o, a, b []float32) int {
+	n := len(o) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	switch op {
+	case BinAdd:
+		binAddAVX2(&o[0], &a[0], &b[0], n)
+	case BinSub:
+		binSubAVX2(&o[0], &a[0], &b[0], n)
+	case BinMul:
+		binMulAVX2(&o[0], &a[0], &b[0], n)
+	default:
+		binDivAVX2(&o[0], &a[0], &b[0], n)
+	}
+	return n
+}
+
+// binaryScalarVec is binaryVec for BinaryScalar.
+func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int {
+	n := len(o) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	switch op {
+	case BinAdd:
+		binAddScalarAVX2(&o[0], &a[0], s, n, rev)
+	case BinSub:
+		binSubScalarAVX2(&o[0], &a[0], s, n, rev)
+	case BinMul:
+		binMulScalarAVX2(&o[0], &a[0], s, n, rev)
+	default:
+		binDivScalarAVX2(&o[0], &a[0], s, n, rev)
+	}
+	return n
+}

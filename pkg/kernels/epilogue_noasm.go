@@ -13,3 +13,7 @@ func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
 }
 
 func erfRow(dst, src []float32) { erfGo(dst, src) }
+
+func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
+
+func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int { return 0 }

@@ -2062,3 +2062,491 @@ DATA erfconsts<>+360(SB)/8, $0xbf8d36d4ddb1cdc3
 DATA erfconsts<>+368(SB)/8, $0xbf8d36d4ddb1cdc3
 DATA erfconsts<>+376(SB)/8, $0xbf8d36d4ddb1cdc3
 GLOBL erfconsts<>(SB), RODATA|NOPTR, $384
+
+// func binAddAVX2(o *float32, a *float32, b *float32, n int)
+// Requires: AVX
+TEXT ·binAddAVX2(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+	XORQ SI, SI
+	SHLQ $0x02, BX
+	MOVQ BX, DI
+	ANDQ $-128, DI
+
+binAdd_loop4:
+	CMPQ    SI, DI
+	JGE     binAdd_loop1
+	VMOVUPS (CX)(SI*1), Y0
+	VMOVUPS 32(CX)(SI*1), Y1
+	VMOVUPS 64(CX)(SI*1), Y2
+	VMOVUPS 96(CX)(SI*1), Y3
+	VADDPS  (DX)(SI*1), Y0, Y0
+	VADDPS  32(DX)(SI*1), Y1, Y1
+	VADDPS  64(DX)(SI*1), Y2, Y2
+	VADDPS  96(DX)(SI*1), Y3, Y3
+	VMOVUPS Y0, (AX)(SI*1)
+	VMOVUPS Y1, 32(AX)(SI*1)
+	VMOVUPS Y2, 64(AX)(SI*1)
+	VMOVUPS Y3, 96(AX)(SI*1)
+	ADDQ    $0x00000080, SI
+	JMP     binAdd_loop4
+
+binAdd_loop1:
+	CMPQ    SI, BX
+	JGE     binAdd_done
+	VMOVUPS (CX)(SI*1), Y0
+	VADDPS  (DX)(SI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*1)
+	ADDQ    $0x00000020, SI
+	JMP     binAdd_loop1
+
+binAdd_done:
+	VZEROUPPER
+	RET
+
+// func binAddScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+// Requires: AVX, AVX2, SSE
+TEXT ·binAddScalarAVX2(SB), NOSPLIT, $0-33
+	MOVQ         o+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVQ         n+24(FP), DX
+	MOVB         rev+32(FP), BL
+	TESTB        BL, BL
+	JNZ          binAddScalarRev_start
+	XORQ         BX, BX
+	SHLQ         $0x02, DX
+	MOVQ         DX, SI
+	ANDQ         $-128, SI
+
+binAddScalar_loop4:
+	CMPQ    BX, SI
+	JGE     binAddScalar_loop1
+	VMOVUPS (CX)(BX*1), Y1
+	VADDPS  Y0, Y1, Y1
+	VMOVUPS 32(CX)(BX*1), Y2
+	VADDPS  Y0, Y2, Y2
+	VMOVUPS 64(CX)(BX*1), Y3
+	VADDPS  Y0, Y3, Y3
+	VMOVUPS 96(CX)(BX*1), Y4
+	VADDPS  Y0, Y4, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binAddScalar_loop4
+
+binAddScalar_loop1:
+	CMPQ    BX, DX
+	JGE     binAddScalar_done
+	VMOVUPS (CX)(BX*1), Y1
+	VADDPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binAddScalar_loop1
+
+binAddScalar_done:
+	VZEROUPPER
+	RET
+
+binAddScalarRev_start:
+	XORQ BX, BX
+	SHLQ $0x02, DX
+	MOVQ DX, SI
+	ANDQ $-128, SI
+
+binAddScalarRev_loop4:
+	CMPQ    BX, SI
+	JGE     binAddScalarRev_loop1
+	VADDPS  (CX)(BX*1), Y0, Y1
+	VADDPS  32(CX)(BX*1), Y0, Y2
+	VADDPS  64(CX)(BX*1), Y0, Y3
+	VADDPS  96(CX)(BX*1), Y0, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binAddScalarRev_loop4
+
+binAddScalarRev_loop1:
+	CMPQ    BX, DX
+	JGE     binAddScalarRev_done
+	VADDPS  (CX)(BX*1), Y0, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binAddScalarRev_loop1
+
+binAddScalarRev_done:
+	VZEROUPPER
+	RET
+
+// func binSubAVX2(o *float32, a *float32, b *float32, n int)
+// Requires: AVX
+TEXT ·binSubAVX2(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+	XORQ SI, SI
+	SHLQ $0x02, BX
+	MOVQ BX, DI
+	ANDQ $-128, DI
+
+binSub_loop4:
+	CMPQ    SI, DI
+	JGE     binSub_loop1
+	VMOVUPS (CX)(SI*1), Y0
+	VMOVUPS 32(CX)(SI*1), Y1
+	VMOVUPS 64(CX)(SI*1), Y2
+	VMOVUPS 96(CX)(SI*1), Y3
+	VSUBPS  (DX)(SI*1), Y0, Y0
+	VSUBPS  32(DX)(SI*1), Y1, Y1
+	VSUBPS  64(DX)(SI*1), Y2, Y2
+	VSUBPS  96(DX)(SI*1), Y3, Y3
+	VMOVUPS Y0, (AX)(SI*1)
+	VMOVUPS Y1, 32(AX)(SI*1)
+	VMOVUPS Y2, 64(AX)(SI*1)
+	VMOVUPS Y3, 96(AX)(SI*1)
+	ADDQ    $0x00000080, SI
+	JMP     binSub_loop4
+
+binSub_loop1:
+	CMPQ    SI, BX
+	JGE     binSub_done
+	VMOVUPS (CX)(SI*1), Y0
+	VSUBPS  (DX)(SI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*1)
+	ADDQ    $0x00000020, SI
+	JMP     binSub_loop1
+
+binSub_done:
+	VZEROUPPER
+	RET
+
+// func binSubScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+// Requires: AVX, AVX2, SSE
+TEXT ·binSubScalarAVX2(SB), NOSPLIT, $0-33
+	MOVQ         o+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVQ         n+24(FP), DX
+	MOVB         rev+32(FP), BL
+	TESTB        BL, BL
+	JNZ          binSubScalarRev_start
+	XORQ         BX, BX
+	SHLQ         $0x02, DX
+	MOVQ         DX, SI
+	ANDQ         $-128, SI
+
+binSubScalar_loop4:
+	CMPQ    BX, SI
+	JGE     binSubScalar_loop1
+	VMOVUPS (CX)(BX*1), Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS 32(CX)(BX*1), Y2
+	VSUBPS  Y0, Y2, Y2
+	VMOVUPS 64(CX)(BX*1), Y3
+	VSUBPS  Y0, Y3, Y3
+	VMOVUPS 96(CX)(BX*1), Y4
+	VSUBPS  Y0, Y4, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binSubScalar_loop4
+
+binSubScalar_loop1:
+	CMPQ    BX, DX
+	JGE     binSubScalar_done
+	VMOVUPS (CX)(BX*1), Y1
+	VSUBPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binSubScalar_loop1
+
+binSubScalar_done:
+	VZEROUPPER
+	RET
+
+binSubScalarRev_start:
+	XORQ BX, BX
+	SHLQ $0x02, DX
+	MOVQ DX, SI
+	ANDQ $-128, SI
+
+binSubScalarRev_loop4:
+	CMPQ    BX, SI
+	JGE     binSubScalarRev_loop1
+	VSUBPS  (CX)(BX*1), Y0, Y1
+	VSUBPS  32(CX)(BX*1), Y0, Y2
+	VSUBPS  64(CX)(BX*1), Y0, Y3
+	VSUBPS  96(CX)(BX*1), Y0, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binSubScalarRev_loop4
+
+binSubScalarRev_loop1:
+	CMPQ    BX, DX
+	JGE     binSubScalarRev_done
+	VSUBPS  (CX)(BX*1), Y0, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binSubScalarRev_loop1
+
+binSubScalarRev_done:
+	VZEROUPPER
+	RET
+
+// func binMulAVX2(o *float32, a *float32, b *float32, n int)
+// Requires: AVX
+TEXT ·binMulAVX2(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+	XORQ SI, SI
+	SHLQ $0x02, BX
+	MOVQ BX, DI
+	ANDQ $-128, DI
+
+binMul_loop4:
+	CMPQ    SI, DI
+	JGE     binMul_loop1
+	VMOVUPS (CX)(SI*1), Y0
+	VMOVUPS 32(CX)(SI*1), Y1
+	VMOVUPS 64(CX)(SI*1), Y2
+	VMOVUPS 96(CX)(SI*1), Y3
+	VMULPS  (DX)(SI*1), Y0, Y0
+	VMULPS  32(DX)(SI*1), Y1, Y1
+	VMULPS  64(DX)(SI*1), Y2, Y2
+	VMULPS  96(DX)(SI*1), Y3, Y3
+	VMOVUPS Y0, (AX)(SI*1)
+	VMOVUPS Y1, 32(AX)(SI*1)
+	VMOVUPS Y2, 64(AX)(SI*1)
+	VMOVUPS Y3, 96(AX)(SI*1)
+	ADDQ    $0x00000080, SI
+	JMP     binMul_loop4
+
+binMul_loop1:
+	CMPQ    SI, BX
+	JGE     binMul_done
+	VMOVUPS (CX)(SI*1), Y0
+	VMULPS  (DX)(SI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*1)
+	ADDQ    $0x00000020, SI
+	JMP     binMul_loop1
+
+binMul_done:
+	VZEROUPPER
+	RET
+
+// func binMulScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+// Requires: AVX, AVX2, SSE
+TEXT ·binMulScalarAVX2(SB), NOSPLIT, $0-33
+	MOVQ         o+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVQ         n+24(FP), DX
+	MOVB         rev+32(FP), BL
+	TESTB        BL, BL
+	JNZ          binMulScalarRev_start
+	XORQ         BX, BX
+	SHLQ         $0x02, DX
+	MOVQ         DX, SI
+	ANDQ         $-128, SI
+
+binMulScalar_loop4:
+	CMPQ    BX, SI
+	JGE     binMulScalar_loop1
+	VMOVUPS (CX)(BX*1), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVUPS 32(CX)(BX*1), Y2
+	VMULPS  Y0, Y2, Y2
+	VMOVUPS 64(CX)(BX*1), Y3
+	VMULPS  Y0, Y3, Y3
+	VMOVUPS 96(CX)(BX*1), Y4
+	VMULPS  Y0, Y4, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binMulScalar_loop4
+
+binMulScalar_loop1:
+	CMPQ    BX, DX
+	JGE     binMulScalar_done
+	VMOVUPS (CX)(BX*1), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binMulScalar_loop1
+
+binMulScalar_done:
+	VZEROUPPER
+	RET
+
+binMulScalarRev_start:
+	XORQ BX, BX
+	SHLQ $0x02, DX
+	MOVQ DX, SI
+	ANDQ $-128, SI
+
+binMulScalarRev_loop4:
+	CMPQ    BX, SI
+	JGE     binMulScalarRev_loop1
+	VMULPS  (CX)(BX*1), Y0, Y1
+	VMULPS  32(CX)(BX*1), Y0, Y2
+	VMULPS  64(CX)(BX*1), Y0, Y3
+	VMULPS  96(CX)(BX*1), Y0, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binMulScalarRev_loop4
+
+binMulScalarRev_loop1:
+	CMPQ    BX, DX
+	JGE     binMulScalarRev_done
+	VMULPS  (CX)(BX*1), Y0, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binMulScalarRev_loop1
+
+binMulScalarRev_done:
+	VZEROUPPER
+	RET
+
+// func binDivAVX2(o *float32, a *float32, b *float32, n int)
+// Requires: AVX
+TEXT ·binDivAVX2(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+	XORQ SI, SI
+	SHLQ $0x02, BX
+	MOVQ BX, DI
+	ANDQ $-128, DI
+
+binDiv_loop4:
+	CMPQ    SI, DI
+	JGE     binDiv_loop1
+	VMOVUPS (CX)(SI*1), Y0
+	VMOVUPS 32(CX)(SI*1), Y1
+	VMOVUPS 64(CX)(SI*1), Y2
+	VMOVUPS 96(CX)(SI*1), Y3
+	VDIVPS  (DX)(SI*1), Y0, Y0
+	VDIVPS  32(DX)(SI*1), Y1, Y1
+	VDIVPS  64(DX)(SI*1), Y2, Y2
+	VDIVPS  96(DX)(SI*1), Y3, Y3
+	VMOVUPS Y0, (AX)(SI*1)
+	VMOVUPS Y1, 32(AX)(SI*1)
+	VMOVUPS Y2, 64(AX)(SI*1)
+	VMOVUPS Y3, 96(AX)(SI*1)
+	ADDQ    $0x00000080, SI
+	JMP     binDiv_loop4
+
+binDiv_loop1:
+	CMPQ    SI, BX
+	JGE     binDiv_done
+	VMOVUPS (CX)(SI*1), Y0
+	VDIVPS  (DX)(SI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(SI*1)
+	ADDQ    $0x00000020, SI
+	JMP     binDiv_loop1
+
+binDiv_done:
+	VZEROUPPER
+	RET
+
+// func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+// Requires: AVX, AVX2, SSE
+TEXT ·binDivScalarAVX2(SB), NOSPLIT, $0-33
+	MOVQ         o+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVQ         n+24(FP), DX
+	MOVB         rev+32(FP), BL
+	TESTB        BL, BL
+	JNZ          binDivScalarRev_start
+	XORQ         BX, BX
+	SHLQ         $0x02, DX
+	MOVQ         DX, SI
+	ANDQ         $-128, SI
+
+binDivScalar_loop4:
+	CMPQ    BX, SI
+	JGE     binDivScalar_loop1
+	VMOVUPS (CX)(BX*1), Y1
+	VDIVPS  Y0, Y1, Y1
+	VMOVUPS 32(CX)(BX*1), Y2
+	VDIVPS  Y0, Y2, Y2
+	VMOVUPS 64(CX)(BX*1), Y3
+	VDIVPS  Y0, Y3, Y3
+	VMOVUPS 96(CX)(BX*1), Y4
+	VDIVPS  Y0, Y4, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binDivScalar_loop4
+
+binDivScalar_loop1:
+	CMPQ    BX, DX
+	JGE     binDivScalar_done
+	VMOVUPS (CX)(BX*1), Y1
+	VDIVPS  Y0, Y1, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binDivScalar_loop1
+
+binDivScalar_done:
+	VZEROUPPER
+	RET
+
+binDivScalarRev_start:
+	XORQ BX, BX
+	SHLQ $0x02, DX
+	MOVQ DX, SI
+	ANDQ $-128, SI
+
+binDivScalarRev_loop4:
+	CMPQ    BX, SI
+	JGE     binDivScalarRev_loop1
+	VDIVPS  (CX)(BX*1), Y0, Y1
+	VDIVPS  32(CX)(BX*1), Y0, Y2
+	VDIVPS  64(CX)(BX*1), Y0, Y3
+	VDIVPS  96(CX)(BX*1), Y0, Y4
+	VMOVUPS Y1, (AX)(BX*1)
+	VMOVUPS Y2, 32(AX)(BX*1)
+	VMOVUPS Y3, 64(AX)(BX*1)
+	VMOVUPS Y4, 96(AX)(BX*1)
+	ADDQ    $0x00000080, BX
+	JMP     binDivScalarRev_loop4
+
+binDivScalarRev_loop1:
+	CMPQ    BX, DX
+	JGE     binDivScalarRev_done
+	VDIVPS  (CX)(BX*1), Y0, Y1
+	VMOVUPS Y1, (AX)(BX*1)
+	ADDQ    $0x00000020, BX
+	JMP     binDivScalarRev_loop1
+
+binDivScalarRev_done:
+	VZEROUPPER
+	RET

@@ -72,3 +72,27 @@ func dw3s2r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
 // erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
 func erfRowAVX2(dst *float32, src *float32, n int)
+
+// binAddAVX2 sets o[i] = a[i] Add b[i] for i < n (a multiple of 8).
+func binAddAVX2(o *float32, a *float32, b *float32, n int)
+
+// binAddScalarAVX2 sets o[i] = a[i] Add s, or s Add a[i] when rev, for i < n (a multiple of 8).
+func binAddScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+
+// binSubAVX2 sets o[i] = a[i] Sub b[i] for i < n (a multiple of 8).
+func binSubAVX2(o *float32, a *float32, b *float32, n int)
+
+// binSubScalarAVX2 sets o[i] = a[i] Sub s, or s Sub a[i] when rev, for i < n (a multiple of 8).
+func binSubScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+
+// binMulAVX2 sets o[i] = a[i] Mul b[i] for i < n (a multiple of 8).
+func binMulAVX2(o *float32, a *float32, b *float32, n int)
+
+// binMulScalarAVX2 sets o[i] = a[i] Mul s, or s Mul a[i] when rev, for i < n (a multiple of 8).
+func binMulScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+
+// binDivAVX2 sets o[i] = a[i] Div b[i] for i < n (a multiple of 8).
+func binDivAVX2(o *float32, a *float32, b *float32, n int)
+
+// binDivScalarAVX2 sets o[i] = a[i] Div s, or s Div a[i] when rev, for i < n (a multiple of 8).
+func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)

@@ -58,6 +58,7 @@ func main() {
 		}
 	}
 	erf()
+	binary()
 	Generate()
 }
 
