@@ -25,7 +25,7 @@ var binOps = []struct {
 func binary() {
 	for _, b := range binOps {
 		TEXT("bin"+b.name+"AVX2", NOSPLIT, "func(o, a, b *float32, n int)")
-		Doc("bin"+b.name+"AVX2 sets o[i] = a[i] "+b.name+" b[i] for i < n (a multiple of 8).")
+		Doc("bin" + b.name + "AVX2 sets o[i] = a[i] " + b.name + " b[i] for i < n (a multiple of 8).")
 		po, pa, pb := Load(Param("o"), GP64()), Load(Param("a"), GP64()), Load(Param("b"), GP64())
 		n := Load(Param("n"), GP64())
 		binLoop("bin"+b.name, n, func(off Register, vecs int) {
@@ -43,7 +43,7 @@ func binary() {
 		})
 
 		TEXT("bin"+b.name+"ScalarAVX2", NOSPLIT, "func(o, a *float32, s float32, n int, rev bool)")
-		Doc("bin"+b.name+"ScalarAVX2 sets o[i] = a[i] "+b.name+" s, or s "+b.name+" a[i] when rev, for i < n (a multiple of 8).")
+		Doc("bin" + b.name + "ScalarAVX2 sets o[i] = a[i] " + b.name + " s, or s " + b.name + " a[i] when rev, for i < n (a multiple of 8).")
 		po, pa = Load(Param("o"), GP64()), Load(Param("a"), GP64())
 		sx := XMM()
 		Load(Param("s"), sx)
