@@ -80,3 +80,85 @@ func BenchmarkBinary(b *testing.B) {
 		})
 	}
 }
+
+// TestExpSubRowAccuracy sweeps float32 arguments of e^x over Softmax's
+// range [−104, 0] (every 61st bit pattern, so each binade is sampled
+// densely) and checks the kernel against math.Exp: relative error
+// ≤ 1e-6 where the result is a normal float32, and +0 below.
+func TestExpSubRowAccuracy(t *testing.T) {
+	var xs []float32
+	for b := uint32(0x80000000); b <= math.Float32bits(-104); b += 61 {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	xs = append(xs, 0, -87.33654, -87.4, float32(math.Inf(-1)), float32(math.NaN()))
+	got := make([]float32, len(xs))
+	sum := expSubRow(got, xs, 0)
+	var worst float64
+	var want float64
+	for i, x := range xs {
+		w := math.Exp(float64(x))
+		switch {
+		case x != x:
+			if got[i] == got[i] {
+				t.Fatalf("e^NaN = %g", got[i])
+			}
+			continue
+		case w < 0x1p-126:
+			if got[i] != 0 && math.Abs(float64(got[i])-w) > 0x1p-126 {
+				t.Fatalf("e^%g = %g, want %g or 0", x, got[i], w)
+			}
+		default:
+			rel := math.Abs(float64(got[i])-w) / w
+			worst = max(worst, rel)
+			if rel > 1e-6 {
+				t.Fatalf("e^%g = %g, want %g (relative error %.3g)", x, got[i], w, rel)
+			}
+		}
+		if x == x {
+			want += float64(got[i])
+		}
+	}
+	if sum == sum {
+		t.Fatalf("sum over a NaN argument = %g, want NaN", sum)
+	}
+	finite := expSubRow(got[:len(xs)-1], xs[:len(xs)-1], 0)
+	if math.Abs(finite-want)/want > 1e-12 {
+		t.Fatalf("sum %g, want %g", finite, want)
+	}
+	t.Logf("%d arguments, worst relative error %.3g", len(xs), worst)
+}
+
+// TestSoftmaxRows checks Softmax against a float64 evaluation for row
+// lengths around the vector width. The float32 difference v−m carries an
+// error of up to |v−m|·2^−24, which e^x turns into a relative error of
+// the same size, hence the tolerance.
+func TestSoftmaxRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for n := 1; n <= 40; n++ {
+		rows := 3
+		x := make([]float32, rows*n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 4)
+		}
+		y := make([]float32, len(x))
+		Softmax(x, y, rows, n, false)
+		for row := 0; row < rows; row++ {
+			xr := x[row*n : (row+1)*n]
+			m := math.Inf(-1)
+			for _, v := range xr {
+				m = max(m, float64(v))
+			}
+			var s float64
+			for _, v := range xr {
+				s += math.Exp(float64(v) - m)
+			}
+			for j, v := range xr {
+				want := math.Exp(float64(v)-m) / s
+				tol := want * (1e-6 + 0x1p-23*math.Abs(float64(v)-m))
+				if got := float64(y[row*n+j]); math.Abs(got-want) > tol {
+					t.Fatalf("n=%d row %d [%d]: %g want %g", n, row, j, got, want)
+				}
+			}
+		}
+	}
+}

@@ -159,3 +159,25 @@ func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int {
 	}
 	return n
 }
+
+// expSubRow is expSubRowGo in AVX2 with a polynomial e^x (a few float32
+// ulp from math.Exp); the tail of fewer than 8 elements goes through the
+// same kernel via a buffer padded with −Inf (e^−Inf adds +0 to the sum),
+// so a row's result never depends on how it is stored.
+func expSubRow(dst, src []float32, m float32) float64 {
+	if !haveAVX2 {
+		return expSubRowGo(dst, src, m)
+	}
+	n := len(dst) &^ 7
+	var s float64
+	if n > 0 {
+		s = expSubRowAVX2(&dst[0], &src[0], n, m)
+	}
+	if n < len(dst) {
+		buf := [8]float32{float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf}
+		copy(buf[:], src[n:len(dst)])
+		s += expSubRowAVX2(&buf[0], &buf[0], 8, m)
+		copy(dst[n:], buf[:])
+	}
+	return s
+}

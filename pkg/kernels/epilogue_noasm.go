@@ -17,3 +17,5 @@ func erfRow(dst, src []float32) { erfGo(dst, src) }
 func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
 
 func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int { return 0 }
+
+func expSubRow(dst, src []float32, m float32) float64 { return expSubRowGo(dst, src, m) }

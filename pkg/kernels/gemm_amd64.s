@@ -2550,3 +2550,175 @@ binDivScalarRev_loop1:
 binDivScalarRev_done:
 	VZEROUPPER
 	RET
+
+// func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
+// Requires: AVX, AVX2, SSE, SSE2
+TEXT ·expSubRowAVX2(SB), NOSPLIT, $0-40
+	VMOVUPS      expconsts<>+0(SB), Y0
+	VMOVUPS      expconsts<>+32(SB), Y1
+	VMOVUPS      expconsts<>+64(SB), Y2
+	VMOVUPS      expconsts<>+288(SB), Y3
+	VMOVUPS      expconsts<>+320(SB), Y4
+	VMOVUPS      expconsts<>+352(SB), Y5
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        m+24(FP), X6
+	VBROADCASTSS X6, Y6
+	MOVL         $0x0000007f, BX
+	VMOVD        BX, X7
+	VPBROADCASTD X7, Y7
+	VXORPD       Y8, Y8, Y8
+	VXORPD       Y9, Y9, Y9
+
+exp_loop:
+	TESTQ        DX, DX
+	JZ           exp_done
+	VMOVUPS      (CX), Y10
+	VSUBPS       Y6, Y10, Y10
+	VMINPS       Y10, Y5, Y10
+	VCMPPS       $0x01, Y4, Y10, Y11
+	VMULPS       Y0, Y10, Y12
+	VROUNDPS     $0x00, Y12, Y12
+	VMULPS       Y1, Y12, Y13
+	VSUBPS       Y13, Y10, Y10
+	VMULPS       Y2, Y12, Y13
+	VSUBPS       Y13, Y10, Y10
+	VMOVUPS      expconsts<>+96(SB), Y13
+	VMULPS       Y10, Y13, Y13
+	VADDPS       expconsts<>+128(SB), Y13, Y13
+	VMULPS       Y10, Y13, Y13
+	VADDPS       expconsts<>+160(SB), Y13, Y13
+	VMULPS       Y10, Y13, Y13
+	VADDPS       expconsts<>+192(SB), Y13, Y13
+	VMULPS       Y10, Y13, Y13
+	VADDPS       expconsts<>+224(SB), Y13, Y13
+	VMULPS       Y10, Y13, Y13
+	VADDPS       expconsts<>+256(SB), Y13, Y13
+	VMULPS       Y10, Y10, Y14
+	VMULPS       Y14, Y13, Y13
+	VADDPS       Y10, Y13, Y13
+	VADDPS       Y3, Y13, Y13
+	VCVTPS2DQ    Y12, Y10
+	VPADDD       Y7, Y10, Y10
+	VPSLLD       $0x17, Y10, Y10
+	VMULPS       Y10, Y13, Y13
+	VANDNPS      Y13, Y11, Y13
+	VMOVUPS      Y13, (AX)
+	VCVTPS2PD    X13, Y10
+	VADDPD       Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y13, X10
+	VCVTPS2PD    X10, Y10
+	VADDPD       Y10, Y9, Y9
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, DX
+	JMP          exp_loop
+
+exp_done:
+	VADDPD       Y9, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPD       X0, X8, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	VZEROUPPER
+	MOVSD        X0, ret+32(FP)
+	RET
+
+DATA expconsts<>+0(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+4(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+8(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+12(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+16(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+20(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+24(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+28(SB)/4, $0x3fb8aa3b
+DATA expconsts<>+32(SB)/4, $0x3f318000
+DATA expconsts<>+36(SB)/4, $0x3f318000
+DATA expconsts<>+40(SB)/4, $0x3f318000
+DATA expconsts<>+44(SB)/4, $0x3f318000
+DATA expconsts<>+48(SB)/4, $0x3f318000
+DATA expconsts<>+52(SB)/4, $0x3f318000
+DATA expconsts<>+56(SB)/4, $0x3f318000
+DATA expconsts<>+60(SB)/4, $0x3f318000
+DATA expconsts<>+64(SB)/4, $0xb95e8083
+DATA expconsts<>+68(SB)/4, $0xb95e8083
+DATA expconsts<>+72(SB)/4, $0xb95e8083
+DATA expconsts<>+76(SB)/4, $0xb95e8083
+DATA expconsts<>+80(SB)/4, $0xb95e8083
+DATA expconsts<>+84(SB)/4, $0xb95e8083
+DATA expconsts<>+88(SB)/4, $0xb95e8083
+DATA expconsts<>+92(SB)/4, $0xb95e8083
+DATA expconsts<>+96(SB)/4, $0x39506967
+DATA expconsts<>+100(SB)/4, $0x39506967
+DATA expconsts<>+104(SB)/4, $0x39506967
+DATA expconsts<>+108(SB)/4, $0x39506967
+DATA expconsts<>+112(SB)/4, $0x39506967
+DATA expconsts<>+116(SB)/4, $0x39506967
+DATA expconsts<>+120(SB)/4, $0x39506967
+DATA expconsts<>+124(SB)/4, $0x39506967
+DATA expconsts<>+128(SB)/4, $0x3ab743ce
+DATA expconsts<>+132(SB)/4, $0x3ab743ce
+DATA expconsts<>+136(SB)/4, $0x3ab743ce
+DATA expconsts<>+140(SB)/4, $0x3ab743ce
+DATA expconsts<>+144(SB)/4, $0x3ab743ce
+DATA expconsts<>+148(SB)/4, $0x3ab743ce
+DATA expconsts<>+152(SB)/4, $0x3ab743ce
+DATA expconsts<>+156(SB)/4, $0x3ab743ce
+DATA expconsts<>+160(SB)/4, $0x3c088908
+DATA expconsts<>+164(SB)/4, $0x3c088908
+DATA expconsts<>+168(SB)/4, $0x3c088908
+DATA expconsts<>+172(SB)/4, $0x3c088908
+DATA expconsts<>+176(SB)/4, $0x3c088908
+DATA expconsts<>+180(SB)/4, $0x3c088908
+DATA expconsts<>+184(SB)/4, $0x3c088908
+DATA expconsts<>+188(SB)/4, $0x3c088908
+DATA expconsts<>+192(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+196(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+200(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+204(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+208(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+212(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+216(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+220(SB)/4, $0x3d2aa9c1
+DATA expconsts<>+224(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+228(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+232(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+236(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+240(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+244(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+248(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+252(SB)/4, $0x3e2aaaaa
+DATA expconsts<>+256(SB)/4, $0x3f000000
+DATA expconsts<>+260(SB)/4, $0x3f000000
+DATA expconsts<>+264(SB)/4, $0x3f000000
+DATA expconsts<>+268(SB)/4, $0x3f000000
+DATA expconsts<>+272(SB)/4, $0x3f000000
+DATA expconsts<>+276(SB)/4, $0x3f000000
+DATA expconsts<>+280(SB)/4, $0x3f000000
+DATA expconsts<>+284(SB)/4, $0x3f000000
+DATA expconsts<>+288(SB)/4, $0x3f800000
+DATA expconsts<>+292(SB)/4, $0x3f800000
+DATA expconsts<>+296(SB)/4, $0x3f800000
+DATA expconsts<>+300(SB)/4, $0x3f800000
+DATA expconsts<>+304(SB)/4, $0x3f800000
+DATA expconsts<>+308(SB)/4, $0x3f800000
+DATA expconsts<>+312(SB)/4, $0x3f800000
+DATA expconsts<>+316(SB)/4, $0x3f800000
+DATA expconsts<>+320(SB)/4, $0xc2aeac4f
+DATA expconsts<>+324(SB)/4, $0xc2aeac4f
+DATA expconsts<>+328(SB)/4, $0xc2aeac4f
+DATA expconsts<>+332(SB)/4, $0xc2aeac4f
+DATA expconsts<>+336(SB)/4, $0xc2aeac4f
+DATA expconsts<>+340(SB)/4, $0xc2aeac4f
+DATA expconsts<>+344(SB)/4, $0xc2aeac4f
+DATA expconsts<>+348(SB)/4, $0xc2aeac4f
+DATA expconsts<>+352(SB)/4, $0x42b0c0a5
+DATA expconsts<>+356(SB)/4, $0x42b0c0a5
+DATA expconsts<>+360(SB)/4, $0x42b0c0a5
+DATA expconsts<>+364(SB)/4, $0x42b0c0a5
+DATA expconsts<>+368(SB)/4, $0x42b0c0a5
+DATA expconsts<>+372(SB)/4, $0x42b0c0a5
+DATA expconsts<>+376(SB)/4, $0x42b0c0a5
+DATA expconsts<>+380(SB)/4, $0x42b0c0a5
+GLOBL expconsts<>(SB), RODATA|NOPTR, $384

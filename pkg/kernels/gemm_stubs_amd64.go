@@ -96,3 +96,6 @@ func binDivAVX2(o *float32, a *float32, b *float32, n int)
 
 // binDivScalarAVX2 sets o[i] = a[i] Div s, or s Div a[i] when rev, for i < n (a multiple of 8).
 func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
+
+// expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.
+func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64

@@ -29,16 +29,20 @@ func Softmax(x, y []float32, rows, n int, log bool) {
 			}
 			continue
 		}
-		for j, v := range xr {
-			e := float32(math.Exp(float64(v - m)))
-			yr[j] = e
-			s += float64(e)
-		}
-		inv := float32(1 / s)
-		for j := range yr {
-			yr[j] *= inv
-		}
+		s = expSubRow(yr, xr, m)
+		BinaryScalar(BinMul, yr, yr, float32(1/s), false)
 	}
+}
+
+// expSubRowGo sets dst[i] = e^(src[i]−m) and returns their sum in float64.
+func expSubRowGo(dst, src []float32, m float32) float64 {
+	var s float64
+	for j, v := range src[:len(dst)] {
+		e := float32(math.Exp(float64(v - m)))
+		dst[j] = e
+		s += float64(e)
+	}
+	return s
 }
 
 // LayerNorm normalises each row of x (rows × n) with scale and bias (each

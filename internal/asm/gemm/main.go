@@ -59,6 +59,7 @@ func main() {
 	}
 	erf()
 	binary()
+	expSub()
 	Generate()
 }
 
