@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"unsafe"
@@ -58,12 +59,27 @@ func (as *arenas) put(a *arena) {
 }
 
 // alloc returns a zeroed buffer of n floats, recycled when one is free.
-func (a *arena) alloc(n int) []float32 {
+func (a *arena) alloc(n int) []float32 { return a.allocBuf(n, true) }
+
+// arenaPoison makes allocUninit fill recycled buffers with NaN, so that
+// tests catch a kernel that reads an output element it did not write.
+var arenaPoison = false
+
+// allocBuf returns a buffer of n floats, zeroed when zero is set; a
+// recycled buffer otherwise holds whatever its last value left in it.
+func (a *arena) allocBuf(n int, zero bool) []float32 {
 	var buf []float32
 	if l := a.free[n]; len(l) > 0 {
 		buf = l[len(l)-1]
 		a.free[n] = l[:len(l)-1]
-		clear(buf)
+		switch {
+		case zero:
+			clear(buf)
+		case arenaPoison:
+			for i := range buf {
+				buf[i] = float32(math.NaN())
+			}
+		}
 	} else {
 		buf = make([]float32, n)
 	}
@@ -114,10 +130,17 @@ func (a *arena) release(t *tensor.Tensor) {
 // newFloat returns a zeroed float32 tensor of the given shape, from the
 // run's arena when there is one (rc is nil or has none while folding
 // constants at compile time).
-func (rc *runCtx) newFloat(shape ...int) *tensor.Tensor {
+func (rc *runCtx) newFloat(shape ...int) *tensor.Tensor { return rc.newFloatBuf(shape, true) }
+
+// newFloatOut is newFloat for kernels that write every element of their
+// output: a recycled buffer is not cleared first (clearing cost a tenth
+// of a MobileNetV2 run). TestArenaPoison holds every caller to that.
+func (rc *runCtx) newFloatOut(shape ...int) *tensor.Tensor { return rc.newFloatBuf(shape, false) }
+
+func (rc *runCtx) newFloatBuf(shape []int, zero bool) *tensor.Tensor {
 	if rc == nil || rc.arena == nil {
 		return tensor.New(tensor.Float, shape...)
 	}
 	n := tensor.NumElements(shape)
-	return &tensor.Tensor{DType: tensor.Float, Shape: slices.Clone(shape), Data: rc.arena.alloc(n)}
+	return &tensor.Tensor{DType: tensor.Float, Shape: slices.Clone(shape), Data: rc.arena.allocBuf(n, zero)}
 }

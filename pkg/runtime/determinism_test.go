@@ -262,3 +262,25 @@ func TestDeterminism(t *testing.T) {
 		})
 	}
 }
+
+// TestArenaPoison runs every model again on recycled buffers filled with
+// NaN: a kernel that asks for an uncleared output buffer (newFloatOut)
+// but leaves an element unwritten turns the result into NaN somewhere.
+func TestArenaPoison(t *testing.T) {
+	arenaPoison = true
+	defer func() { arenaPoison = false }()
+	for _, c := range detCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := NewGoSession(c.model, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := runCopy(t, s, c.inputs, false, nil)
+			for i := range 2 {
+				if err := sameBits(fresh, runCopy(t, s, c.inputs, false, nil)); err != nil {
+					t.Fatalf("run %d on recycled buffers: %v", i+1, err)
+				}
+			}
+		})
+	}
+}

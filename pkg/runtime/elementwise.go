@@ -56,7 +56,7 @@ func arithPar(rc *runCtx, a, b *tensor.Tensor, fs arithFuncs) (*tensor.Tensor, e
 	switch a.Data.(type) {
 	case []float32:
 		if fs.op != 0 {
-			out := rc.newFloat(os...)
+			out := rc.newFloatOut(os...)
 			binaryF32Par(threads, fs.op, a.Float32s(), a.Shape, b.Float32s(), b.Shape, out.Float32s(), os)
 			return out, nil
 		}
@@ -377,7 +377,7 @@ func whereKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return nil, err
 	}
 	if xf, ok := x.Data.([]float32); ok {
-		out := rc.newFloat(os...)
+		out := rc.newFloatOut(os...)
 		whereF32(cond, c.Shape, xf, x.Shape, y.Float32s(), y.Shape, out.Float32s(), os)
 		return []*tensor.Tensor{out}, nil
 	}
@@ -455,7 +455,7 @@ func unaryFloat(f func(x float32) float32) kernel {
 		if !ok {
 			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
 		}
-		out := rc.newFloat(in[0].Shape...)
+		out := rc.newFloatOut(in[0].Shape...)
 		o := out.Float32s()
 		threads := 1
 		if rc != nil {
@@ -478,7 +478,7 @@ func unaryFloatRows(f func(dst, src []float32)) kernel {
 		if !ok {
 			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
 		}
-		out := rc.newFloat(in[0].Shape...)
+		out := rc.newFloatOut(in[0].Shape...)
 		o := out.Float32s()
 		threads := 1
 		if rc != nil {

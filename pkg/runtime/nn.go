@@ -56,7 +56,7 @@ func matMul(rc *runCtx, in []*tensor.Tensor, cache *packCache) ([]*tensor.Tensor
 		return nil, err
 	}
 	os := slices.Concat(batch, []int{m, n})
-	out := rc.newFloat(os...)
+	out := rc.newFloatOut(os...)
 	x, y, o := a.Float32s(), b.Float32s(), out.Float32s()
 	nb := tensor.NumElements(batch)
 	switch {
@@ -145,7 +145,7 @@ func buildGemm(b *builder) (kernel, error) {
 		if k != k2 {
 			return nil, fmt.Errorf("inputs A %v and B %v do not fit", as, bs)
 		}
-		out := rc.newFloat(m, n)
+		out := rc.newFloatOut(m, n)
 		o := out.Float32s()
 		cb := float32(0)
 		if len(in) > 2 && in[2] != nil && beta != 0 {
@@ -335,7 +335,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 			return nil, fmt.Errorf("input B has %d elements, W has %d output channels", len(bias), m)
 		}
 	}
-	out := rc.newFloat(slices.Concat([]int{n, m}, g.Out)...)
+	out := rc.newFloatOut(slices.Concat([]int{n, m}, g.Out)...)
 	y := out.Float32s()
 	cg, mg := c/grp, m/grp
 	kk := cg * g.KernelSize()
@@ -549,7 +549,7 @@ func buildConvTranspose(b *builder) (kernel, error) {
 				return nil, err
 			}
 		}
-		out := rc.newFloat(slices.Concat([]int{n, m}, g.In)...)
+		out := rc.newFloat(slices.Concat([]int{n, m}, g.In)...) // col2im accumulates
 		y := out.Float32s()
 		cg := c / grp
 		kk := mg * g.KernelSize()
@@ -615,7 +615,7 @@ func buildPool(isMax bool) func(b *builder) (kernel, error) {
 				return nil, err
 			}
 			nc := xs[0] * xs[1]
-			out := rc.newFloat(slices.Concat(xs[:2], g.Out)...)
+			out := rc.newFloatOut(slices.Concat(xs[:2], g.Out)...)
 			var idx []int64
 			if wantIdx {
 				idx = make([]int64, out.Len())
@@ -890,7 +890,7 @@ func buildLayerNorm(b *builder) (kernel, error) {
 		if len(scale) != n || bias != nil && len(bias) != n {
 			return nil, fmt.Errorf("input Scale %v or B do not fit normalized shape %v", in[1].Shape, xs[ax:])
 		}
-		out := rc.newFloat(xs...)
+		out := rc.newFloatOut(xs...)
 		statShape := slices.Clone(xs)
 		for i := ax; i < len(statShape); i++ {
 			statShape[i] = 1
@@ -937,7 +937,7 @@ func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 			if err != nil {
 				return nil, err
 			}
-			out := rc.newFloat(in[0].Shape...)
+			out := rc.newFloatOut(in[0].Shape...)
 			if legacy {
 				// Before opset 13 the input is flattened to 2-D at axis.
 				n := tensor.NumElements(xs[ax:])

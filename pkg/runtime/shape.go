@@ -220,7 +220,7 @@ func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 		}
 		s *= t.Shape[i]
 	}
-	out := rc.newFloat(os...)
+	out := rc.newFloatOut(os...)
 	y := out.Float32s()
 	if len(y) == 0 {
 		return out
