@@ -58,15 +58,13 @@ func (as *arenas) put(a *arena) {
 	as.mu.Unlock()
 }
 
-// alloc returns a zeroed buffer of n floats, recycled when one is free.
-func (a *arena) alloc(n int) []float32 { return a.allocBuf(n, true) }
-
-// arenaPoison makes allocUninit fill recycled buffers with NaN, so that
+// arenaPoison makes allocBuf fill recycled buffers it does not zero with NaN, so that
 // tests catch a kernel that reads an output element it did not write.
 var arenaPoison = false
 
-// allocBuf returns a buffer of n floats, zeroed when zero is set; a
-// recycled buffer otherwise holds whatever its last value left in it.
+// allocBuf returns a buffer of n floats, recycled when one is free and
+// zeroed when zero is set; a recycled buffer otherwise holds whatever its
+// last value left in it.
 func (a *arena) allocBuf(n int, zero bool) []float32 {
 	var buf []float32
 	if l := a.free[n]; len(l) > 0 {
