@@ -34,13 +34,36 @@ type Epilogue struct {
 	Min, Max           float32
 }
 
+// rowOnly reports whether the epilogue is per row: ((v + b)·s) + t and
+// an optional Relu, what epilogueRow and the micro-kernels' tileEp do.
+func (e *Epilogue) rowOnly() bool {
+	return e.ColBias == nil && (e.Act == ActNone || e.Act == ActRelu)
+}
+
+// rowParams returns the (b, s, t) triples of rows [row, row+n) in dst's
+// storage, with b = −0, s = 1 and t = −0 standing for an omitted bias or
+// scale (x + (−0) and x·1 are x for every x, signed zeros included).
+func (e *Epilogue) rowParams(dst []float32, row, n int) []float32 {
+	dst = grow(dst, 3*n)
+	negZero := float32(math.Copysign(0, -1))
+	for i := range n {
+		b, s, t := negZero, float32(1), negZero
+		if e.RowBias != nil {
+			b = e.RowBias[row+i]
+		}
+		if e.RowScale != nil {
+			s, t = e.RowScale[row+i], e.RowShift[row+i]
+		}
+		dst[3*i], dst[3*i+1], dst[3*i+2] = b, s, t
+	}
+	return dst
+}
+
 // apply runs the epilogue on the rows×cols block of c at global position
 // (row, col).
 func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
-	if e.ColBias == nil && e.Act != ActClip {
-		// Per row: (x + b)·s + t then the activation, with b = −0, s = 1
-		// and t = −0 standing for an omitted bias or scale (x + (−0) and
-		// x·1 are x for every x, signed zeros included).
+	if e.rowOnly() {
+		// Per row: (x + b)·s + t then the activation (see rowParams).
 		negZero := float32(math.Copysign(0, -1))
 		for i := 0; i < rows; i++ {
 			b, s, t := negZero, float32(1), negZero

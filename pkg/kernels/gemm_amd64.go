@@ -24,6 +24,9 @@ var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc:
 		default:
 			gemm1x32AVX512(kc, a, b, c, ldc, acc)
 		}
+	},
+	tileEp: func(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
+		gemm12x32AVX512Ep(kc, a, b, c, ldc, flag(accumulate), bst, flag(relu))
 	}}
 
 var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024, rows: []int{6, 4, 2, 1},
@@ -42,7 +45,17 @@ var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024
 		default:
 			gemm1x16AVX2(kc, a, b, c, ldc, acc)
 		}
+	},
+	tileEp: func(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
+		gemm6x16AVX2Ep(kc, a, b, c, ldc, flag(accumulate), bst, flag(relu))
 	}}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // gemmArches lists the micro-kernel families this CPU runs, widest first.
 func gemmArches() []*gemmArch {

@@ -19,6 +19,9 @@ func gemm2x32AVX512(kc int, a *float32, b *float32, c *float32, ldc int, accumul
 // gemm1x32AVX512 computes a 1×32 tile of C from packed panels (A row stride 12).
 func gemm1x32AVX512(kc int, a *float32, b *float32, c *float32, ldc int, accumulate int)
 
+// gemm12x32AVX512Ep computes a 12×32 tile of C from packed panels (A row stride 12).
+func gemm12x32AVX512Ep(kc int, a *float32, b *float32, c *float32, ldc int, accumulate int, bst *float32, relu int)
+
 // fmaPeakAVX512 runs n iterations of independent FMA chains to measure peak FMA throughput.
 func fmaPeakAVX512(n int, out *float32)
 
@@ -33,6 +36,9 @@ func gemm2x16AVX2(kc int, a *float32, b *float32, c *float32, ldc int, accumulat
 
 // gemm1x16AVX2 computes a 1×16 tile of C from packed panels (A row stride 6).
 func gemm1x16AVX2(kc int, a *float32, b *float32, c *float32, ldc int, accumulate int)
+
+// gemm6x16AVX2Ep computes a 6×16 tile of C from packed panels (A row stride 6).
+func gemm6x16AVX2Ep(kc int, a *float32, b *float32, c *float32, ldc int, accumulate int, bst *float32, relu int)
 
 // fmaPeakAVX2 runs n iterations of independent FMA chains to measure peak FMA throughput.
 func fmaPeakAVX2(n int, out *float32)

@@ -19,6 +19,10 @@ type gemmArch struct {
 	// tile computes rows×nr of C from kc steps of packed panels a and b,
 	// overwriting C (accumulate false) or adding to it.
 	tile func(rows, kc int, a, b, c *float32, ldc int, accumulate bool)
+	// tileEp, when set, is tile for mr rows followed by the row epilogue
+	// ((v + b)·s) + t and an optional Relu in registers; bst holds mr
+	// triples (b, s, t).
+	tileEp func(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
 }
 
 // goArch is the portable micro-kernel (the noasm build and CPUs without
@@ -63,6 +67,7 @@ func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
 // packBufs are one goroutine's packing buffers, reused across calls.
 type packBufs struct {
 	a, b, tmp []float32
+	ep        []float32 // row epilogue triples of an mc block
 }
 
 var packPool = sync.Pool{New: func() any { return new(packBufs) }}
@@ -191,6 +196,8 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	}
 	bufs.tmp = grow(bufs.tmp, mr*nr)
 	tmp := bufs.tmp
+	// Full tiles take a row epilogue in the micro-kernel's registers.
+	rowEp := ep != nil && arch.tileEp != nil && ep.rowOnly()
 	for jc := 0; jc < n; jc += arch.nc {
 		nc := min(arch.nc, n-jc)
 		for pc := 0; pc < k; pc += arch.kc {
@@ -204,15 +211,18 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
 			}
 			accumulate := pc > 0 || beta != 0
+			last := pc+kc == k
 			for ic := 0; ic < m; ic += arch.mc {
 				mc := min(arch.mc, m-ic)
+				if last && rowEp {
+					bufs.ep = ep.rowParams(bufs.ep, row0+ic, mc)
+				}
 				apack := bufs.a
 				if pa != nil {
 					apack = pa.block(pc, row0+ic)
 				} else {
 					packA(transA, a, lda, ic, pc, mc, kc, mr, alpha, bufs.a)
 				}
-				last := pc+kc == k
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
 					bp := &bpack[jr*kc]
@@ -227,6 +237,10 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 						ap := &apack[ir*kc]
 						ci := (ic+ir)*ldc + jc + jr
 						if kr == rows && cols == nr {
+							if last && rowEp && rows == mr {
+								arch.tileEp(kc, ap, bp, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
+								continue
+							}
 							arch.tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
 							if last && ep != nil {
 								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)

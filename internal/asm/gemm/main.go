@@ -43,8 +43,9 @@ func main() {
 	ConstraintExpr("!noasm,amd64")
 	for _, s := range []isa{avx512, avx2} {
 		for _, r := range s.rows {
-			kernel(s, r)
+			kernel(s, r, false)
 		}
+		kernel(s, s.mr, true)
 		peak(s)
 	}
 	epilogue(false)
@@ -63,10 +64,22 @@ func main() {
 	Generate()
 }
 
-func kernel(s isa, rows int) {
+// kernel generates one micro-kernel. With ep, the kernel (suffix Ep)
+// takes bst, rows triples (b, s, t), and relu, and stores
+// ((v + b)·s) + t for each final value v of row i, then zeroes results ≤ 0
+// when relu is non-zero: pkg/kernels' row epilogue, with the same three
+// roundings, applied in registers instead of in a second pass over C.
+func kernel(s isa, rows int, ep bool) {
 	nr := s.lanes * s.vecs
-	TEXT(fmt.Sprintf("gemm%dx%d%s", rows, nr, s.name), NOSPLIT, "func(kc int, a, b, c *float32, ldc int, accumulate int)")
-	Doc(fmt.Sprintf("gemm%dx%d%s computes a %d×%d tile of C from packed panels (A row stride %d).", rows, nr, s.name, rows, nr, s.mr))
+	name := fmt.Sprintf("gemm%dx%d%s", rows, nr, s.name)
+	sig := "func(kc int, a, b, c *float32, ldc int, accumulate int)"
+	if ep {
+		name += "Ep"
+		sig = "func(kc int, a, b, c *float32, ldc int, accumulate int, bst *float32, relu int)"
+	}
+	TEXT(name, NOSPLIT, sig)
+	Doc(fmt.Sprintf("%s computes a %d×%d tile of C from packed panels (A row stride %d).", name, rows, nr, s.mr))
+	lbl := func(l string) string { return fmt.Sprintf("%s%d%s_%s", s.name, rows, map[bool]string{true: "ep"}[ep], l) }
 	kc := Load(Param("kc"), GP64())
 	pa := Load(Param("a"), GP64())
 	pb := Load(Param("b"), GP64())
@@ -105,39 +118,45 @@ func kernel(s isa, rows int) {
 		}
 	}
 	const unroll = 4
-	Label(fmt.Sprintf("%s%d_loop4", s.name, rows))
+	Label(lbl("loop4"))
 	CMPQ(kc, U8(unroll))
-	JL(LabelRef(fmt.Sprintf("%s%d_tail", s.name, rows)))
+	JL(LabelRef(lbl("tail")))
 	for u := 0; u < unroll; u++ {
 		step(u)
 	}
 	ADDQ(U32(4*unroll*s.mr), pa)
 	ADDQ(U32(4*unroll*nr), pb)
 	SUBQ(U8(unroll), kc)
-	JMP(LabelRef(fmt.Sprintf("%s%d_loop4", s.name, rows)))
-	Label(fmt.Sprintf("%s%d_tail", s.name, rows))
+	JMP(LabelRef(lbl("loop4")))
+	Label(lbl("tail"))
 	TESTQ(kc, kc)
-	JZ(LabelRef(fmt.Sprintf("%s%d_store", s.name, rows)))
+	JZ(LabelRef(lbl("store")))
 	step(0)
 	ADDQ(U32(4*s.mr), pa)
 	ADDQ(U32(4*nr), pb)
 	DECQ(kc)
-	JMP(LabelRef(fmt.Sprintf("%s%d_tail", s.name, rows)))
+	JMP(LabelRef(lbl("tail")))
 
-	Label(fmt.Sprintf("%s%d_store", s.name, rows))
+	Label(lbl("store"))
+	finish := func(i int) {}
+	if ep {
+		finish = epilogueRegs(s, rows, acc)
+	}
 	pc := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
 	accum := Load(Param("accumulate"), GP64())
 	TESTQ(accum, accum)
-	JZ(LabelRef(fmt.Sprintf("%s%d_overwrite", s.name, rows)))
+	JZ(LabelRef(lbl("overwrite")))
 	row := GP64()
 	MOVQ(pc, row)
 	for i := 0; i < rows; i++ {
 		for v := 0; v < s.vecs; v++ {
-			m := Mem{Base: row, Disp: 4 * v * s.lanes}
-			VADDPS(m, acc[i][v], acc[i][v])
-			VMOVUPS(acc[i][v], m)
+			VADDPS(Mem{Base: row, Disp: 4 * v * s.lanes}, acc[i][v], acc[i][v])
+		}
+		finish(i)
+		for v := 0; v < s.vecs; v++ {
+			VMOVUPS(acc[i][v], Mem{Base: row, Disp: 4 * v * s.lanes})
 		}
 		if i+1 < rows {
 			ADDQ(ldc, row)
@@ -145,8 +164,9 @@ func kernel(s isa, rows int) {
 	}
 	VZEROUPPER()
 	RET()
-	Label(fmt.Sprintf("%s%d_overwrite", s.name, rows))
+	Label(lbl("overwrite"))
 	for i := 0; i < rows; i++ {
+		finish(i)
 		for v := 0; v < s.vecs; v++ {
 			VMOVUPS(acc[i][v], Mem{Base: pc, Disp: 4 * v * s.lanes})
 		}
@@ -157,6 +177,46 @@ func kernel(s isa, rows int) {
 	VZEROUPPER()
 	RET()
 }
+
+// epilogueRegs loads the epilogue parameters and returns the step that
+// applies row i's epilogue to acc[i] in registers.
+func epilogueRegs(s isa, rows int, acc [][]VecVirtual) func(i int) {
+	bst := Load(Param("bst"), GP64())
+	relu := Load(Param("relu"), GP64())
+	z := s.vec()
+	zero(s, z)
+	return func(i int) {
+		b, sc, t := s.vec(), s.vec(), s.vec()
+		VBROADCASTSS(Mem{Base: bst, Disp: 12 * i}, b)
+		VBROADCASTSS(Mem{Base: bst, Disp: 12*i + 4}, sc)
+		VBROADCASTSS(Mem{Base: bst, Disp: 12*i + 8}, t)
+		for _, v := range acc[i] {
+			VADDPS(b, v, v)
+			VMULPS(sc, v, v)
+			VADDPS(t, v, v)
+		}
+		skip := fmt.Sprintf("%s%dep_norelu%d_%d", s.name, rows, i, epLabels)
+		epLabels++
+		TESTQ(relu, relu)
+		JZ(LabelRef(skip))
+		for _, v := range acc[i] {
+			// v ≤ 0 (false for NaN) becomes +0.
+			if s.lanes == 16 {
+				k := K()
+				VCMPPS(U8(2), z, v, k)
+				VPXORD(v, v, k, v)
+			} else {
+				m := s.vec()
+				VCMPPS(U8(2), z, v, m)
+				VANDNPS(v, m, v)
+			}
+		}
+		Label(skip)
+	}
+}
+
+// epLabels numbers the epilogue's labels, which appear twice per row.
+var epLabels int
 
 func zero(s isa, v VecVirtual) {
 	if s.lanes == 16 {
