@@ -79,7 +79,9 @@ func kernel(s isa, rows int, ep bool) {
 	}
 	TEXT(name, NOSPLIT, sig)
 	Doc(fmt.Sprintf("%s computes a %d×%d tile of C from packed panels (A row stride %d).", name, rows, nr, s.mr))
-	lbl := func(l string) string { return fmt.Sprintf("%s%d%s_%s", s.name, rows, map[bool]string{true: "ep"}[ep], l) }
+	lbl := func(l string) string {
+		return fmt.Sprintf("%s%d%s_%s", s.name, rows, map[bool]string{true: "ep"}[ep], l)
+	}
 	kc := Load(Param("kc"), GP64())
 	pa := Load(Param("a"), GP64())
 	pb := Load(Param("b"), GP64())
