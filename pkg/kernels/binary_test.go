@@ -162,3 +162,55 @@ func TestSoftmaxRows(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormRows checks LayerNorm against a float64 evaluation for
+// row lengths around the vector width, with and without bias, and the
+// vector normalisation step bit for bit against the Go loop.
+func TestLayerNormRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for n := 1; n <= 41; n++ {
+		const rows = 3
+		x, scale, bias := make([]float32, rows*n), make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64()*3 + 1)
+		}
+		for j := range scale {
+			scale[j], bias[j] = float32(r.NormFloat64()), float32(r.NormFloat64())
+		}
+		for _, b := range [][]float32{bias, nil} {
+			y := make([]float32, len(x))
+			mean, inv := make([]float32, rows), make([]float32, rows)
+			LayerNorm(x, y, rows, n, scale, b, 1e-5, mean, inv)
+			for row := 0; row < rows; row++ {
+				xr := x[row*n : (row+1)*n]
+				var s, s2 float64
+				for _, v := range xr {
+					s += float64(v)
+				}
+				mu := s / float64(n)
+				for _, v := range xr {
+					s2 += (float64(v) - mu) * (float64(v) - mu)
+				}
+				is := 1 / math.Sqrt(s2/float64(n)+1e-5)
+				for j, v := range xr {
+					want := (float64(v) - mu) * is * float64(scale[j])
+					if b != nil {
+						want += float64(b[j])
+					}
+					if got := float64(y[row*n+j]); math.Abs(got-want) > 1e-6*(1+math.Abs(want)) {
+						t.Fatalf("n=%d bias=%v row %d [%d]: %g want %g", n, b != nil, row, j, got, want)
+					}
+				}
+				got := make([]float32, n)
+				normRowGo(got, xr, scale, bias, mu, is)
+				vec := make([]float32, n)
+				normRow(vec, xr, scale, bias, mu, is)
+				for j := range got {
+					if !sameResult(got[j], vec[j]) {
+						t.Fatalf("n=%d [%d]: vector %g, Go %g", n, j, vec[j], got[j])
+					}
+				}
+			}
+		}
+	}
+}

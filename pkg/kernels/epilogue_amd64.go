@@ -181,3 +181,31 @@ func expSubRow(dst, src []float32, m float32) float64 {
 	}
 	return s
 }
+
+// sumRow is sumRowGo with the first len(x) &^ 7 elements summed in AVX2
+// (two float64 accumulators of 4 lanes) and the tail added after them.
+func sumRow(x []float32) float64 {
+	n := len(x) &^ 7
+	if !haveAVX2 || n == 0 {
+		return sumRowGo(x)
+	}
+	return sumRowAVX2(&x[0], n) + sumRowGo(x[n:])
+}
+
+// sqDevRow is sqDevRowGo in AVX2, summed as sumRow.
+func sqDevRow(x []float32, mu float64) float64 {
+	n := len(x) &^ 7
+	if !haveAVX2 || n == 0 {
+		return sqDevRowGo(x, mu)
+	}
+	return sqDevRowAVX2(&x[0], n, mu) + sqDevRowGo(x[n:], mu)
+}
+
+// normRow is normRowGo in AVX2, bit-identical element by element.
+func normRow(y, x, scale, bias []float32, mu, inv float64) {
+	n := len(y) &^ 7
+	if haveAVX2 && n > 0 {
+		normRowAVX2(&y[0], &x[0], &scale[0], &bias[0], n, mu, inv)
+	}
+	normRowGo(y[n:], x[n:], scale[n:], bias[n:], mu, inv)
+}

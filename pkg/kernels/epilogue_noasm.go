@@ -19,3 +19,9 @@ func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
 func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int { return 0 }
 
 func expSubRow(dst, src []float32, m float32) float64 { return expSubRowGo(dst, src, m) }
+
+func sumRow(x []float32) float64 { return sumRowGo(x) }
+
+func sqDevRow(x []float32, mu float64) float64 { return sqDevRowGo(x, mu) }
+
+func normRow(y, x, scale, bias []float32, mu, inv float64) { normRowGo(y, x, scale, bias, mu, inv) }

@@ -3820,3 +3820,106 @@ DATA expconsts<>+372(SB)/4, $0x42b0c0a5
 DATA expconsts<>+376(SB)/4, $0x42b0c0a5
 DATA expconsts<>+380(SB)/4, $0x42b0c0a5
 GLOBL expconsts<>(SB), RODATA|NOPTR, $384
+
+// func sumRowAVX2(x *float32, n int) float64
+// Requires: AVX, SSE2
+TEXT ·sumRowAVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), AX
+	MOVQ   n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+
+sumRowAVX2_loop:
+	TESTQ     CX, CX
+	JZ        sumRowAVX2_done
+	VCVTPS2PD (AX), Y2
+	VADDPD    Y2, Y0, Y0
+	VCVTPS2PD 16(AX), Y2
+	VADDPD    Y2, Y1, Y1
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, CX
+	JMP       sumRowAVX2_loop
+
+sumRowAVX2_done:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VZEROUPPER
+	MOVSD        X1, ret+16(FP)
+	RET
+
+// func sqDevRowAVX2(x *float32, n int, mu float64) float64
+// Requires: AVX, AVX2, SSE2
+TEXT ·sqDevRowAVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSD        mu+16(FP), X0
+	VBROADCASTSD X0, Y0
+	VXORPD       Y1, Y1, Y1
+	VXORPD       Y2, Y2, Y2
+
+sqDevRowAVX2_loop:
+	TESTQ     CX, CX
+	JZ        sqDevRowAVX2_done
+	VCVTPS2PD (AX), Y3
+	VSUBPD    Y0, Y3, Y3
+	VMULPD    Y3, Y3, Y3
+	VADDPD    Y3, Y1, Y1
+	VCVTPS2PD 16(AX), Y3
+	VSUBPD    Y0, Y3, Y3
+	VMULPD    Y3, Y3, Y3
+	VADDPD    Y3, Y2, Y2
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, CX
+	JMP       sqDevRowAVX2_loop
+
+sqDevRowAVX2_done:
+	VADDPD       Y2, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPD       X0, X1, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	VZEROUPPER
+	MOVSD        X0, ret+24(FP)
+	RET
+
+// func normRowAVX2(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·normRowAVX2(SB), NOSPLIT, $0-56
+	MOVQ         y+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         scale+16(FP), DX
+	MOVQ         bias+24(FP), BX
+	MOVQ         n+32(FP), SI
+	MOVSD        mu+40(FP), X0
+	VBROADCASTSD X0, Y0
+	MOVSD        inv+48(FP), X1
+	VBROADCASTSD X1, Y1
+
+norm_loop:
+	TESTQ       SI, SI
+	JZ          norm_done
+	VCVTPS2PD   (CX), Y2
+	VSUBPD      Y0, Y2, Y2
+	VMULPD      Y1, Y2, Y2
+	VCVTPD2PSY  Y2, X3
+	VCVTPS2PD   16(CX), Y2
+	VSUBPD      Y0, Y2, Y2
+	VMULPD      Y1, Y2, Y2
+	VCVTPD2PSY  Y2, X2
+	VINSERTF128 $0x01, X2, Y3, Y2
+	VMULPS      (DX), Y2, Y2
+	VADDPS      (BX), Y2, Y2
+	VMOVUPS     Y2, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	ADDQ        $0x20, BX
+	SUBQ        $0x08, SI
+	JMP         norm_loop
+
+norm_done:
+	VZEROUPPER
+	RET

@@ -105,3 +105,12 @@ func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
 
 // expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.
 func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
+
+// sumRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
+func sumRowAVX2(x *float32, n int) float64
+
+// sqDevRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
+func sqDevRowAVX2(x *float32, n int, mu float64) float64
+
+// normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8).
+func normRowAVX2(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)

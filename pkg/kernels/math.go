@@ -52,33 +52,51 @@ func expSubRowGo(dst, src []float32, m float32) float64 {
 //	μ = Σ_j x[r,j]/n;  σ² = Σ_j (x[r,j]−μ)²/n
 //	y[r,j] = (x[r,j]−μ)/√(σ²+eps) · scale[j] + bias[j]
 func LayerNorm(x, y []float32, rows, n int, scale, bias []float32, eps float32, mean, invStd []float32) {
+	if bias == nil {
+		// x + (−0) is x for every x, signed zeros included.
+		bias = make([]float32, n)
+		for j := range bias {
+			bias[j] = float32(math.Copysign(0, -1))
+		}
+	}
 	for r := 0; r < rows; r++ {
 		xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
-		var s float64
-		for _, v := range xr {
-			s += float64(v)
-		}
-		mu := s / float64(n)
-		var v2 float64
-		for _, v := range xr {
-			d := float64(v) - mu
-			v2 += d * d
-		}
-		inv := 1 / math.Sqrt(v2/float64(n)+float64(eps))
-		for j, v := range xr {
-			o := float32((float64(v) - mu) * inv)
-			o *= scale[j]
-			if bias != nil {
-				o += bias[j]
-			}
-			yr[j] = o
-		}
+		mu := sumRow(xr) / float64(n)
+		inv := 1 / math.Sqrt(sqDevRow(xr, mu)/float64(n)+float64(eps))
+		normRow(yr, xr, scale[:n], bias[:n], mu, inv)
 		if mean != nil {
 			mean[r] = float32(mu)
 		}
 		if invStd != nil {
 			invStd[r] = float32(inv)
 		}
+	}
+}
+
+// sumRowGo is Σ x[j] in float64.
+func sumRowGo(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	return s
+}
+
+// sqDevRowGo is Σ (x[j] − mu)² in float64.
+func sqDevRowGo(x []float32, mu float64) float64 {
+	var s float64
+	for _, v := range x {
+		d := float64(v) - mu
+		s += d * d
+	}
+	return s
+}
+
+// normRowGo sets y[j] = float32((x[j] − mu)·inv)·scale[j] + bias[j].
+func normRowGo(y, x, scale, bias []float32, mu, inv float64) {
+	x, scale, bias = x[:len(y)], scale[:len(y)], bias[:len(y)]
+	for j, v := range x {
+		y[j] = float32(float32((float64(v)-mu)*inv)*scale[j]) + bias[j] // no FMA
 	}
 }
 

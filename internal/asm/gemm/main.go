@@ -61,6 +61,7 @@ func main() {
 	erf()
 	binary()
 	expSub()
+	layerNorm()
 	Generate()
 }
 
