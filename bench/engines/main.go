@@ -101,6 +101,18 @@ type result struct {
 	runs        int
 }
 
+// switchPause is the idle time before each block of runs of one engine,
+// longer than either engine's worker threads spin before they sleep:
+// ONNX Runtime 1.23's intra-op pool (2 threads) was measured burning
+// 12 ms of CPU in the 10 ms after a run and 25 ms in the 100 ms after it.
+const switchPause = 50 * time.Millisecond
+
+// warmUp is the least time each block spends in untimed runs: after the
+// pause, CPUs that went idle take a while to run at full speed again
+// (digits_lenet batch 8 on the built-in engine: 1.5 ms per run after a
+// 5 ms warm-up, 0.98 ms after 50 ms, 0.97 ms in a continuous loop).
+const warmUp = 50 * time.Millisecond
+
 func measure(m *onnxgraph.Model, dir string, batch, threads, runs int, budget time.Duration) (*result, error) {
 	gs, err := runtime.NewGoSession(m, runtime.Options{Threads: threads})
 	if err != nil {
@@ -133,15 +145,33 @@ func measure(m *onnxgraph.Model, dir string, batch, threads, runs int, budget ti
 			return nil, fmt.Errorf("%s engine: %w", s.Engine(), err)
 		}
 	}
+	// The engines take turns in blocks of a few runs, with a pause before
+	// each block: both keep their worker threads spinning for a while
+	// after a run (ONNX Runtime's intra-op pool by default), and a run
+	// that starts while the other engine's workers still spin has one core
+	// fewer. Each block starts with untimed runs for at least warmUp, so
+	// that short models are not timed while idle CPUs wake up.
+	const block = 3
 	lat := [2][]float64{}
 	start := time.Now()
-	for r := 0; r < runs && (r < 3 || time.Since(start) < budget); r++ {
+	for len(lat[0]) < runs && (len(lat[0]) < 3 || time.Since(start) < budget) {
 		for i, s := range sessions {
-			t0 := time.Now()
-			if _, err := s.Run(ctx, inputs, runtime.RunOptions{}); err != nil {
-				return nil, fmt.Errorf("%s engine: %w", s.Engine(), err)
+			time.Sleep(switchPause)
+			for w := time.Now(); ; {
+				if _, err := s.Run(ctx, inputs, runtime.RunOptions{}); err != nil {
+					return nil, fmt.Errorf("%s engine: %w", s.Engine(), err)
+				}
+				if time.Since(w) >= warmUp {
+					break
+				}
 			}
-			lat[i] = append(lat[i], float64(time.Since(t0).Microseconds())/1000)
+			for range block {
+				t0 := time.Now()
+				if _, err := s.Run(ctx, inputs, runtime.RunOptions{}); err != nil {
+					return nil, fmt.Errorf("%s engine: %w", s.Engine(), err)
+				}
+				lat[i] = append(lat[i], float64(time.Since(t0).Microseconds())/1000)
+			}
 		}
 	}
 	return &result{goMs: benchio.Median(lat[0]), ortMs: benchio.Median(lat[1]), runs: len(lat[0])}, nil
