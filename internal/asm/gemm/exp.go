@@ -114,6 +114,12 @@ func expSub() {
 	JMP(LabelRef("exp_loop"))
 
 	Label("exp_done")
+	returnSum(acc)
+}
+
+// returnSum returns the sum of the 8 float64 lanes of acc, lane by lane
+// (acc[0] + acc[1], then the halves, then the pair), and returns.
+func returnSum(acc [2]VecVirtual) {
 	VADDPD(acc[1], acc[0], acc[0])
 	hx := XMM()
 	VEXTRACTF128(U8(1), acc[0], hx)

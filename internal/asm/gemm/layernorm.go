@@ -53,16 +53,7 @@ func layerNorm() {
 		SUBQ(U8(8), n)
 		JMP(LabelRef(name + "_loop"))
 		Label(name + "_done")
-		VADDPD(acc[1], acc[0], acc[0])
-		hx := XMM()
-		VEXTRACTF128(U8(1), acc[0], hx)
-		VADDPD(hx, acc[0].AsX(), hx)
-		s := XMM()
-		VPERMILPD(U8(1), hx, s)
-		VADDSD(s, hx, hx)
-		VZEROUPPER() // before the legacy-SSE store of the result
-		Store(hx, ReturnIndex(0))
-		RET()
+		returnSum(acc)
 	}
 
 	TEXT("normRowAVX2", NOSPLIT, "func(y, x, scale, bias *float32, n int, mu, inv float64)")
