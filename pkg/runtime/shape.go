@@ -221,17 +221,25 @@ func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 		s *= t.Shape[i]
 	}
 	out := rc.newFloatOut(os...)
-	y := out.Float32s()
+	stridedCopyF32(out.Float32s(), x, os, st, 0)
+	return out
+}
+
+// stridedCopyF32 fills y, of shape os, with y[i₀,…] = x[base + Σ iₖ·st[k]]:
+// an odometer over the outer dimensions and a copy along the last one,
+// contiguous when its stride is 1 (Transpose and Slice of float32 data).
+func stridedCopyF32(y, x []float32, os, st []int, base int) {
+	r := len(os)
 	if len(y) == 0 {
-		return out
+		return
 	}
 	if r == 0 {
-		copy(y, x)
-		return out
+		y[0] = x[base]
+		return
 	}
 	inner, is := os[r-1], st[r-1]
 	pos := make([]int, r-1)
-	off := 0
+	off := base
 	for o := 0; o < len(y); o += inner {
 		row := y[o : o+inner]
 		if is == 1 {
@@ -253,7 +261,6 @@ func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 			pos[d] = 0
 		}
 	}
-	return out
 }
 
 // transpose permutes the axes of t: out dim i is input dim perm[i].
@@ -427,7 +434,7 @@ func buildSlice(b *builder) (kernel, error) {
 	}, nil
 }
 
-func sliceKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func sliceKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	t := in[0]
 	r := len(t.Shape)
 	starts, ends := asInt64(in[1]), asInt64(in[2])
@@ -484,16 +491,26 @@ func sliceKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		}
 		st[ax], sp[ax], os[ax] = int(s), int(step), int(n)
 	}
-	out := tensor.New(t.DType, os...)
-	n := out.Len()
-	if n == 0 {
-		return one(out), nil
-	}
 	instr := make([]int, r)
 	s := 1
 	for i := r - 1; i >= 0; i-- {
 		instr[i] = s
 		s *= t.Shape[i]
+	}
+	if x, ok := t.Data.([]float32); ok {
+		base, strides := 0, make([]int, r)
+		for d := range r {
+			base += st[d] * instr[d]
+			strides[d] = sp[d] * instr[d]
+		}
+		out := rc.newFloatOut(os...)
+		stridedCopyF32(out.Float32s(), x, os, strides, base)
+		return one(out), nil
+	}
+	out := tensor.New(t.DType, os...)
+	n := out.Len()
+	if n == 0 {
+		return one(out), nil
 	}
 	idx := make([]int, n)
 	pos := make([]int, r)
