@@ -290,6 +290,29 @@ func PackA(transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA 
 	return p
 }
 
+// packedAPool recycles the A operands that packAParallel packs for one
+// product.
+var packedAPool = sync.Pool{New: func() any { return new(PackedA) }}
+
+// packAParallel is PackA for one product, its row panels packed on up to
+// threads threads into a buffer from packedAPool (Put it back after use).
+// Packing only copies (and scales by alpha), so the split never changes
+// a value.
+func packAParallel(threads int, arch *gemmArch, transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA {
+	p := packedAPool.Get().(*PackedA)
+	mp := roundUp(m, arch.mr)
+	p.arch, p.m, p.k, p.data = arch, m, k, grow(p.data, mp*k)
+	panels := mp / arch.mr
+	Parallel(threads, panels, max(1, (1<<13)/max(1, arch.mr*k)), func(lo, hi int) {
+		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
+		for pc := 0; pc < k; pc += arch.kc {
+			kc := min(arch.kc, k-pc)
+			packA(transA, a, lda, i0, pc, i1-i0, kc, arch.mr, alpha, p.data[pc*mp+i0*kc:])
+		}
+	})
+	return p
+}
+
 // Rows is the number of rows of op(A).
 func (p *PackedA) Rows() int { return p.m }
 
@@ -420,10 +443,14 @@ func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, l
 		return
 	}
 	if nt >= mt || nt >= 2*threads {
-		// Column splits start on a panel boundary of the packed B.
+		// Column splits start on a panel boundary of the packed B. A is
+		// packed once, its row panels shared out, rather than whole on
+		// every thread.
+		pa := packAParallel(threads, arch, transA, m, k, alpha, a, lda)
+		defer packedAPool.Put(pa)
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
-			gemmBlockedEp(arch, nil, pb, nil, 0, j0, ep, transA, false, m, j1-j0, k, alpha, a, lda, nil, 0, beta, c[j0:], ldc)
+			gemmBlockedEp(arch, pa, pb, nil, 0, j0, ep, false, false, m, j1-j0, k, 1, nil, 0, nil, 0, beta, c[j0:], ldc)
 		})
 		return
 	}
