@@ -221,14 +221,14 @@ func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 		s *= t.Shape[i]
 	}
 	out := rc.newFloatOut(os...)
-	stridedCopyF32(out.Float32s(), x, os, st, 0)
+	stridedCopy(out.Float32s(), x, os, st, 0)
 	return out
 }
 
-// stridedCopyF32 fills y, of shape os, with y[i₀,…] = x[base + Σ iₖ·st[k]]:
+// stridedCopy fills y, of shape os, with y[i₀,…] = x[base + Σ iₖ·st[k]]:
 // an odometer over the outer dimensions and a copy along the last one,
-// contiguous when its stride is 1 (Transpose and Slice of float32 data).
-func stridedCopyF32(y, x []float32, os, st []int, base int) {
+// contiguous when its stride is 1 (Transpose of float32 data, Slice).
+func stridedCopy[T any](y, x []T, os, st []int, base int) {
 	r := len(os)
 	if len(y) == 0 {
 		return
@@ -497,14 +497,14 @@ func sliceKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		instr[i] = s
 		s *= t.Shape[i]
 	}
+	base, strides := 0, make([]int, r)
+	for d := range r {
+		base += st[d] * instr[d]
+		strides[d] = sp[d] * instr[d]
+	}
 	if x, ok := t.Data.([]float32); ok {
-		base, strides := 0, make([]int, r)
-		for d := range r {
-			base += st[d] * instr[d]
-			strides[d] = sp[d] * instr[d]
-		}
 		out := rc.newFloatOut(os...)
-		stridedCopyF32(out.Float32s(), x, os, strides, base)
+		stridedCopy(out.Float32s(), x, os, strides, base)
 		return one(out), nil
 	}
 	out := tensor.New(t.DType, os...)
@@ -512,22 +512,33 @@ func sliceKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	if n == 0 {
 		return one(out), nil
 	}
+	switch x := t.Data.(type) {
+	case []int64:
+		stridedCopy(out.Data.([]int64), x, os, strides, base)
+		return one(out), nil
+	case []int32:
+		stridedCopy(out.Data.([]int32), x, os, strides, base)
+		return one(out), nil
+	case []bool:
+		stridedCopy(out.Data.([]bool), x, os, strides, base)
+		return one(out), nil
+	case []uint8:
+		stridedCopy(out.Data.([]uint8), x, os, strides, base)
+		return one(out), nil
+	}
+	// Other types through an index per element.
 	idx := make([]int, n)
 	pos := make([]int, r)
-	base := 0
-	for d := range r {
-		base += st[d] * instr[d]
-	}
 	off := base
 	for i := 0; i < n; i++ {
 		idx[i] = off
 		for d := r - 1; d >= 0; d-- {
 			pos[d]++
-			off += sp[d] * instr[d]
+			off += strides[d]
 			if pos[d] < os[d] {
 				break
 			}
-			off -= sp[d] * instr[d] * os[d]
+			off -= strides[d] * os[d]
 			pos[d] = 0
 		}
 	}
