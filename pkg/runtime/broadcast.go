@@ -104,39 +104,63 @@ func binaryLoop[A, B, O any](a []A, as []int, b []B, bs []int, o []O, os []int, 
 // expandTo copies x broadcast to shape out.
 func expandTo(t *tensor.Tensor, shape []int) *tensor.Tensor {
 	out := tensor.New(t.DType, shape...)
-	idx := bcastIndex(t.Shape, shape)
-	gatherFlat(t.Data, out.Data, idx)
+	stridedGather(out.Data, t.Data, shape, bcastStrides(t.Shape, shape), 0)
 	return out
 }
 
 // bcastIndex returns, for each element of the broadcast shape out, the
 // flat index of the element of shape in that it reads.
 func bcastIndex(in, out []int) []int {
-	n := tensor.NumElements(out)
+	return stridedIndex(out, bcastStrides(in, out), 0)
+}
+
+// stridedIndex returns, for each element of shape os in row-major order,
+// base + Σ pos[k]·st[k].
+func stridedIndex(os, st []int, base int) []int {
+	n := tensor.NumElements(os)
 	idx := make([]int, n)
 	if n == 0 {
 		return idx
 	}
-	r := len(out)
-	if r == 0 {
-		return idx
-	}
-	st := bcastStrides(in, out)
+	r := len(os)
 	pos := make([]int, r)
-	p := 0
+	p := base
 	for i := 0; i < n; i++ {
 		idx[i] = p
 		for d := r - 1; d >= 0; d-- {
 			pos[d]++
 			p += st[d]
-			if pos[d] < out[d] {
+			if pos[d] < os[d] {
 				break
 			}
-			p -= st[d] * out[d]
+			p -= st[d] * os[d]
 			pos[d] = 0
 		}
 	}
 	return idx
+}
+
+// stridedGather fills dst, of shape os, with dst[pos] = src[base + Σ
+// pos[k]·st[k]] for slices of the same element type: Transpose, Slice and
+// broadcasts (stride 0). The common types copy rows (stridedCopy); the
+// others go through an index per element.
+func stridedGather(dst, src any, os, st []int, base int) {
+	switch s := src.(type) {
+	case []float32:
+		stridedCopy(dst.([]float32), s, os, st, base)
+	case []float64:
+		stridedCopy(dst.([]float64), s, os, st, base)
+	case []int64:
+		stridedCopy(dst.([]int64), s, os, st, base)
+	case []int32:
+		stridedCopy(dst.([]int32), s, os, st, base)
+	case []uint8:
+		stridedCopy(dst.([]uint8), s, os, st, base)
+	case []bool:
+		stridedCopy(dst.([]bool), s, os, st, base)
+	default:
+		gatherFlat(src, dst, stridedIndex(os, st, base))
+	}
 }
 
 // gatherFlat sets dst[i] = src[idx[i]] for slices of the same element type.

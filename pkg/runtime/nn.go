@@ -117,22 +117,6 @@ func matMulInt(a, b *tensor.Tensor) ([]*tensor.Tensor, error) {
 	return one(out), err
 }
 
-// fillBroadcast sets o (m×n) to c broadcast from shape cs: row copies for
-// the usual bias shapes [n], [1, n] and [m, n], the general broadcast loop
-// otherwise.
-func fillBroadcast(o []float32, m, n int, c []float32, cs []int) {
-	switch {
-	case len(c) == m*n:
-		copy(o, c)
-	case len(c) == n && (len(cs) == 1 || cs[0] == 1):
-		for i := range m {
-			copy(o[i*n:(i+1)*n], c)
-		}
-	default:
-		binaryLoop(o, []int{m, n}, c, cs, o, []int{m, n}, func(_, c float32) float32 { return c })
-	}
-}
-
 func buildGemm(b *builder) (kernel, error) {
 	alpha, beta := b.float("alpha", 1), b.float("beta", 1)
 	ta, tb := b.int("transA", 0) != 0, b.int("transB", 0) != 0
@@ -172,7 +156,7 @@ func buildGemm(b *builder) (kernel, error) {
 			if _, err := broadcastShape(in[2].Shape, []int{m, n}); err != nil {
 				return nil, fmt.Errorf("input C: %w", err)
 			}
-			fillBroadcast(o, m, n, c, in[2].Shape)
+			stridedGather(o, c, []int{m, n}, bcastStrides(in[2].Shape, []int{m, n}), 0)
 			cb = beta
 		}
 		if packs := cache.get(in[1], func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(tb, k, n, w, bs[1])} }); packs != nil {

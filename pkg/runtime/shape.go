@@ -208,21 +208,33 @@ func buildTranspose(b *builder) (kernel, error) {
 // copy along its last one, without transpose's index array (an int per
 // element, allocated at every run).
 func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
-	x := t.Data.([]float32)
-	r := len(t.Shape)
-	os, st := make([]int, r), make([]int, r)
-	s := 1
-	for i := r - 1; i >= 0; i-- {
-		for j, p := range perm {
-			if p == i {
-				os[j], st[j] = t.Shape[i], s
-			}
-		}
-		s *= t.Shape[i]
-	}
+	os, st := permutedStrides(t.Shape, perm)
 	out := rc.newFloatOut(os...)
-	stridedCopy(out.Float32s(), x, os, st, 0)
+	stridedCopy(out.Float32s(), t.Float32s(), os, st, 0)
 	return out
+}
+
+// permutedStrides returns the shape of t's shape permuted by perm (out
+// dim i is input dim perm[i]) and, per out dim, its stride in the input.
+func permutedStrides(shape, perm []int) (os, st []int) {
+	r := len(shape)
+	os, st = make([]int, r), make([]int, r)
+	instr := rowMajorStrides(shape)
+	for i, p := range perm {
+		os[i], st[i] = shape[p], instr[p]
+	}
+	return os, st
+}
+
+// rowMajorStrides returns the element strides of a row-major shape.
+func rowMajorStrides(shape []int) []int {
+	st := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
 }
 
 // stridedCopy fills y, of shape os, with y[i₀,…] = x[base + Σ iₖ·st[k]]:
@@ -265,37 +277,9 @@ func stridedCopy[T any](y, x []T, os, st []int, base int) {
 
 // transpose permutes the axes of t: out dim i is input dim perm[i].
 func transpose(t *tensor.Tensor, perm []int) *tensor.Tensor {
-	r := len(t.Shape)
-	os := make([]int, r)
-	instr := make([]int, r)
-	s := 1
-	for i := r - 1; i >= 0; i-- {
-		instr[i] = s
-		s *= t.Shape[i]
-	}
-	st := make([]int, r)
-	for i, p := range perm {
-		os[i] = t.Shape[p]
-		st[i] = instr[p]
-	}
-	n := t.Len()
-	idx := make([]int, n)
-	pos := make([]int, r)
-	off := 0
-	for i := 0; i < n; i++ {
-		idx[i] = off
-		for d := r - 1; d >= 0; d-- {
-			pos[d]++
-			off += st[d]
-			if pos[d] < os[d] {
-				break
-			}
-			off -= st[d] * os[d]
-			pos[d] = 0
-		}
-	}
+	os, st := permutedStrides(t.Shape, perm)
 	out := tensor.New(t.DType, os...)
-	gatherFlat(t.Data, out.Data, idx)
+	stridedGather(out.Data, t.Data, os, st, 0)
 	return out
 }
 
@@ -491,12 +475,7 @@ func sliceKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		}
 		st[ax], sp[ax], os[ax] = int(s), int(step), int(n)
 	}
-	instr := make([]int, r)
-	s := 1
-	for i := r - 1; i >= 0; i-- {
-		instr[i] = s
-		s *= t.Shape[i]
-	}
+	instr := rowMajorStrides(t.Shape)
 	base, strides := 0, make([]int, r)
 	for d := range r {
 		base += st[d] * instr[d]
@@ -508,41 +487,7 @@ func sliceKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return one(out), nil
 	}
 	out := tensor.New(t.DType, os...)
-	n := out.Len()
-	if n == 0 {
-		return one(out), nil
-	}
-	switch x := t.Data.(type) {
-	case []int64:
-		stridedCopy(out.Data.([]int64), x, os, strides, base)
-		return one(out), nil
-	case []int32:
-		stridedCopy(out.Data.([]int32), x, os, strides, base)
-		return one(out), nil
-	case []bool:
-		stridedCopy(out.Data.([]bool), x, os, strides, base)
-		return one(out), nil
-	case []uint8:
-		stridedCopy(out.Data.([]uint8), x, os, strides, base)
-		return one(out), nil
-	}
-	// Other types through an index per element.
-	idx := make([]int, n)
-	pos := make([]int, r)
-	off := base
-	for i := 0; i < n; i++ {
-		idx[i] = off
-		for d := r - 1; d >= 0; d-- {
-			pos[d]++
-			off += strides[d]
-			if pos[d] < os[d] {
-				break
-			}
-			off -= strides[d] * os[d]
-			pos[d] = 0
-		}
-	}
-	gatherFlat(t.Data, out.Data, idx)
+	stridedGather(out.Data, t.Data, os, strides, base)
 	return one(out), nil
 }
 
