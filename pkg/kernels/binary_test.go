@@ -202,9 +202,9 @@ func TestLayerNormRows(t *testing.T) {
 					}
 				}
 				got := make([]float32, n)
-				normRowGo(got, xr, scale, bias, mu, is)
+				normRowGo(got, xr, scale, b, mu, is)
 				vec := make([]float32, n)
-				normRow(vec, xr, scale, bias, mu, is)
+				normRow(vec, xr, scale, b, mu, is)
 				for j := range got {
 					if !sameResult(got[j], vec[j]) {
 						t.Fatalf("n=%d [%d]: vector %g, Go %g", n, j, vec[j], got[j])

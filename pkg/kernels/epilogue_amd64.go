@@ -201,11 +201,23 @@ func sqDevRow(x []float32, mu float64) float64 {
 	return sqDevRowAVX2(&x[0], n, mu) + sqDevRowGo(x[n:], mu)
 }
 
-// normRow is normRowGo in AVX2, bit-identical element by element.
+// normRow is normRowGo in AVX2, bit-identical element by element; bias
+// may be nil.
 func normRow(y, x, scale, bias []float32, mu, inv float64) {
-	n := len(y) &^ 7
-	if haveAVX2 && n > 0 {
-		normRowAVX2(&y[0], &x[0], &scale[0], &bias[0], n, mu, inv)
+	n := 0
+	if haveAVX2 {
+		n = len(y) &^ 7
 	}
-	normRowGo(y[n:], x[n:], scale[n:], bias[n:], mu, inv)
+	if n > 0 {
+		var pb *float32
+		if bias != nil {
+			pb = &bias[0]
+		}
+		normRowAVX2(&y[0], &x[0], &scale[0], pb, n, mu, inv)
+	}
+	var tail []float32
+	if bias != nil {
+		tail = bias[n:]
+	}
+	normRowGo(y[n:], x[n:], scale[n:], tail, mu, inv)
 }

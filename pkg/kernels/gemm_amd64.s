@@ -3897,10 +3897,12 @@ TEXT ·normRowAVX2(SB), NOSPLIT, $0-56
 	VBROADCASTSD X0, Y0
 	MOVSD        inv+48(FP), X1
 	VBROADCASTSD X1, Y1
+	TESTQ        BX, BX
+	JZ           norm_nobias
 
-norm_loop:
+norm_bias:
 	TESTQ       SI, SI
-	JZ          norm_done
+	JZ          norm_bias_done
 	VCVTPS2PD   (CX), Y2
 	VSUBPD      Y0, Y2, Y2
 	VMULPD      Y1, Y2, Y2
@@ -3918,8 +3920,33 @@ norm_loop:
 	ADDQ        $0x20, DX
 	ADDQ        $0x20, BX
 	SUBQ        $0x08, SI
-	JMP         norm_loop
+	JMP         norm_bias
 
-norm_done:
+norm_bias_done:
+	VZEROUPPER
+	RET
+
+norm_nobias:
+norm_plain:
+	TESTQ       SI, SI
+	JZ          norm_plain_done
+	VCVTPS2PD   (CX), Y2
+	VSUBPD      Y0, Y2, Y2
+	VMULPD      Y1, Y2, Y2
+	VCVTPD2PSY  Y2, X3
+	VCVTPS2PD   16(CX), Y2
+	VSUBPD      Y0, Y2, Y2
+	VMULPD      Y1, Y2, Y2
+	VCVTPD2PSY  Y2, X2
+	VINSERTF128 $0x01, X2, Y3, Y2
+	VMULPS      (DX), Y2, Y2
+	VMOVUPS     Y2, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	SUBQ        $0x08, SI
+	JMP         norm_plain
+
+norm_plain_done:
 	VZEROUPPER
 	RET

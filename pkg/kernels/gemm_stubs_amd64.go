@@ -112,5 +112,5 @@ func sumRowAVX2(x *float32, n int) float64
 // sqDevRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
 func sqDevRowAVX2(x *float32, n int, mu float64) float64
 
-// normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8).
+// normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8); bias may be nil (no add).
 func normRowAVX2(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)

@@ -52,18 +52,15 @@ func expSubRowGo(dst, src []float32, m float32) float64 {
 //	μ = Σ_j x[r,j]/n;  σ² = Σ_j (x[r,j]−μ)²/n
 //	y[r,j] = (x[r,j]−μ)/√(σ²+eps) · scale[j] + bias[j]
 func LayerNorm(x, y []float32, rows, n int, scale, bias []float32, eps float32, mean, invStd []float32) {
-	if bias == nil {
-		// x + (−0) is x for every x, signed zeros included.
-		bias = make([]float32, n)
-		for j := range bias {
-			bias[j] = float32(math.Copysign(0, -1))
-		}
-	}
 	for r := 0; r < rows; r++ {
 		xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
 		mu := sumRow(xr) / float64(n)
 		inv := 1 / math.Sqrt(sqDevRow(xr, mu)/float64(n)+float64(eps))
-		normRow(yr, xr, scale[:n], bias[:n], mu, inv)
+		var br []float32
+		if bias != nil {
+			br = bias[:n]
+		}
+		normRow(yr, xr, scale[:n], br, mu, inv)
 		if mean != nil {
 			mean[r] = float32(mu)
 		}
@@ -92,9 +89,17 @@ func sqDevRowGo(x []float32, mu float64) float64 {
 	return s
 }
 
-// normRowGo sets y[j] = float32((x[j] − mu)·inv)·scale[j] + bias[j].
+// normRowGo sets y[j] = float32((x[j] − mu)·inv)·scale[j] + bias[j], with
+// no add when bias is nil.
 func normRowGo(y, x, scale, bias []float32, mu, inv float64) {
-	x, scale, bias = x[:len(y)], scale[:len(y)], bias[:len(y)]
+	x, scale = x[:len(y)], scale[:len(y)]
+	if bias == nil {
+		for j, v := range x {
+			y[j] = float32(float32((float64(v)-mu)*inv) * scale[j])
+		}
+		return
+	}
+	bias = bias[:len(y)]
 	for j, v := range x {
 		y[j] = float32(float32((float64(v)-mu)*inv)*scale[j]) + bias[j] // no FMA
 	}

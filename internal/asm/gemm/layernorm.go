@@ -57,7 +57,7 @@ func layerNorm() {
 	}
 
 	TEXT("normRowAVX2", NOSPLIT, "func(y, x, scale, bias *float32, n int, mu, inv float64)")
-	Doc("normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8).")
+	Doc("normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8); bias may be nil (no add).")
 	py, px := Load(Param("y"), GP64()), Load(Param("x"), GP64())
 	ps, pb := Load(Param("scale"), GP64()), Load(Param("bias"), GP64())
 	n := Load(Param("n"), GP64())
@@ -69,29 +69,42 @@ func layerNorm() {
 		return v
 	}
 	mu, inv := bcast("mu"), bcast("inv")
-	Label("norm_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("norm_done"))
-	var half [2]VecVirtual
-	for h := range 2 {
-		d := YMM()
-		VCVTPS2PD(Mem{Base: px, Disp: 16 * h}, d)
-		VSUBPD(mu, d, d)
-		VMULPD(inv, d, d)
-		half[h] = XMM()
-		VCVTPD2PSY(d, half[h])
+	TESTQ(pb, pb)
+	JZ(LabelRef("norm_nobias"))
+	for _, withBias := range []bool{true, false} {
+		loop, done := "norm_bias", "norm_bias_done"
+		if !withBias {
+			Label("norm_nobias")
+			loop, done = "norm_plain", "norm_plain_done"
+		}
+		Label(loop)
+		TESTQ(n, n)
+		JZ(LabelRef(done))
+		var half [2]VecVirtual
+		for h := range 2 {
+			d := YMM()
+			VCVTPS2PD(Mem{Base: px, Disp: 16 * h}, d)
+			VSUBPD(mu, d, d)
+			VMULPD(inv, d, d)
+			half[h] = XMM()
+			VCVTPD2PSY(d, half[h])
+		}
+		o := YMM()
+		VINSERTF128(U8(1), half[1], half[0].AsY(), o)
+		VMULPS(Mem{Base: ps}, o, o)
+		ptrs := []Register{py, px, ps}
+		if withBias {
+			VADDPS(Mem{Base: pb}, o, o)
+			ptrs = append(ptrs, pb)
+		}
+		VMOVUPS(o, Mem{Base: py})
+		for _, p := range ptrs {
+			ADDQ(U8(32), p)
+		}
+		SUBQ(U8(8), n)
+		JMP(LabelRef(loop))
+		Label(done)
+		VZEROUPPER()
+		RET()
 	}
-	o := YMM()
-	VINSERTF128(U8(1), half[1], half[0].AsY(), o)
-	VMULPS(Mem{Base: ps}, o, o)
-	VADDPS(Mem{Base: pb}, o, o)
-	VMOVUPS(o, Mem{Base: py})
-	for _, p := range []Register{py, px, ps, pb} {
-		ADDQ(U8(32), p)
-	}
-	SUBQ(U8(8), n)
-	JMP(LabelRef("norm_loop"))
-	Label("norm_done")
-	VZEROUPPER()
-	RET()
 }
