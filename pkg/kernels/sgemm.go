@@ -93,19 +93,12 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // computed by the same sequence of operations whatever the split, so the
 // result is bit-identical for any thread count.
 func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if m <= 0 || n <= 0 {
-		return
-	}
-	if k <= 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
+	if gemmTrivial(m, n, k, alpha, beta, c, ldc, nil) {
 		return
 	}
 	arch := activeGemm
-	const minWork = 1 << 15 // multiply-adds per thread worth a hand-off
-	work := m * n * k
-	threads = min(threads, max(1, work/minWork))
-	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
-	if threads <= 1 || mt*nt < 2 {
+	threads, mt, nt := gemmSplit(arch, threads, m, n, k)
+	if threads <= 1 {
 		gemmBlocked(arch, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -133,6 +126,37 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 		}
 		gemmBlocked(arch, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
 	})
+}
+
+// gemmTrivial does a product with nothing to multiply (k = 0 or alpha =
+// 0): C = beta·C, then ep (may be nil). It reports whether there was
+// nothing more to do, an empty C included.
+func gemmTrivial(m, n, k int, alpha, beta float32, c []float32, ldc int, ep *Epilogue) bool {
+	if m <= 0 || n <= 0 {
+		return true
+	}
+	if k > 0 && alpha != 0 {
+		return false
+	}
+	scaleC(m, n, beta, c, ldc)
+	if ep != nil {
+		ep.apply(c, ldc, 0, 0, m, n)
+	}
+	return true
+}
+
+// gemmMinWork is the number of multiply-adds per thread worth a hand-off.
+const gemmMinWork = 1 << 15
+
+// gemmSplit returns the threads an m×n×k product is worth (1 when it has
+// a single panel) and its row and column panel counts.
+func gemmSplit(arch *gemmArch, threads, m, n, k int) (int, int, int) {
+	threads = min(threads, max(1, m*n*k/gemmMinWork))
+	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
+	if mt*nt < 2 {
+		threads = 1
+	}
+	return threads, mt, nt
 }
 
 // splitColumns reports whether an unpacked product splits C by columns
@@ -346,21 +370,12 @@ func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, 
 // set.
 func sgemmPacked(threads int, pa *PackedA, cb *convB, n int, transB bool, b []float32, ldb int, beta float32, c []float32, ldc int, ep *Epilogue) {
 	m, k := pa.m, pa.k
-	if m <= 0 || n <= 0 {
-		return
-	}
-	if k <= 0 {
-		scaleC(m, n, beta, c, ldc)
-		if ep != nil {
-			ep.apply(c, ldc, 0, 0, m, n)
-		}
+	if gemmTrivial(m, n, k, 1, beta, c, ldc, ep) {
 		return
 	}
 	arch := pa.arch
-	const minWork = 1 << 15
-	threads = min(threads, max(1, m*n*k/minWork))
-	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
-	if threads <= 1 || mt*nt < 2 {
+	threads, mt, nt := gemmSplit(arch, threads, m, n, k)
+	if threads <= 1 {
 		gemmBlockedEp(arch, pa, nil, cb, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
 		return
 	}
@@ -424,21 +439,12 @@ func (p *PackedB) block(pc, jc int) []float32 {
 // B prepacked by PackB, then applies ep (may be nil) to every element of C.
 func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, lda int, pb *PackedB, beta float32, c []float32, ldc int, ep *Epilogue) {
 	k, n := pb.k, pb.n
-	if m <= 0 || n <= 0 {
-		return
-	}
-	if k <= 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
-		if ep != nil {
-			ep.apply(c, ldc, 0, 0, m, n)
-		}
+	if gemmTrivial(m, n, k, alpha, beta, c, ldc, ep) {
 		return
 	}
 	arch := pb.arch
-	const minWork = 1 << 15
-	threads = min(threads, max(1, m*n*k/minWork))
-	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
-	if threads <= 1 || mt*nt < 2 {
+	threads, mt, nt := gemmSplit(arch, threads, m, n, k)
+	if threads <= 1 {
 		gemmBlockedEp(arch, nil, pb, nil, 0, 0, ep, transA, false, m, n, k, alpha, a, lda, nil, 0, beta, c, ldc)
 		return
 	}
