@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -152,7 +153,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		return nil, err
 	}
 	tensors := slices.Clone(plan.Tensors)
-	slices.SortStableFunc(tensors, func(a, b *TensorPlan) int { return cmpString(a.Value, b.Value) })
+	slices.SortStableFunc(tensors, func(a, b *TensorPlan) int { return strings.Compare(a.Value, b.Value) })
 	var final []*TensorPlan
 	for _, t := range tensors {
 		var err error
@@ -193,16 +194,6 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
 	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes}, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // collectNames records every node and value name of the model so that

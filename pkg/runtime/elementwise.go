@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -276,7 +277,7 @@ func powKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 }
 
 // compareKernel computes a comparison into a bool tensor.
-func compareKernel(cmp func(c int) bool, eqOnly bool) kernel {
+func compareKernel(holds func(c int) bool, eqOnly bool) kernel {
 	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		a, b := in[0], in[1]
 		os, err := broadcastShape(a.Shape, b.Shape)
@@ -291,37 +292,27 @@ func compareKernel(cmp func(c int) bool, eqOnly bool) kernel {
 				if p != p || q != q {
 					return false
 				}
-				return cmp(cmp3(p, q))
+				return holds(cmp.Compare(p, q))
 			})
 		case []string:
-			binaryLoop(x, a.Shape, b.Data.([]string), b.Shape, o, os, func(p, q string) bool { return cmp(cmp3(p, q)) })
+			binaryLoop(x, a.Shape, b.Data.([]string), b.Shape, o, os, func(p, q string) bool { return holds(cmp.Compare(p, q)) })
 		case []bool:
 			if !eqOnly {
 				return nil, fmt.Errorf("ordering of bool is not supported")
 			}
-			binaryLoop(x, a.Shape, b.Data.([]bool), b.Shape, o, os, func(p, q bool) bool { return cmp(boolCmp(p, q)) })
+			binaryLoop(x, a.Shape, b.Data.([]bool), b.Shape, o, os, func(p, q bool) bool { return holds(boolCmp(p, q)) })
 		default:
 			if !a.DType.IsInteger() || a.DType != b.DType {
 				return nil, fmt.Errorf("comparison of %s and %s is not supported", a.DType, b.DType)
 			}
 			if a.DType == tensor.Uint64 {
-				binaryLoop(x.([]uint64), a.Shape, b.Data.([]uint64), b.Shape, o, os, func(p, q uint64) bool { return cmp(cmp3(p, q)) })
+				binaryLoop(x.([]uint64), a.Shape, b.Data.([]uint64), b.Shape, o, os, func(p, q uint64) bool { return holds(cmp.Compare(p, q)) })
 				break
 			}
-			binaryLoop(asInt64(a), a.Shape, asInt64(b), b.Shape, o, os, func(p, q int64) bool { return cmp(cmp3(p, q)) })
+			binaryLoop(asInt64(a), a.Shape, asInt64(b), b.Shape, o, os, func(p, q int64) bool { return holds(cmp.Compare(p, q)) })
 		}
 		return []*tensor.Tensor{out}, nil
 	}
-}
-
-func cmp3[T int64 | uint64 | float32 | string](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func boolCmp(a, b bool) int {
