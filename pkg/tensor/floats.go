@@ -98,7 +98,13 @@ func (f *minifloat) encode(x float64, saturate bool) uint32 {
 	// (E-emin)<<mbits + n is the code for normals (n carries the implicit
 	// bit, which adds one to the biased exponent) and for subnormals (E =
 	// emin); a carry out of the mantissa lands in the exponent.
-	code := uint64(E-emin)<<f.mbits + n
+	return f.finish(sign, uint64(E-emin)<<f.mbits+n, saturate)
+}
+
+// finish returns the code of a rounded magnitude code with sign: past the
+// largest finite code it saturates or becomes Inf or NaN as the format
+// has them; zero has no negative form in the fnuz formats.
+func (f *minifloat) finish(sign uint32, code uint64, saturate bool) uint32 {
 	if code > uint64(f.maxCode) {
 		switch {
 		case saturate || f.noNaN:
@@ -111,7 +117,7 @@ func (f *minifloat) encode(x float64, saturate bool) uint32 {
 		return sign | f.nanCode
 	}
 	if code == 0 && f.uz {
-		return 0 // fnuz formats have no negative zero
+		return 0
 	}
 	return sign | uint32(code)
 }
@@ -137,21 +143,7 @@ func (f *minifloat) encode32(x float32, saturate bool) uint32 {
 		magic := uint32(128-f.bias+int(mshift)) << 23
 		code = math.Float32bits(math.Float32frombits(u)+math.Float32frombits(magic)) - magic
 	}
-	if code > f.maxCode {
-		switch {
-		case saturate || f.noNaN:
-			return sign | f.maxCode
-		case f.infCode != 0:
-			return sign | f.infCode
-		case f.uz:
-			return f.nanCode
-		}
-		return sign | f.nanCode
-	}
-	if code == 0 && f.uz {
-		return 0
-	}
-	return sign | code
+	return f.finish(sign, uint64(code), saturate)
 }
 
 // decode returns the value of code c.
