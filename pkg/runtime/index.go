@@ -61,26 +61,39 @@ func buildGatherElements(b *builder) (kernel, error) {
 		if len(ind.Shape) != r {
 			return nil, fmt.Errorf("indices rank %d differs from data rank %d", len(ind.Shape), r)
 		}
-		indices := asInt64(ind)
-		idx := make([]int, len(indices))
-		pos := make([]int, r)
-		for i, v := range indices {
-			unravelIdx(i, ind.Shape, pos)
-			k, err := fixIndex(v, t.Shape[ax])
-			if err != nil {
-				return nil, err
-			}
-			pos[ax] = k
-			off := 0
-			for d := 0; d < r; d++ {
-				off = off*t.Shape[d] + pos[d]
-			}
-			idx[i] = off
+		idx, err := elementOffsets(t.Shape, ind, ax)
+		if err != nil {
+			return nil, err
 		}
 		out := tensor.New(t.DType, ind.Shape...)
 		gatherFlat(t.Data, out.Data, idx)
 		return one(out), nil
 	}, nil
+}
+
+// elementOffsets returns, for each element of ind (same rank as shape),
+// the flat offset in shape of the element at the same position with the
+// axis ax coordinate replaced by the index's value (negative values count
+// from the end): what GatherElements reads and ScatterElements writes.
+func elementOffsets(shape []int, ind *tensor.Tensor, ax int) ([]int, error) {
+	r := len(shape)
+	indices := asInt64(ind)
+	offs := make([]int, len(indices))
+	pos := make([]int, r)
+	for i, v := range indices {
+		unravelIdx(i, ind.Shape, pos)
+		k, err := fixIndex(v, shape[ax])
+		if err != nil {
+			return nil, err
+		}
+		pos[ax] = k
+		off := 0
+		for d := 0; d < r; d++ {
+			off = off*shape[d] + pos[d]
+		}
+		offs[i] = off
+	}
+	return offs, nil
 }
 
 func buildScatterElements(b *builder) (kernel, error) {
@@ -97,21 +110,9 @@ func buildScatterElements(b *builder) (kernel, error) {
 			return nil, err
 		}
 		out := t.Clone()
-		indices := asInt64(ind)
-		pos := make([]int, r)
-		dst := make([]int, len(indices))
-		for i, v := range indices {
-			unravelIdx(i, ind.Shape, pos)
-			k, err := fixIndex(v, t.Shape[ax])
-			if err != nil {
-				return nil, err
-			}
-			pos[ax] = k
-			off := 0
-			for d := 0; d < r; d++ {
-				off = off*t.Shape[d] + pos[d]
-			}
-			dst[i] = off
+		dst, err := elementOffsets(t.Shape, ind, ax)
+		if err != nil {
+			return nil, err
 		}
 		return one(out), scatter(out, upd, dst, 1, red)
 	}, nil
