@@ -38,30 +38,17 @@ func prod(s []int) int {
 //	where ip[d] = op[d]·Strides[d] − PadBegin[d] + kp[d]·Dilations[d],
 //	and 0 when ip falls outside the input (zero padding).
 func Im2col(g *ConvGeom, c int, x, col []float32) {
-	nd := len(g.In)
-	ks, os, is := g.KernelSize(), g.OutSize(), g.InSize()
-	if nd == 2 {
+	if len(g.In) == 2 {
 		im2col2D(g, c, x, col)
 		return
 	}
-	kp := make([]int, nd)
-	opos := make([]int, nd)
-	for ch := 0; ch < c; ch++ {
-		xc := x[ch*is : (ch+1)*is]
-		for k := 0; k < ks; k++ {
-			unravel(k, g.Kernel, kp)
-			row := col[(ch*ks+k)*os : (ch*ks+k+1)*os]
-			for o := 0; o < os; o++ {
-				unravel(o, g.Out, opos)
-				idx, ok := g.inputIndex(opos, kp)
-				if ok {
-					row[o] = xc[idx]
-				} else {
-					row[o] = 0
-				}
-			}
+	colWalk(g, c, func(ci, xi int) {
+		if xi < 0 {
+			col[ci] = 0
+		} else {
+			col[ci] = x[xi]
 		}
-	}
+	})
 }
 
 func im2col2D(g *ConvGeom, c int, x, col []float32) {
@@ -312,21 +299,33 @@ func (g *ConvGeom) inputIndex(opos, kp []int) (idx int, ok bool) {
 //	for ch < c, kernel position kp, output position op with ip inside:
 //	    x[ch·InSize + ip] += col[(ch·KernelSize+kp)·OutSize + op]
 func Col2im(g *ConvGeom, c int, col, x []float32) {
+	colWalk(g, c, func(ci, xi int) {
+		if xi >= 0 {
+			x[xi] += col[ci]
+		}
+	})
+}
+
+// colWalk calls visit(ci, xi) for every element of the column matrix of c
+// channels under g, in order: ci is its index in the matrix, xi the index
+// of the input element it stands for, −1 in the zero padding.
+func colWalk(g *ConvGeom, c int, visit func(ci, xi int)) {
 	nd := len(g.In)
 	ks, os, is := g.KernelSize(), g.OutSize(), g.InSize()
 	kp := make([]int, nd)
 	opos := make([]int, nd)
+	ci := 0
 	for ch := 0; ch < c; ch++ {
-		xc := x[ch*is : (ch+1)*is]
 		for k := 0; k < ks; k++ {
 			unravel(k, g.Kernel, kp)
-			row := col[(ch*ks+k)*os : (ch*ks+k+1)*os]
 			for o := 0; o < os; o++ {
 				unravel(o, g.Out, opos)
-				idx, ok := g.inputIndex(opos, kp)
-				if ok {
-					xc[idx] += row[o]
+				xi := -1
+				if idx, ok := g.inputIndex(opos, kp); ok {
+					xi = ch*is + idx
 				}
+				visit(ci, xi)
+				ci++
 			}
 		}
 	}
