@@ -40,21 +40,27 @@ func (e *Epilogue) rowOnly() bool {
 	return e.ColBias == nil && (e.Act == ActNone || e.Act == ActRelu)
 }
 
+// rowParam returns row i's (b, s, t), with b = −0, s = 1 and t = −0
+// standing for an omitted bias or scale (x + (−0) and x·1 are x for every
+// x, signed zeros included).
+func (e *Epilogue) rowParam(i int) (b, s, t float32) {
+	negZero := float32(math.Copysign(0, -1))
+	b, s, t = negZero, 1, negZero
+	if e.RowBias != nil {
+		b = e.RowBias[i]
+	}
+	if e.RowScale != nil {
+		s, t = e.RowScale[i], e.RowShift[i]
+	}
+	return b, s, t
+}
+
 // rowParams returns the (b, s, t) triples of rows [row, row+n) in dst's
-// storage, with b = −0, s = 1 and t = −0 standing for an omitted bias or
-// scale (x + (−0) and x·1 are x for every x, signed zeros included).
+// storage, for the micro-kernels' tileEp.
 func (e *Epilogue) rowParams(dst []float32, row, n int) []float32 {
 	dst = grow(dst, 3*n)
-	negZero := float32(math.Copysign(0, -1))
 	for i := range n {
-		b, s, t := negZero, float32(1), negZero
-		if e.RowBias != nil {
-			b = e.RowBias[row+i]
-		}
-		if e.RowScale != nil {
-			s, t = e.RowScale[row+i], e.RowShift[row+i]
-		}
-		dst[3*i], dst[3*i+1], dst[3*i+2] = b, s, t
+		dst[3*i], dst[3*i+1], dst[3*i+2] = e.rowParam(row + i)
 	}
 	return dst
 }
@@ -63,16 +69,9 @@ func (e *Epilogue) rowParams(dst []float32, row, n int) []float32 {
 // (row, col).
 func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
 	if e.rowOnly() {
-		// Per row: (x + b)·s + t then the activation (see rowParams).
-		negZero := float32(math.Copysign(0, -1))
+		// Per row: (x + b)·s + t then the activation.
 		for i := 0; i < rows; i++ {
-			b, s, t := negZero, float32(1), negZero
-			if e.RowBias != nil {
-				b = e.RowBias[row+i]
-			}
-			if e.RowScale != nil {
-				s, t = e.RowScale[row+i], e.RowShift[row+i]
-			}
+			b, s, t := e.rowParam(row + i)
 			epilogueRow(c[i*ldc:i*ldc+cols], b, s, t, e.Act == ActRelu)
 		}
 		return
