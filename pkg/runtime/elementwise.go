@@ -147,23 +147,13 @@ var (
 		},
 	}
 	maxFuncs = arithFuncs{
-		f32: func(a, b float32) float32 {
-			if a != a || b != b {
-				return float32(math.NaN())
-			}
-			return max(a, b)
-		},
+		f32: func(a, b float32) float32 { return max(a, b) }, // NaN if either is NaN
 		f64: func(a, b float64) float64 { return math.Max(a, b) },
 		i64: func(a, b int64) int64 { return max(a, b) },
 		u64: func(a, b uint64) uint64 { return max(a, b) },
 	}
 	minFuncs = arithFuncs{
-		f32: func(a, b float32) float32 {
-			if a != a || b != b {
-				return float32(math.NaN())
-			}
-			return min(a, b)
-		},
+		f32: func(a, b float32) float32 { return min(a, b) }, // NaN if either is NaN
 		f64: func(a, b float64) float64 { return math.Min(a, b) },
 		i64: func(a, b int64) int64 { return min(a, b) },
 		u64: func(a, b uint64) uint64 { return min(a, b) },
