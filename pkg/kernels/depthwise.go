@@ -1,0 +1,164 @@
+package kernels
+
+import (
+	"math"
+	"sync"
+)
+
+// Depthwise2D computes a 2-D convolution with one filter per channel
+// (group = channels, one output channel per group) for channels [c0, c1)
+// of one image, then the epilogue's bias and activation (RowBias indexed by
+// channel):
+//
+//	y[ch, oy, ox] = Σ_{ky,kx} w[ch, ky, kx] · x[ch, oy·sh−ph+ky·dh, ox·sw−pw+kx·dw]
+//
+// with zero padding, summing kernel positions in row-major order.
+func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	if g.Kernel[0] == 3 && g.Kernel[1] == 3 && g.Dilations[0] == 1 && g.Dilations[1] == 1 && (g.Strides[1] == 1 || g.Strides[1] == 2) {
+		depthwise3x3(g, x, w, y, c0, c1, ep)
+		return
+	}
+	depthwise2DGeneric(g, x, w, y, c0, c1, ep)
+}
+
+// depthwise2DGeneric is Depthwise2D for any window: per output row, each
+// kernel position adds its product to the whole row (axpy).
+func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	ih, iw := g.In[0], g.In[1]
+	kh, kw := g.Kernel[0], g.Kernel[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	dh, dw := g.Dilations[0], g.Dilations[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	for ch := c0; ch < c1; ch++ {
+		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+		yc := y[ch*oh*ow : (ch+1)*oh*ow]
+		wc := w[ch*kh*kw : (ch+1)*kh*kw]
+		clear(yc)
+		for oy := 0; oy < oh; oy++ {
+			out := yc[oy*ow : (oy+1)*ow]
+			for ky := 0; ky < kh; ky++ {
+				iy := oy*sh - ph + ky*dh
+				if iy < 0 || iy >= ih {
+					continue
+				}
+				xr := xc[iy*iw : (iy+1)*iw]
+				for kx := 0; kx < kw; kx++ {
+					wv := wc[ky*kw+kx]
+					off := kx*dw - pw
+					lo := 0
+					if off < 0 {
+						lo = (-off + sw - 1) / sw
+					}
+					hi := 0
+					if iw-off > 0 {
+						hi = min(ow, (iw-off+sw-1)/sw)
+					}
+					if lo >= hi {
+						continue
+					}
+					if sw == 1 {
+						axpy(out[lo:hi], xr[lo+off:hi+off], wv)
+						continue
+					}
+					src := lo*sw + off
+					for ox := lo; ox < hi; ox++ {
+						out[ox] += wv * xr[src]
+						src += sw
+					}
+				}
+			}
+		}
+		if ep != nil {
+			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+		}
+	}
+}
+
+// depthwise3x3 is Depthwise2D for 3×3 kernels without dilation and a
+// column stride of 1 or 2. Each channel is copied into a zero-padded plane
+// so that every output row runs in dwRow3, eight outputs at a time, each
+// accumulated in a register over the kernel positions in row-major order.
+// The padded taps add w·0 = ±0, which leaves every sum unchanged (the sum
+// starts at +0 and never becomes −0 under round-to-nearest), so the result
+// is bit-identical to skipping them, as the definition does, whenever the
+// channel's weights are finite; channels with a non-finite weight (where
+// Inf·0 would be NaN) run the generic loop.
+func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	ih, iw := g.In[0], g.In[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	// Padded row ox·sw + kx of output column ox, row oy·sh + ky of output
+	// row oy; a lone short vector (ow < 8) still reads 8 outputs' taps.
+	wp := max(pw+iw, (ow-1)*sw+3, 7*sw+3)
+	hp := max(ph+ih, (oh-1)*sh+3)
+	bp := dwPool.Get().(*[]float32)
+	defer dwPool.Put(bp)
+	if cap(*bp) < hp*wp {
+		*bp = make([]float32, hp*wp)
+	}
+	pad := (*bp)[:hp*wp]
+	clear(pad)
+	var tmp [8]float32
+	for ch := c0; ch < c1; ch++ {
+		yc := y[ch*oh*ow : (ch+1)*oh*ow]
+		wc := w[ch*9 : ch*9+9]
+		if !allFinite(wc) {
+			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+			continue
+		}
+		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+		for iy := 0; iy < ih; iy++ {
+			copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
+		}
+		for oy := 0; oy < oh; oy++ {
+			out := yc[oy*ow : (oy+1)*ow]
+			rows := pad[oy*sh*wp:]
+			if ow < 8 {
+				dwRow3(tmp[:], rows, wp, 3, sw, wc)
+				copy(out, tmp[:])
+				continue
+			}
+			nv := ow &^ 7
+			dwRow3(out[:nv], rows, wp, 3, sw, wc)
+			if nv < ow {
+				// One more vector ending at ow, recomputing a few outputs
+				// with the same operations.
+				dwRow3(out[ow-8:], rows[(ow-8)*sw:], wp, 3, sw, wc)
+			}
+		}
+		if ep != nil {
+			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+		}
+	}
+}
+
+var dwPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func allFinite(s []float32) bool {
+	for _, v := range s {
+		if math.IsInf(float64(v), 0) || v != v {
+			return false
+		}
+	}
+	return true
+}
+
+// dwRow3Go is the reference of dwRow3: for j < len(out), every tap inside,
+//
+//	acc = +0
+//	for r < nr, kx < 3: acc += float32(w[3r+kx] · x[r·ldx + stride·j + kx])
+//	out[j] = acc
+func dwRow3Go(out, x []float32, ldx, nr, stride int, w []float32) {
+	for j := range out {
+		var acc float32
+		for r := 0; r < nr; r++ {
+			xr := x[r*ldx+stride*j:]
+			acc += float32(w[3*r] * xr[0])
+			acc += float32(w[3*r+1] * xr[1])
+			acc += float32(w[3*r+2] * xr[2])
+		}
+		out[j] = acc
+	}
+}
