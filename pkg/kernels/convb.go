@@ -26,8 +26,8 @@ func newConvB(g *ConvGeom, c int, x []float32) (*convB, func()) {
 		return &convB{g: g, x: x[:c*ih*iw], hp: ih, wp: iw}, func() {}
 	}
 	bp := padPool.Get().(*[]float32)
-	*bp = grow(*bp, c*hp*wp)
-	xp := (*bp)[:c*hp*wp]
+	*bp = grow(*bp, c*hp*wp+packSlack)
+	xp := (*bp)[:c*hp*wp+packSlack]
 	clear(xp)
 	for ch := 0; ch < c; ch++ {
 		for y := 0; y < ih; y++ {
@@ -37,13 +37,21 @@ func newConvB(g *ConvGeom, c int, x []float32) (*convB, func()) {
 	return &convB{g: g, x: xp, hp: hp, wp: wp}, func() { padPool.Put(bp) }
 }
 
+// packSlack is room left past the end of a padded image, so that
+// packBConv's block moves (packRuns) near its end stay inside it.
+const packSlack = 32
+
 // packBConv packs the kc×nc block at (pc, jc) of cb's column matrix as
 // packB would pack it from Im2col's output, reading the padded image. Each
 // row of the block is one (channel, kernel position); each run of columns
 // that stays inside one panel and one output row reads one input row of
 // the padded image, with a copy (column stride 1) or a strided gather.
-// Panels are written one after the other, row by row, so the stores stay
-// sequential.
+//
+// The runs of a panel row are short (an output row of a small image, or
+// the piece of one that a panel boundary cuts): the panel is written run
+// by run, each run into all of the block's rows in one tight loop
+// (packRuns), instead of row by row with a loop over the runs and a call
+// into memmove for each.
 func packBConv(cb *convB, pc, jc, kc, nc, nr int, dst []float32) {
 	g, x, wp := cb.g, cb.x, cb.wp
 	kh, kw := g.Kernel[0], g.Kernel[1]
@@ -80,25 +88,80 @@ func packBConv(cb *convB, pc, jc, kc, nc, nr int, dst []float32) {
 				oy, ox = oy+1, 0
 			}
 			panel := dst[j0*kc : j0*kc+nr*kc]
-			for p := range pn {
-				d := panel[(p0+p)*nr : (p0+p)*nr+nr]
-				if cols < nr {
-					clear(d[cols:])
+			last := rowOff[pn-1]
+			for _, sg := range segs {
+				// A block must end inside its row (the next row's earlier
+				// runs are already written) and inside x.
+				blk := moveBlock(sg.n)
+				if sg.j+blk > nr || last+sg.src+(sg.n-1)*sw+blk > len(x) {
+					blk = 0
 				}
-				base := rowOff[p]
-				for _, s := range segs {
-					src := base + s.src
-					if sw == 1 {
-						copy(d[s.j:s.j+s.n], x[src:src+s.n])
-						continue
-					}
-					out := d[s.j : s.j+s.n]
-					for i := range out {
-						out[i] = x[src]
-						src += sw
-					}
+				packRuns(panel[p0*nr:], nr, x, rowOff[:pn], sg.src, sg.j, sg.n, sw, blk)
+			}
+			if cols < nr {
+				for p := range pn {
+					clear(panel[(p0+p)*nr+cols : (p0+p+1)*nr])
 				}
 			}
+		}
+	}
+}
+
+// moveBlock is the smallest block of 4, 8, 16 or 32 floats that holds a
+// run of n.
+func moveBlock(n int) int {
+	switch {
+	case n <= 4:
+		return 4
+	case n <= 8:
+		return 8
+	case n <= 16:
+		return 16
+	}
+	return 32
+}
+
+// packRuns writes one run of n columns, starting at column j, into each
+// row p of a panel of nr columns: the inputs at off[p] + src + i·sw. With
+// column stride 1 and blk > 0 the run moves as one block of blk floats,
+// which the compiler moves inline (a call into memmove per run cost more
+// than the move itself for these runs of a few dozen bytes): the block
+// reads past the run, inside x, and writes past it inside the row, onto
+// the columns of the row's later runs or of a short panel's zero columns,
+// which are written afterwards.
+func packRuns(panel []float32, nr int, x []float32, off []int, src, j, n, sw, blk int) {
+	switch {
+	case sw != 1:
+		for p, o := range off {
+			out := panel[p*nr+j : p*nr+j+n]
+			in := x[o+src : o+src+(n-1)*sw+1]
+			for i := range out {
+				out[i] = in[i*sw]
+			}
+		}
+	case blk == 4:
+		for p, o := range off {
+			v := *(*[4]float32)(x[o+src:])
+			*(*[4]float32)(panel[p*nr+j:]) = v
+		}
+	case blk == 8:
+		for p, o := range off {
+			v := *(*[8]float32)(x[o+src:])
+			*(*[8]float32)(panel[p*nr+j:]) = v
+		}
+	case blk == 16:
+		for p, o := range off {
+			v := *(*[16]float32)(x[o+src:])
+			*(*[16]float32)(panel[p*nr+j:]) = v
+		}
+	case blk == 32:
+		for p, o := range off {
+			v := *(*[32]float32)(x[o+src:])
+			*(*[32]float32)(panel[p*nr+j:]) = v
+		}
+	default:
+		for p, o := range off {
+			copy(panel[p*nr+j:p*nr+j+n], x[o+src:o+src+n])
 		}
 	}
 }

@@ -213,7 +213,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	defer packPool.Put(bufs)
 	kcMax, mcMax, ncMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr)), min(arch.nc, roundUp(n, nr))
 	if pb == nil {
-		bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr))
+		bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr)+packSlack)
 	}
 	if pa == nil {
 		bufs.a = grow(bufs.a, kcMax*roundUp(mcMax, mr))
