@@ -21,23 +21,31 @@ const (
 //
 //	c[i,j] = c[i,j] + RowBias[i] + ColBias[j]
 //	c[i,j] = float32(c[i,j]·RowScale[i]) + RowShift[i]
+//	c[i,j] = c[i,j] + Residual[i·ldc+j]
 //	c[i,j] = act(c[i,j])
 //
-// with each bias and the scale step omitted when nil (RowScale and RowShift
-// come together: an inference BatchNormalization). The product is rounded
+// with each bias, the scale step and the residual omitted when nil
+// (RowScale and RowShift come together: an inference BatchNormalization;
+// Residual is a tensor laid out as C, with C's row stride ldc and the
+// product's global row and column indices, such as the skip connection
+// that a ResNet block adds before its Relu). The product is rounded
 // before the shift is added, as the standalone kernels do, so a fused
 // epilogue computes exactly what the separate ops compute.
 type Epilogue struct {
 	RowBias, ColBias   []float32
 	RowScale, RowShift []float32
-	Act                Activation
-	Min, Max           float32
+	Residual           []float32
+	// ResidualFirst makes the residual the left operand of its addition,
+	// as in the graph's Add, so that even NaN payloads match.
+	ResidualFirst bool
+	Act           Activation
+	Min, Max      float32
 }
 
 // rowOnly reports whether the epilogue is per row: ((v + b)·s) + t and
 // an optional Relu, what epilogueRow and the micro-kernels' tileEp do.
 func (e *Epilogue) rowOnly() bool {
-	return e.ColBias == nil && (e.Act == ActNone || e.Act == ActRelu)
+	return e.ColBias == nil && e.Residual == nil && (e.Act == ActNone || e.Act == ActRelu)
 }
 
 // rowParam returns row i's (b, s, t), with b = −0, s = 1 and t = −0
@@ -76,6 +84,18 @@ func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
 		}
 		return
 	}
+	if e.ColBias == nil && (e.Act == ActNone || e.Act == ActRelu) {
+		// A row epilogue and a residual: the three steps in vector passes
+		// over the row while it is in cache.
+		for i := 0; i < rows; i++ {
+			r := c[i*ldc : i*ldc+cols]
+			b, s, t := e.rowParam(row + i)
+			epilogueRow(r, b, s, t, false)
+			e.addResidual(r, row+i, col, ldc)
+			e.activate(r)
+		}
+		return
+	}
 	for i := 0; i < rows; i++ {
 		r := c[i*ldc : i*ldc+cols]
 		if e.RowBias != nil {
@@ -96,8 +116,23 @@ func (e *Epilogue) apply(c []float32, ldc, row, col, rows, cols int) {
 				r[j] = float32(v*s) + t
 			}
 		}
+		if e.Residual != nil {
+			e.addResidual(r, row+i, col, ldc)
+		}
 		e.activate(r)
 	}
+}
+
+// addResidual adds the residual's part of row (global index) from column
+// col to r.
+func (e *Epilogue) addResidual(r []float32, row, col, ldc int) {
+	o := row*ldc + col
+	res := e.Residual[o : o+len(r)]
+	if e.ResidualFirst {
+		Binary(BinAdd, r, res, r)
+		return
+	}
+	Binary(BinAdd, r, r, res)
 }
 
 // epilogueRowGo is the reference of the row epilogue, in place:

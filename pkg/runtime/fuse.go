@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -9,7 +10,8 @@ import (
 )
 
 // convChain is a Conv with the nodes fused into it at compile time: an
-// inference BatchNormalization and a Relu applied in the GEMM epilogue.
+// inference BatchNormalization, an Add of another tensor of the output's
+// shape (a residual connection) and a Relu, applied in the GEMM epilogue.
 // The BatchNormalization is not folded into the weights: the epilogue
 // computes exactly what the standalone kernels compute (same factors, same
 // operation order, no fused multiply-add), so a fused step and its nodes
@@ -21,7 +23,11 @@ import (
 // and hands each intermediate value to the tap, so what a tap observes
 // never depends on fusion.
 type convChain struct {
-	conv, bn, act *onnxgraph.Node
+	conv, bn, add, act *onnxgraph.Node
+	// residual is add's other operand, residualFirst whether it is the
+	// left one.
+	residual      *onnxgraph.Value
+	residualFirst bool
 	// out is the value the chain produces (the last fused node's output).
 	out *onnxgraph.Value
 }
@@ -39,9 +45,36 @@ func fusibleNext(v *onnxgraph.Value) *onnxgraph.Node {
 	return n
 }
 
+// residualAdd returns the Add that v feeds as its only consumer, with the
+// other operand and whether that comes first, when that operand is ready
+// before the Conv runs (ready: an input, a constant or the output of an
+// earlier step).
+func residualAdd(v *onnxgraph.Value, ready func(*onnxgraph.Value) bool) (add *onnxgraph.Node, other *onnxgraph.Value, first bool) {
+	if v == nil || v.IsGraphOutput || len(v.Consumers) != 1 {
+		return nil, nil, false
+	}
+	n := v.Consumers[0]
+	if n.OpType != "Add" || n.Domain != "" || len(n.Inputs) != 2 || len(n.Outputs) != 1 || n.Outputs[0] == nil {
+		return nil, nil, false
+	}
+	switch {
+	case n.Inputs[0] == v && n.Inputs[1] != v:
+		other = n.Inputs[1]
+	case n.Inputs[1] == v && n.Inputs[0] != v:
+		other, first = n.Inputs[0], true
+	default:
+		return nil, nil, false
+	}
+	if other == nil || !ready(other) {
+		return nil, nil, false
+	}
+	return n, other, first
+}
+
 // planConvChain finds the nodes to fuse into conv. constOf returns the
-// compile-time value of a node input, or nil.
-func planConvChain(conv *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.Tensor) *convChain {
+// compile-time value of a node input, or nil; ready reports whether a
+// value is computed before conv runs.
+func planConvChain(conv *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.Tensor, ready func(*onnxgraph.Value) bool) *convChain {
 	if len(conv.Outputs) != 1 || len(conv.Inputs) < 2 {
 		return nil
 	}
@@ -49,10 +82,13 @@ func planConvChain(conv *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.
 	if bn := fusibleNext(ch.out); bn != nil && bn.OpType == "BatchNormalization" && foldableBN(bn, conv, constOf) {
 		ch.bn, ch.out = bn, bn.Outputs[0]
 	}
+	if add, other, first := residualAdd(ch.out, ready); add != nil {
+		ch.add, ch.residual, ch.residualFirst, ch.out = add, other, first, add.Outputs[0]
+	}
 	if act := fusibleNext(ch.out); act != nil && act.OpType == "Relu" && len(act.Outputs) == 1 && act.Outputs[0] != nil {
 		ch.act, ch.out = act, act.Outputs[0]
 	}
-	if ch.bn == nil && ch.act == nil {
+	if ch.bn == nil && ch.add == nil && ch.act == nil {
 		return nil
 	}
 	return ch
@@ -116,6 +152,12 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 		bn = &bnPost{}
 		bn.scale, bn.shift = bnScaleShift(bnArgs[0].Float32s(), bnArgs[1].Float32s(), bnArgs[2].Float32s(), bnArgs[3].Float32s(), bnb.float("epsilon", 1e-5))
 	}
+	var addK kernel
+	if ch.add != nil {
+		if addK, err = c.build(ch.add); err != nil {
+			return nil, err
+		}
+	}
 	act := kernels.ActNone
 	if ch.act != nil {
 		if actK, err = c.build(ch.act); err != nil {
@@ -123,20 +165,30 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 		}
 		act = kernels.ActRelu
 	}
-	convOut := ch.conv.Outputs[0].Name
-	var bnOut string
-	if ch.bn != nil {
-		bnOut = ch.bn.Outputs[0].Name
+	// Every value but the last is fused away: a run that taps one runs the
+	// nodes one by one.
+	var inner []string
+	for _, n := range []*onnxgraph.Node{ch.conv, ch.bn, ch.add, ch.act} {
+		if n != nil && n.Outputs[0] != ch.out {
+			inner = append(inner, n.Outputs[0].Name)
+		}
 	}
+	unfused := &unfusedChain{ch: ch, convK: convK, bnK: bnK, addK: addK, actK: actK, bnArgs: bnArgs}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		if rc.wants(convOut) || (ch.bn != nil && ch.act != nil && rc.wants(bnOut)) {
-			return runUnfused(rc, ch, in, convK, bnK, actK, bnArgs)
+		var residual *tensor.Tensor
+		if ch.add != nil {
+			// The step's last input (see compileGraph).
+			residual = in[len(in)-1]
+			in = in[:len(in)-1]
+		}
+		if slices.ContainsFunc(inner, rc.wants) || residual != nil && !residualFits(residual, in[0], in[1]) {
+			return unfused.run(rc, in, residual)
 		}
 		var bias *tensor.Tensor
 		if len(in) > 2 {
 			bias = in[2]
 		}
-		out, err := cv.run(rc, in[0], in[1], bias, bn, act)
+		out, err := cv.run(rc, in[0], in[1], bias, bn, act, residual, ch.residualFirst)
 		if err != nil {
 			return nil, err
 		}
@@ -144,9 +196,25 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 	}, nil
 }
 
-// runUnfused runs the chain's nodes one by one, tapping the intermediates.
-func runUnfused(rc *runCtx, ch *convChain, in []*tensor.Tensor, convK, bnK, actK kernel, bnArgs []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	outs, err := convK(rc, in)
+// residualFits reports whether a residual can be added in the epilogue:
+// a float tensor of the convolution's output shape (the Add would not
+// broadcast). The output shape is checked again by convKernel.run.
+func residualFits(r, x, w *tensor.Tensor) bool {
+	return r.DType == tensor.Float && x.DType == tensor.Float && len(r.Shape) == len(x.Shape) && len(r.Shape) >= 3 &&
+		len(w.Shape) >= 1 && r.Shape[0] == x.Shape[0] && r.Shape[1] == w.Shape[0]
+}
+
+// unfusedChain runs a chain's nodes one by one: when a run taps a value
+// inside the chain, or the residual does not fit the epilogue.
+type unfusedChain struct {
+	ch                     *convChain
+	convK, bnK, addK, actK kernel
+	bnArgs                 []*tensor.Tensor
+}
+
+func (u *unfusedChain) run(rc *runCtx, in []*tensor.Tensor, residual *tensor.Tensor) ([]*tensor.Tensor, error) {
+	ch := u.ch
+	outs, err := u.convK(rc, in)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +222,7 @@ func runUnfused(rc *runCtx, ch *convChain, in []*tensor.Tensor, convK, bnK, actK
 	steps := []struct {
 		n *onnxgraph.Node
 		k kernel
-	}{{ch.bn, bnK}, {ch.act, actK}}
+	}{{ch.bn, u.bnK}, {ch.add, u.addK}, {ch.act, u.actK}}
 	prev := ch.conv
 	for _, s := range steps {
 		if s.n == nil {
@@ -162,8 +230,14 @@ func runUnfused(rc *runCtx, ch *convChain, in []*tensor.Tensor, convK, bnK, actK
 		}
 		rc.emit(prev.Outputs[0].Name, cur)
 		args := []*tensor.Tensor{cur}
-		if s.n == ch.bn {
-			args = append(args, bnArgs...)
+		switch s.n {
+		case ch.bn:
+			args = append(args, u.bnArgs...)
+		case ch.add:
+			args = append(args, residual)
+			if ch.residualFirst {
+				args[0], args[1] = residual, cur
+			}
 		}
 		o, err := s.k(rc, args)
 		if err != nil {

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -35,13 +34,66 @@ func convBNReluModel(group int64) *testmodels.Builder {
 	return b
 }
 
-// TestConvFusion checks that fused Conv+BatchNormalization+Relu computes
-// bit for bit what the unfused nodes compute, and that taps of the
-// fused-away values see exactly what the unfused engine computes.
+// residualModel is a ResNet block's end: a 1×1 Conv of x (the skip
+// path), then Conv → BatchNormalization → Add(skip) → Relu. With
+// skipFirst the Add's operands are swapped; with skipLate the skip Conv
+// comes after the Add's other operand in the node order, so the Add fuses
+// into the skip Conv instead; with broadcast the skip path has one
+// channel and the Add broadcasts (not fusible in the epilogue: the fused
+// step must fall back to the nodes).
+func residualModel(skipFirst, skipLate, broadcast bool) *testmodels.Builder {
+	b := testmodels.New("residual", 17)
+	b.Input("x", tensor.Float, 2, 4, 9, 11)
+	b.Output("y", tensor.Float, 2, 8, 9, 11)
+	skipCh := int64(8)
+	if broadcast {
+		skipCh = 1
+	}
+	b.RandomInit("ws", 0.5, skipCh, 4, 1, 1)
+	b.RandomInit("w1", 0.5, 8, 4, 3, 3)
+	b.RandomInit("b1", 0.5, 8)
+	b.RandomInit("scale", 1, 8)
+	b.RandomInit("shift", 1, 8)
+	b.RandomInit("mean", 0.5, 8)
+	b.Init("var", []int64{8}, []float32{0.5, 1, 2, 0.1, 3, 0.7, 1.5, 0.9})
+	skip := func() { b.Node("Conv", "skip", []string{"x", "ws"}, []string{"s"}) }
+	if !skipLate {
+		skip()
+	}
+	b.Node("Conv", "conv1", []string{"x", "w1", "b1"}, []string{"c1"}, testmodels.AttrInts("pads", 1, 1, 1, 1))
+	b.Node("BatchNormalization", "bn1", []string{"c1", "scale", "shift", "mean", "var"}, []string{"n1"})
+	if skipLate {
+		skip()
+	}
+	add := []string{"n1", "s"}
+	if skipFirst {
+		add = []string{"s", "n1"}
+	}
+	b.Node("Add", "add", add, []string{"a"})
+	b.Node("Relu", "relu", []string{"a"}, []string{"y"})
+	return b
+}
+
+// TestConvFusion checks that fused Conv+BatchNormalization(+Add)+Relu
+// computes bit for bit what the unfused nodes compute, and that taps of
+// the fused-away values see exactly what the unfused engine computes.
 func TestConvFusion(t *testing.T) {
-	for _, group := range []int64{1, 8} {
-		t.Run(fmt.Sprintf("group=%d", group), func(t *testing.T) {
-			m, err := onnxgraph.LoadBytes(convBNReluModel(group).Bytes(), "")
+	for _, tc := range []struct {
+		name  string
+		model *testmodels.Builder
+		steps int
+		taps  []string
+	}{
+		{"group=1", convBNReluModel(1), 2, []string{"c1", "n1", "r1", "c2", "y"}},
+		{"group=8", convBNReluModel(8), 2, []string{"c1", "n1", "r1", "c2", "y"}},
+		{"residual", residualModel(false, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual-first", residualModel(true, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		// conv1+bn1, then skip+Add+Relu with n1 as the residual.
+		{"residual-late", residualModel(false, true, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual-broadcast", residualModel(false, false, true), 2, []string{"s", "c1", "n1", "a", "y"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := onnxgraph.LoadBytes(tc.model.Bytes(), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,8 +101,8 @@ func TestConvFusion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(fused.prog.steps) != 2 {
-				t.Fatalf("%d steps, want 2 fused Conv steps", len(fused.prog.steps))
+			if len(fused.prog.steps) != tc.steps {
+				t.Fatalf("%d steps, want %d", len(fused.prog.steps), tc.steps)
 			}
 			c := &compiler{model: m, threads: 2, noFuse: true}
 			prog, err := c.compileGraph(m.Graph, nil, nil)
@@ -83,7 +135,7 @@ func TestConvFusion(t *testing.T) {
 				}
 			}
 			tapped := collect(fused, nil)
-			for _, name := range []string{"c1", "n1", "r1", "c2", "y"} {
+			for _, name := range tc.taps {
 				g, w := tapped[name], want[name]
 				if len(g) == 0 || len(g) != len(w) {
 					t.Fatalf("tap %s: %d values, want %d", name, len(g), len(w))

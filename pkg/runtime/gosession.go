@@ -373,6 +373,10 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 	}
 	// fusedAway holds the nodes whose work a fused Conv step does.
 	fusedAway := map[*onnxgraph.Node]bool{}
+	ready := func(v *onnxgraph.Value) bool {
+		_, ok := slotOf[v]
+		return ok
+	}
 	for _, n := range g.Nodes {
 		if fusedAway[n] {
 			continue
@@ -380,9 +384,13 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		st := step{node: n}
 		var chain *convChain
 		if n.OpType == "Conv" && n.Domain == "" && !c.noFuse {
-			chain = planConvChain(n, constOf)
+			chain = planConvChain(n, constOf, ready)
 		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
+		if chain != nil && chain.add != nil {
+			// The fused step reads the residual after the Conv's inputs.
+			args = append(args, chain.residual)
+		}
 		allConst := true
 		for _, v := range args {
 			if v == nil {
@@ -402,6 +410,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		if chain != nil && allConst {
 			chain = nil
+			st.in = st.in[:len(n.Inputs)+len(n.OuterInputs)]
 		}
 		outs := n.Outputs
 		if chain != nil {
@@ -421,6 +430,9 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			if err == nil {
 				if chain.bn != nil {
 					fusedAway[chain.bn] = true
+				}
+				if chain.add != nil {
+					fusedAway[chain.add] = true
 				}
 				if chain.act != nil {
 					fusedAway[chain.act] = true

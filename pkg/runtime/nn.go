@@ -255,7 +255,7 @@ func buildConv(b *builder) (kernel, error) {
 		if len(in) > 2 {
 			bias = in[2]
 		}
-		out, err := cv.run(rc, in[0], in[1], bias, nil, kernels.ActNone)
+		out, err := cv.run(rc, in[0], in[1], bias, nil, kernels.ActNone, nil, false)
 		if err != nil {
 			return nil, err
 		}
@@ -297,8 +297,10 @@ func (cv *convKernel) packedWeights(w *tensor.Tensor, grp, mg, kk int) []*kernel
 // y = float32(x·scale[c]) + shift[c].
 type bnPost struct{ scale, shift []float32 }
 
-// run computes act(bn(conv(x, w) + bias)), bn omitted when nil.
-func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act kernels.Activation) (*tensor.Tensor, error) {
+// run computes act(bn(conv(x, w) + bias) + residual), bn and residual
+// omitted when nil (residualFirst: residual + bn(…), the Add's operand
+// order).
+func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act kernels.Activation, rt *tensor.Tensor, residualFirst bool) (*tensor.Tensor, error) {
 	a := cv.attrs
 	x, err := floats(xt, "X")
 	if err != nil {
@@ -335,7 +337,15 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 			return nil, fmt.Errorf("input B has %d elements, W has %d output channels", len(bias), m)
 		}
 	}
-	out := rc.newFloatOut(slices.Concat([]int{n, m}, g.Out)...)
+	outShape := slices.Concat([]int{n, m}, g.Out)
+	var residual []float32
+	if rt != nil {
+		if !slices.Equal(rt.Shape, outShape) {
+			return nil, fmt.Errorf("residual %v does not have the output shape %v", rt.Shape, outShape)
+		}
+		residual = rt.Float32s()
+	}
+	out := rc.newFloatOut(outShape...)
 	y := out.Float32s()
 	cg, mg := c/grp, m/grp
 	kk := cg * g.KernelSize()
@@ -347,8 +357,26 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 		}
 		ep.RowScale, ep.RowShift = bn.scale, bn.shift
 	}
-	if bias == nil && bn == nil && act == kernels.ActNone {
+	if bias == nil && bn == nil && act == kernels.ActNone && residual == nil {
 		ep = nil
+	}
+	// epilogueFor returns the epilogue of image img, output channels
+	// [c0, c0+mc): the residual is per image and group.
+	epilogueFor := func(img, c0, mc int) *kernels.Epilogue {
+		if ep == nil || (residual == nil && mc == m) {
+			return ep
+		}
+		e := *ep
+		if e.RowBias != nil {
+			e.RowBias = e.RowBias[c0 : c0+mc]
+		}
+		if e.RowScale != nil {
+			e.RowScale, e.RowShift = e.RowScale[c0:c0+mc], e.RowShift[c0:c0+mc]
+		}
+		if residual != nil {
+			e.Residual, e.ResidualFirst = residual[(img*m+c0)*os:(img*m+c0+mc)*os], residualFirst
+		}
+		return &e
 	}
 	if len(g.In) == 2 && cg == 1 && mg == 1 {
 		// Depthwise: a direct loop per channel, channels over the threads.
@@ -356,7 +384,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 			for j := lo; j < hi; {
 				img, ch := j/c, j%c
 				end := min(hi, (img+1)*c) - img*c
-				kernels.Depthwise2D(g, x[img*c*is:], w, y[img*m*os:], ch, end, ep)
+				kernels.Depthwise2D(g, x[img*c*is:], w, y[img*m*os:], ch, end, epilogueFor(img, 0, m))
 				j += end - ch
 			}
 		})
@@ -373,16 +401,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 		for gi := 0; gi < grp; gi++ {
 			xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
 			yg := y[(i*m+gi*mg)*os : (i*m+(gi+1)*mg)*os]
-			gep := ep
-			if ep != nil && grp > 1 {
-				gep = &kernels.Epilogue{Act: act}
-				if bias != nil {
-					gep.RowBias = bias[gi*mg : (gi+1)*mg]
-				}
-				if bn != nil {
-					gep.RowScale, gep.RowShift = bn.scale[gi*mg:(gi+1)*mg], bn.shift[gi*mg:(gi+1)*mg]
-				}
-			}
+			gep := epilogueFor(i, gi*mg, mg)
 			switch {
 			case direct:
 				kernels.SgemmPacked(threads, packed[gi], os, false, xg, os, 0, yg, os, gep)
