@@ -115,3 +115,51 @@ func TestBinaryF32(t *testing.T) {
 		}
 	}
 }
+
+// TestWhereF32Threads checks the threaded float Where against a reference
+// that indexes each operand by division, over broadcasts of every operand
+// and outputs large enough to split.
+func TestWhereF32Threads(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, tc := range []struct{ cs, xs, ys []int }{
+		{[]int{1, 1, 128, 128}, []int{}, []int{2, 4, 128, 128}},
+		{[]int{2, 4, 128, 128}, []int{2, 4, 128, 128}, []int{1}},
+		{[]int{3, 1, 70, 1}, []int{1, 5, 1, 90}, []int{3, 5, 70, 90}},
+		{[]int{40000}, []int{40000}, []int{40000}},
+	} {
+		t.Run(fmt.Sprintf("%v_%v_%v", tc.cs, tc.xs, tc.ys), func(t *testing.T) {
+			os, err := broadcastShape(tc.cs, tc.xs, tc.ys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cond := make([]bool, prodInts(tc.cs))
+			for i := range cond {
+				cond[i] = r.IntN(2) == 0
+			}
+			x, y := make([]float32, prodInts(tc.xs)), make([]float32, prodInts(tc.ys))
+			for i := range x {
+				x[i] = r.Float32()
+			}
+			for i := range y {
+				y[i] = -r.Float32()
+			}
+			ci, xi, yi := bcastIndex(tc.cs, os), bcastIndex(tc.xs, os), bcastIndex(tc.ys, os)
+			want := make([]float32, prodInts(os))
+			for i := range want {
+				want[i] = y[yi[i]]
+				if cond[ci[i]] {
+					want[i] = x[xi[i]]
+				}
+			}
+			for _, threads := range []int{1, 2, 3} {
+				got := make([]float32, len(want))
+				whereF32(threads, cond, tc.cs, x, tc.xs, y, tc.ys, got, os)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("threads %d: o[%d] = %g, want %g", threads, i, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}

@@ -359,7 +359,7 @@ func whereKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	}
 	if xf, ok := x.Data.([]float32); ok {
 		out := rc.newFloatOut(os...)
-		whereF32(cond, c.Shape, xf, x.Shape, y.Float32s(), y.Shape, out.Float32s(), os)
+		whereF32(rc.threads, cond, c.Shape, xf, x.Shape, y.Float32s(), y.Shape, out.Float32s(), os)
 		return []*tensor.Tensor{out}, nil
 	}
 	ci, xi, yi := bcastIndex(c.Shape, os), bcastIndex(x.Shape, os), bcastIndex(y.Shape, os)
@@ -382,8 +382,9 @@ func whereKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 
 // whereF32 is Where on float32 operands: o[i] = cond ? x : y over the
 // broadcast shape os, walking the three operands with an odometer instead
-// of materialising index arrays.
-func whereF32(cond []bool, cs []int, x []float32, xs []int, y []float32, ys []int, o []float32, os []int) {
+// of materialising index arrays. The rows along the last axis are split
+// over up to threads workers (an attention mask is a large tensor).
+func whereF32(threads int, cond []bool, cs []int, x []float32, xs []int, y []float32, ys []int, o []float32, os []int) {
 	if len(o) == 0 {
 		return
 	}
@@ -397,10 +398,33 @@ func whereF32(cond []bool, cs []int, x []float32, xs []int, y []float32, ys []in
 	}
 	sc, sx, sy := bcastStrides(cs, os), bcastStrides(xs, os), bcastStrides(ys, os)
 	inner := os[r-1]
+	rows := len(o) / inner
+	if threads <= 1 || len(o) < 2*parGrain {
+		whereRows(cond, sc, x, sx, y, sy, o, os, 0, rows)
+		return
+	}
+	kernels.Parallel(threads, rows, max(1, parGrain/inner), func(lo, hi int) {
+		whereRows(cond, sc, x, sx, y, sy, o, os, lo, hi)
+	})
+}
+
+// whereRows computes rows [row0, row1) of whereF32 (row i is o[i·inner:]
+// with inner the last extent), given the operands' broadcast strides.
+func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []int, o []float32, os []int, row0, row1 int) {
+	r := len(os)
+	inner := os[r-1]
 	ic, ix, iy := sc[r-1], sx[r-1], sy[r-1]
+	// The odometer starts at row0's multi-index over the outer axes.
 	idx := make([]int, r)
 	pc, px, py := 0, 0, 0
-	for off := 0; off < len(o); off += inner {
+	for d, rem := r-2, row0; d >= 0; d-- {
+		idx[d] = rem % os[d]
+		rem /= os[d]
+		pc += idx[d] * sc[d]
+		px += idx[d] * sx[d]
+		py += idx[d] * sy[d]
+	}
+	for off := row0 * inner; off < row1*inner; off += inner {
 		row := o[off : off+inner]
 		c, a, b := pc, px, py
 		for j := range row {
@@ -477,7 +501,12 @@ func via64(f func(float64) float64) func(float32) float32 {
 
 // unarySigned maps over float and signed integer tensors (Abs, Neg, Sign).
 func unarySigned(ff func(float32) float32, fi func(int64) int64) kernel {
-	fk := unaryFloat(ff)
+	return signedKernel(unaryFloat(ff), fi)
+}
+
+// signedKernel runs fk on float tensors and maps fi over signed integer
+// ones.
+func signedKernel(fk kernel, fi func(int64) int64) kernel {
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t := in[0]
 		if t.DType == tensor.Float {
@@ -493,6 +522,18 @@ func unarySigned(ff func(float32) float32, fi func(int64) int64) kernel {
 		}
 		out, err := castTensor(&tensor.Tensor{DType: tensor.Int64, Shape: t.Shape, Data: res}, t.DType)
 		return []*tensor.Tensor{out}, err
+	}
+}
+
+// reluRow is Relu's max(x, 0) on a row without a call per element:
+// −0 becomes +0 and NaN stays NaN, as with the builtin.
+func reluRow(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		if v <= 0 {
+			v = 0
+		}
+		dst[i] = v
 	}
 }
 

@@ -57,7 +57,7 @@ func init() {
 		"Tanh":                  {1, 0, simple(unaryFloat(via64(math.Tanh)))},
 		"Erf":                   {9, 0, simple(unaryFloatRows(kernels.Erf))},
 		"Sigmoid":               {1, 0, simple(unaryFloat(sigmoid))},
-		"Relu":                  {1, 0, simple(unarySigned(func(x float32) float32 { return max(x, 0) }, func(x int64) int64 { return max(x, 0) }))},
+		"Relu":                  {1, 0, simple(signedKernel(unaryFloatRows(reluRow), func(x int64) int64 { return max(x, 0) }))},
 		"Softplus":              {1, 0, simple(unaryFloat(softplus))},
 		"Softsign":              {1, 0, simple(unaryFloat(func(x float32) float32 { return x / (1 + float32(math.Abs(float64(x)))) }))},
 		"IsNaN":                 {9, 0, simple(isNaNKernel)},
