@@ -160,13 +160,10 @@ func (e *Epilogue) Apply(c []float32, ldc, rows, cols int) { e.apply(c, ldc, 0, 
 func (e *Epilogue) activate(r []float32) {
 	switch e.Act {
 	case ActRelu:
-		// Equal to max(v, 0) for every input (−0 → +0, NaN stays NaN)
-		// without the builtin's NaN and signed-zero sequence.
-		for j, v := range r {
-			if v <= 0 {
-				r[j] = 0
-			}
-		}
+		// Equal to max(v, 0) for every input (−0 → +0, NaN stays NaN):
+		// the row epilogue's ≤ 0 mask after (v + (−0))·1 + (−0) = v.
+		negZero := float32(math.Copysign(0, -1))
+		epilogueRow(r, negZero, 1, negZero, true)
 	case ActClip:
 		lo, hi := e.Min, e.Max
 		for j, v := range r {
