@@ -173,92 +173,302 @@ func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEn
 	}
 }
 
-// maxPool2D is pool2D's max without argmax: the window's inside positions
-// are clipped once per output, and the running maximum starts at the first
-// inside element exactly as the definition does (so a leading NaN stays).
+// maxPoolBandLanes is about how many lanes one maxRow call of maxPool2D
+// covers: enough to amortize the call, few enough that the band's lanes and
+// its copied input rows stay in the L1 cache.
+const maxPoolBandLanes = 1024
+
+// maxPool2D is pool2D's max without argmax. Every output visits the inside
+// positions of its window in the definition's order, (ky, kx) row-major,
+// and the running maximum starts at the first of them, so a leading NaN
+// stays, a later one is skipped and among equal values the first wins.
+//
+// Bands of output rows are folded as the lanes of contiguous maxRow calls,
+// one call per tap (see maxPoolPlan.foldBand). Windows without an inside
+// position, bands of fewer than a vector of outputs and geometries whose
+// columns with an inside tap are not contiguous are folded one output at a
+// time.
 func maxPool2D(g *ConvGeom, c0, c1 int, x, y []float32) {
-	ih, iw := g.In[0], g.In[1]
-	kh, kw := g.Kernel[0], g.Kernel[1]
-	oh, ow := g.Out[0], g.Out[1]
-	sh, sw := g.Strides[0], g.Strides[1]
-	dh, dw := g.Dilations[0], g.Dilations[1]
-	ph, pw := g.PadBegin[0], g.PadBegin[1]
-	is, os := ih*iw, oh*ow
-	// kx range inside the input for each output column.
-	kxLo, kxHi := make([]int, ow), make([]int, ow)
-	for ox := 0; ox < ow; ox++ {
-		x0 := ox*sw - pw
-		lo, hi := 0, kw
-		for lo < kw && x0+lo*dw < 0 {
-			lo++
-		}
-		for hi > lo && x0+(hi-1)*dw >= iw {
-			hi--
-		}
-		kxLo[ox], kxHi[ox] = lo, hi
+	p := newMaxPoolPlan(g)
+	is, os := g.InSize(), g.OutSize()
+	for ch := c0; ch < c1; ch++ {
+		p.plane(x, ch*is, y[ch*os:(ch+1)*os])
 	}
-	// [oxA, oxB) are the output columns whose window lies inside the row:
-	// those fold whole input rows with maxRow, a lane per column.
-	oxA, oxB := 0, ow
-	for oxA < ow && (kxLo[oxA] != 0 || kxHi[oxA] != kw) {
-		oxA++
+}
+
+// maxPoolPlan is the geometry of maxPool2D worked out once per call, and
+// the scratch its bands reuse.
+type maxPoolPlan struct {
+	ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw int
+
+	// [kyLo[oy], kyHi[oy]) and [kxLo[ox], kxHi[ox]) are the taps of output
+	// row oy and column ox that fall inside the input.
+	kyLo, kyHi, kxLo, kxHi []int
+	// [oxA, oxB) are the output columns with a tap inside the input row,
+	// empty if those are not contiguous.
+	oxA, oxB int
+	// Input row oy·sh − ph + ky·dh of tap ky is row oy + tapRow[ky] of
+	// phase tapPhase[ky], the input rows i·sh + tapPhase[ky].
+	tapPhase, tapRow []int
+	// A phase row is an input row between padL and padR padding columns,
+	// pitch wide. Its padding columns repeat its columns leftFrom and
+	// rightFrom (−1 where no lane's window reads them).
+	padL, padR, pitch   int
+	leftFrom, rightFrom []int
+
+	// Per band: rows phaseLo[r] to phaseHi[r] past the band's first output
+	// row of phase r are used (none if phaseLo[r] > phaseHi[r]), held in
+	// phases[r].
+	phaseLo, phaseHi []int
+	phases           [][]float32
+	// Scratch for the lanes and the copied phase rows.
+	lanes, rows []float32
+}
+
+func newMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
+	p := &maxPoolPlan{
+		ih: g.In[0], iw: g.In[1], kh: g.Kernel[0], kw: g.Kernel[1], oh: g.Out[0], ow: g.Out[1],
+		sh: g.Strides[0], sw: g.Strides[1], dh: g.Dilations[0], dw: g.Dilations[1],
+		ph: g.PadBegin[0], pw: g.PadBegin[1],
 	}
-	for oxB > oxA && (kxLo[oxB-1] != 0 || kxHi[oxB-1] != kw) {
-		oxB--
+	p.kyLo, p.kyHi = insideTaps(p.oh, p.ih, p.kh, p.sh, p.dh, p.ph)
+	p.kxLo, p.kxHi = insideTaps(p.ow, p.iw, p.kw, p.sw, p.dw, p.pw)
+	hasInside := func(ox int) bool { return p.kxLo[ox] < p.kxHi[ox] }
+	p.oxA, p.oxB = 0, p.ow
+	for p.oxA < p.ow && !hasInside(p.oxA) {
+		p.oxA++
 	}
-	for ox := oxA; ox < oxB; ox++ {
-		if kxLo[ox] != 0 || kxHi[ox] != kw {
-			oxA, oxB = 0, 0 // not contiguous: no row path
+	for p.oxB > p.oxA && !hasInside(p.oxB-1) {
+		p.oxB--
+	}
+	for ox := p.oxA; ox < p.oxB; ox++ {
+		if !hasInside(ox) {
+			p.oxA, p.oxB = 0, 0 // not contiguous: no lanes
 			break
 		}
 	}
-	for ch := c0; ch < c1; ch++ {
-		xc := x[ch*is : (ch+1)*is]
-		yc := y[ch*os : (ch+1)*os]
-		for oy := 0; oy < oh; oy++ {
-			y0 := oy*sh - ph
-			kyLo, kyHi := 0, kh
-			for kyLo < kh && y0+kyLo*dh < 0 {
-				kyLo++
-			}
-			for kyHi > kyLo && y0+(kyHi-1)*dh >= ih {
-				kyHi--
-			}
-			a, b := oxA, oxB
-			if kyLo == kyHi {
-				a, b = 0, 0
-			}
-			if a < b {
-				yr := yc[oy*ow+a : oy*ow+b]
-				first := true
-				for ky := kyLo; ky < kyHi; ky++ {
-					xr := xc[(y0+ky*dh)*iw:]
-					for kx := 0; kx < kw; kx++ {
-						maxRow(yr, xr[a*sw-pw+kx*dw:], sw, first)
-						first = false
-					}
-				}
-			}
-			for ox := 0; ox < ow; ox++ {
-				if ox == a && a < b {
-					ox = b - 1
-					continue
-				}
-				x0 := ox*sw - pw
-				acc, first := float32negInf, true
-				for ky := kyLo; ky < kyHi; ky++ {
-					xr := xc[(y0+ky*dh)*iw:]
-					for kx := kxLo[ox]; kx < kxHi[ox]; kx++ {
-						v := xr[x0+kx*dw]
-						if first {
-							acc, first = v, false
-						} else if v > acc {
-							acc = v
-						}
-					}
-				}
-				yc[oy*ow+ox] = acc
+	p.tapPhase, p.tapRow = make([]int, p.kh), make([]int, p.kh)
+	for ky := range p.kh {
+		t := ky*p.dh - p.ph
+		q := t / p.sh
+		if q*p.sh > t {
+			q-- // round toward −∞
+		}
+		p.tapPhase[ky], p.tapRow[ky] = t-q*p.sh, q
+	}
+	p.phaseLo, p.phaseHi = make([]int, p.sh), make([]int, p.sh)
+	p.phases = make([][]float32, p.sh)
+	if p.oxA < p.oxB {
+		p.padding()
+	}
+	return p
+}
+
+// padding sizes the padding of the phase rows, the columns before the
+// input row that column oxA's window reaches and those after it that
+// column oxB−1's window reaches.
+//
+// A padding tap must not change any maximum, and it does not if it repeats
+// the tap visited right before or right after it: with op(a, v) = v if
+// v > a else a, op(op(a, v), v) = op(a, v), and a fold that starts at v
+// then meets v again is the fold that starts at v. The taps of a window in
+// one row are the columns x0, x0 + dw, …; so left padding column c repeats
+// the first inside column c + j·dw, the window's next tap that is inside
+// for every window that reads c, and right padding repeats the last inside
+// column c − j·dw. Padding whose chain never reaches the input is read
+// only by windows without an inside tap, whose lanes no output takes.
+func (p *maxPoolPlan) padding() {
+	iw, dw := p.iw, p.dw
+	p.padL = max(0, p.pw-p.oxA*p.sw)
+	p.padR = max(0, (p.oxB-1)*p.sw-p.pw+(p.kw-1)*dw-(iw-1))
+	p.pitch = p.padL + iw + p.padR
+	from := func(c int) int { // phase row column repeated at input column c
+		if c >= 0 && c < iw {
+			return p.padL + c
+		}
+		return -1
+	}
+	p.leftFrom, p.rightFrom = make([]int, p.padL), make([]int, p.padR)
+	for b := range p.leftFrom {
+		c := b - p.padL
+		p.leftFrom[b] = from(c + (-c+dw-1)/dw*dw)
+	}
+	for b := range p.rightFrom {
+		c := iw + b
+		p.rightFrom[b] = from(c - (c-iw+dw)/dw*dw)
+	}
+}
+
+// pad fills the padding columns of the phase rows in rows.
+func (p *maxPoolPlan) pad(rows []float32) {
+	for len(rows) > 0 {
+		row := rows[:p.pitch]
+		for b, from := range p.leftFrom {
+			if from >= 0 {
+				row[b] = row[from]
 			}
 		}
+		right := row[p.padL+p.iw:]
+		for b, from := range p.rightFrom {
+			if from >= 0 {
+				right[b] = row[from]
+			}
+		}
+		rows = rows[p.pitch:]
+	}
+}
+
+// insideTaps returns for each of out output positions along an axis the
+// range [lo, hi) of the k taps at stride s, dilation d and padding pad
+// that fall inside an input of n positions.
+func insideTaps(out, n, k, s, d, pad int) (lo, hi []int) {
+	lo, hi = make([]int, out), make([]int, out)
+	for o := range out {
+		p0 := o*s - pad
+		l, h := 0, k
+		for l < k && p0+l*d < 0 {
+			l++
+		}
+		for h > l && p0+(h-1)*d >= n {
+			h--
+		}
+		lo[o], hi[o] = l, h
+	}
+	return lo, hi
+}
+
+// plane pools the input plane x[base:base+ih·iw] into yc. Output rows with
+// the same inside taps form bands of up to maxPoolBandLanes/pitch rows.
+func (p *maxPoolPlan) plane(x []float32, base int, yc []float32) {
+	xc := x[base : base+p.ih*p.iw]
+	bandRows := max(1, maxPoolBandLanes/max(1, p.pitch))
+	for oy0 := 0; oy0 < p.oh; {
+		lo, hi := p.kyLo[oy0], p.kyHi[oy0]
+		oy1 := oy0 + 1
+		for oy1 < p.oh && oy1-oy0 < bandRows && p.kyLo[oy1] == lo && p.kyHi[oy1] == hi {
+			oy1++
+		}
+		a, b := p.oxA, p.oxB
+		if lo == hi || (oy1-oy0)*(b-a) < 8 {
+			// No inside rows, or too few outputs to be worth a maxRow
+			// call per tap.
+			a, b = 0, 0
+		}
+		if a < b {
+			p.foldBand(x, base, yc, oy0, oy1)
+		}
+		for oy := oy0; oy < oy1; oy++ {
+			for ox := range a {
+				yc[oy*p.ow+ox] = p.window(xc, oy, ox)
+			}
+			for ox := max(a, b); ox < p.ow; ox++ {
+				yc[oy*p.ow+ox] = p.window(xc, oy, ox)
+			}
+		}
+		oy0 = oy1
+	}
+}
+
+// window folds the inside positions of one output's window of plane xc
+// (−Inf if there are none).
+func (p *maxPoolPlan) window(xc []float32, oy, ox int) float32 {
+	y0, x0 := oy*p.sh-p.ph, ox*p.sw-p.pw
+	acc, first := float32negInf, true
+	for ky := p.kyLo[oy]; ky < p.kyHi[oy]; ky++ {
+		xr := xc[(y0+ky*p.dh)*p.iw:]
+		for kx := p.kxLo[ox]; kx < p.kxHi[ox]; kx++ {
+			v := xr[x0+kx*p.dw]
+			if first {
+				acc, first = v, false
+			} else if v > acc {
+				acc = v
+			}
+		}
+	}
+	return acc
+}
+
+// foldBand computes the columns [oxA, oxB) of output rows [oy0, oy1),
+// which have the same inside taps, from the plane at x[base:].
+//
+// Lane l stands for the window whose top-left tap is in phase row l/pitch
+// of the band, column cA + l%pitch with cA that of column oxA, so tap
+// (ky, kx) is one contiguous maxRow over all lanes at a fixed offset. That
+// computes a window at every column, sw times the windows needed, but
+// contiguous loads are much cheaper than a gather per tap; output column
+// ox then takes lane (ox−oxA)·sw of its row. For the offset to be fixed
+// across the band's rows, the input rows are copied per phase into rows
+// pitch apart: with ky·dh − ph = q·sh + r, input row oy·sh − ph + ky·dh is
+// row oy + q of phase r, the input rows i·sh + r. Taps outside the input
+// row read the padding (see padding). Lanes past a row's last window start
+// read the next row, or stale scratch past the band; no output uses them.
+func (p *maxPoolPlan) foldBand(x []float32, base int, yc []float32, oy0, oy1 int) {
+	iw, pitch, sh, sw := p.iw, p.pitch, p.sh, p.sw
+	lo, hi := p.kyLo[oy0], p.kyHi[oy0]
+	cA := p.oxA*sw - p.pw + p.padL
+	n := ((oy1-oy0-1)*pitch + (p.oxB-1-p.oxA)*sw + 8) &^ 7 // lanes, whole vectors
+	for r := range p.phaseLo {
+		p.phaseLo[r], p.phaseHi[r] = 1, 0
+	}
+	for ky := lo; ky < hi; ky++ {
+		r, q := p.tapPhase[ky], p.tapRow[ky]
+		if p.phaseLo[r] > p.phaseHi[r] {
+			p.phaseLo[r], p.phaseHi[r] = q, q
+		} else {
+			p.phaseLo[r], p.phaseHi[r] = min(p.phaseLo[r], q), max(p.phaseHi[r], q)
+		}
+	}
+	// Phase r holds rows oy0+phaseLo[r] to oy1−1+phaseHi[r] and its taps
+	// read up to reach(r) past its start.
+	reach := func(r int) int {
+		rows := oy1 - oy0 + p.phaseHi[r] - p.phaseLo[r]
+		return max(rows*pitch, (p.phaseHi[r]-p.phaseLo[r])*pitch+cA+(p.kw-1)*p.dw+n)
+	}
+	size, end := 0, 0
+	for r := range p.phaseLo {
+		if p.phaseLo[r] <= p.phaseHi[r] {
+			size = max(size, end+reach(r))
+			end += (oy1 - oy0 + p.phaseHi[r] - p.phaseLo[r]) * pitch
+		}
+	}
+	if len(p.rows) < size {
+		p.rows = make([]float32, size)
+	}
+	if len(p.lanes) < n {
+		p.lanes = make([]float32, n)
+	}
+	end = 0
+	for r := range p.phaseLo {
+		if p.phaseLo[r] > p.phaseHi[r] {
+			continue
+		}
+		i0, i1 := oy0+p.phaseLo[r], oy1+p.phaseHi[r]
+		if at := base + i0*iw; sh == 1 && pitch == iw && at+reach(r) <= len(x) {
+			p.phases[r] = x[at:] // the input rows are phase rows already
+			continue
+		}
+		dst := p.rows[end:]
+		for i := i0; i < i1; i++ {
+			at := base + (i*sh+r)*iw
+			copy(dst[(i-i0)*pitch+p.padL:], x[at:at+iw])
+		}
+		if pitch > iw {
+			p.pad(dst[:(i1-i0)*pitch])
+		}
+		p.phases[r] = dst
+		end += (i1 - i0) * pitch
+	}
+	z := p.lanes[:n]
+	first := true
+	for ky := lo; ky < hi; ky++ {
+		r := p.tapPhase[ky]
+		src := p.phases[r][(p.tapRow[ky]-p.phaseLo[r])*pitch+cA:]
+		for kx := range p.kw {
+			maxRow(z, src[kx*p.dw:], 1, first)
+			first = false
+		}
+	}
+	for oy := oy0; oy < oy1; oy++ {
+		takeEvery(yc[oy*p.ow+p.oxA:oy*p.ow+p.oxB], z[(oy-oy0)*pitch:], sw)
 	}
 }
