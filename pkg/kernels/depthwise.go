@@ -76,15 +76,20 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 }
 
 // depthwise3x3 is Depthwise2D for 3×3 kernels without dilation and a
-// column stride of 1 or 2. Each channel is copied into a zero-padded plane
-// so that every output row runs in dwRow3, eight outputs at a time, each
-// accumulated in a register over the kernel positions in row-major order.
-// The padded taps add w·0 = ±0, which leaves every sum unchanged (the sum
-// starts at +0 and never becomes −0 under round-to-nearest), so the result
-// is bit-identical to skipping them, as the definition does, whenever the
-// channel's weights are finite; channels with a non-finite weight (where
-// Inf·0 would be NaN) run the generic loop.
+// column stride of 1 or 2. With AVX-512 and equal strides it runs in
+// depthwise3x3AVX512. Otherwise each channel is copied into a zero-padded
+// plane so that every output row runs in dwRow3, eight outputs at a time,
+// each accumulated in a register over the kernel positions in row-major
+// order. Either way the taps in the padding add w·0 = ±0, which leaves
+// every sum unchanged (the sum starts at +0 and never becomes −0 under
+// round-to-nearest), so the result is bit-identical to skipping them, as
+// the definition does, whenever the channel's weights are finite;
+// channels with a non-finite weight (where Inf·0 would be NaN) run the
+// generic loop.
 func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	if depthwise3x3AVX512(g, x, w, y, c0, c1, ep) {
+		return
+	}
 	ih, iw := g.In[0], g.In[1]
 	oh, ow := g.Out[0], g.Out[1]
 	sh, sw := g.Strides[0], g.Strides[1]
@@ -136,9 +141,11 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 
 var dwPool = sync.Pool{New: func() any { return new([]float32) }}
 
+// allFinite reports whether no element of s is ±Inf or NaN (an exponent
+// of all ones), with one test per element on its bits.
 func allFinite(s []float32) bool {
 	for _, v := range s {
-		if math.IsInf(float64(v), 0) || v != v {
+		if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
 			return false
 		}
 	}

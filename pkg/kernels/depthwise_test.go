@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -102,5 +103,115 @@ func TestDwRow3MatchesReference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDepthwise3x3MatchesGeneric checks Depthwise2D's 3×3 kernels against
+// depthwise2DGeneric bit for bit (NaN payloads aside) over widths on both
+// sides of the 8- and 16-output vectors, both strides, heights odd and
+// even, pads zero, one, two and asymmetric, with NaN and Inf inputs, a
+// channel with a non-finite weight, and every kind of epilogue. Channels
+// outside [c0, c1) and the elements after the output must stay untouched,
+// every output element must be written; half the cases run all channels,
+// whose taps reach the first and last elements of x.
+func TestDepthwise3x3MatchesGeneric(t *testing.T) {
+	r := rand.New(rand.NewPCG(16, 17))
+	const c = 5
+	negZero := float32(math.Copysign(0, -1))
+	// Each makes an epilogue for c channels of n outputs.
+	epilogues := []func(n int) *Epilogue{
+		func(n int) *Epilogue { return nil },
+		func(n int) *Epilogue { return &Epilogue{RowBias: randSlice(r, c)} },
+		func(n int) *Epilogue { return &Epilogue{RowBias: randSlice(r, c), Act: ActRelu} },
+		func(n int) *Epilogue {
+			return &Epilogue{RowBias: randSlice(r, c), RowScale: randSlice(r, c), RowShift: randSlice(r, c), Act: ActRelu}
+		},
+		func(n int) *Epilogue { return &Epilogue{RowScale: randSlice(r, c), RowShift: randSlice(r, c)} },
+		func(n int) *Epilogue { return &Epilogue{Act: ActRelu} },
+		// Not per row: applied in a second pass.
+		func(n int) *Epilogue { return &Epilogue{RowBias: randSlice(r, c), Act: ActClip, Min: -0.25, Max: 0.5} },
+		func(n int) *Epilogue { return &Epilogue{ColBias: randSlice(r, n), Act: ActRelu} },
+		func(n int) *Epilogue {
+			return &Epilogue{RowBias: randSlice(r, c), Residual: randSlice(r, c*n), Act: ActRelu}
+		},
+	}
+	type geom struct{ ih, iw, sh, sw, pt, pl, pb, pr int }
+	var cases []geom
+	pads := [][4]int{{0, 0, 0, 0}, {1, 1, 1, 1}, {0, 0, 1, 1}, {1, 1, 0, 0}, {2, 2, 2, 2}, {1, 0, 2, 1}, {0, 2, 1, 0}}
+	for _, s := range []int{1, 2} {
+		for _, iw := range []int{1, 2, 3, 4, 5, 7, 8, 9, 13, 14, 15, 16, 17, 18, 19, 23, 28, 31, 32, 33, 34, 35, 40, 47, 56, 64, 65, 112} {
+			for k := 0; k < 3; k++ {
+				p := pads[r.IntN(len(pads))]
+				ih := 1 + r.IntN(13)
+				if k == 0 {
+					ih = iw // square, as the models have
+				}
+				cases = append(cases, geom{ih, iw, s, s, p[0], p[1], p[2], p[3]})
+			}
+		}
+	}
+	// Row and column strides that differ.
+	cases = append(cases, geom{9, 20, 1, 2, 1, 1, 1, 1}, geom{9, 20, 2, 1, 1, 1, 1, 1})
+	for n, tc := range cases {
+		oh := (tc.ih+tc.pt+tc.pb-3)/tc.sh + 1
+		ow := (tc.iw+tc.pl+tc.pr-3)/tc.sw + 1
+		if oh < 1 || ow < 1 {
+			continue
+		}
+		mkEp := epilogues[n%len(epilogues)]
+		c0, c1 := 0, c
+		if n%2 == 1 {
+			c0, c1 = 1, c-1
+		}
+		t.Run(fmt.Sprintf("%+v", tc), func(t *testing.T) {
+			g := &ConvGeom{In: []int{tc.ih, tc.iw}, Kernel: []int{3, 3}, Strides: []int{tc.sh, tc.sw}, Dilations: []int{1, 1}, PadBegin: []int{tc.pt, tc.pl}, Out: []int{oh, ow}}
+			x, w := randSlice(r, c*tc.ih*tc.iw), randSlice(r, c*9)
+			for i := range x {
+				if r.IntN(16) == 0 {
+					x[i] = dwSpecials[r.IntN(len(dwSpecials))]
+				}
+			}
+			w[2*9+r.IntN(9)] = []float32{float32(math.Inf(-1)), float32(math.NaN())}[n%2]
+			w[3*9+r.IntN(9)] = negZero
+			ep := mkEp(oh * ow)
+			const tail = 40
+			got := randSlice(r, c*oh*ow+tail)
+			for i := range got {
+				if r.IntN(4) == 0 {
+					got[i] = float32(math.NaN())
+				}
+			}
+			want := slices.Clone(got)
+			Depthwise2D(g, x, w, got, c0, c1, ep)
+			depthwise2DGeneric(g, x, w, want, c0, c1, ep)
+			for i := range got {
+				if v, u := got[i], want[i]; math.Float32bits(v) != math.Float32bits(u) && (v == v || u == u) {
+					ch, p := i/(oh*ow), i%(oh*ow)
+					t.Fatalf("y[%d,%d,%d] = %g, generic loop gives %g (epilogue %+v)", ch, p/ow, p%ow, v, u, ep)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDepthwise3x3 runs the 3×3 depthwise convolutions of
+// MobileNetV2 (pad 1, one image) with a bias, scale, shift and Relu
+// epilogue, on one thread.
+func BenchmarkDepthwise3x3(b *testing.B) {
+	for _, sh := range []struct{ c, hw, s int }{
+		{32, 112, 1}, {96, 112, 2}, {144, 56, 1}, {144, 56, 2}, {192, 28, 1}, {384, 14, 1}, {576, 14, 2}, {960, 7, 1},
+	} {
+		o := (sh.hw-1)/sh.s + 1
+		g := &ConvGeom{In: []int{sh.hw, sh.hw}, Kernel: []int{3, 3}, Strides: []int{sh.s, sh.s}, Dilations: []int{1, 1}, PadBegin: []int{1, 1}, Out: []int{o, o}}
+		r := rand.New(rand.NewPCG(1, 2))
+		x, w := randSlice(r, sh.c*sh.hw*sh.hw), randSlice(r, sh.c*9)
+		ep := &Epilogue{RowBias: randSlice(r, sh.c), RowScale: randSlice(r, sh.c), RowShift: randSlice(r, sh.c), Act: ActRelu}
+		y := make([]float32, sh.c*o*o)
+		b.Run(fmt.Sprintf("c%d_%dx%d_s%d", sh.c, sh.hw, sh.hw, sh.s), func(b *testing.B) {
+			b.SetBytes(int64(4 * (len(x) + len(y))))
+			for b.Loop() {
+				Depthwise2D(g, x, w, y, 0, sh.c, ep)
+			}
+		})
 	}
 }

@@ -88,4 +88,259 @@ func depthwise(stride, rows int) {
 	Label(done)
 	VZEROUPPER()
 	RET()
+	// Each stride's plane kernels follow its row kernels.
+	if rows == 3 {
+		depthwisePlane(stride, 16)
+		depthwisePlane(stride, 8)
+	}
+}
+
+// depthwisePlane generates dw3x3s{stride}x{lanes}AVX512, one channel of a
+// 3×3 depthwise convolution whose row and column strides both equal
+// stride, straight from the unpadded input, with the row epilogue applied
+// in registers before the store:
+//
+//	for oy < oh, ox < ow:
+//	    acc = +0
+//	    for ky, kx < 3: acc = acc + float32(w[3ky+kx] · X[oy·stride − ph + ky][ox·stride − pw + kx])
+//	    v = float32(float32(acc + b)·s) + t
+//	    y[oy·ldy + ox] = v <= thr ? +0 : v
+//
+// X being the ih×iw input x (rows ldx floats apart) and +0 outside it.
+// The loop order and roundings are those of the definition (no FMA); the
+// taps outside the input add w·0 = ±0, which leaves the sum unchanged for
+// finite w. thr = NaN disables the Relu (no v is <= NaN).
+//
+// Rows outside the input are read from zero, a row of at least iw zeros.
+// Columns go lanes outputs per vector (16 in ZMM, 8 in YMM for narrow
+// images), nv vectors a row; masks holds eight uint16 per vector of a
+// row: the lane masks of its input loads
+// and, at index 4, of its store. A load lane is set only where its column
+// is inside the input (virtual column pw..pw+iw−1), so no load touches
+// memory outside the rows and the zeroed lanes are the padding. Stride 1
+// loads the columns L·v+kx+j at indexes 0..2 (kx = 0, 1, 2, L = lanes);
+// stride 2 loads 2L·v+j, 2L·v+L+j, 2L·v+1+j and 2L·v+L+1+j at indexes 0..3,
+// the kx = 0 and 1 taps being the evens and odds of the first pair, the
+// kx = 2 taps the odds of the second. VSHUFPS splits them within 128-bit
+// lanes, which leaves the outputs in the same shuffled order for every
+// tap; one VPERMQ per vector restores it before the store.
+//
+// The rows go in blocks that share their input rows (output rows oy and
+// oy+1 of stride 1 read two common input rows), which also gives the
+// out-of-order core several independent sums to interleave. The masked
+// loads of a row narrower than a vector leave most lanes off, and a load
+// whose off lanes cross into another page is slow (a microcode assist on
+// some cores), hence the YMM kernels for images up to 8 outputs wide.
+func depthwisePlane(stride, lanes int) {
+	name := fmt.Sprintf("dw3x3s%dx%dAVX512", stride, lanes)
+	TEXT(name, NOSPLIT, "func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, b, s, t, thr float32)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes a channel of a 3×3 depthwise convolution, stride %d, %d outputs per vector, with the row epilogue applied before the store.", name, stride, lanes))
+	k := dwKernel{name: name, stride: stride, lanes: lanes, vec: ZMM}
+	if lanes == 8 {
+		k.vec = YMM
+	}
+	pw := Load(Param("w"), GP64())
+	k.w = make([]VecVirtual, 9)
+	for i := range k.w {
+		k.w[i] = k.vec()
+		VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, k.w[i])
+	}
+	bcast := func(p string) VecVirtual {
+		v := k.vec()
+		VBROADCASTSS(paramAddr(p), v)
+		return v
+	}
+	k.b, k.s, k.t, k.thr = bcast("b"), bcast("s"), bcast("t"), bcast("thr")
+	if stride == 2 && lanes == 16 {
+		// VSHUFPS leaves the outputs in the order 0 1 8 9 2 3 10 11 4 5
+		// 12 13 6 7 14 15; this VPERMQ index (of pairs) restores it.
+		idx := GLOBL("dwstride2order", RODATA|NOPTR)
+		for i, p := range []uint64{0, 2, 4, 6, 1, 3, 5, 7} {
+			DATA(8*i, U64(p))
+		}
+		k.order = k.vec()
+		VMOVDQU64(idx, k.order)
+	}
+	k.oy = AllocLocal(8)
+	MOVQ(U32(0), k.oy)
+	// Blocks of as many rows as the general registers allow (a block
+	// holds a pointer per input row: rows+2 for stride 1, 2·rows+1 for
+	// stride 2), then smaller ones for the last rows.
+	blocks := map[int][]int{1: {4, 3, 2, 1}, 2: {3, 2, 1}}[stride]
+	for _, rows := range blocks {
+		loop, done := fmt.Sprintf("%s_rows%d", name, rows), fmt.Sprintf("%s_rows%d_done", name, rows)
+		Label(loop)
+		left := Load(Param("oh"), GP64())
+		SUBQ(k.oy, left)
+		CMPQ(left, U8(rows))
+		JL(LabelRef(done))
+		k.block(rows)
+		ADDQ(U8(rows), k.oy)
+		JMP(LabelRef(loop))
+		Label(done)
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// dwKernel is the state of depthwisePlane shared by its row blocks.
+type dwKernel struct {
+	name          string
+	stride, lanes int
+	vec           func() VecVirtual
+	w             []VecVirtual // the nine weights
+	b, s, t, thr  VecVirtual   // the epilogue
+	order         VecVirtual   // the VPERMQ index of 16-lane stride 2
+	oy            Mem          // the block's first output row
+}
+
+// block emits output rows oy..oy+rows−1.
+func (k *dwKernel) block(rows int) {
+	stride, bytes := k.stride, 4*k.lanes
+	// Input row j of the block is oy·stride − ph + j, or the zero row when
+	// outside [0, ih); each pointer is offset to virtual column 0 (−pw).
+	nin := (rows-1)*stride + 3
+	iy := GP64()
+	MOVQ(k.oy, iy)
+	if stride == 2 {
+		SHLQ(U8(1), iy)
+	}
+	SUBQ(paramAddr("ph"), iy)
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	pwb := Load(Param("pw"), GP64())
+	SHLQ(U8(2), pwb)
+	cur := GP64()
+	MOVQ(iy, cur)
+	IMULQ(ldx, cur)
+	ADDQ(paramAddr("x"), cur)
+	SUBQ(pwb, cur)
+	zero := Load(Param("zero"), GP64())
+	SUBQ(pwb, zero)
+	ih := Load(Param("ih"), GP64())
+	in := make([]GPVirtual, nin)
+	for j := range in {
+		in[j] = GP64()
+		MOVQ(cur, in[j])
+		t := GP64()
+		LEAQ(Mem{Base: iy, Disp: j}, t)
+		CMPQ(t, ih)
+		CMOVQCC(zero, in[j]) // t < 0 or t >= ih, unsigned
+		if j+1 < nin {
+			ADDQ(ldx, cur)
+		}
+	}
+	// The rows the next block adds start after this block's last one.
+	next := GP64()
+	LEAQ(Mem{Base: cur, Index: ldx, Scale: 1}, next)
+	ldy := Load(Param("ldy"), GP64())
+	SHLQ(U8(2), ldy)
+	po := GP64()
+	MOVQ(k.oy, po)
+	IMULQ(ldy, po)
+	ADDQ(paramAddr("y"), po)
+	pm := Load(Param("masks"), GP64())
+	n := Load(Param("nv"), GP64())
+	xo := GP64()
+	XORQ(xo, xo)
+
+	loop := fmt.Sprintf("%s_rows%d_vec", k.name, rows)
+	Label(loop)
+	nld := 3
+	if stride == 2 {
+		nld = 4
+	}
+	kld := make([]OpmaskVirtual, nld)
+	for i := range kld {
+		kld[i] = K()
+		KMOVW(Mem{Base: pm, Disp: 2 * i}, kld[i])
+	}
+	kst := K()
+	KMOVW(Mem{Base: pm, Disp: 8}, kst)
+	acc := make([]VecVirtual, rows)
+	for r := range acc {
+		acc[r] = k.vec()
+		VPXORD(acc[r], acc[r], acc[r])
+	}
+	for j := 0; j < nin; j++ {
+		at := func(disp int) Mem { return Mem{Base: in[j], Index: xo, Scale: 1, Disp: disp} }
+		taps := make([]VecVirtual, 3)
+		if stride == 1 {
+			for kx := range taps {
+				taps[kx] = k.vec()
+				VMOVUPS_Z(at(4*kx), kld[kx], taps[kx])
+			}
+		} else {
+			a, b, c, d := k.vec(), k.vec(), k.vec(), k.vec()
+			VMOVUPS_Z(at(0), kld[0], a)
+			VMOVUPS_Z(at(bytes), kld[1], b)
+			VMOVUPS_Z(at(4), kld[2], c)
+			VMOVUPS_Z(at(bytes+4), kld[3], d)
+			taps[0], taps[1], taps[2] = k.vec(), k.vec(), k.vec()
+			VSHUFPS(U8(0x88), b, a, taps[0])
+			VSHUFPS(U8(0xDD), b, a, taps[1])
+			VSHUFPS(U8(0xDD), d, c, taps[2])
+		}
+		for kx := range taps {
+			for r := range acc {
+				ky := j - r*stride
+				if ky < 0 || ky > 2 {
+					continue
+				}
+				p := k.vec()
+				VMULPS(k.w[3*ky+kx], taps[kx], p)
+				VADDPS(p, acc[r], acc[r])
+			}
+		}
+	}
+	// A batch's activations do not fit in the caches, and the hardware
+	// prefetcher keeps too few lines in flight over so many row streams:
+	// fetch this vector's columns of the rows the next block adds (past
+	// the image they fall in the next channel or nowhere; prefetches
+	// never fault).
+	p := GP64()
+	MOVQ(next, p)
+	for j := 0; j < rows*stride; j++ {
+		for l := 0; l < bytes*stride; l += 64 {
+			PREFETCHT0(Mem{Base: p, Index: xo, Scale: 1, Disp: l})
+		}
+		if j+1 < rows*stride {
+			ADDQ(ldx, p)
+		}
+	}
+	q := GP64()
+	MOVQ(po, q)
+	for r, v := range acc {
+		switch {
+		case stride == 2 && k.lanes == 16:
+			VPERMQ(v, k.order, v)
+		case stride == 2:
+			VPERMQ(U8(0xD8), v, v) // 0 1 4 5 2 3 6 7 back to 0..7
+		}
+		VADDPS(k.b, v, v)
+		VMULPS(k.s, v, v)
+		VADDPS(k.t, v, v)
+		relu := K()
+		VCMPPS(U8(2), k.thr, v, relu) // v <= thr, false for NaN
+		VPXORD(v, v, relu, v)
+		VMOVUPS(v, kst, Mem{Base: q})
+		if r+1 < rows {
+			ADDQ(ldy, q)
+		}
+	}
+	ADDQ(U8(bytes), po)
+	ADDQ(U8(16), pm)
+	ADDQ(U32(bytes*stride), xo)
+	DECQ(n)
+	JNZ(LabelRef(loop))
+}
+
+// paramAddr is the frame address of the current function's parameter.
+func paramAddr(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
 }

@@ -1,0 +1,124 @@
+//go:build !noasm && amd64
+
+package kernels
+
+import (
+	"math"
+	"unsafe"
+)
+
+// depthwise3x3AVX512 is depthwise3x3 with each channel in one call of
+// dw3x3s{1,2}x{16,8}AVX512, which read the input rows in place (no padded
+// copy) and apply a per-row epilogue in registers. It reports false,
+// having done nothing, without AVX-512 or when the row and column strides
+// differ (the kernels share input rows between output rows of the same
+// stride).
+func depthwise3x3AVX512(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) bool {
+	ih, iw := g.In[0], g.In[1]
+	oh, ow := g.Out[0], g.Out[1]
+	stride := g.Strides[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	if !hasAVX512 || g.Strides[0] != stride || ih < 1 || iw < 1 || oh < 1 || ow < 1 {
+		return false
+	}
+	// Narrow images in YMM: a ZMM would leave half its lanes idle, and
+	// its loads' disabled lanes would reach further into other pages.
+	lanes := 16
+	if ow <= 8 {
+		lanes = 8
+	}
+	var buf [8 * 8]uint16
+	var masks []uint16
+	if n := 8 * ((ow + lanes - 1) / lanes); n <= len(buf) {
+		masks = buf[:n]
+	} else {
+		masks = make([]uint16, n)
+	}
+	dwMasks(masks, stride, lanes, iw, ow, pw)
+	nv := len(masks) / 8
+	zero := dwZeroRow(iw, pw)
+	// Without a per-row epilogue the kernel applies the identity: x + (−0)
+	// and x·1 are x for every x, and no value is <= NaN.
+	negZero, noRelu := float32(math.Copysign(0, -1)), float32(math.NaN())
+	inRegs := ep != nil && ep.rowOnly()
+	for ch := c0; ch < c1; ch++ {
+		yc := y[ch*oh*ow : (ch+1)*oh*ow]
+		wc := w[ch*9 : ch*9+9]
+		if !allFinite(wc) {
+			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+			continue
+		}
+		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+		b, s, t, thr := negZero, float32(1), negZero, noRelu
+		if inRegs {
+			b, s, t = ep.rowParam(ch)
+			if ep.Act == ActRelu {
+				thr = 0
+			}
+		}
+		switch {
+		case stride == 1 && lanes == 16:
+			dw3x3s1x16AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
+		case stride == 1:
+			dw3x3s1x8AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
+		case lanes == 16:
+			dw3x3s2x16AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
+		default:
+			dw3x3s2x8AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
+		}
+		if ep != nil && !inRegs {
+			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+		}
+	}
+	return true
+}
+
+// dwZeros holds the zero rows that stand for the input rows above and
+// below the image; the kernels only read it.
+var dwZeros [2048]float32
+
+// dwZeroRow returns a row of iw zeros for images with pw columns of
+// padding before each row. The kernels' loads reach from pw columns
+// before the row to less than 64 columns after it (with fewer than 30
+// columns of padding after the image); the row is placed so that they
+// stay in one page when they fit in one, because a masked load whose
+// disabled lanes cross into another page takes a microcode assist on
+// some cores, and every channel reads the zero row.
+func dwZeroRow(iw, pw int) []float32 {
+	const page, after = 4096, 64
+	if 4*(pw+iw+after) > page {
+		return make([]float32, iw)
+	}
+	// The first page boundary in dwZeros, at most a page minus 4 bytes
+	// in, leaves a page of the array's 8 KiB after it.
+	start := int((page-uintptr(unsafe.Pointer(&dwZeros[0]))%page)%page)/4 + pw
+	return dwZeros[start : start+iw]
+}
+
+// dwMasks fills masks, eight uint16 per vector of lanes outputs, with the
+// lane masks of dw3x3s{stride}x{lanes}AVX512 for rows of ow outputs over
+// iw input columns after pw columns of padding: the masks of the vector's
+// loads (lane j of the load at virtual column c is set when
+// pw ≤ c+j < pw+iw, inside the input row) and at index 4 of its store
+// (the lanes below ow).
+func dwMasks(masks []uint16, stride, lanes, iw, ow, pw int) {
+	inside := func(c int) uint16 {
+		var m uint16
+		for j := range lanes {
+			if c+j >= pw && c+j < pw+iw {
+				m |= 1 << j
+			}
+		}
+		return m
+	}
+	for v := range len(masks) / 8 {
+		e := masks[8*v : 8*v+8]
+		c := lanes * stride * v
+		if stride == 1 {
+			e[0], e[1], e[2] = inside(c), inside(c+1), inside(c+2)
+		} else {
+			e[0], e[1], e[2], e[3] = inside(c), inside(c+lanes), inside(c+1), inside(c+lanes+1)
+		}
+		e[4] = uint16(1<<min(lanes, ow-lanes*v) - 1)
+	}
+}
