@@ -27,6 +27,24 @@ var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc:
 	},
 	tileEp: func(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512Ep(kc, a, b, c, ldc, flag(accumulate), bst, flag(relu))
+	},
+	tileS: func(rows, kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool) {
+		acc := flag(accumulate)
+		switch rows {
+		case 12:
+			gemm12x32AVX512S(kc, a, b, ldb, c, ldc, acc)
+		case 8:
+			gemm8x32AVX512S(kc, a, b, ldb, c, ldc, acc)
+		case 4:
+			gemm4x32AVX512S(kc, a, b, ldb, c, ldc, acc)
+		case 2:
+			gemm2x32AVX512S(kc, a, b, ldb, c, ldc, acc)
+		default:
+			gemm1x32AVX512S(kc, a, b, ldb, c, ldc, acc)
+		}
+	},
+	tileSEp: func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
+		gemm12x32AVX512SEp(kc, a, b, ldb, c, ldc, flag(accumulate), bst, flag(relu))
 	}}
 
 var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024, rows: []int{6, 4, 2, 1},

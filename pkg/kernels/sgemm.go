@@ -23,7 +23,18 @@ type gemmArch struct {
 	// ((v + b)·s) + t and an optional Relu in registers; bst holds mr
 	// triples (b, s, t).
 	tileEp func(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
+	// tileS and tileSEp, when set, are tile and tileEp reading B straight
+	// from a row-major matrix (row stride ldb) instead of a packed panel:
+	// the same values, so the same results bit for bit.
+	tileS   func(rows, kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool)
+	tileSEp func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
 }
+
+// unpackedB makes products with a row-major B read its full panels in
+// place when the kernels can (tileS): packing them was a pure copy of B,
+// at memory speed when B is a large activation. Tests turn it off to
+// compare both ways.
+var unpackedB = true
 
 // goArch is the portable micro-kernel (the noasm build and CPUs without
 // AVX2/FMA).
@@ -222,6 +233,9 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	tmp := bufs.tmp
 	// Full tiles take a row epilogue in the micro-kernel's registers.
 	rowEp := ep != nil && arch.tileEp != nil && ep.rowOnly()
+	// direct: full panels of a row-major B are read in place; a short
+	// last panel is packed alone.
+	direct := pb == nil && cb == nil && !transB && unpackedB && arch.tileS != nil
 	for jc := 0; jc < n; jc += arch.nc {
 		nc := min(arch.nc, n-jc)
 		for pc := 0; pc < k; pc += arch.kc {
@@ -231,7 +245,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				bpack = pb.block(pc, col0+jc)
 			} else if cb != nil {
 				packBConv(cb, pc, col0+jc, kc, nc, nr, bufs.b)
-			} else {
+			} else if !direct {
 				packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
 			}
 			accumulate := pc > 0 || beta != 0
@@ -249,7 +263,17 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				}
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
-					bp := &bpack[jr*kc]
+					var bp *float32
+					var brow []float32
+					switch {
+					case direct && cols == nr:
+						brow = b[pc*ldb+jc+jr : (pc+kc-1)*ldb+jc+jr+nr]
+					case direct:
+						packB(false, b, ldb, pc, jc+jr, kc, cols, nr, bufs.b)
+						bp = &bufs.b[0]
+					default:
+						bp = &bpack[jr*kc]
+					}
 					for ir := 0; ir < mc; ir += mr {
 						rows := min(mr, mc-ir)
 						kr := rows
@@ -260,6 +284,17 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 						}
 						ap := &apack[ir*kc]
 						ci := (ic+ir)*ldc + jc + jr
+						if brow != nil && kr == rows {
+							if last && rowEp && rows == mr {
+								arch.tileSEp(kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
+								continue
+							}
+							arch.tileS(kr, kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate)
+							if last && ep != nil {
+								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
+							}
+							continue
+						}
 						if kr == rows && cols == nr {
 							if last && rowEp && rows == mr {
 								arch.tileEp(kc, ap, bp, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
@@ -271,7 +306,11 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 							}
 							continue
 						}
-						arch.tile(kr, kc, ap, bp, &tmp[0], nr, false)
+						if brow != nil {
+							arch.tileS(kr, kc, ap, &brow[0], ldb, &tmp[0], nr, false)
+						} else {
+							arch.tile(kr, kc, ap, bp, &tmp[0], nr, false)
+						}
 						for i := 0; i < rows; i++ {
 							dst := c[ci+i*ldc : ci+i*ldc+cols]
 							src := tmp[i*nr : i*nr+cols]

@@ -19,6 +19,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -43,9 +44,15 @@ func main() {
 	ConstraintExpr("!noasm,amd64")
 	for _, s := range []isa{avx512, avx2} {
 		for _, r := range s.rows {
-			kernel(s, r, false)
+			kernel(s, r, false, false)
 		}
-		kernel(s, s.mr, true)
+		kernel(s, s.mr, true, false)
+		if s.lanes == 16 {
+			for _, r := range s.rows {
+				kernel(s, r, false, true)
+			}
+			kernel(s, s.mr, true, true)
+		}
 		peak(s)
 	}
 	epilogue(false)
@@ -70,22 +77,38 @@ func main() {
 // ((v + b)·s) + t for each final value v of row i, then zeroes results ≤ 0
 // when relu is non-zero: pkg/kernels' row epilogue, with the same three
 // roundings, applied in registers instead of in a second pass over C.
-func kernel(s isa, rows int, ep bool) {
+// With strided (suffix S), B is not packed: step p reads NR consecutive
+// floats of row p of a row-major B at b + p·ldb, the same values a packed
+// panel holds, so the result is the same bit for bit.
+func kernel(s isa, rows int, ep, strided bool) {
 	nr := s.lanes * s.vecs
 	name := fmt.Sprintf("gemm%dx%d%s", rows, nr, s.name)
 	sig := "func(kc int, a, b, c *float32, ldc int, accumulate int)"
+	if strided {
+		name += "S"
+		sig = "func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate int)"
+	}
 	if ep {
 		name += "Ep"
-		sig = "func(kc int, a, b, c *float32, ldc int, accumulate int, bst *float32, relu int)"
+		sig = strings.TrimSuffix(sig, ")") + ", bst *float32, relu int)"
 	}
 	TEXT(name, NOSPLIT, sig)
-	Doc(fmt.Sprintf("%s computes a %d×%d tile of C from packed panels (A row stride %d).", name, rows, nr, s.mr))
+	from := "packed panels"
+	if strided {
+		from = "a packed A panel and rows of B"
+	}
+	Doc(fmt.Sprintf("%s computes a %d×%d tile of C from %s (A row stride %d).", name, rows, nr, from, s.mr))
 	lbl := func(l string) string {
-		return fmt.Sprintf("%s%d%s_%s", s.name, rows, map[bool]string{true: "ep"}[ep], l)
+		return fmt.Sprintf("%s%d%s%s_%s", s.name, rows, map[bool]string{true: "s"}[strided], map[bool]string{true: "ep"}[ep], l)
 	}
 	kc := Load(Param("kc"), GP64())
 	pa := Load(Param("a"), GP64())
 	pb := Load(Param("b"), GP64())
+	var ldb Register
+	if strided {
+		ldb = Load(Param("ldb"), GP64())
+		SHLQ(U8(2), ldb)
+	}
 	acc := make([][]VecVirtual, rows)
 	for i := range acc {
 		acc[i] = make([]VecVirtual, s.vecs)
@@ -104,7 +127,14 @@ func kernel(s isa, rows int, ep bool) {
 	}
 	step := func(off int) {
 		for v := range bv {
-			VMOVUPS(Mem{Base: pb, Disp: 4 * (off*nr + v*s.lanes)}, bv[v])
+			if strided {
+				VMOVUPS(Mem{Base: pb, Disp: 4 * v * s.lanes}, bv[v])
+			} else {
+				VMOVUPS(Mem{Base: pb, Disp: 4 * (off*nr + v*s.lanes)}, bv[v])
+			}
+		}
+		if strided {
+			ADDQ(ldb, pb)
 		}
 		for i := 0; i < rows; i++ {
 			am := Mem{Base: pa, Disp: 4 * (off*s.mr + i)}
@@ -128,7 +158,9 @@ func kernel(s isa, rows int, ep bool) {
 		step(u)
 	}
 	ADDQ(U32(4*unroll*s.mr), pa)
-	ADDQ(U32(4*unroll*nr), pb)
+	if !strided {
+		ADDQ(U32(4*unroll*nr), pb)
+	}
 	SUBQ(U8(unroll), kc)
 	JMP(LabelRef(lbl("loop4")))
 	Label(lbl("tail"))
@@ -136,7 +168,9 @@ func kernel(s isa, rows int, ep bool) {
 	JZ(LabelRef(lbl("store")))
 	step(0)
 	ADDQ(U32(4*s.mr), pa)
-	ADDQ(U32(4*nr), pb)
+	if !strided {
+		ADDQ(U32(4*nr), pb)
+	}
 	DECQ(kc)
 	JMP(LabelRef(lbl("tail")))
 
