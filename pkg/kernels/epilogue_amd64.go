@@ -36,39 +36,23 @@ func axpy(dst, src []float32, w float32) {
 }
 
 // maxRow is maxRowGo with the bulk in AVX2 (bit-identical: VMAXPS selects
-// exactly as the Go comparison does); strides above 1 gather.
-func maxRow(dst, src []float32, stride int, first bool) {
+// exactly as the Go comparison does).
+func maxRow(dst, src []float32, first bool) {
 	n := len(dst) &^ 7
-	if !haveAVX2 || n == 0 || stride < 1 || stride >= len(gatherIdx) {
-		maxRowGo(dst, src, stride, first)
+	if !haveAVX2 || n == 0 {
+		maxRowGo(dst, src, first)
 		return
 	}
-	src = src[:(len(dst)-1)*stride+1] // bounds for the assembly
+	src = src[:len(dst)] // bounds for the assembly
 	f := 0
 	if first {
 		f = 1
 	}
-	if stride == 1 {
-		maxRowAVX2(&dst[0], &src[0], n, f)
-	} else {
-		maxRowGatherAVX2(&dst[0], &src[0], n, f, &gatherIdx[stride][0], stride)
+	maxRowAVX2(&dst[0], &src[0], n, f)
+	if n < len(dst) {
+		maxRowGo(dst[n:], src[n:], first)
 	}
-	if n == len(dst) {
-		return
-	}
-	maxRowGo(dst[n:], src[n*stride:], stride, first)
 }
-
-// gatherIdx holds the lane offsets i·stride of maxRowGatherAVX2 per stride
-// (a package table: a local array would escape to the heap at each call).
-var gatherIdx = func() (t [17][8]int32) {
-	for s := range t {
-		for i := range t[s] {
-			t[s][i] = int32(i * s)
-		}
-	}
-	return t
-}()
 
 // dwRow3 is dwRow3Go with whole vectors of 8 outputs in AVX2
 // (bit-identical: the same products and sums in the same order, no FMA).

@@ -6,7 +6,7 @@ func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowGo(r, b, 
 
 func axpy(dst, src []float32, w float32) { axpyGo(dst, src, w) }
 
-func maxRow(dst, src []float32, stride int, first bool) { maxRowGo(dst, src, stride, first) }
+func maxRow(dst, src []float32, first bool) { maxRowGo(dst, src, first) }
 
 func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
 	dwRow3Go(out, x, ldx, nr, stride, w)

@@ -4194,48 +4194,6 @@ maxRowAVX2_done:
 	VZEROUPPER
 	RET
 
-// func maxRowGatherAVX2(dst *float32, src *float32, n int, first int, idx *int32, stride int)
-// Requires: AVX, AVX2
-TEXT ·maxRowGatherAVX2(SB), NOSPLIT, $0-48
-	MOVQ    dst+0(FP), AX
-	MOVQ    src+8(FP), CX
-	MOVQ    n+16(FP), DX
-	MOVQ    first+24(FP), BX
-	MOVQ    idx+32(FP), SI
-	VMOVDQU (SI), Y0
-	MOVQ    stride+40(FP), SI
-	SHLQ    $0x05, SI
-	TESTQ   BX, BX
-	JZ      maxRowGatherAVX2_max
-
-maxRowGatherAVX2_first:
-	TESTQ      DX, DX
-	JZ         maxRowGatherAVX2_done
-	VPCMPEQD   Y2, Y2, Y2
-	VGATHERDPS Y2, (CX)(Y0*4), Y1
-	ADDQ       SI, CX
-	VMOVUPS    Y1, (AX)
-	ADDQ       $0x20, AX
-	SUBQ       $0x08, DX
-	JMP        maxRowGatherAVX2_first
-
-maxRowGatherAVX2_max:
-	TESTQ      DX, DX
-	JZ         maxRowGatherAVX2_done
-	VPCMPEQD   Y2, Y2, Y2
-	VGATHERDPS Y2, (CX)(Y0*4), Y1
-	ADDQ       SI, CX
-	VMOVUPS    (AX), Y2
-	VMAXPS     Y2, Y1, Y2
-	VMOVUPS    Y2, (AX)
-	ADDQ       $0x20, AX
-	SUBQ       $0x08, DX
-	JMP        maxRowGatherAVX2_max
-
-maxRowGatherAVX2_done:
-	VZEROUPPER
-	RET
-
 // func dw3s1r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 // Requires: AVX
 TEXT ·dw3s1r1AVX2(SB), NOSPLIT, $0-40

@@ -464,7 +464,7 @@ func (p *maxPoolPlan) foldBand(x []float32, base int, yc []float32, oy0, oy1 int
 		r := p.tapPhase[ky]
 		src := p.phases[r][(p.tapRow[ky]-p.phaseLo[r])*pitch+cA:]
 		for kx := range p.kw {
-			maxRow(z, src[kx*p.dw:], 1, first)
+			maxRow(z, src[kx*p.dw:], first)
 			first = false
 		}
 	}

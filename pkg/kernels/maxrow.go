@@ -1,25 +1,20 @@
 package kernels
 
 // maxRowGo folds one input row into a row of max-pooling outputs: with
-// v = src[i·stride],
+// v = src[i],
 //
 //	dst[i] = v                          (first)
 //	dst[i] = v > dst[i] ? v : dst[i]    (otherwise)
 //
 // the running maximum of the pooling loop, one lane per output column.
-func maxRowGo(dst, src []float32, stride int, first bool) {
-	if len(dst) == 0 {
-		return
-	}
-	src = src[:(len(dst)-1)*stride+1]
+func maxRowGo(dst, src []float32, first bool) {
+	src = src[:len(dst)]
 	if first {
-		for i := range dst {
-			dst[i] = src[i*stride]
-		}
+		copy(dst, src)
 		return
 	}
 	for i, a := range dst {
-		if v := src[i*stride]; v > a {
+		if v := src[i]; v > a {
 			dst[i] = v
 		}
 	}

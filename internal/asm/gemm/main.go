@@ -58,8 +58,7 @@ func main() {
 	epilogue(false)
 	epilogue(true)
 	axpy()
-	maxRow(false)
-	maxRow(true)
+	maxRow()
 	for _, stride := range []int{1, 2} {
 		for rows := 1; rows <= 3; rows++ {
 			depthwise(stride, rows)
