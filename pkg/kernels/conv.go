@@ -71,14 +71,7 @@ func im2col2DRange(g *ConvGeom, x, col []float32, r0, r1 int) {
 		row := col[r*os : (r+1)*os]
 		// Output columns ox in [lo, hi) read inside the input row.
 		off := kx*dw - pw
-		lo := 0
-		if off < 0 {
-			lo = (-off + sw - 1) / sw
-		}
-		hi := 0
-		if iw-off > 0 {
-			hi = min(ow, (iw-off+sw-1)/sw)
-		}
+		lo, hi := insideColumns(off, iw, ow, sw)
 		lo = min(lo, hi)
 		for oy := 0; oy < oh; oy++ {
 			y := oy*sh - ph + ky*dh
@@ -101,6 +94,18 @@ func im2col2DRange(g *ConvGeom, x, col []float32, r0, r1 int) {
 			}
 		}
 	}
+}
+
+// insideColumns returns the output columns [lo, hi) of a row of ow outputs
+// (column stride sw) whose input column ox·sw + off lies inside [0, iw).
+func insideColumns(off, iw, ow, sw int) (lo, hi int) {
+	if off < 0 {
+		lo = (-off + sw - 1) / sw
+	}
+	if iw-off > 0 {
+		hi = min(ow, (iw-off+sw-1)/sw)
+	}
+	return lo, hi
 }
 
 // Im2colParallel is Im2col with the rows of the column matrix split over

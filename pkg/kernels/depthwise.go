@@ -46,14 +46,7 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 				for kx := 0; kx < kw; kx++ {
 					wv := wc[ky*kw+kx]
 					off := kx*dw - pw
-					lo := 0
-					if off < 0 {
-						lo = (-off + sw - 1) / sw
-					}
-					hi := 0
-					if iw-off > 0 {
-						hi = min(ow, (iw-off+sw-1)/sw)
-					}
+					lo, hi := insideColumns(off, iw, ow, sw)
 					if lo >= hi {
 						continue
 					}
