@@ -181,7 +181,7 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 			residual = in[len(in)-1]
 			in = in[:len(in)-1]
 		}
-		if slices.ContainsFunc(inner, rc.wants) || residual != nil && !residualFits(residual, in[0], in[1]) {
+		if slices.ContainsFunc(inner, rc.wants) || residual != nil && !residualFits(residual, in[0], in[1], attrs) {
 			return unfused.run(rc, in, residual)
 		}
 		var bias *tensor.Tensor
@@ -197,11 +197,15 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 }
 
 // residualFits reports whether a residual can be added in the epilogue:
-// a float tensor of the convolution's output shape (the Add would not
-// broadcast). The output shape is checked again by convKernel.run.
-func residualFits(r, x, w *tensor.Tensor) bool {
-	return r.DType == tensor.Float && x.DType == tensor.Float && len(r.Shape) == len(x.Shape) && len(r.Shape) >= 3 &&
-		len(w.Shape) >= 1 && r.Shape[0] == x.Shape[0] && r.Shape[1] == w.Shape[0]
+// a float tensor of exactly the convolution's output shape (the Add does
+// not broadcast it). Inputs the Conv rejects fall to the unfused path,
+// which reports them.
+func residualFits(r, x, w *tensor.Tensor, a *convAttrs) bool {
+	if r.DType != tensor.Float || len(x.Shape) < 3 || len(w.Shape) != len(x.Shape) || !slices.Equal(r.Shape[:min(2, len(r.Shape))], []int{x.Shape[0], w.Shape[0]}) {
+		return false
+	}
+	g, _, err := a.geometry(x.Shape[2:], w.Shape[2:])
+	return err == nil && slices.Equal(r.Shape[2:], g.Out)
 }
 
 // unfusedChain runs a chain's nodes one by one: when a run taps a value

@@ -40,8 +40,10 @@ func convBNReluModel(group int64) *testmodels.Builder {
 // comes after the Add's other operand in the node order, so the Add fuses
 // into the skip Conv instead; with broadcast the skip path has one
 // channel and the Add broadcasts (not fusible in the epilogue: the fused
-// step must fall back to the nodes).
-func residualModel(skipFirst, skipLate, broadcast bool) *testmodels.Builder {
+// step must fall back to the nodes); with pooled the skip path is one
+// value per channel (a window over the whole image), broadcast over the
+// positions.
+func residualModel(skipFirst, skipLate, broadcast, pooled bool) *testmodels.Builder {
 	b := testmodels.New("residual", 17)
 	b.Input("x", tensor.Float, 2, 4, 9, 11)
 	b.Output("y", tensor.Float, 2, 8, 9, 11)
@@ -49,7 +51,11 @@ func residualModel(skipFirst, skipLate, broadcast bool) *testmodels.Builder {
 	if broadcast {
 		skipCh = 1
 	}
-	b.RandomInit("ws", 0.5, skipCh, 4, 1, 1)
+	if pooled {
+		b.RandomInit("ws", 0.5, skipCh, 4, 9, 11)
+	} else {
+		b.RandomInit("ws", 0.5, skipCh, 4, 1, 1)
+	}
 	b.RandomInit("w1", 0.5, 8, 4, 3, 3)
 	b.RandomInit("b1", 0.5, 8)
 	b.RandomInit("scale", 1, 8)
@@ -86,11 +92,12 @@ func TestConvFusion(t *testing.T) {
 	}{
 		{"group=1", convBNReluModel(1), 2, []string{"c1", "n1", "r1", "c2", "y"}},
 		{"group=8", convBNReluModel(8), 2, []string{"c1", "n1", "r1", "c2", "y"}},
-		{"residual", residualModel(false, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
-		{"residual-first", residualModel(true, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual", residualModel(false, false, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual-first", residualModel(true, false, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
 		// conv1+bn1, then skip+Add+Relu with n1 as the residual.
-		{"residual-late", residualModel(false, true, false), 2, []string{"s", "c1", "n1", "a", "y"}},
-		{"residual-broadcast", residualModel(false, false, true), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual-late", residualModel(false, true, false, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual-broadcast", residualModel(false, false, true, false), 2, []string{"s", "c1", "n1", "a", "y"}},
+		{"residual-pooled", residualModel(false, false, false, true), 2, []string{"s", "c1", "n1", "a", "y"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := onnxgraph.LoadBytes(tc.model.Bytes(), "")
