@@ -247,6 +247,10 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				packBConv(cb, pc, col0+jc, kc, nc, nr, bufs.b)
 			} else if !direct {
 				packB(transB, b, ldb, pc, jc, kc, nc, nr, bufs.b)
+			} else if full := nc / nr * nr; full < nc {
+				// Only a short last panel is packed, once for all row
+				// blocks.
+				packB(false, b, ldb, pc, jc+full, kc, nc-full, nr, bufs.b)
 			}
 			accumulate := pc > 0 || beta != 0
 			last := pc+kc == k
@@ -269,8 +273,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 					case direct && cols == nr:
 						brow = b[pc*ldb+jc+jr : (pc+kc-1)*ldb+jc+jr+nr]
 					case direct:
-						packB(false, b, ldb, pc, jc+jr, kc, cols, nr, bufs.b)
-						bp = &bufs.b[0]
+						bp = &bufs.b[0] // packed before the row blocks
 					default:
 						bp = &bpack[jr*kc]
 					}
