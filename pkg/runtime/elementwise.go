@@ -455,24 +455,11 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 
 // unaryFloat maps a float32 function over a float tensor.
 func unaryFloat(f func(x float32) float32) kernel {
-	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		x, ok := in[0].Data.([]float32)
-		if !ok {
-			return nil, fmt.Errorf("type %s is not supported (float only)", in[0].DType)
+	return unaryFloatRows(func(dst, src []float32) {
+		for i, v := range src {
+			dst[i] = f(v)
 		}
-		out := rc.newFloatOut(in[0].Shape...)
-		o := out.Float32s()
-		threads := 1
-		if rc != nil {
-			threads = rc.threads
-		}
-		kernels.Parallel(threads, len(x), parGrain, func(lo, hi int) {
-			for i, v := range x[lo:hi] {
-				o[lo+i] = f(v)
-			}
-		})
-		return []*tensor.Tensor{out}, nil
-	}
+	})
 }
 
 // unaryFloatRows is unaryFloat with a row kernel f(dst, src) applied to
