@@ -117,25 +117,13 @@ func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32,
 		// Split the columns: each thread packs its own part of B.
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
-			var bb []float32
-			if transB {
-				bb = b[j0*ldb:]
-			} else {
-				bb = b[j0:]
-			}
-			gemmBlocked(arch, transA, transB, m, j1-j0, k, alpha, a, lda, bb, ldb, beta, c[j0:], ldc)
+			gemmBlocked(arch, transA, transB, m, j1-j0, k, alpha, a, lda, colsFrom(b, transB, j0, ldb), ldb, beta, c[j0:], ldc)
 		})
 		return
 	}
 	Parallel(threads, mt, 1, func(lo, hi int) {
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
-		var aa []float32
-		if transA {
-			aa = a[i0:]
-		} else {
-			aa = a[i0*lda:]
-		}
-		gemmBlocked(arch, transA, transB, i1-i0, n, k, alpha, aa, lda, b, ldb, beta, c[i0*ldc:], ldc)
+		gemmBlocked(arch, transA, transB, i1-i0, n, k, alpha, rowsFrom(a, transA, i0, lda), lda, b, ldb, beta, c[i0*ldc:], ldc)
 	})
 }
 
@@ -425,12 +413,8 @@ func sgemmPacked(threads int, pa *PackedA, cb *convB, n int, transB bool, b []fl
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
 			var bb []float32
-			switch {
-			case cb != nil:
-			case transB:
-				bb = b[j0*ldb:]
-			default:
-				bb = b[j0:]
+			if cb == nil {
+				bb = colsFrom(b, transB, j0, ldb)
 			}
 			gemmBlockedEp(arch, pa, nil, cb, 0, j0, ep, false, transB, m, j1-j0, k, 1, nil, 0, bb, ldb, beta, c[j0:], ldc)
 		})
@@ -504,15 +488,21 @@ func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, l
 	}
 	Parallel(threads, mt, 1, func(lo, hi int) {
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
-		var aa []float32
-		if transA {
-			aa = a[i0:]
-		} else {
-			aa = a[i0*lda:]
-		}
-		gemmBlockedEp(arch, nil, pb, nil, i0, 0, ep, transA, false, i1-i0, n, k, alpha, aa, lda, nil, 0, beta, c[i0*ldc:], ldc)
+		gemmBlockedEp(arch, nil, pb, nil, i0, 0, ep, transA, false, i1-i0, n, k, alpha, rowsFrom(a, transA, i0, lda), lda, nil, 0, beta, c[i0*ldc:], ldc)
 	})
 }
+
+// rowsFrom is op(A) from row i on, for A stored with leading dimension
+// ld (transposed: A's columns are op(A)'s rows).
+func rowsFrom(a []float32, trans bool, i, ld int) []float32 {
+	if trans {
+		return a[i:]
+	}
+	return a[i*ld:]
+}
+
+// colsFrom is op(B) from column j on.
+func colsFrom(b []float32, trans bool, j, ld int) []float32 { return rowsFrom(b, !trans, j, ld) }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
