@@ -147,6 +147,18 @@ func gemmTrivial(m, n, k int, alpha, beta float32, c []float32, ldc int, ep *Epi
 // gemmMinWork is the number of multiply-adds per thread worth a hand-off.
 const gemmMinWork = 1 << 15
 
+// kernelRows is the height of the micro-kernel that computes a panel of
+// rows rows: the smallest of arch.rows that covers them.
+func (arch *gemmArch) kernelRows(rows int) int {
+	kr := rows
+	for _, r := range arch.rows {
+		if r >= rows {
+			kr = r
+		}
+	}
+	return kr
+}
+
 // gemmSplit returns the threads an m×n×k product is worth (1 when it has
 // a single panel) and its row and column panel counts.
 func gemmSplit(arch *gemmArch, threads, m, n, k int) (int, int, int) {
@@ -251,7 +263,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				if pa != nil {
 					apack = pa.block(pc, row0+ic)
 				} else {
-					packA(transA, a, lda, ic, pc, mc, kc, mr, alpha, bufs.a)
+					packA(transA, a, lda, ic, pc, mc, kc, mr, arch.kernelRows(mc%mr), alpha, bufs.a)
 				}
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
@@ -267,12 +279,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 					}
 					for ir := 0; ir < mc; ir += mr {
 						rows := min(mr, mc-ir)
-						kr := rows
-						for _, r := range arch.rows {
-							if r >= rows {
-								kr = r
-							}
-						}
+						kr := arch.kernelRows(rows)
 						ap := &apack[ir*kc]
 						ci := (ic+ir)*ldc + jc + jr
 						if brow != nil && kr == rows {
@@ -339,7 +346,7 @@ func PackA(transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA 
 	p := &PackedA{arch: arch, m: m, k: k, data: make([]float32, mp*k)}
 	for pc := 0; pc < k; pc += arch.kc {
 		kc := min(arch.kc, k-pc)
-		packA(transA, a, lda, 0, pc, m, kc, arch.mr, alpha, p.data[pc*mp:])
+		packA(transA, a, lda, 0, pc, m, kc, arch.mr, arch.mr, alpha, p.data[pc*mp:])
 	}
 	return p
 }
@@ -361,7 +368,7 @@ func packAParallel(threads int, arch *gemmArch, transA bool, m, k int, alpha flo
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
 		for pc := 0; pc < k; pc += arch.kc {
 			kc := min(arch.kc, k-pc)
-			packA(transA, a, lda, i0, pc, i1-i0, kc, arch.mr, alpha, p.data[pc*mp+i0*kc:])
+			packA(transA, a, lda, i0, pc, i1-i0, kc, arch.mr, arch.mr, alpha, p.data[pc*mp+i0*kc:])
 		}
 	})
 	return p
@@ -507,9 +514,11 @@ func colsFrom(b []float32, trans bool, j, ld int) []float32 { return rowsFrom(b,
 func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
 // packA copies the mc×kc block of alpha·op(A) at (ic, pc) into panels of
-// mr rows: panel r holds element (ic+r·mr+i, pc+p) at r·mr·kc + p·mr + i,
-// with rows past mc zero.
-func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr int, alpha float32, dst []float32) {
+// mr rows: panel r holds element (ic+r·mr+i, pc+p) at r·mr·kc + p·mr + i.
+// A short last panel's rows past mc are zero up to height, the rows its
+// micro-kernel reads; the rest are left as they were (a one-row product
+// would otherwise clear eleven rows for every row it packs).
+func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr, height int, alpha float32, dst []float32) {
 	for r := 0; r*mr < mc; r++ {
 		panel := dst[r*mr*kc : (r+1)*mr*kc]
 		rows := min(mr, mc-r*mr)
@@ -525,7 +534,7 @@ func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr int, alpha float32, 
 						d[i] = alpha * v
 					}
 				}
-				clear(d[rows:])
+				clear(d[rows:max(rows, height)])
 			}
 			continue
 		}
@@ -544,7 +553,7 @@ func packA(trans bool, a []float32, lda, ic, pc, mc, kc, mr int, alpha float32, 
 				}
 			}
 		}
-		for i := rows; i < mr; i++ {
+		for i := rows; i < height; i++ {
 			for p := 0; p < kc; p++ {
 				panel[p*mr+i] = 0
 			}

@@ -164,7 +164,7 @@ func BenchmarkPack(b *testing.B) {
 		b.SetBytes(4 * n * n)
 		for b.Loop() {
 			for ic := 0; ic < n; ic += arch.mc {
-				packA(false, src, n, ic, 0, min(arch.mc, n-ic), n, arch.mr, 1, dst)
+				packA(false, src, n, ic, 0, min(arch.mc, n-ic), n, arch.mr, arch.mr, 1, dst)
 			}
 		}
 	})

@@ -145,19 +145,20 @@ func checkInput(v *onnxgraph.Value, t *tensor.Tensor, symbols map[string]int) (*
 			}
 			return "shape [" + strings.Join(parts, " ") + "]"
 		}
-		given := fmt.Sprintf("shape %v", t.Shape)
+		// Formatted only on failure: a run checks every input.
+		given := func() string { return fmt.Sprintf("shape %v", t.Shape) }
 		if len(dims) != len(t.Shape) {
-			return nil, &InputError{Input: v.Name, Expected: expected(), Given: given}
+			return nil, &InputError{Input: v.Name, Expected: expected(), Given: given()}
 		}
 		for i, d := range dims {
 			switch {
 			case d.Size >= 0 && d.Param == "":
 				if int(d.Size) != t.Shape[i] {
-					return nil, &InputError{Input: v.Name, Expected: expected(), Given: given}
+					return nil, &InputError{Input: v.Name, Expected: expected(), Given: given()}
 				}
 			case d.Param != "":
 				if prev, ok := symbols[d.Param]; ok && prev != t.Shape[i] {
-					return nil, &InputError{Input: v.Name, Expected: fmt.Sprintf("%s with %s = %d (as bound by an earlier input)", expected(), d.Param, prev), Given: given}
+					return nil, &InputError{Input: v.Name, Expected: fmt.Sprintf("%s with %s = %d (as bound by an earlier input)", expected(), d.Param, prev), Given: given()}
 				}
 				symbols[d.Param] = t.Shape[i]
 			}

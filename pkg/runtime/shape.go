@@ -288,19 +288,19 @@ func buildConcat(b *builder) (kernel, error) {
 		return nil, fmt.Errorf("attribute axis is required")
 	}
 	axis := b.int("axis", 1)
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		var parts []*tensor.Tensor
 		for _, t := range in {
 			if t != nil {
 				parts = append(parts, t)
 			}
 		}
-		out, err := concat(parts, axis)
+		out, err := concat(rc, parts, axis)
 		return one(out), err
 	}, nil
 }
 
-func concat(parts []*tensor.Tensor, axis int64) (*tensor.Tensor, error) {
+func concat(rc *runCtx, parts []*tensor.Tensor, axis int64) (*tensor.Tensor, error) {
 	if len(parts) == 0 {
 		return nil, fmt.Errorf("no inputs")
 	}
@@ -323,7 +323,12 @@ func concat(parts []*tensor.Tensor, axis int64) (*tensor.Tensor, error) {
 		}
 		os[ax] += p.Shape[ax]
 	}
-	out := tensor.New(first.DType, os...)
+	var out *tensor.Tensor
+	if first.DType == tensor.Float {
+		out = rc.newFloatOut(os...) // every element is copied in below
+	} else {
+		out = tensor.New(first.DType, os...)
+	}
 	outer := tensor.NumElements(os[:ax])
 	inner := tensor.NumElements(os[ax+1:])
 	orow := os[ax] * inner

@@ -126,6 +126,7 @@ func identityKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 // buildDropout is the inference form: the output is the input and the
 // mask, when asked for, is all true.
 func buildDropout(b *builder) (kernel, error) {
+	wantMask := len(b.n.Outputs) > 1 && b.n.Outputs[1] != nil
 	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		if len(in) > 2 && in[2] != nil {
 			if m, ok := in[2].Data.([]bool); ok && len(m) == 1 && m[0] {
@@ -142,6 +143,9 @@ func buildDropout(b *builder) (kernel, error) {
 					return nil, fmt.Errorf("training_mode=true with ratio %g is not supported (random)", ratio)
 				}
 			}
+		}
+		if !wantMask {
+			return one(in[0]), nil
 		}
 		mask := tensor.New(tensor.Bool, in[0].Shape...)
 		for i := range mask.Data.([]bool) {
