@@ -45,6 +45,24 @@ var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc:
 	},
 	tileSEp: func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512SEp(kc, a, b, ldb, c, ldc, flag(accumulate), bst, flag(relu))
+	},
+	tileI: func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
+		acc := flag(accumulate)
+		switch rows {
+		case 12:
+			gemm12x32AVX512I(kc, a, b, offs, c, ldc, acc)
+		case 8:
+			gemm8x32AVX512I(kc, a, b, offs, c, ldc, acc)
+		case 4:
+			gemm4x32AVX512I(kc, a, b, offs, c, ldc, acc)
+		case 2:
+			gemm2x32AVX512I(kc, a, b, offs, c, ldc, acc)
+		default:
+			gemm1x32AVX512I(kc, a, b, offs, c, ldc, acc)
+		}
+	},
+	tileIEp: func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
+		gemm12x32AVX512IEp(kc, a, b, offs, c, ldc, flag(accumulate), bst, flag(relu))
 	}}
 
 var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024, rows: []int{6, 4, 2, 1},

@@ -40,6 +40,24 @@ func gemm1x32AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc in
 // gemm12x32AVX512SEp computes a 12×32 tile of C from a packed A panel and rows of B (A row stride 12).
 func gemm12x32AVX512SEp(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int, bst *float32, relu int)
 
+// gemm12x32AVX512I computes a 12×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
+func gemm12x32AVX512I(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int)
+
+// gemm8x32AVX512I computes a 8×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
+func gemm8x32AVX512I(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int)
+
+// gemm4x32AVX512I computes a 4×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
+func gemm4x32AVX512I(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int)
+
+// gemm2x32AVX512I computes a 2×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
+func gemm2x32AVX512I(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int)
+
+// gemm1x32AVX512I computes a 1×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
+func gemm1x32AVX512I(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int)
+
+// gemm12x32AVX512IEp computes a 12×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
+func gemm12x32AVX512IEp(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int, bst *float32, relu int)
+
 // fmaPeakAVX512 runs n iterations of independent FMA chains to measure peak FMA throughput.
 func fmaPeakAVX512(n int, out *float32)
 

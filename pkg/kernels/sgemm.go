@@ -28,6 +28,10 @@ type gemmArch struct {
 	// the same values, so the same results bit for bit.
 	tileS   func(rows, kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool)
 	tileSEp func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
+	// tileI and tileIEp (may be nil), when set, are tile and tileEp
+	// reading step p's nr floats of B at b + offs[p] (wideConv).
+	tileI   func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool)
+	tileIEp func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
 }
 
 // unpackedB makes products with a row-major B read its full panels in
@@ -36,9 +40,26 @@ type gemmArch struct {
 // compare both ways.
 var unpackedB = true
 
+// wideConvs makes SgemmConv compute the stride-1 convolutions that
+// widePitch accepts by wide columns (sgemmWide). Tests turn it off to
+// compare both ways.
+var wideConvs = true
+
 // goArch is the portable micro-kernel (the noasm build and CPUs without
 // AVX2/FMA).
-var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile}
+var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile, tileI: goTileI}
+
+// goTileI is goTile reading step p's B row at b + offs[p]: it gathers the
+// rows into a panel and runs goTile on it.
+func goTileI(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
+	const nr = 8
+	var panel [256 * nr]float32
+	os := unsafe.Slice(offs, kc)
+	for p, o := range os {
+		*(*[nr]float32)(panel[p*nr:]) = *(*[nr]float32)(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(b), 4*o)), nr))
+	}
+	goTile(rows, kc, a, &panel[0], c, ldc, accumulate)
+}
 
 // goTile is the portable micro-kernel on 4×8 tiles.
 func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
@@ -52,14 +73,14 @@ func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
 		for i := 0; i < rows; i++ {
 			av := ap[i]
 			r := &acc[i]
-			r[0] += av * bp[0]
-			r[1] += av * bp[1]
-			r[2] += av * bp[2]
-			r[3] += av * bp[3]
-			r[4] += av * bp[4]
-			r[5] += av * bp[5]
-			r[6] += av * bp[6]
-			r[7] += av * bp[7]
+			// One statement for every lane: the compiler picks the
+			// operand order of each addition, which decides the payload
+			// when both are NaN, and an unrolled lane may get another
+			// order than its neighbours. A column's result must not
+			// depend on its lane (wideConv's panels start elsewhere).
+			for j, bv := range bp {
+				r[j] += av * bv
+			}
 		}
 	}
 	cs := unsafe.Slice(c, (rows-1)*ldc+nr)
@@ -398,6 +419,10 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // same values as panels packed from Im2col's output, so C is bit-identical
 // to SgemmPacked on that output.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
+	if pitch, ok := widePitch(g); ok && pa.arch.tileI != nil && wideConvs {
+		sgemmWide(threads, pa, g, pitch, x, c, ldc, ep)
+		return
+	}
 	cb, release := newConvB(g, pa.k/g.KernelSize(), x)
 	defer release()
 	sgemmPacked(threads, pa, cb, g.OutSize(), false, nil, 0, 0, c, ldc, ep)

@@ -44,14 +44,16 @@ func main() {
 	ConstraintExpr("!noasm,amd64")
 	for _, s := range []isa{avx512, avx2} {
 		for _, r := range s.rows {
-			kernel(s, r, false, false)
+			kernel(s, r, false, packedB)
 		}
-		kernel(s, s.mr, true, false)
+		kernel(s, s.mr, true, packedB)
 		if s.lanes == 16 {
-			for _, r := range s.rows {
-				kernel(s, r, false, true)
+			for _, src := range []bSource{stridedB, indirectB} {
+				for _, r := range s.rows {
+					kernel(s, r, false, src)
+				}
+				kernel(s, s.mr, true, src)
 			}
-			kernel(s, s.mr, true, true)
 		}
 		peak(s)
 	}
@@ -71,42 +73,59 @@ func main() {
 	Generate()
 }
 
+// bSource is where a micro-kernel reads B's steps from.
+type bSource int
+
+const (
+	packedB   bSource = iota // consecutive NR-float panel rows
+	stridedB                 // rows of a row-major B, ldb apart
+	indirectB                // rows at per-step offsets from b
+)
+
 // kernel generates one micro-kernel. With ep, the kernel (suffix Ep)
 // takes bst, rows triples (b, s, t), and relu, and stores
 // ((v + b)·s) + t for each final value v of row i, then zeroes results ≤ 0
 // when relu is non-zero: pkg/kernels' row epilogue, with the same three
 // roundings, applied in registers instead of in a second pass over C.
-// With strided (suffix S), B is not packed: step p reads NR consecutive
-// floats of row p of a row-major B at b + p·ldb, the same values a packed
-// panel holds, so the result is the same bit for bit.
-func kernel(s isa, rows int, ep, strided bool) {
+// With stridedB (suffix S), B is not packed: step p reads NR consecutive
+// floats of row p of a row-major B at b + p·ldb. With indirectB (suffix
+// I), step p reads them at b + offs[p]: the rows of a convolution's column
+// matrix are shifted windows of one padded image. Either way the floats
+// are those a packed panel holds, so the result is the same bit for bit.
+func kernel(s isa, rows int, ep bool, src bSource) {
 	nr := s.lanes * s.vecs
 	name := fmt.Sprintf("gemm%dx%d%s", rows, nr, s.name)
 	sig := "func(kc int, a, b, c *float32, ldc int, accumulate int)"
-	if strided {
+	from := "packed panels"
+	switch src {
+	case stridedB:
 		name += "S"
 		sig = "func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate int)"
+		from = "a packed A panel and rows of B"
+	case indirectB:
+		name += "I"
+		sig = "func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate int)"
+		from = "a packed A panel and rows of B at offsets from b"
 	}
 	if ep {
 		name += "Ep"
 		sig = strings.TrimSuffix(sig, ")") + ", bst *float32, relu int)"
 	}
 	TEXT(name, NOSPLIT, sig)
-	from := "packed panels"
-	if strided {
-		from = "a packed A panel and rows of B"
-	}
 	Doc(fmt.Sprintf("%s computes a %d×%d tile of C from %s (A row stride %d).", name, rows, nr, from, s.mr))
 	lbl := func(l string) string {
-		return fmt.Sprintf("%s%d%s%s_%s", s.name, rows, map[bool]string{true: "s"}[strided], map[bool]string{true: "ep"}[ep], l)
+		return fmt.Sprintf("%s%d%s%s_%s", s.name, rows, [...]string{"", "s", "i"}[src], map[bool]string{true: "ep"}[ep], l)
 	}
 	kc := Load(Param("kc"), GP64())
 	pa := Load(Param("a"), GP64())
 	pb := Load(Param("b"), GP64())
-	var ldb Register
-	if strided {
+	var ldb, offs Register
+	switch src {
+	case stridedB:
 		ldb = Load(Param("ldb"), GP64())
 		SHLQ(U8(2), ldb)
+	case indirectB:
+		offs = Load(Param("offs"), GP64())
 	}
 	acc := make([][]VecVirtual, rows)
 	for i := range acc {
@@ -125,14 +144,22 @@ func kernel(s isa, rows int, ep, strided bool) {
 		bc = s.vec()
 	}
 	step := func(off int) {
+		var row Register
+		if src == indirectB {
+			row = GP64()
+			MOVQ(Mem{Base: offs, Disp: 8 * off}, row)
+		}
 		for v := range bv {
-			if strided {
+			switch src {
+			case stridedB:
 				VMOVUPS(Mem{Base: pb, Disp: 4 * v * s.lanes}, bv[v])
-			} else {
+			case indirectB:
+				VMOVUPS(Mem{Base: pb, Index: row, Scale: 4, Disp: 4 * v * s.lanes}, bv[v])
+			default:
 				VMOVUPS(Mem{Base: pb, Disp: 4 * (off*nr + v*s.lanes)}, bv[v])
 			}
 		}
-		if strided {
+		if src == stridedB {
 			ADDQ(ldb, pb)
 		}
 		for i := 0; i < rows; i++ {
@@ -157,8 +184,11 @@ func kernel(s isa, rows int, ep, strided bool) {
 		step(u)
 	}
 	ADDQ(U32(4*unroll*s.mr), pa)
-	if !strided {
+	switch src {
+	case packedB:
 		ADDQ(U32(4*unroll*nr), pb)
+	case indirectB:
+		ADDQ(U8(8*unroll), offs)
 	}
 	SUBQ(U8(unroll), kc)
 	JMP(LabelRef(lbl("loop4")))
@@ -167,8 +197,11 @@ func kernel(s isa, rows int, ep, strided bool) {
 	JZ(LabelRef(lbl("store")))
 	step(0)
 	ADDQ(U32(4*s.mr), pa)
-	if !strided {
+	switch src {
+	case packedB:
 		ADDQ(U32(4*nr), pb)
+	case indirectB:
+		ADDQ(U8(8), offs)
 	}
 	DECQ(kc)
 	JMP(LabelRef(lbl("tail")))
