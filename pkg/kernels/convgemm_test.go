@@ -31,7 +31,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		oh := (tc.ih+tc.p+tc.pe-(tc.kh-1)*tc.d-1)/tc.s + 1
 		ow := (tc.iw+tc.p+tc.pe-(tc.kw-1)*tc.d-1)/tc.s + 1
 		g := &ConvGeom{In: []int{tc.ih, tc.iw}, Kernel: []int{tc.kh, tc.kw}, Strides: []int{tc.s, tc.s}, Dilations: []int{tc.d, tc.d}, PadBegin: []int{tc.p, tc.p}, Out: []int{oh, ow}}
-		if _, ok := widePitch(g); ok {
+		if _, ok := widePitch(g, tc.m); ok {
 			wide++
 		}
 		for _, arch := range gemmArches() {

@@ -26,20 +26,25 @@ type wideConv struct {
 	offs         []int
 }
 
-// wideConvMaxWaste bounds the share of computed columns that are dropped:
-// pitch ≤ ow·(1 + wideConvMaxWaste).
-const wideConvMaxWaste = 0.3
+// wideConvWasteRows bounds the dropped columns' cost against the packing
+// they save. A dropped column costs m·k multiply-adds, 1/16 of a cycle
+// each in the AVX-512 kernels; packing a column moves k floats at about 2
+// cycles each (packRuns on the short runs of small images). So wide
+// columns pay while waste·m/16 < 2, waste = (pitch − ow)/ow.
+const wideConvWasteRows = 32
 
-// widePitch returns the row pitch of g's padded copy, and whether g is a
-// 2-D stride-1 convolution worth computing by wide columns.
-func widePitch(g *ConvGeom) (int, bool) {
+// widePitch returns the row pitch of g's padded copy, and whether g, with
+// m output channels, is a 2-D stride-1 convolution worth computing by wide
+// columns.
+func widePitch(g *ConvGeom, m int) (int, bool) {
 	if len(g.In) != 2 || g.Strides[0] != 1 || g.Strides[1] != 1 {
 		return 0, false
 	}
 	iw, ow, kw, dw, padL := g.In[1], g.Out[1], g.Kernel[1], g.Dilations[1], g.PadBegin[1]
 	padR := ow + (kw-1)*dw - padL - iw
 	pitch := iw + max(padL, padR, 0)
-	return pitch, float64(pitch) <= float64(ow)*(1+wideConvMaxWaste)
+	waste := float64(pitch-ow) / float64(ow)
+	return pitch, waste <= 1 && waste*float64(m) <= wideConvWasteRows
 }
 
 var widePool = sync.Pool{New: func() any { return new(wideBufs) }}

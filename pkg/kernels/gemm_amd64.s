@@ -5691,6 +5691,114 @@ maxRowAVX2_done:
 	VZEROUPPER
 	RET
 
+// func maxPoolS2AVX512(x *float32, ldx int, rows int, taps int, n int, y *float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·maxPoolS2AVX512(SB), NOSPLIT, $0-48
+	MOVQ      x+0(FP), AX
+	MOVQ      ldx+8(FP), CX
+	SHLQ      $0x02, CX
+	MOVQ      rows+16(FP), DX
+	MOVQ      taps+24(FP), BX
+	MOVQ      n+32(FP), SI
+	MOVQ      y+40(FP), DI
+	VMOVDQU32 maxPoolEvenIdx<>+0(SB), Z0
+	VMOVDQU32 maxPoolOddIdx<>+0(SB), Z1
+
+maxPoolS2AVX512_block:
+	TESTQ     SI, SI
+	JZ        maxPoolS2AVX512_done
+	MOVQ      AX, R8
+	MOVQ      DX, R9
+	VMOVUPS   (R8), Z2
+	VMOVUPS   64(R8), Z3
+	VPERMT2PS Z3, Z0, Z2
+	VMOVUPS   (R8), Z3
+	VMOVUPS   64(R8), Z4
+	VPERMT2PS Z4, Z1, Z3
+	VMAXPS    Z2, Z3, Z2
+	CMPQ      BX, $0x03
+	JNE       maxPoolS2AVX512_row0done
+	VMOVUPS   8(R8), Z3
+	VMOVUPS   72(R8), Z4
+	VPERMT2PS Z4, Z0, Z3
+	VMAXPS    Z2, Z3, Z2
+
+maxPoolS2AVX512_row0done:
+maxPoolS2AVX512_rows:
+	DECQ      R9
+	JZ        maxPoolS2AVX512_store
+	ADDQ      CX, R8
+	VMOVUPS   (R8), Z3
+	VMOVUPS   64(R8), Z4
+	VPERMT2PS Z4, Z0, Z3
+	VMAXPS    Z2, Z3, Z2
+	VMOVUPS   (R8), Z3
+	VMOVUPS   64(R8), Z4
+	VPERMT2PS Z4, Z1, Z3
+	VMAXPS    Z2, Z3, Z2
+	CMPQ      BX, $0x03
+	JNE       maxPoolS2AVX512_rows
+	VMOVUPS   8(R8), Z3
+	VMOVUPS   72(R8), Z4
+	VPERMT2PS Z4, Z0, Z3
+	VMAXPS    Z2, Z3, Z2
+	JMP       maxPoolS2AVX512_rows
+
+maxPoolS2AVX512_store:
+	CMPQ    SI, $0x10
+	JL      maxPoolS2AVX512_tail
+	VMOVUPS Z2, (DI)
+	ADDQ    $0x80, AX
+	ADDQ    $0x40, DI
+	SUBQ    $0x10, SI
+	JMP     maxPoolS2AVX512_block
+
+maxPoolS2AVX512_tail:
+	MOVQ    $0x0000ffff, AX
+	BZHIQ   SI, AX, AX
+	KMOVW   AX, K1
+	VMOVUPS Z2, K1, (DI)
+
+maxPoolS2AVX512_done:
+	VZEROUPPER
+	RET
+
+DATA maxPoolEvenIdx<>+0(SB)/4, $0x00000000
+DATA maxPoolEvenIdx<>+4(SB)/4, $0x00000002
+DATA maxPoolEvenIdx<>+8(SB)/4, $0x00000004
+DATA maxPoolEvenIdx<>+12(SB)/4, $0x00000006
+DATA maxPoolEvenIdx<>+16(SB)/4, $0x00000008
+DATA maxPoolEvenIdx<>+20(SB)/4, $0x0000000a
+DATA maxPoolEvenIdx<>+24(SB)/4, $0x0000000c
+DATA maxPoolEvenIdx<>+28(SB)/4, $0x0000000e
+DATA maxPoolEvenIdx<>+32(SB)/4, $0x00000010
+DATA maxPoolEvenIdx<>+36(SB)/4, $0x00000012
+DATA maxPoolEvenIdx<>+40(SB)/4, $0x00000014
+DATA maxPoolEvenIdx<>+44(SB)/4, $0x00000016
+DATA maxPoolEvenIdx<>+48(SB)/4, $0x00000018
+DATA maxPoolEvenIdx<>+52(SB)/4, $0x0000001a
+DATA maxPoolEvenIdx<>+56(SB)/4, $0x0000001c
+DATA maxPoolEvenIdx<>+60(SB)/4, $0x0000001e
+GLOBL maxPoolEvenIdx<>(SB), RODATA|NOPTR, $64
+
+DATA maxPoolOddIdx<>+0(SB)/4, $0x00000001
+DATA maxPoolOddIdx<>+4(SB)/4, $0x00000003
+DATA maxPoolOddIdx<>+8(SB)/4, $0x00000005
+DATA maxPoolOddIdx<>+12(SB)/4, $0x00000007
+DATA maxPoolOddIdx<>+16(SB)/4, $0x00000009
+DATA maxPoolOddIdx<>+20(SB)/4, $0x0000000b
+DATA maxPoolOddIdx<>+24(SB)/4, $0x0000000d
+DATA maxPoolOddIdx<>+28(SB)/4, $0x0000000f
+DATA maxPoolOddIdx<>+32(SB)/4, $0x00000011
+DATA maxPoolOddIdx<>+36(SB)/4, $0x00000013
+DATA maxPoolOddIdx<>+40(SB)/4, $0x00000015
+DATA maxPoolOddIdx<>+44(SB)/4, $0x00000017
+DATA maxPoolOddIdx<>+48(SB)/4, $0x00000019
+DATA maxPoolOddIdx<>+52(SB)/4, $0x0000001b
+DATA maxPoolOddIdx<>+56(SB)/4, $0x0000001d
+DATA maxPoolOddIdx<>+60(SB)/4, $0x0000001f
+GLOBL maxPoolOddIdx<>(SB), RODATA|NOPTR, $64
+
 // func dw3s1r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 // Requires: AVX
 TEXT ·dw3s1r1AVX2(SB), NOSPLIT, $0-40

@@ -341,6 +341,9 @@ func insideTaps(out, n, k, s, d, pad int) (lo, hi []int) {
 // the same inside taps form bands of up to maxPoolBandLanes/pitch rows.
 func (p *maxPoolPlan) plane(x []float32, base int, yc []float32) {
 	xc := x[base : base+p.ih*p.iw]
+	if p.stride2Rows(x, base, yc) {
+		return
+	}
 	bandRows := max(1, maxPoolBandLanes/max(1, p.pitch))
 	for oy0 := 0; oy0 < p.oh; {
 		lo, hi := p.kyLo[oy0], p.kyHi[oy0]
@@ -367,6 +370,45 @@ func (p *maxPoolPlan) plane(x []float32, base int, yc []float32) {
 		}
 		oy0 = oy1
 	}
+}
+
+// stride2Rows pools the plane at x[base:] into yc row by row when the
+// windows are 2 or 3 columns wide at column stride 2 (dilation 1) and the
+// build has maxPoolS2Row: the windows inside the input take it, the
+// others window. It reports false, computing nothing, otherwise.
+func (p *maxPoolPlan) stride2Rows(x []float32, base int, yc []float32) bool {
+	if p.sw != 2 || p.dw != 1 || (p.kw != 2 && p.kw != 3) {
+		return false
+	}
+	// [a, b): the output columns whose windows lie inside the input row.
+	a, b := 0, p.ow
+	for a < b && (p.kxLo[a] != 0 || p.kxHi[a] != p.kw) {
+		a++
+	}
+	for b > a && (p.kxLo[b-1] != 0 || p.kxHi[b-1] != p.kw) {
+		b--
+	}
+	if b-a < 8 || !haveMaxPoolS2 {
+		return false // few vector outputs, or no kernel
+	}
+	xc := x[base : base+p.ih*p.iw]
+	for oy := range p.oh {
+		yr := yc[oy*p.ow : (oy+1)*p.ow]
+		lo, hi := 0, 0 // the columns done by the kernel
+		if p.kyLo[oy] == 0 && p.kyHi[oy] == p.kh {
+			at := base + (oy*p.sh-p.ph)*p.iw + 2*a - p.pw
+			if maxPoolS2Row(x, at, p.dh*p.iw, p.kh, p.kw, b-a, yr[a:b]) {
+				lo, hi = a, b
+			}
+		}
+		for ox := range lo {
+			yr[ox] = p.window(xc, oy, ox)
+		}
+		for ox := hi; ox < p.ow; ox++ {
+			yr[ox] = p.window(xc, oy, ox)
+		}
+	}
+	return true
 }
 
 // window folds the inside positions of one output's window of plane xc

@@ -94,7 +94,9 @@ func checkMaxPool2D(t *testing.T, g *ConvGeom, c int, padEnd []int, x []float32)
 
 // TestMaxPool2DRows checks max pooling without argmax bit for bit against
 // the rank-generic definition: column strides 1 to 3 (folded as lanes of
-// contiguous rows), with and without padding, ceil-mode style end padding,
+// contiguous rows, or by maxPoolS2Row for 2 or 3 columns at stride 2,
+// rows of 8 to 100 such windows, the last plane's end included), with and
+// without padding, ceil-mode style end padding,
 // dilations, rows narrower and wider than a vector, bands of several output
 // rows, windows with no inside position, NaN at window starts and inside
 // windows and signed zeros.
@@ -121,6 +123,10 @@ func TestMaxPool2DRows(t *testing.T) {
 		{[]int{9, 12}, []int{2, 2}, []int{2, 2}, []int{1, 1}, []int{2, 1}, []int{0, 0}},
 		{[]int{12, 19}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},
 		{[]int{6, 5}, []int{1, 1}, []int{3, 3}, []int{1, 1}, []int{0, 0}, []int{0, 0}},
+		{[]int{28, 28}, []int{2, 2}, []int{2, 2}, []int{1, 1}, []int{0, 0}, []int{0, 0}},
+		{[]int{14, 70}, []int{3, 3}, []int{2, 2}, []int{2, 1}, []int{1, 1}, []int{1, 0}},
+		{[]int{9, 40}, []int{4, 3}, []int{1, 2}, []int{1, 1}, []int{2, 0}, []int{1, 1}},
+		{[]int{6, 35}, []int{1, 2}, []int{3, 2}, []int{1, 1}, []int{0, 1}, []int{0, 0}},
 	} {
 		t.Run(fmt.Sprint(tc.in, tc.k, tc.s, tc.d, tc.pb, tc.pe), func(t *testing.T) {
 			g := &ConvGeom{In: tc.in, Kernel: tc.k, Strides: tc.s, Dilations: tc.d, PadBegin: tc.pb, Out: make([]int, 2)}

@@ -419,7 +419,7 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // same values as panels packed from Im2col's output, so C is bit-identical
 // to SgemmPacked on that output.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
-	if pitch, ok := widePitch(g); ok && pa.arch.tileI != nil && wideConvs {
+	if pitch, ok := widePitch(g, pa.m); ok && pa.arch.tileI != nil && wideConvs {
 		sgemmWide(threads, pa, g, pitch, x, c, ldc, ep)
 		return
 	}

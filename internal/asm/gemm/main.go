@@ -61,6 +61,7 @@ func main() {
 	epilogue(true)
 	axpy()
 	maxRow()
+	maxPoolS2()
 	for _, stride := range []int{1, 2} {
 		for rows := 1; rows <= 3; rows++ {
 			depthwise(stride, rows)

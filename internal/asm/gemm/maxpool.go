@@ -55,3 +55,98 @@ func maxRow() {
 	VZEROUPPER()
 	RET()
 }
+
+// maxPoolS2 generates maxPoolS2AVX512, a row of stride-2 max pooling with
+// windows of rows × taps (taps 2 or 3, column dilation 1) that lie inside
+// the input: for o < n, window o's tap (ky, kx) is x[ky·ldx + 2·o + kx],
+//
+//	y[o] = fold of the taps in (ky, kx) order, starting at tap (0, 0),
+//	       with acc = v > acc ? v : acc
+//
+// Sixteen outputs at a time: the even and odd columns of 32 loaded floats
+// (and, for 3 taps, the even ones from 2 further on) are separated with
+// VPERMT2PS, so each tap is one vector. A last block of fewer than 16 is
+// stored under a mask; it still reads 34 floats from its start in every
+// row, which the caller keeps inside x.
+func maxPoolS2() {
+	const name = "maxPoolS2AVX512"
+	TEXT(name, NOSPLIT, "func(x *float32, ldx, rows, taps, n int, y *float32)")
+	Doc(fmt.Sprintf("%s computes n outputs of a row of stride-2 max pooling over windows inside the input.", name))
+	even := GLOBL("maxPoolEvenIdx", RODATA|NOPTR)
+	for i := range 16 {
+		DATA(4*i, U32(2*i))
+	}
+	odd := GLOBL("maxPoolOddIdx", RODATA|NOPTR)
+	for i := range 16 {
+		DATA(4*i, U32(2*i+1))
+	}
+	px := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	rows := Load(Param("rows"), GP64())
+	taps := Load(Param("taps"), GP64())
+	n := Load(Param("n"), GP64())
+	py := Load(Param("y"), GP64())
+	ie, io := ZMM(), ZMM()
+	VMOVDQU32(even, ie)
+	VMOVDQU32(odd, io)
+	// tap loads the even (idx ie) or odd columns of the 32 floats at p
+	// into t.
+	tap := func(p Mem, idx, t VecVirtual) {
+		hi := ZMM()
+		VMOVUPS(p, t)
+		p.Disp += 64
+		VMOVUPS(p, hi)
+		VPERMT2PS(hi, idx, t)
+	}
+	Label(name + "_block")
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	acc := ZMM()
+	row := GP64()
+	MOVQ(px, row)
+	k := GP64()
+	MOVQ(rows, k)
+	t := ZMM()
+	// Row 0 starts the fold at tap (0, 0).
+	tap(Mem{Base: row}, ie, acc)
+	tap(Mem{Base: row}, io, t)
+	VMAXPS(acc, t, acc) // acc = t > acc ? t : acc
+	CMPQ(taps, U8(3))
+	JNE(LabelRef(name + "_row0done"))
+	tap(Mem{Base: row, Disp: 8}, ie, t)
+	VMAXPS(acc, t, acc)
+	Label(name + "_row0done")
+	Label(name + "_rows")
+	DECQ(k)
+	JZ(LabelRef(name + "_store"))
+	ADDQ(ldx, row)
+	tap(Mem{Base: row}, ie, t)
+	VMAXPS(acc, t, acc)
+	tap(Mem{Base: row}, io, t)
+	VMAXPS(acc, t, acc)
+	CMPQ(taps, U8(3))
+	JNE(LabelRef(name + "_rows"))
+	tap(Mem{Base: row, Disp: 8}, ie, t)
+	VMAXPS(acc, t, acc)
+	JMP(LabelRef(name + "_rows"))
+	Label(name + "_store")
+	CMPQ(n, U8(16))
+	JL(LabelRef(name + "_tail"))
+	VMOVUPS(acc, Mem{Base: py})
+	ADDQ(U8(128), px)
+	ADDQ(U8(64), py)
+	SUBQ(U8(16), n)
+	JMP(LabelRef(name + "_block"))
+	Label(name + "_tail")
+	// Mask of the n < 16 lanes left.
+	ones, m := GP64(), GP64()
+	MOVQ(U32(0xffff), ones)
+	BZHIQ(n, ones, m) // m = ones with bits n and up cleared
+	kmask := K()
+	KMOVW(m.As32(), kmask)
+	VMOVUPS(acc, kmask, Mem{Base: py})
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
