@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -332,6 +333,20 @@ func concat(rc *runCtx, parts []*tensor.Tensor, axis int64) (*tensor.Tensor, err
 	outer := tensor.NumElements(os[:ax])
 	inner := tensor.NumElements(os[ax+1:])
 	orow := os[ax] * inner
+	if o, ok := out.Data.([]float32); ok {
+		var pieces []floatPiece
+		off := 0
+		for _, p := range parts {
+			prow := p.Shape[ax] * inner
+			src := p.Data.([]float32)
+			for i := 0; i < outer; i++ {
+				pieces = append(pieces, floatPiece{o[i*orow+off : i*orow+off+prow], src[i*prow : (i+1)*prow]})
+			}
+			off += prow
+		}
+		copyPieces(rc, pieces, out.Len())
+		return out, nil
+	}
 	off := 0
 	for _, p := range parts {
 		prow := p.Shape[ax] * inner
@@ -341,6 +356,29 @@ func concat(rc *runCtx, parts []*tensor.Tensor, axis int64) (*tensor.Tensor, err
 		off += prow
 	}
 	return out, nil
+}
+
+// floatPiece is one copy of src into dst (of the same length).
+type floatPiece struct{ dst, src []float32 }
+
+// copyPieces runs the copies, n elements in all, with the elements split
+// evenly over the run's threads: a SqueezeNet Concat copies megabytes,
+// single-threaded it left the other thread waiting.
+func copyPieces(rc *runCtx, pieces []floatPiece, n int) {
+	threads := 1
+	if rc != nil {
+		threads = rc.threads
+	}
+	kernels.Parallel(threads, n, 1<<15, func(lo, hi int) {
+		at := 0
+		for _, p := range pieces {
+			a, b := max(lo, at), min(hi, at+len(p.src))
+			if a < b {
+				copy(p.dst[a-at:b-at], p.src[a-at:b-at])
+			}
+			at += len(p.src)
+		}
+	})
 }
 
 func buildSplit(b *builder) (kernel, error) {
