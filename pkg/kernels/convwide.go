@@ -68,12 +68,19 @@ func newWideConv(g *ConvGeom, pitch, c int, x []float32, nr int) (w *wideConv, r
 	bufs := widePool.Get().(*wideBufs)
 	bufs.xw = grow(bufs.xw, n)
 	xw := bufs.xw
-	clear(xw)
+	// Every float is written once: the pads zeroed around the rows.
 	for ch := range c {
+		p := xw[ch*plane : (ch+1)*plane]
+		clear(p[:padT*pitch])
 		for y := range ih {
-			copy(xw[ch*plane+(y+padT)*pitch+padL:], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
+			row := p[(y+padT)*pitch : (y+padT+1)*pitch]
+			clear(row[:padL])
+			copy(row[padL:padL+iw], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
+			clear(row[padL+iw:])
 		}
+		clear(p[(padT+ih)*pitch:])
 	}
+	clear(xw[c*plane:])
 	if cap(bufs.offs) < c*kh*kw {
 		bufs.offs = make([]int, c*kh*kw)
 	}
