@@ -6,60 +6,48 @@ package kernels
 
 import "golang.org/x/sys/cpu"
 
+// The AVX-512 kernels by height, in avx512Gemm.rows order (12, 8, 4, 2, 1):
+// packed panels, rows of B ldb apart, rows of B at offsets.
+var (
+	avx512Tiles = [...]func(kc int, a, b, c *float32, ldc int, accumulate int){
+		gemm12x32AVX512, gemm8x32AVX512, gemm4x32AVX512, gemm2x32AVX512, gemm1x32AVX512}
+	avx512TilesS = [...]func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate int){
+		gemm12x32AVX512S, gemm8x32AVX512S, gemm4x32AVX512S, gemm2x32AVX512S, gemm1x32AVX512S}
+	avx512TilesI = [...]func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate int){
+		gemm12x32AVX512I, gemm8x32AVX512I, gemm4x32AVX512I, gemm2x32AVX512I, gemm1x32AVX512I}
+)
+
+// avx512Height is the index in the avx512Tiles arrays of the kernel for a
+// tile of rows rows (one of avx512Gemm.rows; smaller counts take 1).
+func avx512Height(rows int) int {
+	switch rows {
+	case 12:
+		return 0
+	case 8:
+		return 1
+	case 4:
+		return 2
+	case 2:
+		return 3
+	}
+	return 4
+}
+
 var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc: 1024, rows: []int{12, 8, 4, 2, 1},
 	tile: func(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
-		acc := 0
-		if accumulate {
-			acc = 1
-		}
-		switch rows {
-		case 12:
-			gemm12x32AVX512(kc, a, b, c, ldc, acc)
-		case 8:
-			gemm8x32AVX512(kc, a, b, c, ldc, acc)
-		case 4:
-			gemm4x32AVX512(kc, a, b, c, ldc, acc)
-		case 2:
-			gemm2x32AVX512(kc, a, b, c, ldc, acc)
-		default:
-			gemm1x32AVX512(kc, a, b, c, ldc, acc)
-		}
+		avx512Tiles[avx512Height(rows)](kc, a, b, c, ldc, flag(accumulate))
 	},
 	tileEp: func(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512Ep(kc, a, b, c, ldc, flag(accumulate), bst, flag(relu))
 	},
 	tileS: func(rows, kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool) {
-		acc := flag(accumulate)
-		switch rows {
-		case 12:
-			gemm12x32AVX512S(kc, a, b, ldb, c, ldc, acc)
-		case 8:
-			gemm8x32AVX512S(kc, a, b, ldb, c, ldc, acc)
-		case 4:
-			gemm4x32AVX512S(kc, a, b, ldb, c, ldc, acc)
-		case 2:
-			gemm2x32AVX512S(kc, a, b, ldb, c, ldc, acc)
-		default:
-			gemm1x32AVX512S(kc, a, b, ldb, c, ldc, acc)
-		}
+		avx512TilesS[avx512Height(rows)](kc, a, b, ldb, c, ldc, flag(accumulate))
 	},
 	tileSEp: func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512SEp(kc, a, b, ldb, c, ldc, flag(accumulate), bst, flag(relu))
 	},
 	tileI: func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
-		acc := flag(accumulate)
-		switch rows {
-		case 12:
-			gemm12x32AVX512I(kc, a, b, offs, c, ldc, acc)
-		case 8:
-			gemm8x32AVX512I(kc, a, b, offs, c, ldc, acc)
-		case 4:
-			gemm4x32AVX512I(kc, a, b, offs, c, ldc, acc)
-		case 2:
-			gemm2x32AVX512I(kc, a, b, offs, c, ldc, acc)
-		default:
-			gemm1x32AVX512I(kc, a, b, offs, c, ldc, acc)
-		}
+		avx512TilesI[avx512Height(rows)](kc, a, b, offs, c, ldc, flag(accumulate))
 	},
 	tileIEp: func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512IEp(kc, a, b, offs, c, ldc, flag(accumulate), bst, flag(relu))
