@@ -20,10 +20,10 @@ import "sync"
 // Each product sums the same values in the same order as the packed one,
 // so the result is the same bit for bit.
 type wideConv struct {
-	g            *ConvGeom
-	pitch, plane int
-	xw           []float32
-	offs         []int
+	g     *ConvGeom
+	pitch int
+	xw    []float32
+	offs  []int
 }
 
 // wideConvWasteRows bounds the dropped columns' cost against the packing
@@ -94,7 +94,7 @@ func newWideConv(g *ConvGeom, pitch, c int, x []float32, nr int) (w *wideConv, r
 			}
 		}
 	}
-	return &wideConv{g: g, pitch: pitch, plane: plane, xw: xw, offs: offs}, func() { widePool.Put(bufs) }
+	return &wideConv{g: g, pitch: pitch, xw: xw, offs: offs}, func() { widePool.Put(bufs) }
 }
 
 // sgemmWide is SgemmConv for a geometry widePitch accepts, on an arch with

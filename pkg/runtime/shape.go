@@ -369,7 +369,7 @@ func copyPieces(rc *runCtx, pieces []floatPiece, n int) {
 	if rc != nil {
 		threads = rc.threads
 	}
-	kernels.Parallel(threads, n, 1<<15, func(lo, hi int) {
+	kernels.Parallel(threads, n, parGrain, func(lo, hi int) {
 		at := 0
 		for _, p := range pieces {
 			a, b := max(lo, at), min(hi, at+len(p.src))
