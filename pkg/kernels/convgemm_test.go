@@ -13,7 +13,8 @@ import (
 // family and 1-3 threads: strides 1-3, dilations, pads (pe is the end
 // padding, −1 for p), output rows shorter and longer than a panel, several
 // k blocks (k > kc), column blocks (n > nc) and wide chunks, more rows than
-// a row block (m > mc), with no epilogue, a row epilogue and a residual.
+// a row block (m > mc), threads splitting the output channels or the
+// wide columns, with no epilogue, a row epilogue and a residual.
 func TestSgemmConvBitIdentical(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	wide := 0
@@ -24,6 +25,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		{64, 20, 6, 6, 1, 1, 2, 1, 0, -1}, {3, 9, 5, 70, 2, 2, 2, 1, 1, -1},
 		{3, 24, 40, 40, 3, 3, 1, 1, 1, -1}, {2, 150, 6, 7, 3, 3, 1, 1, 1, -1}, {1, 16, 28, 28, 5, 5, 1, 1, 2, -1},
 		{4, 12, 9, 11, 3, 3, 1, 1, 2, 0}, {3, 5, 8, 12, 3, 3, 1, 1, 0, 2}, {29, 36, 8, 8, 3, 3, 1, 1, 1, -1},
+		{2, 8, 37, 25, 5, 5, 1, 1, 2, -1}, // two threads split the panels at a dropped column
 	} {
 		if tc.pe < 0 {
 			tc.pe = tc.p
@@ -31,7 +33,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		oh := (tc.ih+tc.p+tc.pe-(tc.kh-1)*tc.d-1)/tc.s + 1
 		ow := (tc.iw+tc.p+tc.pe-(tc.kw-1)*tc.d-1)/tc.s + 1
 		g := &ConvGeom{In: []int{tc.ih, tc.iw}, Kernel: []int{tc.kh, tc.kw}, Strides: []int{tc.s, tc.s}, Dilations: []int{tc.d, tc.d}, PadBegin: []int{tc.p, tc.p}, Out: []int{oh, ow}}
-		if _, ok := widePitch(g, tc.m); ok {
+		if _, ok := widePitch(g, tc.m, 32); ok {
 			wide++
 		}
 		for _, arch := range gemmArches() {

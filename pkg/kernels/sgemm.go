@@ -419,7 +419,7 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // same values as panels packed from Im2col's output, so C is bit-identical
 // to SgemmPacked on that output.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
-	if pitch, ok := widePitch(g, pa.m); ok && pa.arch.tileI != nil && wideConvs {
+	if pitch, ok := widePitch(g, pa.m, pa.arch.nr); ok && pa.arch.tileI != nil && wideConvs {
 		sgemmWide(threads, pa, g, pitch, x, c, ldc, ep)
 		return
 	}
@@ -537,6 +537,8 @@ func rowsFrom(a []float32, trans bool, i, ld int) []float32 {
 func colsFrom(b []float32, trans bool, j, ld int) []float32 { return rowsFrom(b, !trans, j, ld) }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }
+
+func ceilDiv(x, m int) int { return (x + m - 1) / m }
 
 // packA copies the mc×kc block of alpha·op(A) at (ic, pc) into panels of
 // mr rows: panel r holds element (ic+r·mr+i, pc+p) at r·mr·kc + p·mr + i.
