@@ -428,6 +428,25 @@ func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, 
 	sgemmPacked(threads, pa, cb, g.OutSize(), false, nil, 0, 0, c, ldc, ep)
 }
 
+// packedSplitColumns reports whether a product with A prepacked, mt row
+// panels by nt column panels, splits C by columns rather than by rows over
+// threads.
+//
+// When B is packed (packsB), the split whose busiest thread has the fewest
+// tiles wins, a packed B panel costing about a tile: a row split packs
+// every B panel on every thread, so a convolution with few output columns
+// and many channels (an 8×8 image) packed its column matrix twice at two
+// threads. A B read in place costs nothing to share; its columns are split
+// only when there are more column panels than row panels, or enough to
+// balance, since with few columns every thread reads all of A, whose
+// weights may not fit a core's cache.
+func packedSplitColumns(mt, nt, threads int, packsB bool) bool {
+	if !packsB {
+		return nt >= mt || nt >= 2*threads
+	}
+	return ceilDiv(nt, threads)*(mt+1) <= (ceilDiv(mt, threads)+1)*nt
+}
+
 // sgemmPacked is SgemmPacked with B taken from cb instead of b when cb is
 // set.
 func sgemmPacked(threads int, pa *PackedA, cb *convB, n int, transB bool, b []float32, ldb int, beta float32, c []float32, ldc int, ep *Epilogue) {
@@ -441,7 +460,7 @@ func sgemmPacked(threads int, pa *PackedA, cb *convB, n int, transB bool, b []fl
 		gemmBlockedEp(arch, pa, nil, cb, 0, 0, ep, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
 		return
 	}
-	if nt >= mt || nt >= 2*threads {
+	if packedSplitColumns(mt, nt, threads, cb != nil || transB) {
 		Parallel(threads, nt, 1, func(lo, hi int) {
 			j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
 			var bb []float32
