@@ -388,8 +388,8 @@ func (p *maxPoolPlan) stride2Rows(x []float32, base int, yc []float32) bool {
 	for b > a && (p.kxLo[b-1] != 0 || p.kxHi[b-1] != p.kw) {
 		b--
 	}
-	if b-a < 8 || !haveMaxPoolS2 {
-		return false // few vector outputs, or no kernel
+	if b == a || !haveMaxPoolS2 {
+		return false // no window inside, or no kernel
 	}
 	xc := x[base : base+p.ih*p.iw]
 	for oy := range p.oh {

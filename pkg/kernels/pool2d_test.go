@@ -127,6 +127,8 @@ func TestMaxPool2DRows(t *testing.T) {
 		{[]int{14, 70}, []int{3, 3}, []int{2, 2}, []int{2, 1}, []int{1, 1}, []int{1, 0}},
 		{[]int{9, 40}, []int{4, 3}, []int{1, 2}, []int{1, 1}, []int{2, 0}, []int{1, 1}},
 		{[]int{6, 35}, []int{1, 2}, []int{3, 2}, []int{1, 1}, []int{0, 1}, []int{0, 0}},
+		{[]int{10, 10}, []int{2, 2}, []int{2, 2}, []int{1, 1}, []int{0, 0}, []int{0, 0}},
+		{[]int{7, 6}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},
 	} {
 		t.Run(fmt.Sprint(tc.in, tc.k, tc.s, tc.d, tc.pb, tc.pe), func(t *testing.T) {
 			g := &ConvGeom{In: tc.in, Kernel: tc.k, Strides: tc.s, Dilations: tc.d, PadBegin: tc.pb, Out: make([]int, 2)}
@@ -172,23 +174,25 @@ func TestMaxPool2DRandomGeometry(t *testing.T) {
 }
 
 // maxPoolBenchCases are the max pools of SqueezeNet 1.0 (3×3 stride 2,
-// ceil mode) and ResNet (3×3 stride 2, padding 1).
+// ceil mode), ResNet (3×3 stride 2, padding 1) and LeNet (2×2 stride 2).
 var maxPoolBenchCases = []struct {
-	name          string
-	c, in, pb, pe int
+	name             string
+	c, in, k, pb, pe int
 }{
-	{"squeeze96x111", 96, 111, 0, 1},
-	{"squeeze256x55", 256, 55, 0, 0},
-	{"squeeze512x27", 512, 27, 0, 0},
-	{"resnet64x112", 64, 112, 1, 1},
+	{"squeeze96x111", 96, 111, 3, 0, 1},
+	{"squeeze256x55", 256, 55, 3, 0, 0},
+	{"squeeze512x27", 512, 27, 3, 0, 0},
+	{"resnet64x112", 64, 112, 3, 1, 1},
+	{"lenet16x28", 16, 28, 2, 0, 0},
+	{"lenet32x10", 32, 10, 2, 0, 0},
 }
 
 // BenchmarkMaxPool2D times max pooling without argmax on one thread.
 func BenchmarkMaxPool2D(b *testing.B) {
 	for _, bc := range maxPoolBenchCases {
 		b.Run(bc.name, func(b *testing.B) {
-			out := (bc.in+bc.pb+bc.pe-3)/2 + 1
-			g := &ConvGeom{In: []int{bc.in, bc.in}, Kernel: []int{3, 3}, Strides: []int{2, 2}, Dilations: []int{1, 1},
+			out := (bc.in+bc.pb+bc.pe-bc.k)/2 + 1
+			g := &ConvGeom{In: []int{bc.in, bc.in}, Kernel: []int{bc.k, bc.k}, Strides: []int{2, 2}, Dilations: []int{1, 1},
 				PadBegin: []int{bc.pb, bc.pb}, Out: []int{out, out}}
 			x := randSlice(rand.New(rand.NewPCG(1, 2)), bc.c*g.InSize())
 			y := make([]float32, bc.c*g.OutSize())

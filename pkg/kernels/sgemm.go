@@ -389,7 +389,7 @@ func packAParallel(threads int, arch *gemmArch, transA bool, m, k int, alpha flo
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
 		for pc := 0; pc < k; pc += arch.kc {
 			kc := min(arch.kc, k-pc)
-			packA(transA, a, lda, i0, pc, i1-i0, kc, arch.mr, arch.mr, alpha, p.data[pc*mp+i0*kc:])
+			packA(transA, a, lda, i0, pc, i1-i0, kc, arch.mr, arch.kernelRows((i1-i0)%arch.mr), alpha, p.data[pc*mp+i0*kc:])
 		}
 	})
 	return p
