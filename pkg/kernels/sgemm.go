@@ -528,7 +528,17 @@ func SgemmPackedB(threads int, transA bool, m int, alpha float32, a []float32, l
 	if nt >= mt || nt >= 2*threads {
 		// Column splits start on a panel boundary of the packed B. A is
 		// packed once, its row panels shared out, rather than whole on
-		// every thread.
+		// every thread; but a single row panel is packed by each thread
+		// into its own buffer. Shared, it was written by one core and read
+		// by the other on every run, one cache line per k step (a panel
+		// row is mr floats): at batch 1 that cost more than the product.
+		if mt == 1 {
+			Parallel(threads, nt, 1, func(lo, hi int) {
+				j0, j1 := lo*arch.nr, min(hi*arch.nr, n)
+				gemmBlockedEp(arch, nil, pb, nil, 0, j0, ep, transA, false, m, j1-j0, k, alpha, a, lda, nil, 0, beta, c[j0:], ldc)
+			})
+			return
+		}
 		pa := packAParallel(threads, arch, transA, m, k, alpha, a, lda)
 		defer packedAPool.Put(pa)
 		Parallel(threads, nt, 1, func(lo, hi int) {
