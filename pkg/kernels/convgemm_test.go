@@ -17,7 +17,7 @@ import (
 // wide columns, with no epilogue, a row epilogue and a residual.
 func TestSgemmConvBitIdentical(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	wide := 0
+	wide, shiftedCases := 0, 0
 	for _, tc := range []struct{ c, m, ih, iw, kh, kw, s, d, p, pe int }{
 		{3, 8, 7, 7, 3, 3, 1, 1, 1, -1}, {2, 5, 9, 40, 3, 3, 1, 1, 1, -1}, {4, 13, 16, 16, 3, 3, 2, 1, 1, -1},
 		{3, 7, 15, 15, 7, 7, 2, 1, 3, -1}, {2, 4, 10, 33, 3, 3, 1, 2, 2, -1}, {30, 17, 8, 9, 3, 3, 1, 1, 1, -1},
@@ -33,8 +33,11 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		oh := (tc.ih+tc.p+tc.pe-(tc.kh-1)*tc.d-1)/tc.s + 1
 		ow := (tc.iw+tc.p+tc.pe-(tc.kw-1)*tc.d-1)/tc.s + 1
 		g := &ConvGeom{In: []int{tc.ih, tc.iw}, Kernel: []int{tc.kh, tc.kw}, Strides: []int{tc.s, tc.s}, Dilations: []int{tc.d, tc.d}, PadBegin: []int{tc.p, tc.p}, Out: []int{oh, ow}}
-		if _, ok := widePitch(g, tc.m, 32); ok {
+		if _, _, ok := wideLayout(g, tc.m, tc.c, 32); ok {
 			wide++
+		}
+		if _, shifted, _ := wideLayout(g, tc.m, tc.c, 32); shifted {
+			shiftedCases++
 		}
 		for _, arch := range gemmArches() {
 			t.Run(fmt.Sprintf("%s/%+v", arch.name, tc), func(t *testing.T) {
@@ -57,10 +60,22 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 					for threads := 1; threads <= 3; threads++ {
 						want, got := randSlice(r, tc.m*n), randSlice(r, tc.m*n) // overwritten
 						SgemmPacked(threads, pa, n, false, col, n, 0, want, n, ep)
-						SgemmConv(threads, pa, g, x, got, n, ep)
-						for i := range got {
-							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-								t.Fatalf("threads %d ep %+v: y[%d] = %g (%#x), im2col gives %g (%#x)", threads, ep, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+						// Layouts: the chosen one, then padded and
+						// shifted wide columns forced.
+						for layout := range 3 {
+							if layout > 0 && !wideEligible(g) {
+								break
+							}
+							wideLayoutOverride = layout
+							SgemmConv(threads, pa, g, x, got, n, ep)
+							wideLayoutOverride = 0
+							for i := range got {
+								if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+									t.Fatalf("threads %d ep %+v layout %d: y[%d] = %g (%#x), im2col gives %g (%#x)", threads, ep, layout, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+								}
+							}
+							for i := range got {
+								got[i] = math.Float32frombits(0x7fa5a5a5) // unwritten
 							}
 						}
 					}
@@ -68,7 +83,45 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 			})
 		}
 	}
-	if wide < 10 {
-		t.Errorf("%d cases take wide columns; the table should keep at least 10", wide)
+	if wide < 10 || shiftedCases < 3 {
+		t.Errorf("%d cases take wide columns, %d of them shifted; the table should keep at least 10 and 3", wide, shiftedCases)
+	}
+}
+
+// BenchmarkSgemmConv times the stride-1 convolutions of LeNet,
+// digits_resnet and ResNet-18 on one thread, each computed the way
+// wideLayout chooses and by every layout forced.
+func BenchmarkSgemmConv(b *testing.B) {
+	for _, bc := range []struct {
+		name           string
+		c, m, in, k, p int
+	}{
+		{"lenet1x28k5", 1, 16, 28, 5, 2},
+		{"lenet16x14k5", 16, 32, 14, 5, 0},
+		{"dres32x32", 32, 32, 32, 3, 1},
+		{"dres64x16", 64, 64, 16, 3, 1},
+		{"dres128x8", 128, 128, 8, 3, 1},
+		{"resnet128x28", 128, 128, 28, 3, 1},
+		{"resnet512x7", 512, 512, 7, 3, 1},
+	} {
+		out := bc.in + 2*bc.p - bc.k + 1
+		g := &ConvGeom{In: []int{bc.in, bc.in}, Kernel: []int{bc.k, bc.k}, Strides: []int{1, 1}, Dilations: []int{1, 1},
+			PadBegin: []int{bc.p, bc.p}, Out: []int{out, out}}
+		r := rand.New(rand.NewPCG(1, 2))
+		k := bc.c * bc.k * bc.k
+		x, w := randSlice(r, bc.c*bc.in*bc.in), randSlice(r, bc.m*k)
+		y := make([]float32, bc.m*out*out)
+		pa := PackA(false, bc.m, k, 1, w, k)
+		for layout, name := range map[int]string{0: "chosen", -1: "packed", 1: "padded", 2: "shifted"} {
+			b.Run(bc.name+"/"+name, func(b *testing.B) {
+				wideLayoutOverride = layout
+				defer func() { wideLayoutOverride = 0 }()
+				b.ReportMetric(0, "ns/op")
+				for b.Loop() {
+					SgemmConv(1, pa, g, x, y, out*out, nil)
+				}
+				b.ReportMetric(float64(2*bc.m*k*out*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+			})
+		}
 	}
 }

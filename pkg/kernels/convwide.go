@@ -3,22 +3,31 @@ package kernels
 import "sync"
 
 // wideConv is a stride-1 2-D convolution computed by micro-kernels that
-// read the rows of its column matrix in place (tileI), from a padded copy
-// of the image laid out so that each row is one contiguous run:
+// read the rows of its column matrix in place (tileI), from a copy of the
+// image laid out so that each row of the column matrix is one contiguous
+// run at offs[p] + j, j being the wide column. Each product sums the same
+// values in the same order as the packed one, so the result is the same
+// bit for bit. There are two layouts:
 //
-// The copy holds each channel's rows pitch floats apart, pitch = iw +
-// max(padL, padR), with input (y, x) at ch·plane + (y+padT)·pitch + padL
-// + x and zeros elsewhere: the zeros after one row's inputs are its right
-// padding and, read past the row's end, the next row's left padding.
-// Output (oy, ox) is wide column j = oy·pitch + ox, and its tap (ch, ky,
-// kx) reads the copy at offs[p] + j with offs[p] = ch·plane + ky·dh·pitch
-// + kx·dw for column matrix row p. The columns with ox ≥ ow are computed
-// and dropped when the result is copied out. With pitch close to ow that
-// costs less than gathering every row of the column matrix into packed
-// panels (packBConv), which moves kh·kw floats per input float.
+// Padded: each channel's rows pitch floats apart, pitch = iw + max(padL,
+// padR), with input (y, x) at ch·plane + (y+padT)·pitch + padL + x and
+// zeros elsewhere: the zeros after one row's inputs are its right padding
+// and, read past the row's end, the next row's left padding. Output (oy,
+// ox) is wide column j = oy·pitch + ox, and its tap (ch, ky, kx) reads
+// the copy at offs[p] + j with offs[p] = ch·plane + ky·dh·pitch + kx·dw.
+// The columns with ox ≥ ow are computed and dropped when the result is
+// copied out.
 //
-// Each product sums the same values in the same order as the packed one,
-// so the result is the same bit for bit.
+// Shifted: kw copies, copy kx holding each channel's padded rows with
+// column ox the input column ox + kx·dw − padL (zero outside the input),
+// ow floats apart. Output (oy, ox) is wide column oy·ow + ox, read by tap
+// (ch, ky, kx) at kx·copy + ch·plane + ky·dh·ow + j. Nothing is dropped
+// and the wide columns are the output's, so full panels are written in
+// place; the price is kw copies of the image instead of one.
+//
+// Either costs less than gathering every row of the column matrix into
+// packed panels (packBConv), which moves kh·kw floats per input float,
+// unless the dropped columns outweigh that (wideLayout).
 type wideConv struct {
 	g     *ConvGeom
 	pitch int
@@ -26,33 +35,65 @@ type wideConv struct {
 	offs  []int
 }
 
-// wideConvWasteRows bounds the dropped columns' cost against the packing
-// they save. A dropped column costs m·k multiply-adds, 1/16 of a cycle
-// each in the AVX-512 kernels; packing a column moves k floats at about 2
-// cycles each (packRuns on the short runs of small images). So wide
-// columns pay while waste·m/16 < 2, waste being the dropped columns per
-// output.
-const wideConvWasteRows = 32
-
-// widePitch returns the row pitch of g's padded copy, and whether g, with
-// m output channels, is a 2-D stride-1 convolution worth computing by wide
-// columns on micro-kernels nr columns wide. The dropped columns are those
-// the wide layout computes beyond the panels a packed product of the same
-// outputs would: the row ends past ow and the rounding of the last panel,
-// which dominates on small images (an 8×8 output is 71 wide columns, three
-// panels of 32 for two panels' worth of outputs).
-func widePitch(g *ConvGeom, m, nr int) (int, bool) {
-	if len(g.In) != 2 || g.Strides[0] != 1 || g.Strides[1] != 1 {
-		return 0, false
+// wideLayout chooses how SgemmConv computes g, with m output and c input
+// channels, on micro-kernels nr columns wide: by wide columns with row
+// pitch (shifted for the shifted copies, pitch = ow), or (ok false) from
+// packed panels. Each way is costed in cycles of the AVX-512 kernels: a
+// column of the product costs m·k multiply-adds, 1/16 cycle each; packing
+// moves k floats per output at about 2 cycles each (packRuns on the short
+// runs of small images). The other per-float costs are fitted to
+// BenchmarkSgemmConv: 1 cycle for the padded copy, 2 for copying its
+// outputs out, 4 for the shifted copies, which also crowd the image out of
+// L1 (LeNet's 16×14×14 input is 12 KB padded, 45 KB shifted). Small
+// images are where the ways differ: the padded layout's dropped columns,
+// last-panel rounding (an 8×8 output is 71 wide columns, three panels for
+// two panels' worth of outputs) and copy-out against the shifted layout's
+// kw copies.
+func wideLayout(g *ConvGeom, m, c, nr int) (pitch int, shifted, ok bool) {
+	if !wideEligible(g) {
+		return 0, false, false
 	}
-	iw, oh, ow, kw, dw, padL := g.In[1], g.Out[0], g.Out[1], g.Kernel[1], g.Dilations[1], g.PadBegin[1]
-	padR := ow + (kw-1)*dw - padL - iw
-	pitch := iw + max(padL, padR, 0)
-	outs := oh * ow
-	dropped := roundUp((oh-1)*pitch+ow, nr) - roundUp(outs, nr)
-	waste := float64(dropped) / float64(outs)
-	return pitch, waste <= 1 && waste*float64(m) <= wideConvWasteRows
+	oh, ow, kh, kw := g.Out[0], g.Out[1], g.Kernel[0], g.Kernel[1]
+	rows, pitch := wideRows(g), widePaddedPitch(g)
+	outs, k := oh*ow, c*kh*kw
+	column := float64(m*k) / 16
+	packed := float64(roundUp(outs, nr))*column + 2*float64(k*outs)
+	padded := float64(roundUp((oh-1)*pitch+ow, nr))*column + float64(c*rows*pitch+2*m*outs)
+	shiftedCost := float64(roundUp(outs, nr))*column + 4*float64(kw*c*rows*ow)
+	switch {
+	case shiftedCost < padded && shiftedCost < packed:
+		return ow, true, true
+	case padded < packed:
+		return pitch, false, true
+	}
+	return 0, false, false
 }
+
+// wideEligible reports whether g is a 2-D stride-1 convolution, which
+// wide columns can compute.
+func wideEligible(g *ConvGeom) bool {
+	return len(g.In) == 2 && g.Strides[0] == 1 && g.Strides[1] == 1
+}
+
+// widePaddedPitch is the row pitch of g's padded layout.
+func widePaddedPitch(g *ConvGeom) int {
+	iw, ow, kw, dw, padL := g.In[1], g.Out[1], g.Kernel[1], g.Dilations[1], g.PadBegin[1]
+	padR := ow + (kw-1)*dw - padL - iw
+	return iw + max(padL, padR, 0)
+}
+
+// wideRows is the rows of a channel in either layout: the input's and the
+// padding rows that the taps read.
+func wideRows(g *ConvGeom) int {
+	ih, oh, kh, dh, padT := g.In[0], g.Out[0], g.Kernel[0], g.Dilations[0], g.PadBegin[0]
+	padB := oh + (kh-1)*dh - padT - ih
+	return padT + ih + max(padB, 0)
+}
+
+// wideLayoutOverride, when not 0, makes SgemmConv compute every geometry
+// that wide columns can by packed panels (−1), padded wide columns (1) or
+// shifted ones (2). Tests and benchmarks set it to compare the layouts.
+var wideLayoutOverride = 0
 
 var widePool = sync.Pool{New: func() any { return new(wideBufs) }}
 
@@ -61,35 +102,57 @@ type wideBufs struct {
 	offs []int
 }
 
-// newWideConv lays out the c channels of x for g (pitch from widePitch),
-// split over threads when there is enough to copy, and the offsets of the
-// k = c·kh·kw column matrix rows; release returns the buffers.
-func newWideConv(threads int, g *ConvGeom, pitch, c int, x []float32, nr int) (w *wideConv, release func()) {
-	ih, iw, oh := g.In[0], g.In[1], g.Out[0]
+// newWideConv lays out the c channels of x for g, padded with pitch or
+// shifted (pitch = ow), split over threads when there is enough to copy,
+// and the offsets of the k = c·kh·kw column matrix rows; release returns
+// the buffers.
+func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []float32, nr int) (w *wideConv, release func()) {
+	ih, iw, oh, ow := g.In[0], g.In[1], g.Out[0], g.Out[1]
 	kh, kw, dh, dw := g.Kernel[0], g.Kernel[1], g.Dilations[0], g.Dilations[1]
 	padT, padL := g.PadBegin[0], g.PadBegin[1]
-	padB := oh + (kh-1)*dh - padT - ih
-	plane := (padT + ih + max(padB, 0)) * pitch
-	// The last channel's taps read up to the last wide column's panel end.
-	n := max(c*plane, (c-1)*plane+(kh-1)*dh*pitch+(kw-1)*dw+oh*pitch+nr)
+	plane := wideRows(g) * pitch
+	copies, copyLen := 1, c*plane
+	if shifted {
+		copies = kw
+	}
+	// The last tap reads up to the last wide column's panel end.
+	last := (copies-1)*copyLen + (c-1)*plane + (kh-1)*dh*pitch
+	if !shifted {
+		last += (kw - 1) * dw
+	}
+	n := max(copies*copyLen, last+roundUp((oh-1)*pitch+ow, nr))
 	bufs := widePool.Get().(*wideBufs)
 	bufs.xw = grow(bufs.xw, n)
 	xw := bufs.xw
 	// Every float is written once: the pads zeroed around the rows.
-	Parallel(threads, c, max(1, wideCopyGrain/plane), func(lo, hi int) {
-		for ch := lo; ch < hi; ch++ {
-			p := xw[ch*plane : (ch+1)*plane]
+	Parallel(threads, copies*c, max(1, wideCopyGrain/plane), func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			ch, shift := q%c, 0
+			if shifted {
+				shift = q/c*dw - padL // column ox reads input column ox + shift
+			}
+			p := xw[q*plane : (q+1)*plane]
 			clear(p[:padT*pitch])
 			for y := range ih {
 				row := p[(y+padT)*pitch : (y+padT+1)*pitch]
-				clear(row[:padL])
-				copy(row[padL:padL+iw], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
-				clear(row[padL+iw:])
+				src := x[(ch*ih+y)*iw : (ch*ih+y+1)*iw]
+				if !shifted {
+					clear(row[:padL])
+					copy(row[padL:padL+iw], src)
+					clear(row[padL+iw:])
+					continue
+				}
+				// Columns [a, b) read inside the input row.
+				a, b := min(max(-shift, 0), ow), min(max(iw-shift, 0), ow)
+				b = max(a, b)
+				clear(row[:a])
+				copy(row[a:b], src[a+shift:])
+				clear(row[b:])
 			}
 			clear(p[(padT+ih)*pitch:])
 		}
 	})
-	clear(xw[c*plane:])
+	clear(xw[copies*copyLen:])
 	if cap(bufs.offs) < c*kh*kw {
 		bufs.offs = make([]int, c*kh*kw)
 	}
@@ -98,7 +161,11 @@ func newWideConv(threads int, g *ConvGeom, pitch, c int, x []float32, nr int) (w
 	for ch := range c {
 		for ky := range kh {
 			for kx := range kw {
-				offs[p] = ch*plane + ky*dh*pitch + kx*dw
+				if shifted {
+					offs[p] = kx*copyLen + ch*plane + ky*dh*pitch
+				} else {
+					offs[p] = ch*plane + ky*dh*pitch + kx*dw
+				}
 				p++
 			}
 		}
@@ -110,23 +177,23 @@ func newWideConv(threads int, g *ConvGeom, pitch, c int, x []float32, nr int) (w
 // hand-off to another thread costs about as much as copying this many.
 const wideCopyGrain = 1 << 14
 
-// sgemmWide is SgemmConv for a geometry widePitch accepts, on an arch with
+// sgemmWide is SgemmConv by wide columns (wideLayout), on an arch with
 // tileI. The work is a grid of row tiles (mr output channels) by column
 // panels (nr wide columns); it is cut into one block per thread, along the
-// channels or the panels, whichever leaves the fewest tiles to the busiest
-// thread. Cutting by output rows instead rounds every thread's share up to
-// whole panels: on an 8×8 output, two threads computed twice the columns
-// one thread did. Each block is taken in chunks of at most nc columns,
-// computed into a scratch block and copied out.
-func sgemmWide(threads int, pa *PackedA, g *ConvGeom, pitch int, x []float32, c []float32, ldc int, ep *Epilogue) {
+// channels or the panels, whichever leaves the busiest thread the least
+// work (wideSplit). Cutting by output rows instead rounds every thread's
+// share up to whole panels: on an 8×8 output, two threads computed twice
+// the columns one thread did. Each block is taken in chunks of at most nc
+// columns (chunk).
+func sgemmWide(threads int, pa *PackedA, g *ConvGeom, pitch int, shifted bool, x []float32, c []float32, ldc int, ep *Epilogue) {
 	arch := pa.arch
-	w, release := newWideConv(threads, g, pitch, pa.k/g.KernelSize(), x, arch.nr)
+	w, release := newWideConv(threads, g, pitch, shifted, pa.k/g.KernelSize(), x, arch.nr)
 	defer release()
 	oh, ow := g.Out[0], g.Out[1]
 	cols := (oh-1)*pitch + ow
 	rowTiles, panels := ceilDiv(pa.m, arch.mr), ceilDiv(cols, arch.nr)
 	threads = min(threads, max(1, pa.m*pa.k*oh*ow/gemmMinWork))
-	rowParts, panelParts := wideSplit(threads, rowTiles, panels)
+	rowParts, panelParts := wideSplit(arch, threads, pa.m, panels)
 	Parallel(rowParts*panelParts, rowParts*panelParts, 1, func(lo, hi int) {
 		bufs := packPool.Get().(*packBufs)
 		defer packPool.Put(bufs)
@@ -144,17 +211,32 @@ func sgemmWide(threads int, pa *PackedA, g *ConvGeom, pitch int, x []float32, c 
 	})
 }
 
-// wideSplit returns how many parts to cut rowTiles row tiles and panels
-// column panels into, their product at most threads: the cut whose largest
-// block has the fewest tiles, the panels cut first on a tie (every thread
-// then reads a share of the image instead of all of it).
-func wideSplit(threads, rowTiles, panels int) (rowParts, panelParts int) {
-	rowParts, panelParts = 1, 1
-	best := rowTiles * panels
-	for rp := 1; rp <= threads; rp++ {
-		pp := threads / rp
-		rp, pp := min(rp, rowTiles), min(pp, panels)
-		if cost := ceilDiv(rowTiles, rp) * ceilDiv(panels, pp); cost < best || cost == best && rp*pp > rowParts*panelParts {
+// wideSplit returns how many parts to cut the m rows (row tiles of mr)
+// and the panels column panels into, their product at most threads: the
+// cut whose busiest part costs least, the panels cut first on a tie
+// (every thread then reads a share of the image instead of all of it). A
+// tile of r rows costs about r + 1 steps of its micro-kernel (r rows of
+// multiply-adds and the loads of the B panel), so a short last tile is
+// cheap: 16 rows cut as 12 and 4 is a poor split.
+func wideSplit(arch *gemmArch, threads, m, panels int) (rowParts, panelParts int) {
+	rowTiles := ceilDiv(m, arch.mr)
+	// rowsCost is the cost of rows [i0, i1) on one panel.
+	rowsCost := func(i0, i1 int) int {
+		cost := 0
+		for i := i0; i < i1; i += arch.mr {
+			cost += arch.kernelRows(min(arch.mr, i1-i)) + 1
+		}
+		return cost
+	}
+	best := -1
+	for rp := 1; rp <= min(threads, rowTiles); rp++ {
+		pp := min(threads/rp, panels)
+		per := ceilDiv(rowTiles, rp) * arch.mr
+		busiest := 0
+		for i0 := 0; i0 < m; i0 += per {
+			busiest = max(busiest, rowsCost(i0, min(m, i0+per)))
+		}
+		if cost := busiest * ceilDiv(panels, pp); best < 0 || cost < best || cost == best && rp*pp > rowParts*panelParts {
 			best, rowParts, panelParts = cost, rp, pp
 		}
 	}
@@ -163,6 +245,8 @@ func wideSplit(threads, rowTiles, panels int) (rowParts, panelParts int) {
 
 // chunk computes output channels [i0, i1) at wide columns [ja, jb) into
 // bufs.tmp, then copies the columns that are outputs to c, applying ep.
+// When the wide columns are the output's (pitch = ow), the tiles that are
+// a full panel wide and a micro-kernel high go straight to c instead.
 func (w *wideConv) chunk(arch *gemmArch, pa *PackedA, i0, i1, ja, jb int, bufs *packBufs, c []float32, ldc int, ep *Epilogue) {
 	k := pa.k
 	mr, nr := arch.mr, arch.nr
@@ -171,6 +255,14 @@ func (w *wideConv) chunk(arch *gemmArch, pa *PackedA, i0, i1, ja, jb int, bufs *
 	ldw := roundUp(n, nr)
 	bufs.tmp = grow(bufs.tmp, roundUp(i1-i0, mr)*ldw)
 	cw := bufs.tmp
+	// In place: columns [ja, ja+full) of rows [i0, iExact).
+	full, iExact := 0, i0
+	if pitch == ow {
+		full, iExact = n/nr*nr, i1
+		if rem := (i1 - i0) % mr; arch.kernelRows(rem) != rem {
+			iExact = i1 - rem
+		}
+	}
 	// Row-only epilogues run on the wide block, dropped columns included,
 	// full tiles in the micro-kernel's registers; others run on the
 	// copied-out rows (a residual is indexed by output column).
@@ -191,25 +283,30 @@ func (w *wideConv) chunk(arch *gemmArch, pa *PackedA, i0, i1, ja, jb int, bufs *
 				for ir := 0; ir < mc; ir += mr {
 					rows := min(mr, mc-ir)
 					ap := &apack[ir*kc]
-					ci := (ic-i0+ir)*ldw + jr
+					dst, ldd, ci := cw, ldw, (ic-i0+ir)*ldw+jr
+					if jr < full && ic+ir < iExact {
+						dst, ldd, ci = c, ldc, (ic+ir)*ldc+ja+jr
+					}
 					if last && rowEp && rows == mr && arch.tileIEp != nil {
-						arch.tileIEp(kc, ap, b, offs, &cw[ci], ldw, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
+						arch.tileIEp(kc, ap, b, offs, &dst[ci], ldd, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
 						continue
 					}
-					arch.tileI(arch.kernelRows(rows), kc, ap, b, offs, &cw[ci], ldw, accumulate)
+					arch.tileI(arch.kernelRows(rows), kc, ap, b, offs, &dst[ci], ldd, accumulate)
 					if last && rowEp {
-						ep.apply(cw[ci:], ldw, ic+ir, 0, rows, nr)
+						ep.apply(dst[ci:], ldd, ic+ir, 0, rows, nr)
 					}
 				}
 			}
 		}
 	}
-	// Wide column j is output (j/pitch, j%pitch) when j%pitch < ow; the
-	// outputs of [ja, jb) are one run [o0, o1) of c's columns.
-	o0, o1 := wideOutput(ja, pitch, ow), wideOutput(jb, pitch, ow)
+	// Wide column j is output (j/pitch, j%pitch) when j%pitch < ow.
 	for i := i0; i < i1; i++ {
 		src, dst := cw[(i-i0)*ldw:], c[i*ldc:]
-		for j := ja; j < jb; {
+		j := ja
+		if i < iExact {
+			j += full
+		}
+		for j < jb {
 			oy, ox := j/pitch, j%pitch
 			end := min(jb, oy*pitch+ow)
 			if ox < ow {
@@ -219,6 +316,8 @@ func (w *wideConv) chunk(arch *gemmArch, pa *PackedA, i0, i1, ja, jb int, bufs *
 		}
 	}
 	if ep != nil && !rowEp {
+		// The outputs of [ja, jb) are one run [o0, o1) of c's columns.
+		o0, o1 := wideOutput(ja, pitch, ow), wideOutput(jb, pitch, ow)
 		ep.apply(c[i0*ldc+o0:], ldc, i0, o0, i1-i0, o1-o0)
 	}
 }

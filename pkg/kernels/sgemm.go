@@ -40,11 +40,6 @@ type gemmArch struct {
 // compare both ways.
 var unpackedB = true
 
-// wideConvs makes SgemmConv compute the stride-1 convolutions that
-// widePitch accepts by wide columns (sgemmWide). Tests turn it off to
-// compare both ways.
-var wideConvs = true
-
 // goArch is the portable micro-kernel (the noasm build and CPUs without
 // AVX2/FMA).
 var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile, tileI: goTileI}
@@ -419,9 +414,20 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // same values as panels packed from Im2col's output, so C is bit-identical
 // to SgemmPacked on that output.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
-	if pitch, ok := widePitch(g, pa.m, pa.arch.nr); ok && pa.arch.tileI != nil && wideConvs {
-		sgemmWide(threads, pa, g, pitch, x, c, ldc, ep)
-		return
+	if pa.arch.tileI != nil && wideEligible(g) {
+		pitch, shifted, ok := wideLayout(g, pa.m, pa.k/g.KernelSize(), pa.arch.nr)
+		switch wideLayoutOverride {
+		case -1:
+			ok = false
+		case 1:
+			pitch, shifted, ok = widePaddedPitch(g), false, true
+		case 2:
+			pitch, shifted, ok = g.Out[1], true, true
+		}
+		if ok {
+			sgemmWide(threads, pa, g, pitch, shifted, x, c, ldc, ep)
+			return
+		}
 	}
 	cb, release := newConvB(g, pa.k/g.KernelSize(), x)
 	defer release()
