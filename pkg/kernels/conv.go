@@ -84,7 +84,9 @@ func im2col2DRange(g *ConvGeom, x, col []float32, r0, r1 int) {
 			clear(out[:lo])
 			clear(out[hi:])
 			if sw == 1 {
-				copy(out[lo:hi], xr[lo+off:hi+off])
+				if lo < hi { // none when the tap lies wholly in the padding
+					copy(out[lo:hi], xr[lo+off:hi+off])
+				}
 				continue
 			}
 			src := lo*sw + off

@@ -26,6 +26,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		{3, 24, 40, 40, 3, 3, 1, 1, 1, -1}, {2, 150, 6, 7, 3, 3, 1, 1, 1, -1}, {1, 16, 28, 28, 5, 5, 1, 1, 2, -1},
 		{4, 12, 9, 11, 3, 3, 1, 1, 2, 0}, {3, 5, 8, 12, 3, 3, 1, 1, 0, 2}, {29, 36, 8, 8, 3, 3, 1, 1, 1, -1},
 		{2, 8, 37, 25, 5, 5, 1, 1, 2, -1}, // two threads split the panels at a dropped column
+		{2, 3, 4, 1, 3, 3, 1, 3, 3, -1},   // shifted copies whose taps lie wholly in the padding
 	} {
 		if tc.pe < 0 {
 			tc.pe = tc.p
@@ -60,10 +61,10 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 					for threads := 1; threads <= 3; threads++ {
 						want, got := randSlice(r, tc.m*n), randSlice(r, tc.m*n) // overwritten
 						SgemmPacked(threads, pa, n, false, col, n, 0, want, n, ep)
-						// Layouts: the chosen one, then padded and
-						// shifted wide columns forced.
-						for layout := range 3 {
-							if layout > 0 && !wideEligible(g) {
+						// Layouts: the chosen one, then packed panels,
+						// padded and shifted wide columns forced.
+						for _, layout := range []int{0, -1, 1, 2} {
+							if layout != 0 && !wideEligible(g) {
 								break
 							}
 							wideLayoutOverride = layout

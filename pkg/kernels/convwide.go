@@ -142,9 +142,13 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 					clear(row[padL+iw:])
 					continue
 				}
-				// Columns [a, b) read inside the input row.
+				// Columns [a, b) read inside the input row (none
+				// when a dilated tap lies wholly in the padding).
 				a, b := min(max(-shift, 0), ow), min(max(iw-shift, 0), ow)
-				b = max(a, b)
+				if b <= a {
+					clear(row)
+					continue
+				}
 				clear(row[:a])
 				copy(row[a:b], src[a+shift:])
 				clear(row[b:])
