@@ -117,7 +117,6 @@ func BenchmarkSgemmConv(b *testing.B) {
 			b.Run(bc.name+"/"+name, func(b *testing.B) {
 				wideLayoutOverride = layout
 				defer func() { wideLayoutOverride = 0 }()
-				b.ReportMetric(0, "ns/op")
 				for b.Loop() {
 					SgemmConv(1, pa, g, x, y, out*out, nil)
 				}

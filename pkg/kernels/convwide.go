@@ -195,19 +195,15 @@ func sgemmWide(threads int, pa *PackedA, g *ConvGeom, pitch int, shifted bool, x
 	defer release()
 	oh, ow := g.Out[0], g.Out[1]
 	cols := (oh-1)*pitch + ow
-	rowTiles, panels := ceilDiv(pa.m, arch.mr), ceilDiv(cols, arch.nr)
 	threads = min(threads, max(1, pa.m*pa.k*oh*ow/gemmMinWork))
-	rowParts, panelParts := wideSplit(arch, threads, pa.m, panels)
-	Parallel(rowParts*panelParts, rowParts*panelParts, 1, func(lo, hi int) {
+	rowsPer, colsPer := wideSplit(arch, threads, pa.m, ceilDiv(cols, arch.nr))
+	rowParts, colParts := ceilDiv(pa.m, rowsPer), ceilDiv(cols, colsPer)
+	Parallel(rowParts*colParts, rowParts*colParts, 1, func(lo, hi int) {
 		bufs := packPool.Get().(*packBufs)
 		defer packPool.Put(bufs)
 		for t := lo; t < hi; t++ {
-			r, p := t/panelParts, t%panelParts
-			i0, i1 := min(pa.m, r*ceilDiv(rowTiles, rowParts)*arch.mr), min(pa.m, (r+1)*ceilDiv(rowTiles, rowParts)*arch.mr)
-			j0, j1 := min(cols, p*ceilDiv(panels, panelParts)*arch.nr), min(cols, (p+1)*ceilDiv(panels, panelParts)*arch.nr)
-			if i0 >= i1 || j0 >= j1 {
-				continue
-			}
+			i0, j0 := t/colParts*rowsPer, t%colParts*colsPer
+			i1, j1 := min(pa.m, i0+rowsPer), min(cols, j0+colsPer)
 			for ja := j0; ja < j1; ja += arch.nc {
 				w.chunk(arch, pa, i0, i1, ja, min(j1, ja+arch.nc), bufs, c, ldc, ep)
 			}
@@ -215,14 +211,14 @@ func sgemmWide(threads int, pa *PackedA, g *ConvGeom, pitch int, shifted bool, x
 	})
 }
 
-// wideSplit returns how many parts to cut the m rows (row tiles of mr)
-// and the panels column panels into, their product at most threads: the
-// cut whose busiest part costs least, the panels cut first on a tie
-// (every thread then reads a share of the image instead of all of it). A
-// tile of r rows costs about r + 1 steps of its micro-kernel (r rows of
-// multiply-adds and the loads of the B panel), so a short last tile is
-// cheap: 16 rows cut as 12 and 4 is a poor split.
-func wideSplit(arch *gemmArch, threads, m, panels int) (rowParts, panelParts int) {
+// wideSplit returns how many rows (a multiple of mr) and columns (of
+// panels column panels) each part gets when m rows are cut into at most
+// threads parts: the cut whose busiest part costs least, the panels cut
+// first on a tie (every thread then reads a share of the image instead of
+// all of it). A tile of r rows costs about r + 1 steps of its micro-kernel
+// (r rows of multiply-adds and the loads of the B panel), so a short last
+// tile is cheap: 16 rows cut as 12 and 4 is a poor split.
+func wideSplit(arch *gemmArch, threads, m, panels int) (rowsPer, colsPer int) {
 	rowTiles := ceilDiv(m, arch.mr)
 	// rowsCost is the cost of rows [i0, i1) on one panel.
 	rowsCost := func(i0, i1 int) int {
@@ -232,19 +228,19 @@ func wideSplit(arch *gemmArch, threads, m, panels int) (rowParts, panelParts int
 		}
 		return cost
 	}
-	best := -1
+	best, bestParts := -1, 0
 	for rp := 1; rp <= min(threads, rowTiles); rp++ {
 		pp := min(threads/rp, panels)
-		per := ceilDiv(rowTiles, rp) * arch.mr
+		per, panelsPer := ceilDiv(rowTiles, rp)*arch.mr, ceilDiv(panels, pp)
 		busiest := 0
 		for i0 := 0; i0 < m; i0 += per {
 			busiest = max(busiest, rowsCost(i0, min(m, i0+per)))
 		}
-		if cost := busiest * ceilDiv(panels, pp); best < 0 || cost < best || cost == best && rp*pp > rowParts*panelParts {
-			best, rowParts, panelParts = cost, rp, pp
+		if cost := busiest * panelsPer; best < 0 || cost < best || cost == best && rp*pp > bestParts {
+			best, bestParts, rowsPer, colsPer = cost, rp*pp, per, panelsPer*arch.nr
 		}
 	}
-	return rowParts, panelParts
+	return rowsPer, colsPer
 }
 
 // chunk computes output channels [i0, i1) at wide columns [ja, jb) into

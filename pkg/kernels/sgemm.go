@@ -179,7 +179,7 @@ func (arch *gemmArch) kernelRows(rows int) int {
 // a single panel) and its row and column panel counts.
 func gemmSplit(arch *gemmArch, threads, m, n, k int) (int, int, int) {
 	threads = min(threads, max(1, m*n*k/gemmMinWork))
-	mt, nt := (m+arch.mr-1)/arch.mr, (n+arch.nr-1)/arch.nr
+	mt, nt := ceilDiv(m, arch.mr), ceilDiv(n, arch.nr)
 	if mt*nt < 2 {
 		threads = 1
 	}
@@ -571,7 +571,7 @@ func rowsFrom(a []float32, trans bool, i, ld int) []float32 {
 // colsFrom is op(B) from column j on.
 func colsFrom(b []float32, trans bool, j, ld int) []float32 { return rowsFrom(b, !trans, j, ld) }
 
-func roundUp(x, m int) int { return (x + m - 1) / m * m }
+func roundUp(x, m int) int { return ceilDiv(x, m) * m }
 
 func ceilDiv(x, m int) int { return (x + m - 1) / m }
 
