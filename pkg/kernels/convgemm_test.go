@@ -14,10 +14,16 @@ import (
 // padding, −1 for p), output rows shorter and longer than a panel, several
 // k blocks (k > kc), column blocks (n > nc) and wide chunks, more rows than
 // a row block (m > mc), threads splitting the output channels or the
-// wide columns, with no epilogue, a row epilogue and a residual.
+// wide columns, row tiles of every width, channel blocks of 32 and less,
+// with no epilogue, a row epilogue and a residual, each case computed the
+// way convLayout chooses and every other way it can be.
 func TestSgemmConvBitIdentical(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	wide, shiftedCases := 0, 0
+	// The ways are counted as the AVX-512 kernels would choose them.
+	countArch := *goArch
+	countArch.nr, countArch.mr = 32, 12
+	countArch.convRow = func(int, int, int, *float32, *int, *float32, *float32, bool) {}
+	ways := map[convWay]int{}
 	for _, tc := range []struct{ c, m, ih, iw, kh, kw, s, d, p, pe int }{
 		{3, 8, 7, 7, 3, 3, 1, 1, 1, -1}, {2, 5, 9, 40, 3, 3, 1, 1, 1, -1}, {4, 13, 16, 16, 3, 3, 2, 1, 1, -1},
 		{3, 7, 15, 15, 7, 7, 2, 1, 3, -1}, {2, 4, 10, 33, 3, 3, 1, 2, 2, -1}, {30, 17, 8, 9, 3, 3, 1, 1, 1, -1},
@@ -27,6 +33,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		{4, 12, 9, 11, 3, 3, 1, 1, 2, 0}, {3, 5, 8, 12, 3, 3, 1, 1, 0, 2}, {29, 36, 8, 8, 3, 3, 1, 1, 1, -1},
 		{2, 8, 37, 25, 5, 5, 1, 1, 2, -1}, // two threads split the panels at a dropped column
 		{2, 3, 4, 1, 3, 3, 1, 3, 3, -1},   // shifted copies whose taps lie wholly in the padding
+		{1, 32, 32, 32, 3, 3, 1, 1, 1, -1}, {16, 32, 14, 14, 5, 5, 1, 1, 0, -1}, {3, 40, 17, 23, 3, 3, 2, 1, 1, -1},
 	} {
 		if tc.pe < 0 {
 			tc.pe = tc.p
@@ -34,12 +41,8 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		oh := (tc.ih+tc.p+tc.pe-(tc.kh-1)*tc.d-1)/tc.s + 1
 		ow := (tc.iw+tc.p+tc.pe-(tc.kw-1)*tc.d-1)/tc.s + 1
 		g := &ConvGeom{In: []int{tc.ih, tc.iw}, Kernel: []int{tc.kh, tc.kw}, Strides: []int{tc.s, tc.s}, Dilations: []int{tc.d, tc.d}, PadBegin: []int{tc.p, tc.p}, Out: []int{oh, ow}}
-		if _, _, ok := wideLayout(g, tc.m, tc.c, 32); ok {
-			wide++
-		}
-		if _, shifted, _ := wideLayout(g, tc.m, tc.c, 32); shifted {
-			shiftedCases++
-		}
+		way, _ := convLayout(&PackedA{arch: &countArch, m: tc.m, k: tc.c * tc.kh * tc.kw}, g)
+		ways[way]++
 		for _, arch := range gemmArches() {
 			t.Run(fmt.Sprintf("%s/%+v", arch.name, tc), func(t *testing.T) {
 				saved := activeGemm
@@ -61,15 +64,15 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 					for threads := 1; threads <= 3; threads++ {
 						want, got := randSlice(r, tc.m*n), randSlice(r, tc.m*n) // overwritten
 						SgemmPacked(threads, pa, n, false, col, n, 0, want, n, ep)
-						// Layouts: the chosen one, then packed panels,
-						// padded and shifted wide columns forced.
-						for _, layout := range []int{0, -1, 1, 2} {
-							if layout != 0 && !wideEligible(g) {
-								break
+						// The chosen way, then every way forced.
+						for _, layout := range []convWay{convAuto, convPacked, convPadded, convShifted, convRows} {
+							if (layout == convPadded || layout == convShifted) && (arch.tileI == nil || !wideEligible(g)) ||
+								layout == convRows && !convRowsEligible(arch, g) {
+								continue
 							}
-							wideLayoutOverride = layout
+							convLayoutOverride = layout
 							SgemmConv(threads, pa, g, x, got, n, ep)
-							wideLayoutOverride = 0
+							convLayoutOverride = convAuto
 							for i := range got {
 								if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 									t.Fatalf("threads %d ep %+v layout %d: y[%d] = %g (%#x), im2col gives %g (%#x)", threads, ep, layout, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
@@ -84,44 +87,131 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 			})
 		}
 	}
-	if wide < 10 || shiftedCases < 3 {
-		t.Errorf("%d cases take wide columns, %d of them shifted; the table should keep at least 10 and 3", wide, shiftedCases)
+	if ways[convPadded]+ways[convShifted] < 10 || ways[convShifted] < 3 || ways[convRows] < 3 {
+		t.Errorf("ways chosen %v: the table should keep at least 10 cases on wide columns, 3 of them shifted, and 3 on row tiles", ways)
 	}
 }
 
-// BenchmarkSgemmConv times the stride-1 convolutions of LeNet,
-// digits_resnet and ResNet-18 on one thread, each computed the way
-// wideLayout chooses and by every layout forced.
+// BenchmarkSgemmConv times convolutions of LeNet, digits_resnet,
+// ResNet-18 and SqueezeNet on one and two threads, each computed the way
+// convLayout chooses and by every way forced.
 func BenchmarkSgemmConv(b *testing.B) {
 	for _, bc := range []struct {
-		name           string
-		c, m, in, k, p int
+		name              string
+		c, m, in, k, p, s int
 	}{
-		{"lenet1x28k5", 1, 16, 28, 5, 2},
-		{"lenet16x14k5", 16, 32, 14, 5, 0},
-		{"dres32x32", 32, 32, 32, 3, 1},
-		{"dres64x16", 64, 64, 16, 3, 1},
-		{"dres128x8", 128, 128, 8, 3, 1},
-		{"resnet128x28", 128, 128, 28, 3, 1},
-		{"resnet512x7", 512, 512, 7, 3, 1},
+		{"lenet1x28k5", 1, 16, 28, 5, 2, 1},
+		{"lenet16x14k5", 16, 32, 14, 5, 0, 1},
+		{"dres32x32", 32, 32, 32, 3, 1, 1},
+		{"dres64x16", 64, 64, 16, 3, 1, 1},
+		{"dres128x8", 128, 128, 8, 3, 1, 1},
+		{"dres64x16s2", 64, 128, 16, 3, 1, 2},
+		{"resnet3x224k7s2", 3, 64, 224, 7, 3, 2},
+		{"resnet64x56", 64, 64, 56, 3, 1, 1},
+		{"resnet64x56s2", 64, 128, 56, 3, 1, 2},
+		{"resnet128x28", 128, 128, 28, 3, 1, 1},
+		{"resnet256x14", 256, 256, 14, 3, 1, 1},
+		{"resnet512x7", 512, 512, 7, 3, 1, 1},
+		{"resnet256x14k1s2", 256, 512, 14, 1, 0, 2},
+		{"squeeze16x55", 16, 64, 55, 3, 1, 1},
+		{"squeeze48x13", 48, 192, 13, 3, 1, 1},
+		{"squeeze3x224s2", 3, 64, 224, 3, 0, 2},
 	} {
-		out := bc.in + 2*bc.p - bc.k + 1
-		g := &ConvGeom{In: []int{bc.in, bc.in}, Kernel: []int{bc.k, bc.k}, Strides: []int{1, 1}, Dilations: []int{1, 1},
+		out := (bc.in+2*bc.p-bc.k)/bc.s + 1
+		g := &ConvGeom{In: []int{bc.in, bc.in}, Kernel: []int{bc.k, bc.k}, Strides: []int{bc.s, bc.s}, Dilations: []int{1, 1},
 			PadBegin: []int{bc.p, bc.p}, Out: []int{out, out}}
 		r := rand.New(rand.NewPCG(1, 2))
 		k := bc.c * bc.k * bc.k
 		x, w := randSlice(r, bc.c*bc.in*bc.in), randSlice(r, bc.m*k)
 		y := make([]float32, bc.m*out*out)
 		pa := PackA(false, bc.m, k, 1, w, k)
-		for layout, name := range map[int]string{0: "chosen", -1: "packed", 1: "padded", 2: "shifted"} {
-			b.Run(bc.name+"/"+name, func(b *testing.B) {
-				wideLayoutOverride = layout
-				defer func() { wideLayoutOverride = 0 }()
-				for b.Loop() {
-					SgemmConv(1, pa, g, x, y, out*out, nil)
+		for _, threads := range []int{1, 2} {
+			for layout, name := range map[convWay]string{convAuto: "chosen", convPacked: "packed", convPadded: "padded", convShifted: "shifted", convRows: "rows"} {
+				if (layout == convPadded || layout == convShifted) && !wideEligible(g) {
+					continue
 				}
-				b.ReportMetric(float64(2*bc.m*k*out*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
-			})
+				b.Run(fmt.Sprintf("%s/%s/t%d", bc.name, name, threads), func(b *testing.B) {
+					convLayoutOverride = layout
+					defer func() { convLayoutOverride = convAuto }()
+					for b.Loop() {
+						SgemmConv(threads, pa, g, x, y, out*out, nil)
+					}
+					b.ReportMetric(float64(2*bc.m*k*out*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+				})
+			}
+		}
+	}
+}
+
+// TestConvRowsWidths checks the row tiles of every width and both column
+// strides against Im2col followed by SgemmPacked, bit for bit: output rows
+// of 1 to 30 pixels are one tile or two of every width up to
+// convRowPixels, over one and two k blocks.
+func TestConvRowsWidths(t *testing.T) {
+	if !convRowsEligible(activeGemm, &ConvGeom{In: []int{1, 1}, Strides: []int{1, 1}}) {
+		t.Skipf("the %s kernels have no row tiles", activeGemm.name)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	convLayoutOverride = convRows
+	defer func() { convLayoutOverride = convAuto }()
+	for _, s := range []int{1, 2} {
+		for ow := 1; ow <= 30; ow++ {
+			for _, tc := range []struct{ c, m int }{{3, 37}, {40, 32}} {
+				iw := (ow-1)*s + 3
+				g := &ConvGeom{In: []int{4, iw}, Kernel: []int{3, 3}, Strides: []int{1, s}, Dilations: []int{1, 1}, PadBegin: []int{0, 0}, Out: []int{2, ow}}
+				k, n := tc.c*9, 2*ow
+				x, w := randSlice(r, tc.c*4*iw), randSlice(r, tc.m*k)
+				pa := PackA(false, tc.m, k, 1, w, k)
+				col := make([]float32, k*n)
+				Im2col(g, tc.c, x, col)
+				ep := &Epilogue{RowBias: randSlice(r, tc.m), Act: ActRelu}
+				want, got := make([]float32, tc.m*n), make([]float32, tc.m*n)
+				SgemmPacked(1, pa, n, false, col, n, 0, want, n, ep)
+				SgemmConv(1, pa, g, x, got, n, ep)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("stride %d, %d outputs a row, %+v: y[%d] = %g, im2col gives %g", s, ow, tc, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestConvRowStoreMatchesReference checks the arch's row tile store
+// against convRowStoreGo bit for bit: every tile width and channel count,
+// with no epilogue, the row epilogue and its Relu, on special values.
+func TestConvRowStoreMatchesReference(t *testing.T) {
+	store := activeGemm.convRowStore
+	if store == nil {
+		t.Skipf("the %s kernels have no row tiles", activeGemm.name)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	tile := randSlice(r, 16*convRowChannels)
+	for i := range tile {
+		if r.IntN(8) == 0 {
+			tile[i] = dwSpecials[r.IntN(len(dwSpecials))]
+		}
+	}
+	ep := randSlice(r, 3*convRowChannels)
+	const ldc = 37
+	for pixels := 1; pixels <= convRowPixels; pixels++ {
+		for channels := 1; channels <= convRowChannels; channels++ {
+			for mode := range 3 {
+				var e *float32
+				if mode > 0 {
+					e = &ep[0]
+				}
+				want, got := randSlice(r, convRowChannels*ldc), randSlice(r, convRowChannels*ldc)
+				copy(got, want)
+				convRowStoreGo(&tile[0], pixels, &want[0], ldc, channels, e, mode == 2)
+				store(&tile[0], pixels, &got[0], ldc, channels, e, mode == 2)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("pixels %d channels %d mode %d: c[%d] = %g (%#x), want %g (%#x)", pixels, channels, mode, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
 		}
 	}
 }

@@ -27,7 +27,7 @@ import "sync"
 //
 // Either costs less than gathering every row of the column matrix into
 // packed panels (packBConv), which moves kh·kw floats per input float,
-// unless the dropped columns outweigh that (wideLayout).
+// unless the dropped columns outweigh that (convLayout).
 type wideConv struct {
 	g     *ConvGeom
 	pitch int
@@ -35,38 +35,74 @@ type wideConv struct {
 	offs  []int
 }
 
-// wideLayout chooses how SgemmConv computes g, with m output and c input
-// channels, on micro-kernels nr columns wide: by wide columns with row
-// pitch (shifted for the shifted copies, pitch = ow), or (ok false) from
-// packed panels. Each way is costed in cycles of the AVX-512 kernels: a
-// column of the product costs m·k multiply-adds, 1/16 cycle each; packing
-// moves k floats per output at about 2 cycles each (packRuns on the short
-// runs of small images). The other per-float costs are fitted to
-// BenchmarkSgemmConv: 1 cycle for the padded copy, 2 for copying its
-// outputs out, 4 for the shifted copies, which also crowd the image out of
-// L1 (LeNet's 16×14×14 input is 12 KB padded, 45 KB shifted). Small
-// images are where the ways differ: the padded layout's dropped columns,
-// last-panel rounding (an 8×8 output is 71 wide columns, three panels for
-// two panels' worth of outputs) and copy-out against the shifted layout's
-// kw copies.
-func wideLayout(g *ConvGeom, m, c, nr int) (pitch int, shifted, ok bool) {
-	if !wideEligible(g) {
-		return 0, false, false
+// convWay is how SgemmConv computes a geometry.
+type convWay int
+
+const (
+	convAuto    convWay = iota // the cheapest by convLayout's costs
+	convPacked                 // B panels packed from the image (packBConv)
+	convPadded                 // wide columns of one padded copy
+	convShifted                // wide columns of kw shifted copies
+	convRows                   // row tiles (sgemmConvRows)
+)
+
+// convLayout chooses how SgemmConv computes g with the weights pa: the
+// way and, for wide columns, their row pitch. Each way is costed in cycles
+// of the AVX-512 kernels: a column of the product costs m·k multiply-adds,
+// 1/16 cycle each; packing moves k floats per output at about 2 cycles
+// each (packRuns on the short runs of small images). The other per-float
+// costs are fitted to BenchmarkSgemmConv: 1 cycle for the padded copy, 2
+// for copying its outputs out, 4 for the shifted copies, which also crowd
+// the image out of L1 (LeNet's 16×14×14 input is 12 KB padded, 45 KB
+// shifted); row tiles cost what convRowsCost says. Small images are where
+// the ways differ: the padded layout's dropped columns, last-panel
+// rounding (an 8×8 output is 71 wide columns, three panels for two
+// panels' worth of outputs) and copy-out against the shifted layout's kw
+// copies and the row tiles' transposition.
+func convLayout(pa *PackedA, g *ConvGeom) (way convWay, pitch int) {
+	m, k, nr := pa.m, pa.k, pa.arch.nr
+	wide := pa.arch.tileI != nil && wideEligible(g)
+	rows := convRowsEligible(pa.arch, g)
+	switch convLayoutOverride {
+	case convPacked:
+		return convPacked, 0
+	case convPadded:
+		if wide {
+			return convPadded, widePaddedPitch(g)
+		}
+	case convShifted:
+		if wide {
+			return convShifted, g.Out[1]
+		}
+	case convRows:
+		if rows {
+			return convRows, 0
+		}
 	}
-	oh, ow, kh, kw := g.Out[0], g.Out[1], g.Kernel[0], g.Kernel[1]
-	rows, pitch := wideRows(g), widePaddedPitch(g)
-	outs, k := oh*ow, c*kh*kw
+	oh, ow := g.Out[0], g.Out[1]
+	outs := oh * ow
 	column := float64(m*k) / 16
-	packed := float64(roundUp(outs, nr))*column + 2*float64(k*outs)
-	padded := float64(roundUp((oh-1)*pitch+ow, nr))*column + float64(c*rows*pitch+2*m*outs)
-	shiftedCost := float64(roundUp(outs, nr))*column + 4*float64(kw*c*rows*ow)
-	switch {
-	case shiftedCost < padded && shiftedCost < packed:
-		return ow, true, true
-	case padded < packed:
-		return pitch, false, true
+	way, best := convPacked, float64(roundUp(outs, nr))*column+2*float64(k*outs)
+	if wide {
+		c := k / g.KernelSize()
+		kw, rows, pitch := g.Kernel[1], wideRows(g), widePaddedPitch(g)
+		if cost := float64(roundUp((oh-1)*pitch+ow, nr))*column + float64(c*rows*pitch+2*m*outs); cost < best {
+			way, best = convPadded, cost
+		}
+		if cost := float64(roundUp(outs, nr))*column + 4*float64(kw*c*rows*ow); cost < best {
+			way, best = convShifted, cost
+		}
 	}
-	return 0, false, false
+	if rows && convRowsCost(g, m, k) < best {
+		way = convRows
+	}
+	switch way {
+	case convPadded:
+		return way, widePaddedPitch(g)
+	case convShifted:
+		return way, ow
+	}
+	return way, 0
 }
 
 // wideEligible reports whether g is a 2-D stride-1 convolution, which
@@ -90,10 +126,10 @@ func wideRows(g *ConvGeom) int {
 	return padT + ih + max(padB, 0)
 }
 
-// wideLayoutOverride, when not 0, makes SgemmConv compute every geometry
-// that wide columns can by packed panels (−1), padded wide columns (1) or
-// shifted ones (2). Tests and benchmarks set it to compare the layouts.
-var wideLayoutOverride = 0
+// convLayoutOverride, when not convAuto, makes SgemmConv compute every
+// geometry that way when it can. Tests and benchmarks set it to compare
+// the ways.
+var convLayoutOverride = convAuto
 
 var widePool = sync.Pool{New: func() any { return new(wideBufs) }}
 
@@ -181,7 +217,7 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 // hand-off to another thread costs about as much as copying this many.
 const wideCopyGrain = 1 << 14
 
-// sgemmWide is SgemmConv by wide columns (wideLayout), on an arch with
+// sgemmWide is SgemmConv by wide columns (convLayout), on an arch with
 // tileI. The work is a grid of row tiles (mr output channels) by column
 // panels (nr wide columns); it is cut into one block per thread, along the
 // channels or the panels, whichever leaves the busiest thread the least

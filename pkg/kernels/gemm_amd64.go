@@ -17,6 +17,15 @@ var (
 		gemm12x32AVX512I, gemm8x32AVX512I, gemm4x32AVX512I, gemm2x32AVX512I, gemm1x32AVX512I}
 )
 
+// avx512ConvRows are the row tile kernels by stride (1, 2) and width
+// (1 … convRowPixels).
+var avx512ConvRows = [2][convRowPixels]func(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int){
+	{convRow1S1AVX512, convRow2S1AVX512, convRow3S1AVX512, convRow4S1AVX512, convRow5S1AVX512, convRow6S1AVX512, convRow7S1AVX512,
+		convRow8S1AVX512, convRow9S1AVX512, convRow10S1AVX512, convRow11S1AVX512, convRow12S1AVX512, convRow13S1AVX512, convRow14S1AVX512},
+	{convRow1S2AVX512, convRow2S2AVX512, convRow3S2AVX512, convRow4S2AVX512, convRow5S2AVX512, convRow6S2AVX512, convRow7S2AVX512,
+		convRow8S2AVX512, convRow9S2AVX512, convRow10S2AVX512, convRow11S2AVX512, convRow12S2AVX512, convRow13S2AVX512, convRow14S2AVX512},
+}
+
 // avx512Height is the index in the avx512Tiles arrays of the kernel for a
 // tile of rows rows (one of avx512Gemm.rows; smaller counts take 1).
 func avx512Height(rows int) int {
@@ -51,6 +60,12 @@ var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc:
 	},
 	tileIEp: func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512IEp(kc, a, b, offs, c, ldc, flag(accumulate), bst, flag(relu))
+	},
+	convRow: func(pixels, stride, kc int, x *float32, offs *int, w *float32, c *float32, accumulate bool) {
+		avx512ConvRows[stride-1][pixels-1](kc, x, offs, w, c, flag(accumulate))
+	},
+	convRowStore: func(tile *float32, pixels int, c *float32, ldc, channels int, ep *float32, relu bool) {
+		convRowStoreAVX512(tile, pixels, c, ldc, channels, ep, flag(relu))
 	}}
 
 var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024, rows: []int{6, 4, 2, 1},

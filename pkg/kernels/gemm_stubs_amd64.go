@@ -79,6 +79,93 @@ func gemm6x16AVX2Ep(kc int, a *float32, b *float32, c *float32, ldc int, accumul
 // fmaPeakAVX2 runs n iterations of independent FMA chains to measure peak FMA throughput.
 func fmaPeakAVX2(n int, out *float32)
 
+// convRow1S1AVX512 computes a convolution row tile 1 pixels wide (column stride 1) by 32 output channels.
+func convRow1S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow2S1AVX512 computes a convolution row tile 2 pixels wide (column stride 1) by 32 output channels.
+func convRow2S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow3S1AVX512 computes a convolution row tile 3 pixels wide (column stride 1) by 32 output channels.
+func convRow3S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow4S1AVX512 computes a convolution row tile 4 pixels wide (column stride 1) by 32 output channels.
+func convRow4S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow5S1AVX512 computes a convolution row tile 5 pixels wide (column stride 1) by 32 output channels.
+func convRow5S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow6S1AVX512 computes a convolution row tile 6 pixels wide (column stride 1) by 32 output channels.
+func convRow6S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow7S1AVX512 computes a convolution row tile 7 pixels wide (column stride 1) by 32 output channels.
+func convRow7S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow8S1AVX512 computes a convolution row tile 8 pixels wide (column stride 1) by 32 output channels.
+func convRow8S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow9S1AVX512 computes a convolution row tile 9 pixels wide (column stride 1) by 32 output channels.
+func convRow9S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow10S1AVX512 computes a convolution row tile 10 pixels wide (column stride 1) by 32 output channels.
+func convRow10S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow11S1AVX512 computes a convolution row tile 11 pixels wide (column stride 1) by 32 output channels.
+func convRow11S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow12S1AVX512 computes a convolution row tile 12 pixels wide (column stride 1) by 32 output channels.
+func convRow12S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow13S1AVX512 computes a convolution row tile 13 pixels wide (column stride 1) by 32 output channels.
+func convRow13S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow14S1AVX512 computes a convolution row tile 14 pixels wide (column stride 1) by 32 output channels.
+func convRow14S1AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow1S2AVX512 computes a convolution row tile 1 pixels wide (column stride 2) by 32 output channels.
+func convRow1S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow2S2AVX512 computes a convolution row tile 2 pixels wide (column stride 2) by 32 output channels.
+func convRow2S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow3S2AVX512 computes a convolution row tile 3 pixels wide (column stride 2) by 32 output channels.
+func convRow3S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow4S2AVX512 computes a convolution row tile 4 pixels wide (column stride 2) by 32 output channels.
+func convRow4S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow5S2AVX512 computes a convolution row tile 5 pixels wide (column stride 2) by 32 output channels.
+func convRow5S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow6S2AVX512 computes a convolution row tile 6 pixels wide (column stride 2) by 32 output channels.
+func convRow6S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow7S2AVX512 computes a convolution row tile 7 pixels wide (column stride 2) by 32 output channels.
+func convRow7S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow8S2AVX512 computes a convolution row tile 8 pixels wide (column stride 2) by 32 output channels.
+func convRow8S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow9S2AVX512 computes a convolution row tile 9 pixels wide (column stride 2) by 32 output channels.
+func convRow9S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow10S2AVX512 computes a convolution row tile 10 pixels wide (column stride 2) by 32 output channels.
+func convRow10S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow11S2AVX512 computes a convolution row tile 11 pixels wide (column stride 2) by 32 output channels.
+func convRow11S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow12S2AVX512 computes a convolution row tile 12 pixels wide (column stride 2) by 32 output channels.
+func convRow12S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow13S2AVX512 computes a convolution row tile 13 pixels wide (column stride 2) by 32 output channels.
+func convRow13S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRow14S2AVX512 computes a convolution row tile 14 pixels wide (column stride 2) by 32 output channels.
+func convRow14S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
+
+// convRowStoreAVX512 transposes a convolution row tile into the output, applying the row epilogue ep (may be nil).
+func convRowStoreAVX512(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, relu int)
+
 // epilogueRowAVX2 computes x = (x + b)·s + t in place on n floats (n a multiple of 8).
 func epilogueRowAVX2(x *float32, n int, b float32, s float32, t float32)
 

@@ -32,6 +32,12 @@ type gemmArch struct {
 	// reading step p's nr floats of B at b + offs[p] (wideConv).
 	tileI   func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool)
 	tileIEp func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
+	// convRow, when set, computes a convolution row tile (convRows):
+	// pixels (at most convRowPixels) outputs of column stride stride (1
+	// or 2) by 32 output channels, from kc taps, pixel-major into c.
+	convRow func(pixels, stride, kc int, x *float32, offs *int, w *float32, c *float32, accumulate bool)
+	// convRowStore moves a row tile to the output (convRowStoreGo).
+	convRowStore func(tile *float32, pixels int, c *float32, ldc, channels int, ep *float32, relu bool)
 }
 
 // unpackedB makes products with a row-major B read its full panels in
@@ -353,6 +359,10 @@ type PackedA struct {
 	arch *gemmArch
 	m, k int
 	data []float32
+	// channels is the rows in convRowChannels lanes (channelPanels),
+	// built when a convolution first needs them.
+	mu       sync.Mutex
+	channels []float32
 }
 
 // PackA packs alpha·op(A) (m×k) for SgemmPacked.
@@ -378,7 +388,7 @@ var packedAPool = sync.Pool{New: func() any { return new(PackedA) }}
 func packAParallel(threads int, arch *gemmArch, transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA {
 	p := packedAPool.Get().(*PackedA)
 	mp := roundUp(m, arch.mr)
-	p.arch, p.m, p.k, p.data = arch, m, k, grow(p.data, mp*k)
+	p.arch, p.m, p.k, p.data, p.channels = arch, m, k, grow(p.data, mp*k), nil
 	panels := mp / arch.mr
 	Parallel(threads, panels, max(1, (1<<13)/max(1, arch.mr*k)), func(lo, hi int) {
 		i0, i1 := lo*arch.mr, min(hi*arch.mr, m)
@@ -414,20 +424,13 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // same values as panels packed from Im2col's output, so C is bit-identical
 // to SgemmPacked on that output.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
-	if pa.arch.tileI != nil && wideEligible(g) {
-		pitch, shifted, ok := wideLayout(g, pa.m, pa.k/g.KernelSize(), pa.arch.nr)
-		switch wideLayoutOverride {
-		case -1:
-			ok = false
-		case 1:
-			pitch, shifted, ok = widePaddedPitch(g), false, true
-		case 2:
-			pitch, shifted, ok = g.Out[1], true, true
-		}
-		if ok {
-			sgemmWide(threads, pa, g, pitch, shifted, x, c, ldc, ep)
-			return
-		}
+	switch way, pitch := convLayout(pa, g); way {
+	case convRows:
+		sgemmConvRows(threads, pa, g, x, c, ldc, ep)
+		return
+	case convPadded, convShifted:
+		sgemmWide(threads, pa, g, pitch, way == convShifted, x, c, ldc, ep)
+		return
 	}
 	cb, release := newConvB(g, pa.k/g.KernelSize(), x)
 	defer release()

@@ -57,6 +57,12 @@ func main() {
 		}
 		peak(s)
 	}
+	for _, stride := range []int{1, 2} {
+		for pixels := 1; pixels <= convRowMax; pixels++ {
+			convRow(pixels, stride)
+		}
+	}
+	convRowStore()
 	epilogue(false)
 	epilogue(true)
 	axpy()

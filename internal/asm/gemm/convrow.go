@@ -1,0 +1,219 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// convRowMax is the most output pixels a convolution row tile computes:
+// 28 accumulators and the two weight vectors in the 32 ZMM registers.
+const convRowMax = 14
+
+// convRow generates convRow{pixels}S{stride}AVX512, a tile of a
+// convolution with the output channels in the vector lanes: pixels
+// consecutive outputs of one output row (column stride stride) by 32
+// output channels, over kc kernel taps:
+//
+//	for p < kc: for r < pixels: for j < 32:
+//	    acc[r][j] += w[p*32+j] · x[offs[p] + r*stride]
+//	c[r*32+j] = acc[r][j]           (accumulate == 0)
+//	c[r*32+j] += acc[r][j]          (accumulate != 0)
+//
+// Tap p of pixel r reads the image at x + offs[p] + r·stride, so the taps
+// are broadcast straight from the (padded) image: no column matrix, and
+// no lane computes a column that is dropped, which the wide kernels do
+// when an output row is not a multiple of their panel. Each output sums
+// the same products in the same order as the GEMM kernels, so the tile
+// holds the same bits as the product by packed panels.
+func convRow(pixels, stride int) {
+	name := fmt.Sprintf("convRow%dS%dAVX512", pixels, stride)
+	TEXT(name, NOSPLIT, "func(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)")
+	Doc(fmt.Sprintf("%s computes a convolution row tile %d pixels wide (column stride %d) by 32 output channels.", name, pixels, stride))
+	lbl := func(l string) string { return fmt.Sprintf("convRow%dS%d_%s", pixels, stride, l) }
+	const vecs, lanes = 2, 16
+	kc := Load(Param("kc"), GP64())
+	px := Load(Param("x"), GP64())
+	offs := Load(Param("offs"), GP64())
+	pw := Load(Param("w"), GP64())
+	acc := make([][]VecVirtual, pixels)
+	for r := range acc {
+		acc[r] = make([]VecVirtual, vecs)
+		for v := range acc[r] {
+			acc[r][v] = ZMM()
+			VPXORD(acc[r][v], acc[r][v], acc[r][v])
+		}
+	}
+	wv := []VecVirtual{ZMM(), ZMM()}
+	step := func(off int) {
+		row := GP64()
+		MOVQ(Mem{Base: offs, Disp: 8 * off}, row)
+		LEAQ(Mem{Base: px, Index: row, Scale: 4}, row)
+		for v := range wv {
+			VMOVUPS(Mem{Base: pw, Disp: 4 * (off*vecs*lanes + v*lanes)}, wv[v])
+		}
+		for r := 0; r < pixels; r++ {
+			for v := range wv {
+				VFMADD231PS_BCST(Mem{Base: row, Disp: 4 * r * stride}, wv[v], acc[r][v])
+			}
+		}
+	}
+	const unroll = 4
+	Label(lbl("loop4"))
+	CMPQ(kc, U8(unroll))
+	JL(LabelRef(lbl("tail")))
+	for u := 0; u < unroll; u++ {
+		step(u)
+	}
+	ADDQ(U32(4*unroll*vecs*lanes), pw)
+	ADDQ(U8(8*unroll), offs)
+	SUBQ(U8(unroll), kc)
+	JMP(LabelRef(lbl("loop4")))
+	Label(lbl("tail"))
+	TESTQ(kc, kc)
+	JZ(LabelRef(lbl("store")))
+	step(0)
+	ADDQ(U32(4*vecs*lanes), pw)
+	ADDQ(U8(8), offs)
+	DECQ(kc)
+	JMP(LabelRef(lbl("tail")))
+
+	Label(lbl("store"))
+	pc := Load(Param("c"), GP64())
+	accum := Load(Param("accumulate"), GP64())
+	TESTQ(accum, accum)
+	JZ(LabelRef(lbl("overwrite")))
+	for r := range acc {
+		for v := range acc[r] {
+			m := Mem{Base: pc, Disp: 4 * (r*vecs*lanes + v*lanes)}
+			VADDPS(m, acc[r][v], acc[r][v])
+			VMOVUPS(acc[r][v], m)
+		}
+	}
+	VZEROUPPER()
+	RET()
+	Label(lbl("overwrite"))
+	for r := range acc {
+		for v := range acc[r] {
+			VMOVUPS(acc[r][v], Mem{Base: pc, Disp: 4 * (r*vecs*lanes + v*lanes)})
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// convRowStore generates convRowStoreAVX512, which moves a row tile
+// (convRow's output: up to 16 pixel rows of 32 channels, rows ≥ pixels
+// unused) to the NCHW output: channel j's pixels go to c + j·ldc, for j <
+// channels. When ep is not nil it holds the row epilogue by channel, 32
+// biases b, 32 scales s and 32 shifts t, and each value v is stored as
+// ((v + b)·s) + t, zeroed when ≤ 0 if relu is not 0: the operations of
+// the GEMM kernels' epilogue, applied while the channels are still the
+// lanes. Each 16-channel half is transposed in registers, 16×16, by
+// interleaving floats, pairs of floats, then 128-bit blocks twice.
+func convRowStore() {
+	const name = "convRowStoreAVX512"
+	TEXT(name, NOSPLIT, "func(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, relu int)")
+	Doc(name + " transposes a convolution row tile into the output, applying the row epilogue ep (may be nil).")
+	pt := Load(Param("tile"), GP64())
+	pixels := Load(Param("pixels"), GP64())
+	pc := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+	channels := Load(Param("channels"), GP64())
+	pe := Load(Param("ep"), GP64())
+	relu := Load(Param("relu"), GP64())
+	// mask selects the lanes of the tile's pixels.
+	mask, one := GP64(), GP64()
+	MOVQ(U32(1), one)
+	MOVQ(pixels, RCX)
+	SHLQ(CL, one)
+	LEAQ(Mem{Base: one, Disp: -1}, mask)
+	k := K()
+	KMOVW(mask.As32(), k)
+	zeroV := ZMM()
+	VPXORD(zeroV, zeroV, zeroV)
+	for h := 0; h < 2; h++ {
+		lbl := func(l string) string { return fmt.Sprintf("convRowStore_h%d_%s", h, l) }
+		if h == 1 {
+			CMPQ(channels, U8(16))
+			JLE(LabelRef("convRowStore_done"))
+		}
+		v := make([]VecVirtual, 16)
+		for r := range v {
+			v[r] = ZMM()
+			VMOVUPS(Mem{Base: pt, Disp: 4 * (r*32 + 16*h)}, v[r])
+		}
+		TESTQ(pe, pe)
+		JZ(LabelRef(lbl("transpose")))
+		b, s, t := ZMM(), ZMM(), ZMM()
+		VMOVUPS(Mem{Base: pe, Disp: 4 * (16 * h)}, b)
+		VMOVUPS(Mem{Base: pe, Disp: 4 * (32 + 16*h)}, s)
+		VMOVUPS(Mem{Base: pe, Disp: 4 * (64 + 16*h)}, t)
+		for r := range v {
+			VADDPS(b, v[r], v[r])
+			VMULPS(s, v[r], v[r])
+			VADDPS(t, v[r], v[r])
+		}
+		TESTQ(relu, relu)
+		JZ(LabelRef(lbl("transpose")))
+		for r := range v {
+			// v ≤ 0 (false for NaN) becomes +0.
+			le := K()
+			VCMPPS(U8(2), zeroV, v[r], le)
+			VPXORD(v[r], v[r], le, v[r])
+		}
+		Label(lbl("transpose"))
+		// t[2i], t[2i+1]: rows 2i and 2i+1 interleaved by floats.
+		tv := make([]VecVirtual, 16)
+		for i := 0; i < 8; i++ {
+			tv[2*i], tv[2*i+1] = ZMM(), ZMM()
+			VUNPCKLPS(v[2*i+1], v[2*i], tv[2*i])
+			VUNPCKHPS(v[2*i+1], v[2*i], tv[2*i+1])
+		}
+		// u[4g+c], block q: rows 4g … 4g+3 of column 4q + c.
+		u := make([]VecVirtual, 16)
+		for g := 0; g < 4; g++ {
+			for c := 0; c < 4; c++ {
+				u[4*g+c] = ZMM()
+			}
+			VSHUFPS(U8(0x44), tv[4*g+2], tv[4*g], u[4*g])
+			VSHUFPS(U8(0xEE), tv[4*g+2], tv[4*g], u[4*g+1])
+			VSHUFPS(U8(0x44), tv[4*g+3], tv[4*g+1], u[4*g+2])
+			VSHUFPS(U8(0xEE), tv[4*g+3], tv[4*g+1], u[4*g+3])
+		}
+		// Column 4q + c has block g of u[4g+c]'s block q.
+		out := make([]VecVirtual, 16)
+		for c := 0; c < 4; c++ {
+			a, bb, cc, d := u[c], u[4+c], u[8+c], u[12+c]
+			p, q, r, s := ZMM(), ZMM(), ZMM(), ZMM()
+			VSHUFF32X4(U8(0x44), bb, a, p) // a0 a1 b0 b1
+			VSHUFF32X4(U8(0xEE), bb, a, q) // a2 a3 b2 b3
+			VSHUFF32X4(U8(0x44), d, cc, r) // c0 c1 d0 d1
+			VSHUFF32X4(U8(0xEE), d, cc, s) // c2 c3 d2 d3
+			for qb := 0; qb < 4; qb++ {
+				out[4*qb+c] = ZMM()
+			}
+			VSHUFF32X4(U8(0x88), r, p, out[c])
+			VSHUFF32X4(U8(0xDD), r, p, out[4+c])
+			VSHUFF32X4(U8(0x88), s, q, out[8+c])
+			VSHUFF32X4(U8(0xDD), s, q, out[12+c])
+		}
+		row := GP64()
+		MOVQ(pc, row)
+		for j := 0; j < 16; j++ {
+			CMPQ(channels, U8(16*h+j))
+			JLE(LabelRef("convRowStore_done"))
+			VMOVUPS(out[j], k, Mem{Base: row})
+			ADDQ(ldc, row)
+		}
+		if h == 0 {
+			MOVQ(row, pc)
+		}
+	}
+	Label("convRowStore_done")
+	VZEROUPPER()
+	RET()
+}
