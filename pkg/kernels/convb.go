@@ -16,8 +16,8 @@ var padPool = sync.Pool{New: func() any { return new([]float32) }}
 
 // newConvB returns the column matrix of the c planes of x under the 2-D
 // geometry g, and a function that releases its padded copy of x (when it
-// needed one).
-func newConvB(g *ConvGeom, c int, x []float32) (*convB, func()) {
+// needed one). The copy is split over up to threads threads by planes.
+func newConvB(threads int, g *ConvGeom, c int, x []float32) (*convB, func()) {
 	ih, iw := g.In[0], g.In[1]
 	ph, pw := g.PadBegin[0], g.PadBegin[1]
 	hp := max(ih+ph, (g.Out[0]-1)*g.Strides[0]+(g.Kernel[0]-1)*g.Dilations[0]+1)
@@ -28,12 +28,21 @@ func newConvB(g *ConvGeom, c int, x []float32) (*convB, func()) {
 	bp := padPool.Get().(*[]float32)
 	*bp = grow(*bp, c*hp*wp+packSlack)
 	xp := (*bp)[:c*hp*wp+packSlack]
-	clear(xp)
-	for ch := 0; ch < c; ch++ {
-		for y := 0; y < ih; y++ {
-			copy(xp[(ch*hp+ph+y)*wp+pw:], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
+	plane := hp * wp
+	Parallel(threads, c, max(1, wideCopyGrain/plane), func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			p := xp[ch*plane : (ch+1)*plane]
+			clear(p[:ph*wp])
+			for y := range ih {
+				row := p[(ph+y)*wp : (ph+y+1)*wp]
+				clear(row[:pw])
+				copy(row[pw:], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
+				clear(row[pw+iw:])
+			}
+			clear(p[(ph+ih)*wp:])
 		}
-	}
+	})
+	clear(xp[c*plane:])
 	return &convB{g: g, x: xp, hp: hp, wp: wp}, func() { padPool.Put(bp) }
 }
 

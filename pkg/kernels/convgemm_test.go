@@ -180,32 +180,41 @@ func TestConvRowsWidths(t *testing.T) {
 
 // TestConvRowStoreMatchesReference checks the arch's row tile store
 // against convRowStoreGo bit for bit: every tile width and channel count,
-// with no epilogue, the row epilogue and its Relu, on special values.
+// with no epilogue, the row epilogue, a residual either side of the
+// addition and a Relu, on special values.
 func TestConvRowStoreMatchesReference(t *testing.T) {
 	store := activeGemm.convRowStore
 	if store == nil {
 		t.Skipf("the %s kernels have no row tiles", activeGemm.name)
 	}
 	r := rand.New(rand.NewPCG(7, 8))
-	tile := randSlice(r, 16*convRowChannels)
-	for i := range tile {
-		if r.IntN(8) == 0 {
-			tile[i] = dwSpecials[r.IntN(len(dwSpecials))]
+	special := func(s []float32) []float32 {
+		for i := range s {
+			if r.IntN(8) == 0 {
+				s[i] = dwSpecials[r.IntN(len(dwSpecials))]
+			}
 		}
+		return s
 	}
+	tile := special(randSlice(r, 16*convRowChannels))
 	ep := randSlice(r, 3*convRowChannels)
 	const ldc = 37
+	res := special(randSlice(r, convRowChannels*ldc))
 	for pixels := 1; pixels <= convRowPixels; pixels++ {
 		for channels := 1; channels <= convRowChannels; channels++ {
-			for mode := range 3 {
-				var e *float32
-				if mode > 0 {
+			for mode := range 16 {
+				var e, rp *float32
+				if mode&1 != 0 {
 					e = &ep[0]
 				}
+				if mode&2 != 0 {
+					rp = &res[0]
+				}
+				relu, first := mode&4 != 0, mode&8 != 0
 				want, got := randSlice(r, convRowChannels*ldc), randSlice(r, convRowChannels*ldc)
 				copy(got, want)
-				convRowStoreGo(&tile[0], pixels, &want[0], ldc, channels, e, mode == 2)
-				store(&tile[0], pixels, &got[0], ldc, channels, e, mode == 2)
+				convRowStoreGo(&tile[0], pixels, &want[0], ldc, channels, e, rp, relu, first)
+				store(&tile[0], pixels, &got[0], ldc, channels, e, rp, relu, first)
 				for i := range got {
 					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 						t.Fatalf("pixels %d channels %d mode %d: c[%d] = %g (%#x), want %g (%#x)", pixels, channels, mode, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))

@@ -85,7 +85,7 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 	arch := pa.arch
 	m, k := pa.m, pa.k
 	ks := g.KernelSize()
-	cb, release := newConvB(g, k/ks, x)
+	cb, release := newConvB(threads, g, k/ks, x)
 	defer release()
 	kw := g.Kernel[1]
 	sh, sw := g.Strides[0], g.Strides[1]
@@ -105,7 +105,11 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 	wt := pa.channelPanels()
 	blocks := ceilDiv(m, convRowChannels)
 	tiles := convRowTiles(ow)
-	rowEp := ep != nil && ep.rowOnly()
+	// The store applies a row epilogue, a residual and a Relu; others
+	// run on each output row afterwards.
+	fused := ep != nil && ep.ColBias == nil && (ep.Act == ActNone || ep.Act == ActRelu)
+	rowParams := fused && (ep.RowBias != nil || ep.RowScale != nil)
+	relu := fused && ep.Act == ActRelu
 	units := oh * blocks
 	threads = min(threads, max(1, m*k*oh*ow/gemmMinWork))
 	Parallel(threads, units, 1, func(lo, hi int) {
@@ -115,8 +119,8 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 		tb.tmp = grow(tb.tmp, 16*convRowChannels)
 		tile := tb.tmp[:16*convRowChannels]
 		tb.ep = grow(tb.ep, 3*convRowChannels)
-		var epRows *float32
-		if rowEp {
+		var epRows, res *float32
+		if rowParams {
 			epRows = &tb.ep[0]
 		}
 		for u := lo; u < hi; u++ {
@@ -124,7 +128,7 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 			i0 := blk * convRowChannels
 			mc := min(convRowChannels, m-i0)
 			w := wt[blk*k*convRowChannels:]
-			if rowEp {
+			if rowParams {
 				convRowEpilogue(ep, i0, mc, tb.ep)
 			}
 			for t := range tiles {
@@ -134,9 +138,13 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 					kc := min(arch.kc, k-pc)
 					arch.convRow(ox1-ox0, sw, kc, xb, &offs[pc], &w[pc*convRowChannels], &tile[0], pc > 0)
 				}
-				arch.convRowStore(&tile[0], ox1-ox0, &c[i0*ldc+oy*ow+ox0], ldc, mc, epRows, rowEp && ep.Act == ActRelu)
+				at := i0*ldc + oy*ow + ox0
+				if fused && ep.Residual != nil {
+					res = &ep.Residual[at]
+				}
+				arch.convRowStore(&tile[0], ox1-ox0, &c[at], ldc, mc, epRows, res, relu, fused && ep.ResidualFirst)
 			}
-			if ep != nil && !rowEp {
+			if ep != nil && !fused {
 				ep.apply(c[i0*ldc+oy*ow:], ldc, i0, oy*ow, mc, ow)
 			}
 		}
@@ -145,15 +153,20 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 
 // convRowStoreGo is the reference of the convRowStore kernels: the
 // pixel-major tile (rows 32 floats apart) goes to the first pixels
-// columns of channels rows of c, ldc apart, each value v of channel j
-// stored as ((v + b[j])·s[j]) + t[j], zeroed when ≤ 0 if relu, when ep (b,
-// s and t, 32 floats each) is not nil.
-func convRowStoreGo(tile *float32, pixels int, c *float32, ldc, channels int, ep *float32, relu bool) {
+// columns of channels rows of c, ldc apart, through Epilogue.apply's steps
+// with its roundings and operand orders: each value v of channel j becomes
+// ((v + b[j])·s[j]) + t[j] when ep (b, s and t, 32 floats each) is not
+// nil, then res + v (resFirst) or v + res when res (laid out as c) is not
+// nil, then 0 if relu and ≤ 0.
+func convRowStoreGo(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool) {
 	ts := unsafe.Slice(tile, pixels*convRowChannels)
 	cs := unsafe.Slice(c, (channels-1)*ldc+pixels)
-	var eps []float32
+	var eps, rs []float32
 	if ep != nil {
 		eps = unsafe.Slice(ep, 3*convRowChannels)
+	}
+	if res != nil {
+		rs = unsafe.Slice(res, (channels-1)*ldc+pixels)
 	}
 	for j := range channels {
 		dst := cs[j*ldc : j*ldc+pixels]
@@ -161,9 +174,15 @@ func convRowStoreGo(tile *float32, pixels int, c *float32, ldc, channels int, ep
 			v := ts[r*convRowChannels+j]
 			if eps != nil {
 				v = float32(float32(v+eps[j])*eps[convRowChannels+j]) + eps[2*convRowChannels+j]
-				if relu && v <= 0 {
-					v = 0
-				}
+			}
+			switch {
+			case rs != nil && resFirst:
+				v = rs[j*ldc+r] + v
+			case rs != nil:
+				v += rs[j*ldc+r]
+			}
+			if relu && v <= 0 {
+				v = 0
 			}
 			dst[r] = v
 		}

@@ -64,8 +64,8 @@ var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc:
 	convRow: func(pixels, stride, kc int, x *float32, offs *int, w *float32, c *float32, accumulate bool) {
 		avx512ConvRows[stride-1][pixels-1](kc, x, offs, w, c, flag(accumulate))
 	},
-	convRowStore: func(tile *float32, pixels int, c *float32, ldc, channels int, ep *float32, relu bool) {
-		convRowStoreAVX512(tile, pixels, c, ldc, channels, ep, flag(relu))
+	convRowStore: func(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool) {
+		convRowStoreAVX512(tile, pixels, c, ldc, channels, ep, res, flag(relu)|2*flag(resFirst))
 	}}
 
 var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024, rows: []int{6, 4, 2, 1},

@@ -10844,9 +10844,9 @@ convRow14S2_overwrite:
 	VZEROUPPER
 	RET
 
-// func convRowStoreAVX512(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, relu int)
+// func convRowStoreAVX512(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, res *float32, flags int)
 // Requires: AVX, AVX512F
-TEXT ·convRowStoreAVX512(SB), NOSPLIT, $0-56
+TEXT ·convRowStoreAVX512(SB), NOSPLIT, $0-64
 	MOVQ    tile+0(FP), AX
 	MOVQ    pixels+8(FP), CX
 	MOVQ    c+16(FP), DX
@@ -10854,10 +10854,11 @@ TEXT ·convRowStoreAVX512(SB), NOSPLIT, $0-56
 	SHLQ    $0x02, BX
 	MOVQ    channels+32(FP), SI
 	MOVQ    ep+40(FP), DI
-	MOVQ    relu+48(FP), R8
-	MOVQ    $0x00000001, R9
-	SHLQ    CL, R9
-	LEAQ    -1(R9), CX
+	MOVQ    res+48(FP), R8
+	MOVQ    flags+56(FP), R9
+	MOVQ    $0x00000001, R10
+	SHLQ    CL, R10
+	LEAQ    -1(R10), CX
 	KMOVW   CX, K1
 	VPXORD  Z0, Z0, Z0
 	VMOVUPS (AX), Z1
@@ -10877,7 +10878,7 @@ TEXT ·convRowStoreAVX512(SB), NOSPLIT, $0-56
 	VMOVUPS 1792(AX), Z15
 	VMOVUPS 1920(AX), Z16
 	TESTQ   DI, DI
-	JZ      convRowStore_h0_transpose
+	JZ      convRowStore_h0_relu
 	VMOVUPS (DI), Z17
 	VMOVUPS 128(DI), Z18
 	VMOVUPS 256(DI), Z19
@@ -10929,40 +10930,44 @@ TEXT ·convRowStoreAVX512(SB), NOSPLIT, $0-56
 	VADDPS  Z17, Z16, Z16
 	VMULPS  Z18, Z16, Z16
 	VADDPS  Z19, Z16, Z16
-	TESTQ   R8, R8
-	JZ      convRowStore_h0_transpose
-	VCMPPS  $0x02, Z0, Z1, K2
-	VPXORD  Z1, Z1, K2, Z1
-	VCMPPS  $0x02, Z0, Z2, K2
-	VPXORD  Z2, Z2, K2, Z2
-	VCMPPS  $0x02, Z0, Z3, K2
-	VPXORD  Z3, Z3, K2, Z3
-	VCMPPS  $0x02, Z0, Z4, K2
-	VPXORD  Z4, Z4, K2, Z4
-	VCMPPS  $0x02, Z0, Z5, K2
-	VPXORD  Z5, Z5, K2, Z5
-	VCMPPS  $0x02, Z0, Z6, K2
-	VPXORD  Z6, Z6, K2, Z6
-	VCMPPS  $0x02, Z0, Z7, K2
-	VPXORD  Z7, Z7, K2, Z7
-	VCMPPS  $0x02, Z0, Z8, K2
-	VPXORD  Z8, Z8, K2, Z8
-	VCMPPS  $0x02, Z0, Z9, K2
-	VPXORD  Z9, Z9, K2, Z9
-	VCMPPS  $0x02, Z0, Z10, K2
-	VPXORD  Z10, Z10, K2, Z10
-	VCMPPS  $0x02, Z0, Z11, K2
-	VPXORD  Z11, Z11, K2, Z11
-	VCMPPS  $0x02, Z0, Z12, K2
-	VPXORD  Z12, Z12, K2, Z12
-	VCMPPS  $0x02, Z0, Z13, K2
-	VPXORD  Z13, Z13, K2, Z13
-	VCMPPS  $0x02, Z0, Z14, K2
-	VPXORD  Z14, Z14, K2, Z14
-	VCMPPS  $0x02, Z0, Z15, K2
-	VPXORD  Z15, Z15, K2, Z15
-	VCMPPS  $0x02, Z0, Z16, K2
-	VPXORD  Z16, Z16, K2, Z16
+
+convRowStore_h0_relu:
+	TESTQ  R8, R8
+	JNZ    convRowStore_h0_transpose
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_transpose
+	VCMPPS $0x02, Z0, Z1, K2
+	VPXORD Z1, Z1, K2, Z1
+	VCMPPS $0x02, Z0, Z2, K2
+	VPXORD Z2, Z2, K2, Z2
+	VCMPPS $0x02, Z0, Z3, K2
+	VPXORD Z3, Z3, K2, Z3
+	VCMPPS $0x02, Z0, Z4, K2
+	VPXORD Z4, Z4, K2, Z4
+	VCMPPS $0x02, Z0, Z5, K2
+	VPXORD Z5, Z5, K2, Z5
+	VCMPPS $0x02, Z0, Z6, K2
+	VPXORD Z6, Z6, K2, Z6
+	VCMPPS $0x02, Z0, Z7, K2
+	VPXORD Z7, Z7, K2, Z7
+	VCMPPS $0x02, Z0, Z8, K2
+	VPXORD Z8, Z8, K2, Z8
+	VCMPPS $0x02, Z0, Z9, K2
+	VPXORD Z9, Z9, K2, Z9
+	VCMPPS $0x02, Z0, Z10, K2
+	VPXORD Z10, Z10, K2, Z10
+	VCMPPS $0x02, Z0, Z11, K2
+	VPXORD Z11, Z11, K2, Z11
+	VCMPPS $0x02, Z0, Z12, K2
+	VPXORD Z12, Z12, K2, Z12
+	VCMPPS $0x02, Z0, Z13, K2
+	VPXORD Z13, Z13, K2, Z13
+	VCMPPS $0x02, Z0, Z14, K2
+	VPXORD Z14, Z14, K2, Z14
+	VCMPPS $0x02, Z0, Z15, K2
+	VPXORD Z15, Z15, K2, Z15
+	VCMPPS $0x02, Z0, Z16, K2
+	VPXORD Z16, Z16, K2, Z16
 
 convRowStore_h0_transpose:
 	VUNPCKLPS  Z2, Z1, Z17
@@ -11030,179 +11035,527 @@ convRowStore_h0_transpose:
 	VSHUFF32X4 $0x88, Z9, Z1, Z10
 	VSHUFF32X4 $0xdd, Z9, Z1, Z1
 	MOVQ       DX, CX
+	TESTQ      R8, R8
+	JZ         convRowStore_h0_plain
 	CMPQ       SI, $0x00
 	JLE        convRowStore_done
-	VMOVUPS    Z11, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x01
-	JLE        convRowStore_done
-	VMOVUPS    Z12, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x02
-	JLE        convRowStore_done
-	VMOVUPS    Z14, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x03
-	JLE        convRowStore_done
-	VMOVUPS    Z13, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x04
-	JLE        convRowStore_done
-	VMOVUPS    Z15, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x05
-	JLE        convRowStore_done
-	VMOVUPS    Z4, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x06
-	JLE        convRowStore_done
-	VMOVUPS    Z8, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x07
-	JLE        convRowStore_done
-	VMOVUPS    Z5, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x08
-	JLE        convRowStore_done
-	VMOVUPS    Z16, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x09
-	JLE        convRowStore_done
-	VMOVUPS    Z7, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x0a
-	JLE        convRowStore_done
-	VMOVUPS    Z17, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x0b
-	JLE        convRowStore_done
-	VMOVUPS    Z10, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x0c
-	JLE        convRowStore_done
-	VMOVUPS    Z3, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x0d
-	JLE        convRowStore_done
-	VMOVUPS    Z2, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x0e
-	JLE        convRowStore_done
-	VMOVUPS    Z6, K1, (CX)
-	ADDQ       BX, CX
-	CMPQ       SI, $0x0f
-	JLE        convRowStore_done
-	VMOVUPS    Z1, K1, (CX)
-	ADDQ       BX, CX
-	MOVQ       CX, DX
-	CMPQ       SI, $0x10
-	JLE        convRowStore_done
-	VMOVUPS    64(AX), Z1
-	VMOVUPS    192(AX), Z2
-	VMOVUPS    320(AX), Z3
-	VMOVUPS    448(AX), Z4
-	VMOVUPS    576(AX), Z5
-	VMOVUPS    704(AX), Z6
-	VMOVUPS    832(AX), Z7
-	VMOVUPS    960(AX), Z8
-	VMOVUPS    1088(AX), Z9
-	VMOVUPS    1216(AX), Z10
-	VMOVUPS    1344(AX), Z11
-	VMOVUPS    1472(AX), Z12
-	VMOVUPS    1600(AX), Z13
-	VMOVUPS    1728(AX), Z14
-	VMOVUPS    1856(AX), Z15
-	VMOVUPS    1984(AX), Z16
-	TESTQ      DI, DI
-	JZ         convRowStore_h1_transpose
-	VMOVUPS    64(DI), Z17
-	VMOVUPS    192(DI), Z18
-	VMOVUPS    320(DI), Z19
-	VADDPS     Z17, Z1, Z1
-	VMULPS     Z18, Z1, Z1
-	VADDPS     Z19, Z1, Z1
-	VADDPS     Z17, Z2, Z2
-	VMULPS     Z18, Z2, Z2
-	VADDPS     Z19, Z2, Z2
-	VADDPS     Z17, Z3, Z3
-	VMULPS     Z18, Z3, Z3
-	VADDPS     Z19, Z3, Z3
-	VADDPS     Z17, Z4, Z4
-	VMULPS     Z18, Z4, Z4
-	VADDPS     Z19, Z4, Z4
-	VADDPS     Z17, Z5, Z5
-	VMULPS     Z18, Z5, Z5
-	VADDPS     Z19, Z5, Z5
-	VADDPS     Z17, Z6, Z6
-	VMULPS     Z18, Z6, Z6
-	VADDPS     Z19, Z6, Z6
-	VADDPS     Z17, Z7, Z7
-	VMULPS     Z18, Z7, Z7
-	VADDPS     Z19, Z7, Z7
-	VADDPS     Z17, Z8, Z8
-	VMULPS     Z18, Z8, Z8
-	VADDPS     Z19, Z8, Z8
-	VADDPS     Z17, Z9, Z9
-	VMULPS     Z18, Z9, Z9
-	VADDPS     Z19, Z9, Z9
-	VADDPS     Z17, Z10, Z10
-	VMULPS     Z18, Z10, Z10
-	VADDPS     Z19, Z10, Z10
-	VADDPS     Z17, Z11, Z11
-	VMULPS     Z18, Z11, Z11
-	VADDPS     Z19, Z11, Z11
-	VADDPS     Z17, Z12, Z12
-	VMULPS     Z18, Z12, Z12
-	VADDPS     Z19, Z12, Z12
-	VADDPS     Z17, Z13, Z13
-	VMULPS     Z18, Z13, Z13
-	VADDPS     Z19, Z13, Z13
-	VADDPS     Z17, Z14, Z14
-	VMULPS     Z18, Z14, Z14
-	VADDPS     Z19, Z14, Z14
-	VADDPS     Z17, Z15, Z15
-	VMULPS     Z18, Z15, Z15
-	VADDPS     Z19, Z15, Z15
-	VADDPS     Z17, Z16, Z16
-	VMULPS     Z18, Z16, Z16
-	VADDPS     Z19, Z16, Z16
-	TESTQ      R8, R8
-	JZ         convRowStore_h1_transpose
-	VCMPPS     $0x02, Z0, Z1, K2
-	VPXORD     Z1, Z1, K2, Z1
-	VCMPPS     $0x02, Z0, Z2, K2
-	VPXORD     Z2, Z2, K2, Z2
-	VCMPPS     $0x02, Z0, Z3, K2
-	VPXORD     Z3, Z3, K2, Z3
-	VCMPPS     $0x02, Z0, Z4, K2
-	VPXORD     Z4, Z4, K2, Z4
-	VCMPPS     $0x02, Z0, Z5, K2
-	VPXORD     Z5, Z5, K2, Z5
-	VCMPPS     $0x02, Z0, Z6, K2
-	VPXORD     Z6, Z6, K2, Z6
-	VCMPPS     $0x02, Z0, Z7, K2
-	VPXORD     Z7, Z7, K2, Z7
-	VCMPPS     $0x02, Z0, Z8, K2
-	VPXORD     Z8, Z8, K2, Z8
-	VCMPPS     $0x02, Z0, Z9, K2
-	VPXORD     Z9, Z9, K2, Z9
-	VCMPPS     $0x02, Z0, Z10, K2
-	VPXORD     Z10, Z10, K2, Z10
-	VCMPPS     $0x02, Z0, Z11, K2
-	VPXORD     Z11, Z11, K2, Z11
-	VCMPPS     $0x02, Z0, Z12, K2
-	VPXORD     Z12, Z12, K2, Z12
-	VCMPPS     $0x02, Z0, Z13, K2
-	VPXORD     Z13, Z13, K2, Z13
-	VCMPPS     $0x02, Z0, Z14, K2
-	VPXORD     Z14, Z14, K2, Z14
-	VCMPPS     $0x02, Z0, Z15, K2
-	VPXORD     Z15, Z15, K2, Z15
-	VCMPPS     $0x02, Z0, Z16, K2
-	VPXORD     Z16, Z16, K2, Z16
+	VMOVUPS.Z  (R8), K1, Z9
+	TESTQ      $0x00000002, R9
+	JNZ        convRowStore_h0_first0
+	VADDPS     Z9, Z11, Z11
+	JMP        convRowStore_h0_added0
+
+convRowStore_h0_first0:
+	VADDPS Z11, Z9, Z11
+
+convRowStore_h0_added0:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store0
+	VCMPPS $0x02, Z0, Z11, K2
+	VPXORD Z11, Z11, K2, Z11
+
+convRowStore_h0_store0:
+	VMOVUPS   Z11, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x01
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first1
+	VADDPS    Z9, Z12, Z12
+	JMP       convRowStore_h0_added1
+
+convRowStore_h0_first1:
+	VADDPS Z12, Z9, Z12
+
+convRowStore_h0_added1:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store1
+	VCMPPS $0x02, Z0, Z12, K2
+	VPXORD Z12, Z12, K2, Z12
+
+convRowStore_h0_store1:
+	VMOVUPS   Z12, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x02
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first2
+	VADDPS    Z9, Z14, Z14
+	JMP       convRowStore_h0_added2
+
+convRowStore_h0_first2:
+	VADDPS Z14, Z9, Z14
+
+convRowStore_h0_added2:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store2
+	VCMPPS $0x02, Z0, Z14, K2
+	VPXORD Z14, Z14, K2, Z14
+
+convRowStore_h0_store2:
+	VMOVUPS   Z14, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x03
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first3
+	VADDPS    Z9, Z13, Z13
+	JMP       convRowStore_h0_added3
+
+convRowStore_h0_first3:
+	VADDPS Z13, Z9, Z13
+
+convRowStore_h0_added3:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store3
+	VCMPPS $0x02, Z0, Z13, K2
+	VPXORD Z13, Z13, K2, Z13
+
+convRowStore_h0_store3:
+	VMOVUPS   Z13, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x04
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first4
+	VADDPS    Z9, Z15, Z15
+	JMP       convRowStore_h0_added4
+
+convRowStore_h0_first4:
+	VADDPS Z15, Z9, Z15
+
+convRowStore_h0_added4:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store4
+	VCMPPS $0x02, Z0, Z15, K2
+	VPXORD Z15, Z15, K2, Z15
+
+convRowStore_h0_store4:
+	VMOVUPS   Z15, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x05
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first5
+	VADDPS    Z9, Z4, Z4
+	JMP       convRowStore_h0_added5
+
+convRowStore_h0_first5:
+	VADDPS Z4, Z9, Z4
+
+convRowStore_h0_added5:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store5
+	VCMPPS $0x02, Z0, Z4, K2
+	VPXORD Z4, Z4, K2, Z4
+
+convRowStore_h0_store5:
+	VMOVUPS   Z4, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x06
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first6
+	VADDPS    Z4, Z8, Z8
+	JMP       convRowStore_h0_added6
+
+convRowStore_h0_first6:
+	VADDPS Z8, Z4, Z8
+
+convRowStore_h0_added6:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store6
+	VCMPPS $0x02, Z0, Z8, K2
+	VPXORD Z8, Z8, K2, Z8
+
+convRowStore_h0_store6:
+	VMOVUPS   Z8, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x07
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first7
+	VADDPS    Z4, Z5, Z5
+	JMP       convRowStore_h0_added7
+
+convRowStore_h0_first7:
+	VADDPS Z5, Z4, Z5
+
+convRowStore_h0_added7:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store7
+	VCMPPS $0x02, Z0, Z5, K2
+	VPXORD Z5, Z5, K2, Z5
+
+convRowStore_h0_store7:
+	VMOVUPS   Z5, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x08
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first8
+	VADDPS    Z4, Z16, Z16
+	JMP       convRowStore_h0_added8
+
+convRowStore_h0_first8:
+	VADDPS Z16, Z4, Z16
+
+convRowStore_h0_added8:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store8
+	VCMPPS $0x02, Z0, Z16, K2
+	VPXORD Z16, Z16, K2, Z16
+
+convRowStore_h0_store8:
+	VMOVUPS   Z16, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x09
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first9
+	VADDPS    Z4, Z7, Z7
+	JMP       convRowStore_h0_added9
+
+convRowStore_h0_first9:
+	VADDPS Z7, Z4, Z7
+
+convRowStore_h0_added9:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store9
+	VCMPPS $0x02, Z0, Z7, K2
+	VPXORD Z7, Z7, K2, Z7
+
+convRowStore_h0_store9:
+	VMOVUPS   Z7, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x0a
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first10
+	VADDPS    Z4, Z17, Z17
+	JMP       convRowStore_h0_added10
+
+convRowStore_h0_first10:
+	VADDPS Z17, Z4, Z17
+
+convRowStore_h0_added10:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store10
+	VCMPPS $0x02, Z0, Z17, K2
+	VPXORD Z17, Z17, K2, Z17
+
+convRowStore_h0_store10:
+	VMOVUPS   Z17, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x0b
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first11
+	VADDPS    Z4, Z10, Z10
+	JMP       convRowStore_h0_added11
+
+convRowStore_h0_first11:
+	VADDPS Z10, Z4, Z10
+
+convRowStore_h0_added11:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store11
+	VCMPPS $0x02, Z0, Z10, K2
+	VPXORD Z10, Z10, K2, Z10
+
+convRowStore_h0_store11:
+	VMOVUPS   Z10, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x0c
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first12
+	VADDPS    Z4, Z3, Z3
+	JMP       convRowStore_h0_added12
+
+convRowStore_h0_first12:
+	VADDPS Z3, Z4, Z3
+
+convRowStore_h0_added12:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store12
+	VCMPPS $0x02, Z0, Z3, K2
+	VPXORD Z3, Z3, K2, Z3
+
+convRowStore_h0_store12:
+	VMOVUPS   Z3, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x0d
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z3
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first13
+	VADDPS    Z3, Z2, Z2
+	JMP       convRowStore_h0_added13
+
+convRowStore_h0_first13:
+	VADDPS Z2, Z3, Z2
+
+convRowStore_h0_added13:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store13
+	VCMPPS $0x02, Z0, Z2, K2
+	VPXORD Z2, Z2, K2, Z2
+
+convRowStore_h0_store13:
+	VMOVUPS   Z2, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x0e
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z2
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first14
+	VADDPS    Z2, Z6, Z6
+	JMP       convRowStore_h0_added14
+
+convRowStore_h0_first14:
+	VADDPS Z6, Z2, Z6
+
+convRowStore_h0_added14:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store14
+	VCMPPS $0x02, Z0, Z6, K2
+	VPXORD Z6, Z6, K2, Z6
+
+convRowStore_h0_store14:
+	VMOVUPS   Z6, K1, (CX)
+	ADDQ      BX, CX
+	ADDQ      BX, R8
+	CMPQ      SI, $0x0f
+	JLE       convRowStore_done
+	VMOVUPS.Z (R8), K1, Z2
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h0_first15
+	VADDPS    Z2, Z1, Z1
+	JMP       convRowStore_h0_added15
+
+convRowStore_h0_first15:
+	VADDPS Z1, Z2, Z1
+
+convRowStore_h0_added15:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h0_store15
+	VCMPPS $0x02, Z0, Z1, K2
+	VPXORD Z1, Z1, K2, Z1
+
+convRowStore_h0_store15:
+	VMOVUPS Z1, K1, (CX)
+	ADDQ    BX, CX
+	ADDQ    BX, R8
+	MOVQ    CX, DX
+	JMP     convRowStore_h1_start
+
+convRowStore_h0_plain:
+	CMPQ    SI, $0x00
+	JLE     convRowStore_done
+	VMOVUPS Z11, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x01
+	JLE     convRowStore_done
+	VMOVUPS Z12, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x02
+	JLE     convRowStore_done
+	VMOVUPS Z14, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x03
+	JLE     convRowStore_done
+	VMOVUPS Z13, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x04
+	JLE     convRowStore_done
+	VMOVUPS Z15, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x05
+	JLE     convRowStore_done
+	VMOVUPS Z4, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x06
+	JLE     convRowStore_done
+	VMOVUPS Z8, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x07
+	JLE     convRowStore_done
+	VMOVUPS Z5, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x08
+	JLE     convRowStore_done
+	VMOVUPS Z16, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x09
+	JLE     convRowStore_done
+	VMOVUPS Z7, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x0a
+	JLE     convRowStore_done
+	VMOVUPS Z17, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x0b
+	JLE     convRowStore_done
+	VMOVUPS Z10, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x0c
+	JLE     convRowStore_done
+	VMOVUPS Z3, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x0d
+	JLE     convRowStore_done
+	VMOVUPS Z2, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x0e
+	JLE     convRowStore_done
+	VMOVUPS Z6, K1, (CX)
+	ADDQ    BX, CX
+	CMPQ    SI, $0x0f
+	JLE     convRowStore_done
+	VMOVUPS Z1, K1, (CX)
+	ADDQ    BX, CX
+	MOVQ    CX, DX
+
+convRowStore_h1_start:
+	CMPQ    SI, $0x10
+	JLE     convRowStore_done
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 192(AX), Z2
+	VMOVUPS 320(AX), Z3
+	VMOVUPS 448(AX), Z4
+	VMOVUPS 576(AX), Z5
+	VMOVUPS 704(AX), Z6
+	VMOVUPS 832(AX), Z7
+	VMOVUPS 960(AX), Z8
+	VMOVUPS 1088(AX), Z9
+	VMOVUPS 1216(AX), Z10
+	VMOVUPS 1344(AX), Z11
+	VMOVUPS 1472(AX), Z12
+	VMOVUPS 1600(AX), Z13
+	VMOVUPS 1728(AX), Z14
+	VMOVUPS 1856(AX), Z15
+	VMOVUPS 1984(AX), Z16
+	TESTQ   DI, DI
+	JZ      convRowStore_h1_relu
+	VMOVUPS 64(DI), Z17
+	VMOVUPS 192(DI), Z18
+	VMOVUPS 320(DI), Z19
+	VADDPS  Z17, Z1, Z1
+	VMULPS  Z18, Z1, Z1
+	VADDPS  Z19, Z1, Z1
+	VADDPS  Z17, Z2, Z2
+	VMULPS  Z18, Z2, Z2
+	VADDPS  Z19, Z2, Z2
+	VADDPS  Z17, Z3, Z3
+	VMULPS  Z18, Z3, Z3
+	VADDPS  Z19, Z3, Z3
+	VADDPS  Z17, Z4, Z4
+	VMULPS  Z18, Z4, Z4
+	VADDPS  Z19, Z4, Z4
+	VADDPS  Z17, Z5, Z5
+	VMULPS  Z18, Z5, Z5
+	VADDPS  Z19, Z5, Z5
+	VADDPS  Z17, Z6, Z6
+	VMULPS  Z18, Z6, Z6
+	VADDPS  Z19, Z6, Z6
+	VADDPS  Z17, Z7, Z7
+	VMULPS  Z18, Z7, Z7
+	VADDPS  Z19, Z7, Z7
+	VADDPS  Z17, Z8, Z8
+	VMULPS  Z18, Z8, Z8
+	VADDPS  Z19, Z8, Z8
+	VADDPS  Z17, Z9, Z9
+	VMULPS  Z18, Z9, Z9
+	VADDPS  Z19, Z9, Z9
+	VADDPS  Z17, Z10, Z10
+	VMULPS  Z18, Z10, Z10
+	VADDPS  Z19, Z10, Z10
+	VADDPS  Z17, Z11, Z11
+	VMULPS  Z18, Z11, Z11
+	VADDPS  Z19, Z11, Z11
+	VADDPS  Z17, Z12, Z12
+	VMULPS  Z18, Z12, Z12
+	VADDPS  Z19, Z12, Z12
+	VADDPS  Z17, Z13, Z13
+	VMULPS  Z18, Z13, Z13
+	VADDPS  Z19, Z13, Z13
+	VADDPS  Z17, Z14, Z14
+	VMULPS  Z18, Z14, Z14
+	VADDPS  Z19, Z14, Z14
+	VADDPS  Z17, Z15, Z15
+	VMULPS  Z18, Z15, Z15
+	VADDPS  Z19, Z15, Z15
+	VADDPS  Z17, Z16, Z16
+	VMULPS  Z18, Z16, Z16
+	VADDPS  Z19, Z16, Z16
+
+convRowStore_h1_relu:
+	TESTQ  R8, R8
+	JNZ    convRowStore_h1_transpose
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_transpose
+	VCMPPS $0x02, Z0, Z1, K2
+	VPXORD Z1, Z1, K2, Z1
+	VCMPPS $0x02, Z0, Z2, K2
+	VPXORD Z2, Z2, K2, Z2
+	VCMPPS $0x02, Z0, Z3, K2
+	VPXORD Z3, Z3, K2, Z3
+	VCMPPS $0x02, Z0, Z4, K2
+	VPXORD Z4, Z4, K2, Z4
+	VCMPPS $0x02, Z0, Z5, K2
+	VPXORD Z5, Z5, K2, Z5
+	VCMPPS $0x02, Z0, Z6, K2
+	VPXORD Z6, Z6, K2, Z6
+	VCMPPS $0x02, Z0, Z7, K2
+	VPXORD Z7, Z7, K2, Z7
+	VCMPPS $0x02, Z0, Z8, K2
+	VPXORD Z8, Z8, K2, Z8
+	VCMPPS $0x02, Z0, Z9, K2
+	VPXORD Z9, Z9, K2, Z9
+	VCMPPS $0x02, Z0, Z10, K2
+	VPXORD Z10, Z10, K2, Z10
+	VCMPPS $0x02, Z0, Z11, K2
+	VPXORD Z11, Z11, K2, Z11
+	VCMPPS $0x02, Z0, Z12, K2
+	VPXORD Z12, Z12, K2, Z12
+	VCMPPS $0x02, Z0, Z13, K2
+	VPXORD Z13, Z13, K2, Z13
+	VCMPPS $0x02, Z0, Z14, K2
+	VPXORD Z14, Z14, K2, Z14
+	VCMPPS $0x02, Z0, Z15, K2
+	VPXORD Z15, Z15, K2, Z15
+	VCMPPS $0x02, Z0, Z16, K2
+	VPXORD Z16, Z16, K2, Z16
 
 convRowStore_h1_transpose:
-	VUNPCKLPS  Z2, Z1, Z0
+	VUNPCKLPS  Z2, Z1, Z17
 	VUNPCKHPS  Z2, Z1, Z1
 	VUNPCKLPS  Z4, Z3, Z2
 	VUNPCKHPS  Z4, Z3, Z3
@@ -11218,9 +11571,9 @@ convRowStore_h1_transpose:
 	VUNPCKHPS  Z14, Z13, Z13
 	VUNPCKLPS  Z16, Z15, Z14
 	VUNPCKHPS  Z16, Z15, Z15
-	VSHUFPS    $0x44, Z2, Z0, Z16
-	VSHUFPS    $0xee, Z2, Z0, Z0
-	VSHUFPS    $0x44, Z3, Z1, Z2
+	VSHUFPS    $0x44, Z2, Z17, Z16
+	VSHUFPS    $0xee, Z2, Z17, Z2
+	VSHUFPS    $0x44, Z3, Z1, Z17
 	VSHUFPS    $0xee, Z3, Z1, Z1
 	VSHUFPS    $0x44, Z6, Z4, Z3
 	VSHUFPS    $0xee, Z6, Z4, Z4
@@ -11242,22 +11595,22 @@ convRowStore_h1_transpose:
 	VSHUFF32X4 $0xdd, Z16, Z15, Z15
 	VSHUFF32X4 $0x88, Z7, Z3, Z16
 	VSHUFF32X4 $0xdd, Z7, Z3, Z3
-	VSHUFF32X4 $0x44, Z4, Z0, Z7
-	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z7
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
 	VSHUFF32X4 $0x44, Z12, Z8, Z4
 	VSHUFF32X4 $0xee, Z12, Z8, Z8
 	VSHUFF32X4 $0x88, Z4, Z7, Z12
 	VSHUFF32X4 $0xdd, Z4, Z7, Z4
-	VSHUFF32X4 $0x88, Z8, Z0, Z7
-	VSHUFF32X4 $0xdd, Z8, Z0, Z0
-	VSHUFF32X4 $0x44, Z6, Z2, Z8
-	VSHUFF32X4 $0xee, Z6, Z2, Z2
-	VSHUFF32X4 $0x44, Z14, Z10, Z6
+	VSHUFF32X4 $0x88, Z8, Z2, Z7
+	VSHUFF32X4 $0xdd, Z8, Z2, Z2
+	VSHUFF32X4 $0x44, Z6, Z17, Z8
+	VSHUFF32X4 $0xee, Z6, Z17, Z6
+	VSHUFF32X4 $0x44, Z14, Z10, Z17
 	VSHUFF32X4 $0xee, Z14, Z10, Z10
-	VSHUFF32X4 $0x88, Z6, Z8, Z14
-	VSHUFF32X4 $0xdd, Z6, Z8, Z6
-	VSHUFF32X4 $0x88, Z10, Z2, Z8
-	VSHUFF32X4 $0xdd, Z10, Z2, Z2
+	VSHUFF32X4 $0x88, Z17, Z8, Z14
+	VSHUFF32X4 $0xdd, Z17, Z8, Z8
+	VSHUFF32X4 $0x88, Z10, Z6, Z17
+	VSHUFF32X4 $0xdd, Z10, Z6, Z6
 	VSHUFF32X4 $0x44, Z5, Z1, Z10
 	VSHUFF32X4 $0xee, Z5, Z1, Z1
 	VSHUFF32X4 $0x44, Z13, Z9, Z5
@@ -11267,70 +11620,412 @@ convRowStore_h1_transpose:
 	VSHUFF32X4 $0x88, Z9, Z1, Z10
 	VSHUFF32X4 $0xdd, Z9, Z1, Z1
 	MOVQ       DX, AX
+	TESTQ      R8, R8
+	JZ         convRowStore_h1_plain
+	MOVQ       R8, CX
 	CMPQ       SI, $0x10
 	JLE        convRowStore_done
-	VMOVUPS    Z11, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x11
-	JLE        convRowStore_done
-	VMOVUPS    Z12, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x12
-	JLE        convRowStore_done
-	VMOVUPS    Z14, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x13
-	JLE        convRowStore_done
-	VMOVUPS    Z13, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x14
-	JLE        convRowStore_done
-	VMOVUPS    Z15, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x15
-	JLE        convRowStore_done
-	VMOVUPS    Z4, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x16
-	JLE        convRowStore_done
-	VMOVUPS    Z6, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x17
-	JLE        convRowStore_done
-	VMOVUPS    Z5, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x18
-	JLE        convRowStore_done
-	VMOVUPS    Z16, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x19
-	JLE        convRowStore_done
-	VMOVUPS    Z7, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x1a
-	JLE        convRowStore_done
-	VMOVUPS    Z8, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x1b
-	JLE        convRowStore_done
-	VMOVUPS    Z10, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x1c
-	JLE        convRowStore_done
-	VMOVUPS    Z3, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x1d
-	JLE        convRowStore_done
-	VMOVUPS    Z0, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x1e
-	JLE        convRowStore_done
-	VMOVUPS    Z2, K1, (AX)
-	ADDQ       BX, AX
-	CMPQ       SI, $0x1f
-	JLE        convRowStore_done
-	VMOVUPS    Z1, K1, (AX)
-	ADDQ       BX, AX
+	VMOVUPS.Z  (CX), K1, Z9
+	TESTQ      $0x00000002, R9
+	JNZ        convRowStore_h1_first0
+	VADDPS     Z9, Z11, Z11
+	JMP        convRowStore_h1_added0
+
+convRowStore_h1_first0:
+	VADDPS Z11, Z9, Z11
+
+convRowStore_h1_added0:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store0
+	VCMPPS $0x02, Z0, Z11, K2
+	VPXORD Z11, Z11, K2, Z11
+
+convRowStore_h1_store0:
+	VMOVUPS   Z11, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x11
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first1
+	VADDPS    Z9, Z12, Z12
+	JMP       convRowStore_h1_added1
+
+convRowStore_h1_first1:
+	VADDPS Z12, Z9, Z12
+
+convRowStore_h1_added1:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store1
+	VCMPPS $0x02, Z0, Z12, K2
+	VPXORD Z12, Z12, K2, Z12
+
+convRowStore_h1_store1:
+	VMOVUPS   Z12, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x12
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first2
+	VADDPS    Z9, Z14, Z14
+	JMP       convRowStore_h1_added2
+
+convRowStore_h1_first2:
+	VADDPS Z14, Z9, Z14
+
+convRowStore_h1_added2:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store2
+	VCMPPS $0x02, Z0, Z14, K2
+	VPXORD Z14, Z14, K2, Z14
+
+convRowStore_h1_store2:
+	VMOVUPS   Z14, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x13
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first3
+	VADDPS    Z9, Z13, Z13
+	JMP       convRowStore_h1_added3
+
+convRowStore_h1_first3:
+	VADDPS Z13, Z9, Z13
+
+convRowStore_h1_added3:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store3
+	VCMPPS $0x02, Z0, Z13, K2
+	VPXORD Z13, Z13, K2, Z13
+
+convRowStore_h1_store3:
+	VMOVUPS   Z13, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x14
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first4
+	VADDPS    Z9, Z15, Z15
+	JMP       convRowStore_h1_added4
+
+convRowStore_h1_first4:
+	VADDPS Z15, Z9, Z15
+
+convRowStore_h1_added4:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store4
+	VCMPPS $0x02, Z0, Z15, K2
+	VPXORD Z15, Z15, K2, Z15
+
+convRowStore_h1_store4:
+	VMOVUPS   Z15, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x15
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z9
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first5
+	VADDPS    Z9, Z4, Z4
+	JMP       convRowStore_h1_added5
+
+convRowStore_h1_first5:
+	VADDPS Z4, Z9, Z4
+
+convRowStore_h1_added5:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store5
+	VCMPPS $0x02, Z0, Z4, K2
+	VPXORD Z4, Z4, K2, Z4
+
+convRowStore_h1_store5:
+	VMOVUPS   Z4, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x16
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first6
+	VADDPS    Z4, Z8, Z8
+	JMP       convRowStore_h1_added6
+
+convRowStore_h1_first6:
+	VADDPS Z8, Z4, Z8
+
+convRowStore_h1_added6:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store6
+	VCMPPS $0x02, Z0, Z8, K2
+	VPXORD Z8, Z8, K2, Z8
+
+convRowStore_h1_store6:
+	VMOVUPS   Z8, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x17
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first7
+	VADDPS    Z4, Z5, Z5
+	JMP       convRowStore_h1_added7
+
+convRowStore_h1_first7:
+	VADDPS Z5, Z4, Z5
+
+convRowStore_h1_added7:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store7
+	VCMPPS $0x02, Z0, Z5, K2
+	VPXORD Z5, Z5, K2, Z5
+
+convRowStore_h1_store7:
+	VMOVUPS   Z5, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x18
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first8
+	VADDPS    Z4, Z16, Z16
+	JMP       convRowStore_h1_added8
+
+convRowStore_h1_first8:
+	VADDPS Z16, Z4, Z16
+
+convRowStore_h1_added8:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store8
+	VCMPPS $0x02, Z0, Z16, K2
+	VPXORD Z16, Z16, K2, Z16
+
+convRowStore_h1_store8:
+	VMOVUPS   Z16, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x19
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first9
+	VADDPS    Z4, Z7, Z7
+	JMP       convRowStore_h1_added9
+
+convRowStore_h1_first9:
+	VADDPS Z7, Z4, Z7
+
+convRowStore_h1_added9:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store9
+	VCMPPS $0x02, Z0, Z7, K2
+	VPXORD Z7, Z7, K2, Z7
+
+convRowStore_h1_store9:
+	VMOVUPS   Z7, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x1a
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first10
+	VADDPS    Z4, Z17, Z17
+	JMP       convRowStore_h1_added10
+
+convRowStore_h1_first10:
+	VADDPS Z17, Z4, Z17
+
+convRowStore_h1_added10:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store10
+	VCMPPS $0x02, Z0, Z17, K2
+	VPXORD Z17, Z17, K2, Z17
+
+convRowStore_h1_store10:
+	VMOVUPS   Z17, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x1b
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first11
+	VADDPS    Z4, Z10, Z10
+	JMP       convRowStore_h1_added11
+
+convRowStore_h1_first11:
+	VADDPS Z10, Z4, Z10
+
+convRowStore_h1_added11:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store11
+	VCMPPS $0x02, Z0, Z10, K2
+	VPXORD Z10, Z10, K2, Z10
+
+convRowStore_h1_store11:
+	VMOVUPS   Z10, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x1c
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z4
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first12
+	VADDPS    Z4, Z3, Z3
+	JMP       convRowStore_h1_added12
+
+convRowStore_h1_first12:
+	VADDPS Z3, Z4, Z3
+
+convRowStore_h1_added12:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store12
+	VCMPPS $0x02, Z0, Z3, K2
+	VPXORD Z3, Z3, K2, Z3
+
+convRowStore_h1_store12:
+	VMOVUPS   Z3, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x1d
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z3
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first13
+	VADDPS    Z3, Z2, Z2
+	JMP       convRowStore_h1_added13
+
+convRowStore_h1_first13:
+	VADDPS Z2, Z3, Z2
+
+convRowStore_h1_added13:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store13
+	VCMPPS $0x02, Z0, Z2, K2
+	VPXORD Z2, Z2, K2, Z2
+
+convRowStore_h1_store13:
+	VMOVUPS   Z2, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x1e
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z2
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first14
+	VADDPS    Z2, Z6, Z6
+	JMP       convRowStore_h1_added14
+
+convRowStore_h1_first14:
+	VADDPS Z6, Z2, Z6
+
+convRowStore_h1_added14:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store14
+	VCMPPS $0x02, Z0, Z6, K2
+	VPXORD Z6, Z6, K2, Z6
+
+convRowStore_h1_store14:
+	VMOVUPS   Z6, K1, (AX)
+	ADDQ      BX, AX
+	ADDQ      BX, CX
+	CMPQ      SI, $0x1f
+	JLE       convRowStore_done
+	VMOVUPS.Z (CX), K1, Z2
+	TESTQ     $0x00000002, R9
+	JNZ       convRowStore_h1_first15
+	VADDPS    Z2, Z1, Z1
+	JMP       convRowStore_h1_added15
+
+convRowStore_h1_first15:
+	VADDPS Z1, Z2, Z1
+
+convRowStore_h1_added15:
+	TESTQ  $0x00000001, R9
+	JZ     convRowStore_h1_store15
+	VCMPPS $0x02, Z0, Z1, K2
+	VPXORD Z1, Z1, K2, Z1
+
+convRowStore_h1_store15:
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    BX, AX
+	ADDQ    BX, CX
+	JMP     convRowStore_done
+
+convRowStore_h1_plain:
+	CMPQ    SI, $0x10
+	JLE     convRowStore_done
+	VMOVUPS Z11, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x11
+	JLE     convRowStore_done
+	VMOVUPS Z12, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x12
+	JLE     convRowStore_done
+	VMOVUPS Z14, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x13
+	JLE     convRowStore_done
+	VMOVUPS Z13, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x14
+	JLE     convRowStore_done
+	VMOVUPS Z15, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x15
+	JLE     convRowStore_done
+	VMOVUPS Z4, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x16
+	JLE     convRowStore_done
+	VMOVUPS Z8, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x17
+	JLE     convRowStore_done
+	VMOVUPS Z5, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x18
+	JLE     convRowStore_done
+	VMOVUPS Z16, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x19
+	JLE     convRowStore_done
+	VMOVUPS Z7, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x1a
+	JLE     convRowStore_done
+	VMOVUPS Z17, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x1b
+	JLE     convRowStore_done
+	VMOVUPS Z10, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x1c
+	JLE     convRowStore_done
+	VMOVUPS Z3, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x1d
+	JLE     convRowStore_done
+	VMOVUPS Z2, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x1e
+	JLE     convRowStore_done
+	VMOVUPS Z6, K1, (AX)
+	ADDQ    BX, AX
+	CMPQ    SI, $0x1f
+	JLE     convRowStore_done
+	VMOVUPS Z1, K1, (AX)
+	ADDQ    BX, AX
 
 convRowStore_done:
 	VZEROUPPER

@@ -163,8 +163,8 @@ func convRow13S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, ac
 // convRow14S2AVX512 computes a convolution row tile 14 pixels wide (column stride 2) by 32 output channels.
 func convRow14S2AVX512(kc int, x *float32, offs *int, w *float32, c *float32, accumulate int)
 
-// convRowStoreAVX512 transposes a convolution row tile into the output, applying the row epilogue ep (may be nil).
-func convRowStoreAVX512(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, relu int)
+// convRowStoreAVX512 transposes a convolution row tile into the output, applying the epilogue ep and res (may be nil).
+func convRowStoreAVX512(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, res *float32, flags int)
 
 // epilogueRowAVX2 computes x = (x + b)·s + t in place on n floats (n a multiple of 8).
 func epilogueRowAVX2(x *float32, n int, b float32, s float32, t float32)

@@ -37,7 +37,7 @@ type gemmArch struct {
 	// or 2) by 32 output channels, from kc taps, pixel-major into c.
 	convRow func(pixels, stride, kc int, x *float32, offs *int, w *float32, c *float32, accumulate bool)
 	// convRowStore moves a row tile to the output (convRowStoreGo).
-	convRowStore func(tile *float32, pixels int, c *float32, ldc, channels int, ep *float32, relu bool)
+	convRowStore func(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool)
 }
 
 // unpackedB makes products with a row-major B read its full panels in
@@ -432,7 +432,7 @@ func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, 
 		sgemmWide(threads, pa, g, pitch, way == convShifted, x, c, ldc, ep)
 		return
 	}
-	cb, release := newConvB(g, pa.k/g.KernelSize(), x)
+	cb, release := newConvB(threads, g, pa.k/g.KernelSize(), x)
 	defer release()
 	sgemmPacked(threads, pa, cb, g.OutSize(), false, nil, 0, 0, c, ldc, ep)
 }

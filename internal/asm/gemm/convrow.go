@@ -107,16 +107,19 @@ func convRow(pixels, stride int) {
 // convRowStore generates convRowStoreAVX512, which moves a row tile
 // (convRow's output: up to 16 pixel rows of 32 channels, rows ≥ pixels
 // unused) to the NCHW output: channel j's pixels go to c + j·ldc, for j <
-// channels. When ep is not nil it holds the row epilogue by channel, 32
-// biases b, 32 scales s and 32 shifts t, and each value v is stored as
-// ((v + b)·s) + t, zeroed when ≤ 0 if relu is not 0: the operations of
-// the GEMM kernels' epilogue, applied while the channels are still the
-// lanes. Each 16-channel half is transposed in registers, 16×16, by
-// interleaving floats, pairs of floats, then 128-bit blocks twice.
+// channels. The epilogue is pkg/kernels' Epilogue.apply with the same
+// roundings and operand orders: when ep is not nil it holds, by channel,
+// 32 biases b, 32 scales s and 32 shifts t, and each value v becomes ((v
+// + b)·s) + t, applied while the channels are the lanes; when res is not
+// nil, the residual laid out as c (res + j·ldc) is added after the
+// transposition, as its left operand if flags&2; then values ≤ 0 are
+// zeroed if flags&1. Each 16-channel half is transposed in registers,
+// 16×16, by interleaving floats, pairs of floats, then 128-bit blocks
+// twice.
 func convRowStore() {
 	const name = "convRowStoreAVX512"
-	TEXT(name, NOSPLIT, "func(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, relu int)")
-	Doc(name + " transposes a convolution row tile into the output, applying the row epilogue ep (may be nil).")
+	TEXT(name, NOSPLIT, "func(tile *float32, pixels int, c *float32, ldc int, channels int, ep *float32, res *float32, flags int)")
+	Doc(name + " transposes a convolution row tile into the output, applying the epilogue ep and res (may be nil).")
 	pt := Load(Param("tile"), GP64())
 	pixels := Load(Param("pixels"), GP64())
 	pc := Load(Param("c"), GP64())
@@ -124,7 +127,8 @@ func convRowStore() {
 	SHLQ(U8(2), ldc)
 	channels := Load(Param("channels"), GP64())
 	pe := Load(Param("ep"), GP64())
-	relu := Load(Param("relu"), GP64())
+	pr := Load(Param("res"), GP64())
+	flags := Load(Param("flags"), GP64())
 	// mask selects the lanes of the tile's pixels.
 	mask, one := GP64(), GP64()
 	MOVQ(U32(1), one)
@@ -135,6 +139,12 @@ func convRowStore() {
 	KMOVW(mask.As32(), k)
 	zeroV := ZMM()
 	VPXORD(zeroV, zeroV, zeroV)
+	relu := func(v VecVirtual) {
+		// v ≤ 0 (false for NaN) becomes +0.
+		le := K()
+		VCMPPS(U8(2), zeroV, v, le)
+		VPXORD(v, v, le, v)
+	}
 	for h := 0; h < 2; h++ {
 		lbl := func(l string) string { return fmt.Sprintf("convRowStore_h%d_%s", h, l) }
 		if h == 1 {
@@ -147,7 +157,7 @@ func convRowStore() {
 			VMOVUPS(Mem{Base: pt, Disp: 4 * (r*32 + 16*h)}, v[r])
 		}
 		TESTQ(pe, pe)
-		JZ(LabelRef(lbl("transpose")))
+		JZ(LabelRef(lbl("relu")))
 		b, s, t := ZMM(), ZMM(), ZMM()
 		VMOVUPS(Mem{Base: pe, Disp: 4 * (16 * h)}, b)
 		VMOVUPS(Mem{Base: pe, Disp: 4 * (32 + 16*h)}, s)
@@ -157,13 +167,14 @@ func convRowStore() {
 			VMULPS(s, v[r], v[r])
 			VADDPS(t, v[r], v[r])
 		}
-		TESTQ(relu, relu)
+		// Without a residual the Relu comes now, on 16 pixels a vector.
+		Label(lbl("relu"))
+		TESTQ(pr, pr)
+		JNZ(LabelRef(lbl("transpose")))
+		TESTQ(U32(1), flags)
 		JZ(LabelRef(lbl("transpose")))
 		for r := range v {
-			// v ≤ 0 (false for NaN) becomes +0.
-			le := K()
-			VCMPPS(U8(2), zeroV, v[r], le)
-			VPXORD(v[r], v[r], le, v[r])
+			relu(v[r])
 		}
 		Label(lbl("transpose"))
 		// t[2i], t[2i+1]: rows 2i and 2i+1 interleaved by floats.
@@ -203,6 +214,42 @@ func convRowStore() {
 		}
 		row := GP64()
 		MOVQ(pc, row)
+		TESTQ(pr, pr)
+		JZ(LabelRef(lbl("plain")))
+		// With a residual: add it, in the graph's operand order, then the
+		// Relu.
+		rrow := GP64()
+		MOVQ(pr, rrow)
+		for j := 0; j < 16; j++ {
+			CMPQ(channels, U8(16*h+j))
+			JLE(LabelRef("convRowStore_done"))
+			rv := ZMM()
+			VMOVUPS_Z(Mem{Base: rrow}, k, rv)
+			TESTQ(U32(2), flags)
+			first := fmt.Sprintf("convRowStore_h%d_first%d", h, j)
+			added := fmt.Sprintf("convRowStore_h%d_added%d", h, j)
+			JNZ(LabelRef(first))
+			VADDPS(rv, out[j], out[j])
+			JMP(LabelRef(added))
+			Label(first)
+			VADDPS(out[j], rv, out[j])
+			Label(added)
+			TESTQ(U32(1), flags)
+			JZ(LabelRef(fmt.Sprintf("convRowStore_h%d_store%d", h, j)))
+			relu(out[j])
+			Label(fmt.Sprintf("convRowStore_h%d_store%d", h, j))
+			VMOVUPS(out[j], k, Mem{Base: row})
+			ADDQ(ldc, row)
+			ADDQ(ldc, rrow)
+		}
+		if h == 0 {
+			MOVQ(row, pc)
+			MOVQ(rrow, pr)
+			JMP(LabelRef("convRowStore_h1_start"))
+		} else {
+			JMP(LabelRef("convRowStore_done"))
+		}
+		Label(lbl("plain"))
 		for j := 0; j < 16; j++ {
 			CMPQ(channels, U8(16*h+j))
 			JLE(LabelRef("convRowStore_done"))
@@ -211,6 +258,7 @@ func convRowStore() {
 		}
 		if h == 0 {
 			MOVQ(row, pc)
+			Label("convRowStore_h1_start")
 		}
 	}
 	Label("convRowStore_done")
