@@ -206,23 +206,23 @@ func normRow(y, x, scale, bias []float32, mu, inv float64) {
 	normRowGo(y[n:], x[n:], scale[n:], tail, mu, inv)
 }
 
-// haveMaxPoolS2 reports whether maxPoolS2Row has a kernel.
+// haveMaxPoolS2 reports whether maxPoolS2Rows has a kernel.
 var haveMaxPoolS2 = hasAVX512
 
-// maxPoolS2Row computes n outputs of a stride-2 max-pooling row whose
-// windows of rows × taps (taps 2 or 3) lie inside x, window o's tap
-// (ky, kx) at x[at + ky·ldx + 2·o + kx], into y[:n], folding as
-// maxPoolPlan.window does. It reports false, computing nothing, when the
-// build has no kernel for it or the kernel's reads (34 floats from each
-// block's start in every row) would leave x.
-func maxPoolS2Row(x []float32, at, ldx, rows, taps, n int, y []float32) bool {
-	if !hasAVX512 || n <= 0 || (taps != 2 && taps != 3) || rows < 1 {
+// maxPoolS2Rows computes count rows of n outputs of stride-2 max pooling
+// whose windows of rows × taps (taps 2 or 3) lie inside x: output row i's
+// window o has tap (ky, kx) at x[at + i·xstep + ky·ldx + 2·o + kx] and goes
+// to y[i·ystep + o], folded as maxPoolPlan.window does. It reports false,
+// computing nothing, when the build has no kernel for it or the kernel's
+// reads (34 floats from each block's start in every row) would leave x.
+func maxPoolS2Rows(x []float32, at, ldx, rows, taps, n int, y []float32, count, xstep, ystep int) bool {
+	if !hasAVX512 || n <= 0 || count <= 0 || (taps != 2 && taps != 3) || rows < 1 {
 		return false
 	}
-	if at+(rows-1)*ldx+32*((n-1)/16)+34 > len(x) {
+	if at+(count-1)*xstep+(rows-1)*ldx+32*((n-1)/16)+34 > len(x) {
 		return false
 	}
-	y = y[:n]
-	maxPoolS2AVX512(&x[at], ldx, rows, taps, n, &y[0])
+	y = y[:(count-1)*ystep+n]
+	maxPoolS2AVX512(&x[at], ldx, rows, taps, n, &y[0], count, xstep, ystep)
 	return true
 }

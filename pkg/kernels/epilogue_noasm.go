@@ -28,4 +28,6 @@ func normRow(y, x, scale, bias []float32, mu, inv float64) { normRowGo(y, x, sca
 
 const haveMaxPoolS2 = false
 
-func maxPoolS2Row(x []float32, at, ldx, rows, taps, n int, y []float32) bool { return false }
+func maxPoolS2Rows(x []float32, at, ldx, rows, taps, n int, y []float32, count, xstep, ystep int) bool {
+	return false
+}

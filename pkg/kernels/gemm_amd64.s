@@ -12226,9 +12226,9 @@ maxRowAVX2_done:
 	VZEROUPPER
 	RET
 
-// func maxPoolS2AVX512(x *float32, ldx int, rows int, taps int, n int, y *float32)
+// func maxPoolS2AVX512(x *float32, ldx int, rows int, taps int, n int, y *float32, count int, xstep int, ystep int)
 // Requires: AVX, AVX512F, BMI2
-TEXT ·maxPoolS2AVX512(SB), NOSPLIT, $0-48
+TEXT ·maxPoolS2AVX512(SB), NOSPLIT, $0-72
 	MOVQ      x+0(FP), AX
 	MOVQ      ldx+8(FP), CX
 	SHLQ      $0x02, CX
@@ -12236,63 +12236,81 @@ TEXT ·maxPoolS2AVX512(SB), NOSPLIT, $0-48
 	MOVQ      taps+24(FP), BX
 	MOVQ      n+32(FP), SI
 	MOVQ      y+40(FP), DI
+	MOVQ      count+48(FP), R8
+	MOVQ      xstep+56(FP), R9
+	SHLQ      $0x02, R9
+	MOVQ      ystep+64(FP), R10
+	SHLQ      $0x02, R10
 	VMOVDQU32 maxPoolEvenIdx<>+0(SB), Z0
 	VMOVDQU32 maxPoolOddIdx<>+0(SB), Z1
 
+maxPoolS2AVX512_outrow:
+	TESTQ R8, R8
+	JZ    maxPoolS2AVX512_done
+	MOVQ  AX, R11
+	MOVQ  DI, R12
+	MOVQ  SI, R13
+
 maxPoolS2AVX512_block:
-	TESTQ     SI, SI
-	JZ        maxPoolS2AVX512_done
-	MOVQ      AX, R8
-	MOVQ      DX, R9
-	VMOVUPS   (R8), Z2
-	VMOVUPS   64(R8), Z3
+	TESTQ     R13, R13
+	JZ        maxPoolS2AVX512_next
+	MOVQ      R11, R14
+	MOVQ      DX, R15
+	VMOVUPS   (R14), Z2
+	VMOVUPS   64(R14), Z3
 	VPERMT2PS Z3, Z0, Z2
-	VMOVUPS   (R8), Z3
-	VMOVUPS   64(R8), Z4
+	VMOVUPS   (R14), Z3
+	VMOVUPS   64(R14), Z4
 	VPERMT2PS Z4, Z1, Z3
 	VMAXPS    Z2, Z3, Z2
 	CMPQ      BX, $0x03
 	JNE       maxPoolS2AVX512_row0done
-	VMOVUPS   8(R8), Z3
-	VMOVUPS   72(R8), Z4
+	VMOVUPS   8(R14), Z3
+	VMOVUPS   72(R14), Z4
 	VPERMT2PS Z4, Z0, Z3
 	VMAXPS    Z2, Z3, Z2
 
 maxPoolS2AVX512_row0done:
 maxPoolS2AVX512_rows:
-	DECQ      R9
+	DECQ      R15
 	JZ        maxPoolS2AVX512_store
-	ADDQ      CX, R8
-	VMOVUPS   (R8), Z3
-	VMOVUPS   64(R8), Z4
+	ADDQ      CX, R14
+	VMOVUPS   (R14), Z3
+	VMOVUPS   64(R14), Z4
 	VPERMT2PS Z4, Z0, Z3
 	VMAXPS    Z2, Z3, Z2
-	VMOVUPS   (R8), Z3
-	VMOVUPS   64(R8), Z4
+	VMOVUPS   (R14), Z3
+	VMOVUPS   64(R14), Z4
 	VPERMT2PS Z4, Z1, Z3
 	VMAXPS    Z2, Z3, Z2
 	CMPQ      BX, $0x03
 	JNE       maxPoolS2AVX512_rows
-	VMOVUPS   8(R8), Z3
-	VMOVUPS   72(R8), Z4
+	VMOVUPS   8(R14), Z3
+	VMOVUPS   72(R14), Z4
 	VPERMT2PS Z4, Z0, Z3
 	VMAXPS    Z2, Z3, Z2
 	JMP       maxPoolS2AVX512_rows
 
 maxPoolS2AVX512_store:
-	CMPQ    SI, $0x10
+	CMPQ    R13, $0x10
 	JL      maxPoolS2AVX512_tail
-	VMOVUPS Z2, (DI)
-	ADDQ    $0x80, AX
-	ADDQ    $0x40, DI
-	SUBQ    $0x10, SI
+	VMOVUPS Z2, (R12)
+	ADDQ    $0x80, R11
+	ADDQ    $0x40, R12
+	SUBQ    $0x10, R13
 	JMP     maxPoolS2AVX512_block
 
 maxPoolS2AVX512_tail:
-	MOVQ    $0x0000ffff, AX
-	BZHIQ   SI, AX, AX
-	KMOVW   AX, K1
-	VMOVUPS Z2, K1, (DI)
+	MOVQ    $0x0000ffff, R11
+	BZHIQ   R13, R11, R11
+	KMOVW   R11, K1
+	VMOVUPS Z2, K1, (R12)
+
+maxPoolS2AVX512_next:
+	ADDQ R9, AX
+	ADDQ R10, DI
+	DECQ R8
+	JMP  maxPoolS2AVX512_outrow
 
 maxPoolS2AVX512_done:
 	VZEROUPPER

@@ -178,8 +178,8 @@ func axpyAVX2(dst *float32, src *float32, n int, w float32)
 // maxRowAVX2 folds a row of the pooling window into dst (n a multiple of 8).
 func maxRowAVX2(dst *float32, src *float32, n int, first int)
 
-// maxPoolS2AVX512 computes n outputs of a row of stride-2 max pooling over windows inside the input.
-func maxPoolS2AVX512(x *float32, ldx int, rows int, taps int, n int, y *float32)
+// maxPoolS2AVX512 computes count rows of n outputs of stride-2 max pooling over windows inside the input.
+func maxPoolS2AVX512(x *float32, ldx int, rows int, taps int, n int, y *float32, count int, xstep int, ystep int)
 
 // dw3s1r1AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 1, from 1 input rows.
 func dw3s1r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)

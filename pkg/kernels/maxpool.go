@@ -223,6 +223,10 @@ type maxPoolPlan struct {
 	phases           [][]float32
 	// Scratch for the lanes and the copied phase rows.
 	lanes, rows []float32
+	// [fullA, fullB) and [fullR0, fullR1) are the output columns and rows
+	// whose windows lie wholly inside the input (empty when there are
+	// none).
+	fullA, fullB, fullR0, fullR1 int
 }
 
 func newMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
@@ -256,12 +260,27 @@ func newMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
 		}
 		p.tapPhase[ky], p.tapRow[ky] = t-q*p.sh, q
 	}
+	p.fullA, p.fullB = fullSpan(p.kxLo, p.kxHi, p.kw)
+	p.fullR0, p.fullR1 = fullSpan(p.kyLo, p.kyHi, p.kh)
 	p.phaseLo, p.phaseHi = make([]int, p.sh), make([]int, p.sh)
 	p.phases = make([][]float32, p.sh)
 	if p.oxA < p.oxB {
 		p.padding()
 	}
 	return p
+}
+
+// fullSpan returns the outputs [a, b) whose taps [lo[o], hi[o]) are all k,
+// those at both ends that are not being cut off (empty when none is).
+func fullSpan(lo, hi []int, k int) (a, b int) {
+	a, b = 0, len(lo)
+	for a < b && (lo[a] != 0 || hi[a] != k) {
+		a++
+	}
+	for b > a && (lo[b-1] != 0 || hi[b-1] != k) {
+		b--
+	}
+	return a, b
 }
 
 // padding sizes the padding of the phase rows, the columns before the
@@ -372,35 +391,39 @@ func (p *maxPoolPlan) plane(x []float32, base int, yc []float32) {
 	}
 }
 
-// stride2Rows pools the plane at x[base:] into yc row by row when the
-// windows are 2 or 3 columns wide at column stride 2 (dilation 1) and the
-// build has maxPoolS2Row: the windows inside the input take it, the
-// others window. It reports false, computing nothing, otherwise.
+// stride2Rows pools the plane at x[base:] into yc when the windows are 2
+// or 3 columns wide at column stride 2 (dilation 1) and the build has
+// maxPoolS2Rows: the windows inside the input take it, all the rows whose
+// windows are inside vertically in one call, and the others window. It
+// reports false, computing nothing, otherwise.
 func (p *maxPoolPlan) stride2Rows(x []float32, base int, yc []float32) bool {
 	if p.sw != 2 || p.dw != 1 || (p.kw != 2 && p.kw != 3) {
 		return false
 	}
-	// [a, b): the output columns whose windows lie inside the input row.
-	a, b := 0, p.ow
-	for a < b && (p.kxLo[a] != 0 || p.kxHi[a] != p.kw) {
-		a++
-	}
-	for b > a && (p.kxLo[b-1] != 0 || p.kxHi[b-1] != p.kw) {
-		b--
-	}
-	if b == a || !haveMaxPoolS2 {
+	a, b, r0, r1 := p.fullA, p.fullB, p.fullR0, p.fullR1
+	if b == a || r1 == r0 || !haveMaxPoolS2 {
 		return false // no window inside, or no kernel
+	}
+	// The kernel's reads run past a row's windows; the last row of the
+	// last plane may have to window.
+	done := r1
+	for done > r0 {
+		at := base + (r0*p.sh-p.ph)*p.iw + 2*a - p.pw
+		if maxPoolS2Rows(x, at, p.dh*p.iw, p.kh, p.kw, b-a, yc[r0*p.ow+a:], done-r0, p.sh*p.iw, p.ow) {
+			break
+		}
+		done--
 	}
 	xc := x[base : base+p.ih*p.iw]
 	for oy := range p.oh {
-		yr := yc[oy*p.ow : (oy+1)*p.ow]
 		lo, hi := 0, 0 // the columns done by the kernel
-		if p.kyLo[oy] == 0 && p.kyHi[oy] == p.kh {
-			at := base + (oy*p.sh-p.ph)*p.iw + 2*a - p.pw
-			if maxPoolS2Row(x, at, p.dh*p.iw, p.kh, p.kw, b-a, yr[a:b]) {
-				lo, hi = a, b
+		if oy >= r0 && oy < done {
+			if a == 0 && b == p.ow {
+				continue
 			}
+			lo, hi = a, b
 		}
+		yr := yc[oy*p.ow : (oy+1)*p.ow]
 		for ox := range lo {
 			yr[ox] = p.window(xc, oy, ox)
 		}

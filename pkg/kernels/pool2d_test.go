@@ -94,7 +94,7 @@ func checkMaxPool2D(t *testing.T, g *ConvGeom, c int, padEnd []int, x []float32)
 
 // TestMaxPool2DRows checks max pooling without argmax bit for bit against
 // the rank-generic definition: column strides 1 to 3 (folded as lanes of
-// contiguous rows, or by maxPoolS2Row for 2 or 3 columns at stride 2,
+// contiguous rows, or by maxPoolS2Rows for 2 or 3 columns at stride 2,
 // rows of 8 to 100 such windows, the last plane's end included), with and
 // without padding, ceil-mode style end padding,
 // dilations, rows narrower and wider than a vector, bands of several output

@@ -63,15 +63,18 @@ func maxRow() {
 //	y[o] = fold of the taps in (ky, kx) order, starting at tap (0, 0),
 //	       with acc = v > acc ? v : acc
 //
-// Sixteen outputs at a time: the even and odd columns of 32 loaded floats
-// (and, for 3 taps, the even ones from 2 further on) are separated with
+// and the same for count output rows, the input of each xstep floats
+// after the previous row's and its outputs ystep floats after. Sixteen
+// outputs at a time: the even and odd columns of 32 loaded floats (and,
+// for 3 taps, the even ones from 2 further on) are separated with
 // VPERMT2PS, so each tap is one vector. A last block of fewer than 16 is
 // stored under a mask; it still reads 34 floats from its start in every
-// row, which the caller keeps inside x.
+// row, which the caller keeps inside x. One call takes a whole plane: a
+// call per output row cost more than the pooling on LeNet's 14-wide rows.
 func maxPoolS2() {
 	const name = "maxPoolS2AVX512"
-	TEXT(name, NOSPLIT, "func(x *float32, ldx, rows, taps, n int, y *float32)")
-	Doc(fmt.Sprintf("%s computes n outputs of a row of stride-2 max pooling over windows inside the input.", name))
+	TEXT(name, NOSPLIT, "func(x *float32, ldx, rows, taps, n int, y *float32, count, xstep, ystep int)")
+	Doc(fmt.Sprintf("%s computes count rows of n outputs of stride-2 max pooling over windows inside the input.", name))
 	even := GLOBL("maxPoolEvenIdx", RODATA|NOPTR)
 	for i := range 16 {
 		DATA(4*i, U32(2*i))
@@ -80,13 +83,19 @@ func maxPoolS2() {
 	for i := range 16 {
 		DATA(4*i, U32(2*i+1))
 	}
-	px := Load(Param("x"), GP64())
+	rowX := Load(Param("x"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	SHLQ(U8(2), ldx)
 	rows := Load(Param("rows"), GP64())
 	taps := Load(Param("taps"), GP64())
-	n := Load(Param("n"), GP64())
-	py := Load(Param("y"), GP64())
+	rowN := Load(Param("n"), GP64())
+	rowY := Load(Param("y"), GP64())
+	count := Load(Param("count"), GP64())
+	xstep := Load(Param("xstep"), GP64())
+	SHLQ(U8(2), xstep)
+	ystep := Load(Param("ystep"), GP64())
+	SHLQ(U8(2), ystep)
+	px, py, n := GP64(), GP64(), GP64()
 	ie, io := ZMM(), ZMM()
 	VMOVDQU32(even, ie)
 	VMOVDQU32(odd, io)
@@ -99,9 +108,15 @@ func maxPoolS2() {
 		VMOVUPS(p, hi)
 		VPERMT2PS(hi, idx, t)
 	}
+	Label(name + "_outrow")
+	TESTQ(count, count)
+	JZ(LabelRef(name + "_done"))
+	MOVQ(rowX, px)
+	MOVQ(rowY, py)
+	MOVQ(rowN, n)
 	Label(name + "_block")
 	TESTQ(n, n)
-	JZ(LabelRef(name + "_done"))
+	JZ(LabelRef(name + "_next"))
 	acc := ZMM()
 	row := GP64()
 	MOVQ(px, row)
@@ -146,6 +161,11 @@ func maxPoolS2() {
 	kmask := K()
 	KMOVW(m.As32(), kmask)
 	VMOVUPS(acc, kmask, Mem{Base: py})
+	Label(name + "_next")
+	ADDQ(xstep, rowX)
+	ADDQ(ystep, rowY)
+	DECQ(count)
+	JMP(LabelRef(name + "_outrow"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
