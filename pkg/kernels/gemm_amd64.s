@@ -1466,7 +1466,7 @@ AVX51212ep_norelu11_23:
 	RET
 
 // func gemm12x32AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·gemm12x32AVX512S(SB), NOSPLIT, $0-56
 	MOVQ   kc+0(FP), AX
 	MOVQ   a+8(FP), CX
@@ -1503,6 +1503,8 @@ AVX51212s_loop4:
 	JL               AVX51212s_tail
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z24, Z0
 	VFMADD231PS.BCST (CX), Z25, Z1
@@ -1530,6 +1532,8 @@ AVX51212s_loop4:
 	VFMADD231PS.BCST 44(CX), Z25, Z23
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 48(CX), Z24, Z0
 	VFMADD231PS.BCST 48(CX), Z25, Z1
@@ -1557,6 +1561,8 @@ AVX51212s_loop4:
 	VFMADD231PS.BCST 92(CX), Z25, Z23
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 96(CX), Z24, Z0
 	VFMADD231PS.BCST 96(CX), Z25, Z1
@@ -1584,6 +1590,8 @@ AVX51212s_loop4:
 	VFMADD231PS.BCST 140(CX), Z25, Z23
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 144(CX), Z24, Z0
 	VFMADD231PS.BCST 144(CX), Z25, Z1
@@ -1618,6 +1626,8 @@ AVX51212s_tail:
 	JZ               AVX51212s_store
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z24, Z0
 	VFMADD231PS.BCST (CX), Z25, Z1
@@ -1756,7 +1766,7 @@ AVX51212s_overwrite:
 	RET
 
 // func gemm8x32AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·gemm8x32AVX512S(SB), NOSPLIT, $0-56
 	MOVQ   kc+0(FP), AX
 	MOVQ   a+8(FP), CX
@@ -1785,6 +1795,8 @@ AVX5128s_loop4:
 	JL               AVX5128s_tail
 	VMOVUPS          (DX), Z16
 	VMOVUPS          64(DX), Z17
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z16, Z0
 	VFMADD231PS.BCST (CX), Z17, Z1
@@ -1804,6 +1816,8 @@ AVX5128s_loop4:
 	VFMADD231PS.BCST 28(CX), Z17, Z15
 	VMOVUPS          (DX), Z16
 	VMOVUPS          64(DX), Z17
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 48(CX), Z16, Z0
 	VFMADD231PS.BCST 48(CX), Z17, Z1
@@ -1823,6 +1837,8 @@ AVX5128s_loop4:
 	VFMADD231PS.BCST 76(CX), Z17, Z15
 	VMOVUPS          (DX), Z16
 	VMOVUPS          64(DX), Z17
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 96(CX), Z16, Z0
 	VFMADD231PS.BCST 96(CX), Z17, Z1
@@ -1842,6 +1858,8 @@ AVX5128s_loop4:
 	VFMADD231PS.BCST 124(CX), Z17, Z15
 	VMOVUPS          (DX), Z16
 	VMOVUPS          64(DX), Z17
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 144(CX), Z16, Z0
 	VFMADD231PS.BCST 144(CX), Z17, Z1
@@ -1868,6 +1886,8 @@ AVX5128s_tail:
 	JZ               AVX5128s_store
 	VMOVUPS          (DX), Z16
 	VMOVUPS          64(DX), Z17
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z16, Z0
 	VFMADD231PS.BCST (CX), Z17, Z1
@@ -1966,7 +1986,7 @@ AVX5128s_overwrite:
 	RET
 
 // func gemm4x32AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·gemm4x32AVX512S(SB), NOSPLIT, $0-56
 	MOVQ   kc+0(FP), AX
 	MOVQ   a+8(FP), CX
@@ -1987,6 +2007,8 @@ AVX5124s_loop4:
 	JL               AVX5124s_tail
 	VMOVUPS          (DX), Z8
 	VMOVUPS          64(DX), Z9
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z8, Z0
 	VFMADD231PS.BCST (CX), Z9, Z1
@@ -1998,6 +2020,8 @@ AVX5124s_loop4:
 	VFMADD231PS.BCST 12(CX), Z9, Z7
 	VMOVUPS          (DX), Z8
 	VMOVUPS          64(DX), Z9
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 48(CX), Z8, Z0
 	VFMADD231PS.BCST 48(CX), Z9, Z1
@@ -2009,6 +2033,8 @@ AVX5124s_loop4:
 	VFMADD231PS.BCST 60(CX), Z9, Z7
 	VMOVUPS          (DX), Z8
 	VMOVUPS          64(DX), Z9
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 96(CX), Z8, Z0
 	VFMADD231PS.BCST 96(CX), Z9, Z1
@@ -2020,6 +2046,8 @@ AVX5124s_loop4:
 	VFMADD231PS.BCST 108(CX), Z9, Z7
 	VMOVUPS          (DX), Z8
 	VMOVUPS          64(DX), Z9
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 144(CX), Z8, Z0
 	VFMADD231PS.BCST 144(CX), Z9, Z1
@@ -2038,6 +2066,8 @@ AVX5124s_tail:
 	JZ               AVX5124s_store
 	VMOVUPS          (DX), Z8
 	VMOVUPS          64(DX), Z9
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z8, Z0
 	VFMADD231PS.BCST (CX), Z9, Z1
@@ -2096,7 +2126,7 @@ AVX5124s_overwrite:
 	RET
 
 // func gemm2x32AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·gemm2x32AVX512S(SB), NOSPLIT, $0-56
 	MOVQ   kc+0(FP), AX
 	MOVQ   a+8(FP), CX
@@ -2113,6 +2143,8 @@ AVX5122s_loop4:
 	JL               AVX5122s_tail
 	VMOVUPS          (DX), Z4
 	VMOVUPS          64(DX), Z5
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z4, Z0
 	VFMADD231PS.BCST (CX), Z5, Z1
@@ -2120,6 +2152,8 @@ AVX5122s_loop4:
 	VFMADD231PS.BCST 4(CX), Z5, Z3
 	VMOVUPS          (DX), Z4
 	VMOVUPS          64(DX), Z5
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 48(CX), Z4, Z0
 	VFMADD231PS.BCST 48(CX), Z5, Z1
@@ -2127,6 +2161,8 @@ AVX5122s_loop4:
 	VFMADD231PS.BCST 52(CX), Z5, Z3
 	VMOVUPS          (DX), Z4
 	VMOVUPS          64(DX), Z5
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 96(CX), Z4, Z0
 	VFMADD231PS.BCST 96(CX), Z5, Z1
@@ -2134,6 +2170,8 @@ AVX5122s_loop4:
 	VFMADD231PS.BCST 100(CX), Z5, Z3
 	VMOVUPS          (DX), Z4
 	VMOVUPS          64(DX), Z5
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 144(CX), Z4, Z0
 	VFMADD231PS.BCST 144(CX), Z5, Z1
@@ -2148,6 +2186,8 @@ AVX5122s_tail:
 	JZ               AVX5122s_store
 	VMOVUPS          (DX), Z4
 	VMOVUPS          64(DX), Z5
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z4, Z0
 	VFMADD231PS.BCST (CX), Z5, Z1
@@ -2186,7 +2226,7 @@ AVX5122s_overwrite:
 	RET
 
 // func gemm1x32AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·gemm1x32AVX512S(SB), NOSPLIT, $0-56
 	MOVQ   kc+0(FP), AX
 	MOVQ   a+8(FP), CX
@@ -2201,21 +2241,29 @@ AVX5121s_loop4:
 	JL               AVX5121s_tail
 	VMOVUPS          (DX), Z2
 	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z2, Z0
 	VFMADD231PS.BCST (CX), Z3, Z1
 	VMOVUPS          (DX), Z2
 	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 48(CX), Z2, Z0
 	VFMADD231PS.BCST 48(CX), Z3, Z1
 	VMOVUPS          (DX), Z2
 	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 96(CX), Z2, Z0
 	VFMADD231PS.BCST 96(CX), Z3, Z1
 	VMOVUPS          (DX), Z2
 	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 144(CX), Z2, Z0
 	VFMADD231PS.BCST 144(CX), Z3, Z1
@@ -2228,6 +2276,8 @@ AVX5121s_tail:
 	JZ               AVX5121s_store
 	VMOVUPS          (DX), Z2
 	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z2, Z0
 	VFMADD231PS.BCST (CX), Z3, Z1
@@ -2256,7 +2306,7 @@ AVX5121s_overwrite:
 	RET
 
 // func gemm12x32AVX512SEp(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int, bst *float32, relu int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·gemm12x32AVX512SEp(SB), NOSPLIT, $0-72
 	MOVQ   kc+0(FP), AX
 	MOVQ   a+8(FP), CX
@@ -2293,6 +2343,8 @@ AVX51212sep_loop4:
 	JL               AVX51212sep_tail
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z24, Z0
 	VFMADD231PS.BCST (CX), Z25, Z1
@@ -2320,6 +2372,8 @@ AVX51212sep_loop4:
 	VFMADD231PS.BCST 44(CX), Z25, Z23
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 48(CX), Z24, Z0
 	VFMADD231PS.BCST 48(CX), Z25, Z1
@@ -2347,6 +2401,8 @@ AVX51212sep_loop4:
 	VFMADD231PS.BCST 92(CX), Z25, Z23
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 96(CX), Z24, Z0
 	VFMADD231PS.BCST 96(CX), Z25, Z1
@@ -2374,6 +2430,8 @@ AVX51212sep_loop4:
 	VFMADD231PS.BCST 140(CX), Z25, Z23
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST 144(CX), Z24, Z0
 	VFMADD231PS.BCST 144(CX), Z25, Z1
@@ -2408,6 +2466,8 @@ AVX51212sep_tail:
 	JZ               AVX51212sep_store
 	VMOVUPS          (DX), Z24
 	VMOVUPS          64(DX), Z25
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
 	ADDQ             BX, DX
 	VFMADD231PS.BCST (CX), Z24, Z0
 	VFMADD231PS.BCST (CX), Z25, Z1

@@ -167,6 +167,12 @@ func kernel(s isa, rows int, ep bool, src bSource) {
 			}
 		}
 		if src == stridedB {
+			// This row's floats two panels on: B is read in place, a
+			// row per step, too many rows apart for the hardware
+			// prefetchers to follow when it is not in cache (MobileNetV2
+			// at batch 8: 8 % faster with the next panel, 16 % with two).
+			PREFETCHT0(Mem{Base: pb, Disp: 8 * nr})
+			PREFETCHT0(Mem{Base: pb, Disp: 8*nr + 64})
 			ADDQ(ldb, pb)
 		}
 		for i := 0; i < rows; i++ {
