@@ -60,25 +60,10 @@ func convRow(pixels, stride int) {
 			}
 		}
 	}
-	const unroll = 4
-	Label(lbl("loop4"))
-	CMPQ(kc, U8(unroll))
-	JL(LabelRef(lbl("tail")))
-	for u := 0; u < unroll; u++ {
-		step(u)
-	}
-	ADDQ(U32(4*unroll*vecs*lanes), pw)
-	ADDQ(U8(8*unroll), offs)
-	SUBQ(U8(unroll), kc)
-	JMP(LabelRef(lbl("loop4")))
-	Label(lbl("tail"))
-	TESTQ(kc, kc)
-	JZ(LabelRef(lbl("store")))
-	step(0)
-	ADDQ(U32(4*vecs*lanes), pw)
-	ADDQ(U8(8), offs)
-	DECQ(kc)
-	JMP(LabelRef(lbl("tail")))
+	stepLoop(lbl, kc, step, func(steps int) {
+		ADDQ(U32(4*steps*vecs*lanes), pw)
+		ADDQ(U8(8*steps), offs)
+	})
 
 	Label(lbl("store"))
 	pc := Load(Param("c"), GP64())

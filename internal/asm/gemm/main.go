@@ -189,35 +189,15 @@ func kernel(s isa, rows int, ep bool, src bSource) {
 			}
 		}
 	}
-	const unroll = 4
-	Label(lbl("loop4"))
-	CMPQ(kc, U8(unroll))
-	JL(LabelRef(lbl("tail")))
-	for u := 0; u < unroll; u++ {
-		step(u)
-	}
-	ADDQ(U32(4*unroll*s.mr), pa)
-	switch src {
-	case packedB:
-		ADDQ(U32(4*unroll*nr), pb)
-	case indirectB:
-		ADDQ(U8(8*unroll), offs)
-	}
-	SUBQ(U8(unroll), kc)
-	JMP(LabelRef(lbl("loop4")))
-	Label(lbl("tail"))
-	TESTQ(kc, kc)
-	JZ(LabelRef(lbl("store")))
-	step(0)
-	ADDQ(U32(4*s.mr), pa)
-	switch src {
-	case packedB:
-		ADDQ(U32(4*nr), pb)
-	case indirectB:
-		ADDQ(U8(8), offs)
-	}
-	DECQ(kc)
-	JMP(LabelRef(lbl("tail")))
+	stepLoop(lbl, kc, step, func(steps int) {
+		ADDQ(U32(4*steps*s.mr), pa)
+		switch src {
+		case packedB:
+			ADDQ(U32(4*steps*nr), pb)
+		case indirectB:
+			ADDQ(U8(8*steps), offs)
+		}
+	})
 
 	Label(lbl("store"))
 	finish := func(i int) {}
@@ -258,6 +238,30 @@ func kernel(s isa, rows int, ep bool, src bSource) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// stepLoop emits a micro-kernel's loop over kc steps: four steps (step(0)
+// … step(3)) an iteration, then one at a time, each followed by
+// advance(steps), which moves the operand pointers past them, and a jump
+// to lbl("store") when none is left.
+func stepLoop(lbl func(string) string, kc Register, step func(off int), advance func(steps int)) {
+	const unroll = 4
+	Label(lbl("loop4"))
+	CMPQ(kc, U8(unroll))
+	JL(LabelRef(lbl("tail")))
+	for u := 0; u < unroll; u++ {
+		step(u)
+	}
+	advance(unroll)
+	SUBQ(U8(unroll), kc)
+	JMP(LabelRef(lbl("loop4")))
+	Label(lbl("tail"))
+	TESTQ(kc, kc)
+	JZ(LabelRef(lbl("store")))
+	step(0)
+	advance(1)
+	DECQ(kc)
+	JMP(LabelRef(lbl("tail")))
 }
 
 // epilogueRegs loads the epilogue parameters and returns the step that
