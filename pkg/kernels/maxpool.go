@@ -1,5 +1,7 @@
 package kernels
 
+import "sync"
+
 // Pool computes max or average pooling of c planes of x (c × InSize) into
 // y (c × OutSize) over the window of g:
 //
@@ -189,14 +191,43 @@ const maxPoolBandLanes = 1024
 // columns with an inside tap are not contiguous are folded one output at a
 // time.
 func maxPool2D(g *ConvGeom, c0, c1 int, x, y []float32) {
-	p := newMaxPoolPlan(g)
+	p := getMaxPoolPlan(g)
+	defer putMaxPoolPlan(p)
 	is, os := g.InSize(), g.OutSize()
 	for ch := c0; ch < c1; ch++ {
 		p.plane(x, ch*is, y[ch*os:(ch+1)*os])
 	}
 }
 
-// maxPoolPlan is the geometry of maxPool2D worked out once per call, and
+// maxPoolPlans recycles plans by geometry (maxPoolKey → *sync.Pool of
+// plans): a model pools the same shapes at every run, and building a
+// plan's tables and scratch was most of what a LeNet run allocated.
+var maxPoolPlans sync.Map
+
+type maxPoolKey [12]int
+
+func getMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
+	key := maxPoolKey{g.In[0], g.In[1], g.Kernel[0], g.Kernel[1], g.Out[0], g.Out[1],
+		g.Strides[0], g.Strides[1], g.Dilations[0], g.Dilations[1], g.PadBegin[0], g.PadBegin[1]}
+	plans, ok := maxPoolPlans.Load(key)
+	if !ok {
+		plans, _ = maxPoolPlans.LoadOrStore(key, &sync.Pool{})
+	}
+	if p, ok := plans.(*sync.Pool).Get().(*maxPoolPlan); ok {
+		return p
+	}
+	p := newMaxPoolPlan(g)
+	p.plans = plans.(*sync.Pool)
+	return p
+}
+
+// putMaxPoolPlan returns p for reuse, dropping its views of the input.
+func putMaxPoolPlan(p *maxPoolPlan) {
+	clear(p.phases)
+	p.plans.Put(p)
+}
+
+// maxPoolPlan is the geometry of maxPool2D worked out once per shape, and
 // the scratch its bands reuse.
 type maxPoolPlan struct {
 	ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw int
@@ -227,6 +258,8 @@ type maxPoolPlan struct {
 	// whose windows lie wholly inside the input (empty when there are
 	// none).
 	fullA, fullB, fullR0, fullR1 int
+	// plans is the pool p goes back to.
+	plans *sync.Pool
 }
 
 func newMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
