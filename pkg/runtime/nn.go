@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -174,6 +175,15 @@ type convAttrs struct {
 	autoPad                                            string
 	group                                              int
 	ceil                                               bool
+	// last is the geometry of the spatial shapes seen last: a model's
+	// runs ask for the same ones every time.
+	last atomic.Pointer[convGeomEntry]
+}
+
+type convGeomEntry struct {
+	in, k  []int
+	g      *kernels.ConvGeom
+	padEnd []int
 }
 
 func readConvAttrs(b *builder) (*convAttrs, error) {
@@ -194,7 +204,21 @@ func readConvAttrs(b *builder) (*convAttrs, error) {
 }
 
 // geometry resolves the window over spatial input dims in for kernel k.
+// The geometry and padEnd it returns are shared by the calls with the same
+// shapes: callers only read them.
 func (a *convAttrs) geometry(in, k []int) (*kernels.ConvGeom, []int, error) {
+	if e := a.last.Load(); e != nil && slices.Equal(e.in, in) && slices.Equal(e.k, k) {
+		return e.g, e.padEnd, nil
+	}
+	g, padEnd, err := a.newGeometry(in, k)
+	if err == nil {
+		a.last.Store(&convGeomEntry{in: slices.Clone(in), k: slices.Clone(k), g: g, padEnd: padEnd})
+	}
+	return g, padEnd, err
+}
+
+func (a *convAttrs) newGeometry(in, k []int) (*kernels.ConvGeom, []int, error) {
+	in, k = slices.Clone(in), slices.Clone(k)
 	nd := len(in)
 	g := &kernels.ConvGeom{In: in, Kernel: k, Strides: make([]int, nd), Dilations: make([]int, nd), PadBegin: make([]int, nd), Out: make([]int, nd)}
 	padEnd := make([]int, nd)
