@@ -4513,6 +4513,151 @@ AVX51212ep_norelu11_71:
 	VZEROUPPER
 	RET
 
+// func gemm1x32AVX512A1(kc int, a *float32, b *float32, c *float32, ldc int, accumulate int)
+// Requires: AVX, AVX512F
+TEXT ·gemm1x32AVX512A1(SB), NOSPLIT, $0-48
+	MOVQ   kc+0(FP), AX
+	MOVQ   a+8(FP), CX
+	MOVQ   b+16(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+AVX512A11_loop4:
+	CMPQ             AX, $0x04
+	JL               AVX512A11_tail
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	VMOVUPS          128(DX), Z2
+	VMOVUPS          192(DX), Z3
+	VFMADD231PS.BCST 4(CX), Z2, Z0
+	VFMADD231PS.BCST 4(CX), Z3, Z1
+	VMOVUPS          256(DX), Z2
+	VMOVUPS          320(DX), Z3
+	VFMADD231PS.BCST 8(CX), Z2, Z0
+	VFMADD231PS.BCST 8(CX), Z3, Z1
+	VMOVUPS          384(DX), Z2
+	VMOVUPS          448(DX), Z3
+	VFMADD231PS.BCST 12(CX), Z2, Z0
+	VFMADD231PS.BCST 12(CX), Z3, Z1
+	ADDQ             $0x00000010, CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              AVX512A11_loop4
+
+AVX512A11_tail:
+	TESTQ            AX, AX
+	JZ               AVX512A11_store
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	ADDQ             $0x00000004, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              AVX512A11_tail
+
+AVX512A11_store:
+	MOVQ    c+24(FP), AX
+	MOVQ    ldc+32(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    accumulate+40(FP), CX
+	TESTQ   CX, CX
+	JZ      AVX512A11_overwrite
+	VADDPS  (AX), Z0, Z0
+	VADDPS  64(AX), Z1, Z1
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VZEROUPPER
+	RET
+
+AVX512A11_overwrite:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VZEROUPPER
+	RET
+
+// func gemm1x32AVX512A1S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemm1x32AVX512A1S(SB), NOSPLIT, $0-56
+	MOVQ   kc+0(FP), AX
+	MOVQ   a+8(FP), CX
+	MOVQ   b+16(FP), DX
+	MOVQ   ldb+24(FP), BX
+	SHLQ   $0x02, BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+AVX512A11s_loop4:
+	CMPQ             AX, $0x04
+	JL               AVX512A11s_tail
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
+	ADDQ             BX, DX
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
+	ADDQ             BX, DX
+	VFMADD231PS.BCST 4(CX), Z2, Z0
+	VFMADD231PS.BCST 4(CX), Z3, Z1
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
+	ADDQ             BX, DX
+	VFMADD231PS.BCST 8(CX), Z2, Z0
+	VFMADD231PS.BCST 8(CX), Z3, Z1
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
+	ADDQ             BX, DX
+	VFMADD231PS.BCST 12(CX), Z2, Z0
+	VFMADD231PS.BCST 12(CX), Z3, Z1
+	ADDQ             $0x00000010, CX
+	SUBQ             $0x04, AX
+	JMP              AVX512A11s_loop4
+
+AVX512A11s_tail:
+	TESTQ            AX, AX
+	JZ               AVX512A11s_store
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	PREFETCHT0       256(DX)
+	PREFETCHT0       320(DX)
+	ADDQ             BX, DX
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	ADDQ             $0x00000004, CX
+	DECQ             AX
+	JMP              AVX512A11s_tail
+
+AVX512A11s_store:
+	MOVQ    c+32(FP), AX
+	MOVQ    ldc+40(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    accumulate+48(FP), CX
+	TESTQ   CX, CX
+	JZ      AVX512A11s_overwrite
+	VADDPS  (AX), Z0, Z0
+	VADDPS  64(AX), Z1, Z1
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VZEROUPPER
+	RET
+
+AVX512A11s_overwrite:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VZEROUPPER
+	RET
+
 // func fmaPeakAVX512(n int, out *float32)
 // Requires: AVX, AVX512F
 TEXT ·fmaPeakAVX512(SB), NOSPLIT, $0-16

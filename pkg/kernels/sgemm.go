@@ -32,6 +32,10 @@ type gemmArch struct {
 	// reading step p's nr floats of B at b + offs[p] (wideConv).
 	tileI   func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool)
 	tileIEp func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
+	// tileA1 and tileSA1, when set, are tile and tileS for one row of A
+	// read in place (row stride 1) instead of from a packed panel.
+	tileA1  func(kc int, a, b, c *float32, ldc int, accumulate bool)
+	tileSA1 func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool)
 	// convRow, when set, computes a convolution row tile (convRows):
 	// pixels (at most convRowPixels) outputs of column stride stride (1
 	// or 2) by 32 output channels, from kc taps, pixel-major into c.
@@ -45,6 +49,10 @@ type gemmArch struct {
 // at memory speed when B is a large activation. Tests turn it off to
 // compare both ways.
 var unpackedB = true
+
+// oneRowInPlace makes one-row products read their row of A in place when
+// the kernels can (tileA1). Tests turn it off to compare both ways.
+var oneRowInPlace = true
 
 // goArch is the portable micro-kernel (the noasm build and CPUs without
 // AVX2/FMA).
@@ -255,7 +263,17 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	if pb == nil {
 		bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr)+packSlack)
 	}
-	if pa == nil {
+	// rowA: a one-row product reads its row of A in place (tileA1):
+	// packed, the row took a cache line per k step (a panel row is mr
+	// floats), which cost about a third as much as the product itself.
+	rowA := oneRowInPlace && pa == nil && m == 1 && !transA && alpha == 1 && arch.tileA1 != nil
+	tile, tileS := arch.tile, arch.tileS
+	if rowA {
+		tile = func(_, kc int, a, b, c *float32, ldc int, accumulate bool) { arch.tileA1(kc, a, b, c, ldc, accumulate) }
+		tileS = func(_, kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool) {
+			arch.tileSA1(kc, a, b, ldb, c, ldc, accumulate)
+		}
+	} else if pa == nil {
 		bufs.a = grow(bufs.a, kcMax*roundUp(mcMax, mr))
 	}
 	bufs.tmp = grow(bufs.tmp, mr*nr)
@@ -289,9 +307,12 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 					bufs.ep = ep.rowParams(bufs.ep, row0+ic, mc)
 				}
 				apack := bufs.a
-				if pa != nil {
+				switch {
+				case rowA:
+					apack = a[pc : pc+kc]
+				case pa != nil:
 					apack = pa.block(pc, row0+ic)
-				} else {
+				default:
 					packA(transA, a, lda, ic, pc, mc, kc, mr, arch.kernelRows(mc%mr), alpha, bufs.a)
 				}
 				for jr := 0; jr < nc; jr += nr {
@@ -316,7 +337,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 								arch.tileSEp(kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
 								continue
 							}
-							arch.tileS(kr, kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate)
+							tileS(kr, kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate)
 							if last && ep != nil {
 								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
 							}
@@ -327,16 +348,16 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 								arch.tileEp(kc, ap, bp, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
 								continue
 							}
-							arch.tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
+							tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
 							if last && ep != nil {
 								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
 							}
 							continue
 						}
 						if brow != nil {
-							arch.tileS(kr, kc, ap, &brow[0], ldb, &tmp[0], nr, false)
+							tileS(kr, kc, ap, &brow[0], ldb, &tmp[0], nr, false)
 						} else {
-							arch.tile(kr, kc, ap, bp, &tmp[0], nr, false)
+							tile(kr, kc, ap, bp, &tmp[0], nr, false)
 						}
 						for i := 0; i < rows; i++ {
 							dst := c[ci+i*ldc : ci+i*ldc+cols]

@@ -209,3 +209,54 @@ func TestUnpackedBMatchesPacked(t *testing.T) {
 		}
 	}
 }
+
+// TestOneRowInPlaceMatchesPacked checks one-row products that read their
+// row of A in place (oneRowInPlace) bit for bit against the same products
+// with A packed: B packed per call, read in place and prepacked, short
+// last panels, k past one cache block, beta and thread counts.
+func TestOneRowInPlaceMatchesPacked(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	defer func() { oneRowInPlace = true }()
+	for _, sz := range [][2]int{{32, 8}, {70, 300}, {800, 128}, {1030, 40}, {33, 1}, {128, 513}} {
+		n, k := sz[0], sz[1]
+		a, b := randSlice(r, k), randSlice(r, k*n)
+		for i := range a {
+			if r.IntN(16) == 0 {
+				a[i] = dwSpecials[r.IntN(len(dwSpecials))]
+			}
+		}
+		pb := PackB(false, k, n, b, n)
+		for _, beta := range []float32{0, 0.5} {
+			for threads := 1; threads <= 3; threads++ {
+				c0 := randSlice(r, n)
+				for _, tb := range []bool{false, true} {
+					ldb := n
+					if tb {
+						ldb = k
+					}
+					want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+					oneRowInPlace = false
+					SgemmParallel(threads, false, tb, 1, n, k, 1, a, k, b, ldb, beta, want, n)
+					oneRowInPlace = true
+					SgemmParallel(threads, false, tb, 1, n, k, 1, a, k, b, ldb, beta, got, n)
+					requireSameBits(t, fmt.Sprintf("n %d k %d tb %v beta %g threads %d", n, k, tb, beta, threads), got, want)
+				}
+				want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+				oneRowInPlace = false
+				SgemmPackedB(threads, false, 1, 1, a, k, pb, beta, want, n, nil)
+				oneRowInPlace = true
+				SgemmPackedB(threads, false, 1, 1, a, k, pb, beta, got, n, nil)
+				requireSameBits(t, fmt.Sprintf("prepacked n %d k %d beta %g threads %d", n, k, beta, threads), got, want)
+			}
+		}
+	}
+}
+
+func requireSameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: C[%d] = %g (%#x), want %g (%#x)", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}

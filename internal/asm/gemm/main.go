@@ -54,6 +54,11 @@ func main() {
 				}
 				kernel(s, s.mr, true, src)
 			}
+			// One row of A read in place (A row stride 1).
+			one := s
+			one.name, one.mr = s.name+"A1", 1
+			kernel(one, 1, false, packedB)
+			kernel(one, 1, false, stridedB)
 		}
 		peak(s)
 	}
