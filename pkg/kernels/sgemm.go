@@ -447,10 +447,11 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 
 // SgemmConv computes C = A·Im2col(g, x) for a 2-D geometry g and x of
 // pa.Cols()/g.KernelSize() channels, with A prepacked by PackA, then
-// applies ep (may be nil): a convolution without the column matrix. The
-// GEMM's B panels are gathered from the image directly; they hold the
-// same values as panels packed from Im2col's output, so C is bit-identical
-// to SgemmPacked on that output.
+// applies ep (may be nil): a convolution without the column matrix. It
+// takes the cheapest way convLayout finds: B panels gathered from the
+// image, wide columns read from a copy of it, or row tiles that broadcast
+// its pixels. Each sums the same products in the same order as
+// SgemmPacked on Im2col's output, so C is bit-identical to it.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
 	if pa.m*pa.k*g.OutSize() < convMinParallel {
 		threads = 1
