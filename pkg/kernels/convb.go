@@ -12,11 +12,36 @@ type convB struct {
 	hp, wp int
 }
 
-var padPool = sync.Pool{New: func() any { return new([]float32) }}
+// paddedImages recycles the buffers of padded image layouts by key (a
+// comparable value naming the layout) → a *sync.Pool of *[]float32. A
+// buffer is zeroed when it is made, and the copies into a layout write
+// the same elements at every use, so its padding stays zero and each use
+// copies only the image's rows. Clearing each row's one-float pads and
+// the padding rows around every plane, a runtime call per pad, had cost
+// more than the copy (18 % of a 64×16×16 convolution at two threads).
+var paddedImages sync.Map
+
+// paddedImage returns a buffer of n floats for the layout key, zero where
+// the layout's copies never write, and the function that gives it back.
+func paddedImage(key any, n int) ([]float32, func()) {
+	bufs, ok := paddedImages.Load(key)
+	if !ok {
+		bufs, _ = paddedImages.LoadOrStore(key, &sync.Pool{New: func() any {
+			xp := make([]float32, n)
+			return &xp
+		}})
+	}
+	pool := bufs.(*sync.Pool)
+	bp := pool.Get().(*[]float32)
+	return *bp, func() { pool.Put(bp) }
+}
+
+type paddedKey struct{ c, ih, iw, hp, wp, ph, pw int }
 
 // newConvB returns the column matrix of the c planes of x under the 2-D
 // geometry g, and a function that releases its padded copy of x (when it
 // needed one). The copy is split over up to threads threads by planes.
+// A padded copy is only read: its padding stays zero across uses.
 func newConvB(threads int, g *ConvGeom, c int, x []float32) (*convB, func()) {
 	ih, iw := g.In[0], g.In[1]
 	ph, pw := g.PadBegin[0], g.PadBegin[1]
@@ -25,25 +50,16 @@ func newConvB(threads int, g *ConvGeom, c int, x []float32) (*convB, func()) {
 	if hp == ih && wp == iw {
 		return &convB{g: g, x: x[:c*ih*iw], hp: ih, wp: iw}, func() {}
 	}
-	bp := padPool.Get().(*[]float32)
-	*bp = grow(*bp, c*hp*wp+packSlack)
-	xp := (*bp)[:c*hp*wp+packSlack]
+	xp, release := paddedImage(paddedKey{c, ih, iw, hp, wp, ph, pw}, c*hp*wp+packSlack)
 	plane := hp * wp
 	Parallel(threads, c, max(1, wideCopyGrain/plane), func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
-			p := xp[ch*plane : (ch+1)*plane]
-			clear(p[:ph*wp])
 			for y := range ih {
-				row := p[(ph+y)*wp : (ph+y+1)*wp]
-				clear(row[:pw])
-				copy(row[pw:], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
-				clear(row[pw+iw:])
+				copy(xp[ch*plane+(ph+y)*wp+pw:], x[(ch*ih+y)*iw:(ch*ih+y+1)*iw])
 			}
-			clear(p[(ph+ih)*wp:])
 		}
 	})
-	clear(xp[c*plane:])
-	return &convB{g: g, x: xp, hp: hp, wp: wp}, func() { padPool.Put(bp) }
+	return &convB{g: g, x: xp, hp: hp, wp: wp}, release
 }
 
 // packSlack is room left past the end of a padded image, so that

@@ -134,8 +134,15 @@ var convLayoutOverride = convAuto
 var widePool = sync.Pool{New: func() any { return new(wideBufs) }}
 
 type wideBufs struct {
-	xw   []float32
 	offs []int
+}
+
+// wideKey names a wide layout for paddedImage: what decides which of its
+// elements the copies write.
+type wideKey struct {
+	c, ih, iw, ow, plane, pitch, padT, padL, dw, copies int
+	shifted                                             bool
+	n                                                   int
 }
 
 // newWideConv lays out the c channels of x for g, padded with pitch or
@@ -157,10 +164,9 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 		last += (kw - 1) * dw
 	}
 	n := max(copies*copyLen, last+roundUp((oh-1)*pitch+ow, nr))
-	bufs := widePool.Get().(*wideBufs)
-	bufs.xw = grow(bufs.xw, n)
-	xw := bufs.xw
-	// Every float is written once: the pads zeroed around the rows.
+	// Only the image's rows are copied: the rest of the layout is zero
+	// in every buffer paddedImage gives for it.
+	xw, releaseImage := paddedImage(wideKey{c, ih, iw, ow, plane, pitch, padT, padL, dw, copies, shifted, n}, n)
 	Parallel(threads, copies*c, max(1, wideCopyGrain/plane), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			ch, shift := q%c, 0
@@ -168,31 +174,22 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 				shift = q/c*dw - padL // column ox reads input column ox + shift
 			}
 			p := xw[q*plane : (q+1)*plane]
-			clear(p[:padT*pitch])
 			for y := range ih {
 				row := p[(y+padT)*pitch : (y+padT+1)*pitch]
 				src := x[(ch*ih+y)*iw : (ch*ih+y+1)*iw]
 				if !shifted {
-					clear(row[:padL])
 					copy(row[padL:padL+iw], src)
-					clear(row[padL+iw:])
 					continue
 				}
 				// Columns [a, b) read inside the input row (none
 				// when a dilated tap lies wholly in the padding).
-				a, b := min(max(-shift, 0), ow), min(max(iw-shift, 0), ow)
-				if b <= a {
-					clear(row)
-					continue
+				if a, b := min(max(-shift, 0), ow), min(max(iw-shift, 0), ow); a < b {
+					copy(row[a:b], src[a+shift:])
 				}
-				clear(row[:a])
-				copy(row[a:b], src[a+shift:])
-				clear(row[b:])
 			}
-			clear(p[(padT+ih)*pitch:])
 		}
 	})
-	clear(xw[copies*copyLen:])
+	bufs := widePool.Get().(*wideBufs)
 	if cap(bufs.offs) < c*kh*kw {
 		bufs.offs = make([]int, c*kh*kw)
 	}
@@ -210,7 +207,10 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 			}
 		}
 	}
-	return &wideConv{g: g, pitch: pitch, xw: xw, offs: offs}, func() { widePool.Put(bufs) }
+	return &wideConv{g: g, pitch: pitch, xw: xw, offs: offs}, func() {
+		releaseImage()
+		widePool.Put(bufs)
+	}
 }
 
 // wideCopyGrain is the fewest floats of padded copy a thread takes: a
