@@ -16,6 +16,17 @@ func (g *ConvGeom) OutSize() int { return prod(g.Out) }
 // KernelSize is the number of kernel positions.
 func (g *ConvGeom) KernelSize() int { return prod(g.Kernel) }
 
+// geom2D is a 2-D ConvGeom unpacked for the loops over its planes: input
+// ih×iw, kernel kh×kw, output oh×ow, strides, dilations and leading pads.
+// It is comparable, so it also keys per-geometry caches.
+type geom2D struct{ ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw int }
+
+// plane2D returns the 2-D geometry g unpacked.
+func (g *ConvGeom) plane2D() geom2D {
+	return geom2D{g.In[0], g.In[1], g.Kernel[0], g.Kernel[1], g.Out[0], g.Out[1],
+		g.Strides[0], g.Strides[1], g.Dilations[0], g.Dilations[1], g.PadBegin[0], g.PadBegin[1]}
+}
+
 func prod(s []int) int {
 	n := 1
 	for _, d := range s {
@@ -56,43 +67,38 @@ func im2col2D(g *ConvGeom, c int, x, col []float32) {
 // columns of each kernel position are computed once, so the inner loop is
 // a copy (stride 1) or a strided gather without bounds branches.
 func im2col2DRange(g *ConvGeom, x, col []float32, r0, r1 int) {
-	ih, iw := g.In[0], g.In[1]
-	kh, kw := g.Kernel[0], g.Kernel[1]
-	oh, ow := g.Out[0], g.Out[1]
-	sh, sw := g.Strides[0], g.Strides[1]
-	dh, dw := g.Dilations[0], g.Dilations[1]
-	ph, pw := g.PadBegin[0], g.PadBegin[1]
-	os := oh * ow
-	ks := kh * kw
+	d := g.plane2D()
+	os := d.oh * d.ow
+	ks := d.kh * d.kw
 	for r := r0; r < r1; r++ {
 		ch, kp := r/ks, r%ks
-		ky, kx := kp/kw, kp%kw
-		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+		ky, kx := kp/d.kw, kp%d.kw
+		xc := x[ch*d.ih*d.iw : (ch+1)*d.ih*d.iw]
 		row := col[r*os : (r+1)*os]
 		// Output columns ox in [lo, hi) read inside the input row.
-		off := kx*dw - pw
-		lo, hi := insideColumns(off, iw, ow, sw)
+		off := kx*d.dw - d.pw
+		lo, hi := insideColumns(off, d.iw, d.ow, d.sw)
 		lo = min(lo, hi)
-		for oy := 0; oy < oh; oy++ {
-			y := oy*sh - ph + ky*dh
-			out := row[oy*ow : (oy+1)*ow]
-			if y < 0 || y >= ih {
+		for oy := 0; oy < d.oh; oy++ {
+			y := oy*d.sh - d.ph + ky*d.dh
+			out := row[oy*d.ow : (oy+1)*d.ow]
+			if y < 0 || y >= d.ih {
 				clear(out)
 				continue
 			}
-			xr := xc[y*iw : (y+1)*iw]
+			xr := xc[y*d.iw : (y+1)*d.iw]
 			clear(out[:lo])
 			clear(out[hi:])
-			if sw == 1 {
+			if d.sw == 1 {
 				if lo < hi { // none when the tap lies wholly in the padding
 					copy(out[lo:hi], xr[lo+off:hi+off])
 				}
 				continue
 			}
-			src := lo*sw + off
+			src := lo*d.sw + off
 			for ox := lo; ox < hi; ox++ {
 				out[ox] = xr[src]
-				src += sw
+				src += d.sw
 			}
 		}
 	}

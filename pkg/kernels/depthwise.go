@@ -24,46 +24,41 @@ func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 // depthwise2DGeneric is Depthwise2D for any window: per output row, each
 // kernel position adds its product to the whole row (axpy).
 func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
-	ih, iw := g.In[0], g.In[1]
-	kh, kw := g.Kernel[0], g.Kernel[1]
-	oh, ow := g.Out[0], g.Out[1]
-	sh, sw := g.Strides[0], g.Strides[1]
-	dh, dw := g.Dilations[0], g.Dilations[1]
-	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	d := g.plane2D()
 	for ch := c0; ch < c1; ch++ {
-		xc := x[ch*ih*iw : (ch+1)*ih*iw]
-		yc := y[ch*oh*ow : (ch+1)*oh*ow]
-		wc := w[ch*kh*kw : (ch+1)*kh*kw]
+		xc := x[ch*d.ih*d.iw : (ch+1)*d.ih*d.iw]
+		yc := y[ch*d.oh*d.ow : (ch+1)*d.oh*d.ow]
+		wc := w[ch*d.kh*d.kw : (ch+1)*d.kh*d.kw]
 		clear(yc)
-		for oy := 0; oy < oh; oy++ {
-			out := yc[oy*ow : (oy+1)*ow]
-			for ky := 0; ky < kh; ky++ {
-				iy := oy*sh - ph + ky*dh
-				if iy < 0 || iy >= ih {
+		for oy := 0; oy < d.oh; oy++ {
+			out := yc[oy*d.ow : (oy+1)*d.ow]
+			for ky := 0; ky < d.kh; ky++ {
+				iy := oy*d.sh - d.ph + ky*d.dh
+				if iy < 0 || iy >= d.ih {
 					continue
 				}
-				xr := xc[iy*iw : (iy+1)*iw]
-				for kx := 0; kx < kw; kx++ {
-					wv := wc[ky*kw+kx]
-					off := kx*dw - pw
-					lo, hi := insideColumns(off, iw, ow, sw)
+				xr := xc[iy*d.iw : (iy+1)*d.iw]
+				for kx := 0; kx < d.kw; kx++ {
+					wv := wc[ky*d.kw+kx]
+					off := kx*d.dw - d.pw
+					lo, hi := insideColumns(off, d.iw, d.ow, d.sw)
 					if lo >= hi {
 						continue
 					}
-					if sw == 1 {
+					if d.sw == 1 {
 						axpy(out[lo:hi], xr[lo+off:hi+off], wv)
 						continue
 					}
-					src := lo*sw + off
+					src := lo*d.sw + off
 					for ox := lo; ox < hi; ox++ {
 						out[ox] += wv * xr[src]
-						src += sw
+						src += d.sw
 					}
 				}
 			}
 		}
 		if ep != nil {
-			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+			ep.apply(yc, d.oh*d.ow, ch, 0, 1, d.oh*d.ow)
 		}
 	}
 }

@@ -103,48 +103,43 @@ func PoolParallel(threads int, g *ConvGeom, c int, x, y []float32, isMax, countP
 // window positions in the same order with the bounds hoisted out of the
 // inner loop.
 func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEnd []int, argmax []int64) {
-	ih, iw := g.In[0], g.In[1]
-	kh, kw := g.Kernel[0], g.Kernel[1]
-	oh, ow := g.Out[0], g.Out[1]
-	sh, sw := g.Strides[0], g.Strides[1]
-	dh, dw := g.Dilations[0], g.Dilations[1]
-	ph, pw := g.PadBegin[0], g.PadBegin[1]
-	is, os := ih*iw, oh*ow
+	d := g.plane2D()
+	is, os := d.ih*d.iw, d.oh*d.ow
 	if isMax && argmax == nil {
 		maxPool2D(g, c0, c1, x, y)
 		return
 	}
 	for ch := c0; ch < c1; ch++ {
 		xc := x[ch*is : (ch+1)*is]
-		for oy := 0; oy < oh; oy++ {
-			y0 := oy*sh - ph
-			for ox := 0; ox < ow; ox++ {
-				x0 := ox*sw - pw
+		for oy := 0; oy < d.oh; oy++ {
+			y0 := oy*d.sh - d.ph
+			for ox := 0; ox < d.ow; ox++ {
+				x0 := ox*d.sw - d.pw
 				var acc float32
 				if isMax {
 					acc = float32negInf
 				}
 				n, best := 0, -1
 				npadY, npadX := 0, 0
-				for ky := 0; ky < kh; ky++ {
-					yy := y0 + ky*dh
-					if yy >= -ph && yy < ih+padEnd[0] {
+				for ky := 0; ky < d.kh; ky++ {
+					yy := y0 + ky*d.dh
+					if yy >= -d.ph && yy < d.ih+padEnd[0] {
 						npadY++
 					}
-					if yy < 0 || yy >= ih {
+					if yy < 0 || yy >= d.ih {
 						continue
 					}
-					xr := xc[yy*iw : (yy+1)*iw]
-					for kx := 0; kx < kw; kx++ {
-						xx := x0 + kx*dw
-						if xx < 0 || xx >= iw {
+					xr := xc[yy*d.iw : (yy+1)*d.iw]
+					for kx := 0; kx < d.kw; kx++ {
+						xx := x0 + kx*d.dw
+						if xx < 0 || xx >= d.iw {
 							continue
 						}
 						n++
 						v := xr[xx]
 						if isMax {
 							if v > acc || best < 0 {
-								acc, best = v, yy*iw+xx
+								acc, best = v, yy*d.iw+xx
 							}
 						} else {
 							acc += v
@@ -154,8 +149,8 @@ func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEn
 				if !isMax {
 					div := n
 					if countPad {
-						for kx := 0; kx < kw; kx++ {
-							if xx := x0 + kx*dw; xx >= -pw && xx < iw+padEnd[1] {
+						for kx := 0; kx < d.kw; kx++ {
+							if xx := x0 + kx*d.dw; xx >= -d.pw && xx < d.iw+padEnd[1] {
 								npadX++
 							}
 						}
@@ -165,7 +160,7 @@ func pool2D(g *ConvGeom, c0, c1 int, x, y []float32, isMax, countPad bool, padEn
 						acc /= float32(div)
 					}
 				}
-				o := oy*ow + ox
+				o := oy*d.ow + ox
 				y[ch*os+o] = acc
 				if argmax != nil {
 					argmax[ch*os+o] = int64(ch*is + max(best, 0))
@@ -199,16 +194,13 @@ func maxPool2D(g *ConvGeom, c0, c1 int, x, y []float32) {
 	}
 }
 
-// maxPoolPlans recycles plans by geometry (maxPoolKey → *sync.Pool of
+// maxPoolPlans recycles plans by geometry (geom2D → *sync.Pool of
 // plans): a model pools the same shapes at every run, and building a
 // plan's tables and scratch was most of what a LeNet run allocated.
 var maxPoolPlans sync.Map
 
-type maxPoolKey [12]int
-
 func getMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
-	key := maxPoolKey{g.In[0], g.In[1], g.Kernel[0], g.Kernel[1], g.Out[0], g.Out[1],
-		g.Strides[0], g.Strides[1], g.Dilations[0], g.Dilations[1], g.PadBegin[0], g.PadBegin[1]}
+	key := g.plane2D()
 	plans, ok := maxPoolPlans.Load(key)
 	if !ok {
 		plans, _ = maxPoolPlans.LoadOrStore(key, &sync.Pool{})
@@ -230,7 +222,7 @@ func putMaxPoolPlan(p *maxPoolPlan) {
 // maxPoolPlan is the geometry of maxPool2D worked out once per shape, and
 // the scratch its bands reuse.
 type maxPoolPlan struct {
-	ih, iw, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw int
+	geom2D
 
 	// [kyLo[oy], kyHi[oy]) and [kxLo[ox], kxHi[ox]) are the taps of output
 	// row oy and column ox that fall inside the input.
@@ -263,11 +255,7 @@ type maxPoolPlan struct {
 }
 
 func newMaxPoolPlan(g *ConvGeom) *maxPoolPlan {
-	p := &maxPoolPlan{
-		ih: g.In[0], iw: g.In[1], kh: g.Kernel[0], kw: g.Kernel[1], oh: g.Out[0], ow: g.Out[1],
-		sh: g.Strides[0], sw: g.Strides[1], dh: g.Dilations[0], dw: g.Dilations[1],
-		ph: g.PadBegin[0], pw: g.PadBegin[1],
-	}
+	p := &maxPoolPlan{geom2D: g.plane2D()}
 	p.kyLo, p.kyHi = insideTaps(p.oh, p.ih, p.kh, p.sh, p.dh, p.ph)
 	p.kxLo, p.kxHi = insideTaps(p.ow, p.iw, p.kw, p.sw, p.dw, p.pw)
 	hasInside := func(ox int) bool { return p.kxLo[ox] < p.kxHi[ox] }
