@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestSgemmConvBitIdentical checks SgemmConv, whose B panels are gathered
@@ -223,6 +224,44 @@ func TestConvRowStoreMatchesReference(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// convRowStoreGo is the reference of the convRowStore kernels: the
+// pixel-major tile (rows 32 floats apart) goes to the first pixels
+// columns of channels rows of c, ldc apart, through Epilogue.apply's steps
+// with its roundings and operand orders: each value v of channel j becomes
+// ((v + b[j])·s[j]) + t[j] when ep (b, s and t, 32 floats each) is not
+// nil, then res + v (resFirst) or v + res when res (laid out as c) is not
+// nil, then 0 if relu and ≤ 0.
+func convRowStoreGo(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool) {
+	ts := unsafe.Slice(tile, pixels*convRowChannels)
+	cs := unsafe.Slice(c, (channels-1)*ldc+pixels)
+	var eps, rs []float32
+	if ep != nil {
+		eps = unsafe.Slice(ep, 3*convRowChannels)
+	}
+	if res != nil {
+		rs = unsafe.Slice(res, (channels-1)*ldc+pixels)
+	}
+	for j := range channels {
+		dst := cs[j*ldc : j*ldc+pixels]
+		for r := range dst {
+			v := ts[r*convRowChannels+j]
+			if eps != nil {
+				v = float32(float32(v+eps[j])*eps[convRowChannels+j]) + eps[2*convRowChannels+j]
+			}
+			switch {
+			case rs != nil && resFirst:
+				v = rs[j*ldc+r] + v
+			case rs != nil:
+				v += rs[j*ldc+r]
+			}
+			if relu && v <= 0 {
+				v = 0
+			}
+			dst[r] = v
 		}
 	}
 }

@@ -1,7 +1,5 @@
 package kernels
 
-import "unsafe"
-
 // convRowPixels is the widest row tile of the convRow kernels.
 const convRowPixels = 14
 
@@ -92,12 +90,8 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 	dh, dw := g.Dilations[0], g.Dilations[1]
 	oh, ow := g.Out[0], g.Out[1]
 	plane := cb.hp * cb.wp
-	bufs := widePool.Get().(*wideBufs)
-	defer widePool.Put(bufs)
-	if cap(bufs.offs) < k {
-		bufs.offs = make([]int, k)
-	}
-	offs := bufs.offs[:k]
+	offs, releaseOffs := tapOffsets(k)
+	defer releaseOffs()
 	for p := range offs {
 		ch, kp := p/ks, p%ks
 		offs[p] = ch*plane + kp/kw*dh*cb.wp + kp%kw*dw
@@ -111,7 +105,6 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 	rowParams := fused && (ep.RowBias != nil || ep.RowScale != nil)
 	relu := fused && ep.Act == ActRelu
 	units := oh * blocks
-	threads = min(threads, max(1, m*k*oh*ow/gemmMinWork))
 	Parallel(threads, units, 1, func(lo, hi int) {
 		tb := packPool.Get().(*packBufs)
 		defer packPool.Put(tb)
@@ -149,44 +142,6 @@ func sgemmConvRows(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float
 			}
 		}
 	})
-}
-
-// convRowStoreGo is the reference of the convRowStore kernels: the
-// pixel-major tile (rows 32 floats apart) goes to the first pixels
-// columns of channels rows of c, ldc apart, through Epilogue.apply's steps
-// with its roundings and operand orders: each value v of channel j becomes
-// ((v + b[j])·s[j]) + t[j] when ep (b, s and t, 32 floats each) is not
-// nil, then res + v (resFirst) or v + res when res (laid out as c) is not
-// nil, then 0 if relu and ≤ 0.
-func convRowStoreGo(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool) {
-	ts := unsafe.Slice(tile, pixels*convRowChannels)
-	cs := unsafe.Slice(c, (channels-1)*ldc+pixels)
-	var eps, rs []float32
-	if ep != nil {
-		eps = unsafe.Slice(ep, 3*convRowChannels)
-	}
-	if res != nil {
-		rs = unsafe.Slice(res, (channels-1)*ldc+pixels)
-	}
-	for j := range channels {
-		dst := cs[j*ldc : j*ldc+pixels]
-		for r := range dst {
-			v := ts[r*convRowChannels+j]
-			if eps != nil {
-				v = float32(float32(v+eps[j])*eps[convRowChannels+j]) + eps[2*convRowChannels+j]
-			}
-			switch {
-			case rs != nil && resFirst:
-				v = rs[j*ldc+r] + v
-			case rs != nil:
-				v += rs[j*ldc+r]
-			}
-			if relu && v <= 0 {
-				v = 0
-			}
-			dst[r] = v
-		}
-	}
 }
 
 // convRowEpilogue writes the row epilogue of channels [i0, i0+mc) for

@@ -131,10 +131,18 @@ func wideRows(g *ConvGeom) int {
 // the ways.
 var convLayoutOverride = convAuto
 
-var widePool = sync.Pool{New: func() any { return new(wideBufs) }}
+// offsPool recycles the tables of per-tap offsets that the wide columns
+// and the row tiles read the image through.
+var offsPool = sync.Pool{New: func() any { return new([]int) }}
 
-type wideBufs struct {
-	offs []int
+// tapOffsets returns a table of k offsets from offsPool and the function
+// that gives it back.
+func tapOffsets(k int) ([]int, func()) {
+	bp := offsPool.Get().(*[]int)
+	if cap(*bp) < k {
+		*bp = make([]int, k)
+	}
+	return (*bp)[:k], func() { offsPool.Put(bp) }
 }
 
 // wideKey names a wide layout for paddedImage: what decides which of its
@@ -189,11 +197,7 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 			}
 		}
 	})
-	bufs := widePool.Get().(*wideBufs)
-	if cap(bufs.offs) < c*kh*kw {
-		bufs.offs = make([]int, c*kh*kw)
-	}
-	offs := bufs.offs[:c*kh*kw]
+	offs, releaseOffs := tapOffsets(c * kh * kw)
 	p := 0
 	for ch := range c {
 		for ky := range kh {
@@ -209,7 +213,7 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 	}
 	return &wideConv{g: g, pitch: pitch, xw: xw, offs: offs}, func() {
 		releaseImage()
-		widePool.Put(bufs)
+		releaseOffs()
 	}
 }
 
@@ -231,7 +235,6 @@ func sgemmWide(threads int, pa *PackedA, g *ConvGeom, pitch int, shifted bool, x
 	defer release()
 	oh, ow := g.Out[0], g.Out[1]
 	cols := (oh-1)*pitch + ow
-	threads = min(threads, max(1, pa.m*pa.k*oh*ow/gemmMinWork))
 	rowsPer, colsPer := wideSplit(arch, threads, pa.m, ceilDiv(cols, arch.nr))
 	rowParts, colParts := ceilDiv(pa.m, rowsPer), ceilDiv(cols, colsPer)
 	Parallel(rowParts*colParts, rowParts*colParts, 1, func(lo, hi int) {

@@ -40,7 +40,8 @@ type gemmArch struct {
 	// pixels (at most convRowPixels) outputs of column stride stride (1
 	// or 2) by 32 output channels, from kc taps, pixel-major into c.
 	convRow func(pixels, stride, kc int, x *float32, offs *int, w *float32, c *float32, accumulate bool)
-	// convRowStore moves a row tile to the output (convRowStoreGo).
+	// convRowStore moves a row tile to the output, as convRowStoreGo in
+	// the tests does.
 	convRowStore func(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool)
 }
 
@@ -453,7 +454,9 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // its pixels. Each sums the same products in the same order as
 // SgemmPacked on Im2col's output, so C is bit-identical to it.
 func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
-	if pa.m*pa.k*g.OutSize() < convMinParallel {
+	work := pa.m * pa.k * g.OutSize()
+	threads = min(threads, max(1, work/gemmMinWork))
+	if work < convMinParallel {
 		threads = 1
 	}
 	switch way, pitch := convLayout(pa, g); way {
