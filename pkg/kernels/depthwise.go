@@ -94,14 +94,7 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	pad := (*bp)[:hp*wp]
 	clear(pad)
 	var tmp [8]float32
-	for ch := c0; ch < c1; ch++ {
-		yc := y[ch*oh*ow : (ch+1)*oh*ow]
-		wc := w[ch*9 : ch*9+9]
-		if !allFinite(wc) {
-			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
-			continue
-		}
-		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+	depthwise3x3Channels(g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
 		for iy := 0; iy < ih; iy++ {
 			copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
 		}
@@ -124,6 +117,21 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 		if ep != nil {
 			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
 		}
+	})
+}
+
+// depthwise3x3Channels calls each with the input, output and weight planes
+// of every channel in [c0, c1) whose 3×3 weights are finite; the others
+// run depthwise2DGeneric.
+func depthwise3x3Channels(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, each func(ch int, xc, yc, wc []float32)) {
+	is, os := g.InSize(), g.OutSize()
+	for ch := c0; ch < c1; ch++ {
+		wc := w[ch*9 : ch*9+9]
+		if !allFinite(wc) {
+			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+			continue
+		}
+		each(ch, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], wc)
 	}
 }
 

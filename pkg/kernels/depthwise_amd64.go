@@ -41,14 +41,7 @@ func depthwise3x3AVX512(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 	// and x·1 are x for every x, and no value is <= NaN.
 	negZero, noRelu := float32(math.Copysign(0, -1)), float32(math.NaN())
 	inRegs := ep != nil && ep.rowOnly()
-	for ch := c0; ch < c1; ch++ {
-		yc := y[ch*oh*ow : (ch+1)*oh*ow]
-		wc := w[ch*9 : ch*9+9]
-		if !allFinite(wc) {
-			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
-			continue
-		}
-		xc := x[ch*ih*iw : (ch+1)*ih*iw]
+	depthwise3x3Channels(g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
 		b, s, t, thr := negZero, float32(1), negZero, noRelu
 		if inRegs {
 			b, s, t = ep.rowParam(ch)
@@ -69,7 +62,7 @@ func depthwise3x3AVX512(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 		if ep != nil && !inRegs {
 			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
 		}
-	}
+	})
 	return true
 }
 
