@@ -11,18 +11,24 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// convBNReluModel is Conv → BatchNormalization → Relu → Conv (depthwise)
-// → Relu, the pattern fusion targets.
-func convBNReluModel(group int64) *testmodels.Builder {
-	b := testmodels.New("convbn", 17)
-	b.Input("x", tensor.Float, 2, 4, 9, 11)
-	b.Output("y", tensor.Float, 2, 8, 5, 6)
+// convBNInits adds the initializers of the models' first Conv (w1, b1: 4
+// to 8 channels, 3×3) and of the BatchNormalization after it.
+func convBNInits(b *testmodels.Builder) {
 	b.RandomInit("w1", 0.5, 8, 4, 3, 3)
 	b.RandomInit("b1", 0.5, 8)
 	b.RandomInit("scale", 1, 8)
 	b.RandomInit("shift", 1, 8)
 	b.RandomInit("mean", 0.5, 8)
 	b.Init("var", []int64{8}, []float32{0.5, 1, 2, 0.1, 3, 0.7, 1.5, 0.9})
+}
+
+// convBNReluModel is Conv → BatchNormalization → Relu → Conv (depthwise)
+// → Relu, the pattern fusion targets.
+func convBNReluModel(group int64) *testmodels.Builder {
+	b := testmodels.New("convbn", 17)
+	b.Input("x", tensor.Float, 2, 4, 9, 11)
+	b.Output("y", tensor.Float, 2, 8, 5, 6)
+	convBNInits(b)
 	b.RandomInit("w2", 0.5, 8, 8/group, 3, 3)
 	b.RandomInit("b2", 0.5, 8)
 	b.Node("Conv", "conv1", []string{"x", "w1", "b1"}, []string{"c1"}, testmodels.AttrInts("pads", 1, 1, 1, 1))
@@ -56,12 +62,7 @@ func residualModel(skipFirst, skipLate, broadcast, pooled bool) *testmodels.Buil
 	} else {
 		b.RandomInit("ws", 0.5, skipCh, 4, 1, 1)
 	}
-	b.RandomInit("w1", 0.5, 8, 4, 3, 3)
-	b.RandomInit("b1", 0.5, 8)
-	b.RandomInit("scale", 1, 8)
-	b.RandomInit("shift", 1, 8)
-	b.RandomInit("mean", 0.5, 8)
-	b.Init("var", []int64{8}, []float32{0.5, 1, 2, 0.1, 3, 0.7, 1.5, 0.9})
+	convBNInits(b)
 	skip := func() { b.Node("Conv", "skip", []string{"x", "ws"}, []string{"s"}) }
 	if !skipLate {
 		skip()
