@@ -27,6 +27,7 @@ var layers = []string{
 	"pkg/config",
 	"pkg/onnxgraph",
 	"pkg/spec",
+	"pkg/quant",
 	"pkg/tensor",
 	"pkg/kernels",
 	// Generated protobuf code: imports nothing of ours.
@@ -34,7 +35,7 @@ var layers = []string{
 }
 
 // testOnly are packages that production code must not import.
-var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest"}
+var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest", "pkg/quant/quanttest"}
 
 func rank(pkg string) int {
 	best, bestLen := -1, -1

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -196,7 +197,10 @@ func (w *writer) writeNBits(t *TensorPlan) error {
 		}
 		return int32(q.Data.([]uint8)[i]) + off
 	}
-	idx := newParamIndex(t.Shape, t.Axis, t.BlockSize)
+	idx, err := quant.NewLayout(t.Shape, t.Axis, t.BlockSize)
+	if err != nil {
+		return fmt.Errorf("weight %q: %w", t.Value, err)
+	}
 	elem := func(k, n int) int {
 		if l.transB {
 			return n*l.k + k
@@ -212,7 +216,7 @@ func (w *writer) writeNBits(t *TensorPlan) error {
 	allEight := true
 	for n := range l.n {
 		for j := range kb {
-			g := idx.of(elem(j*l.blockSize, n))
+			g := idx.Of(elem(j*l.blockSize, n))
 			scales[n*kb+j], zps[n*kb+j] = p.Scales[g], p.ZeroPoints[g]+off
 			allEight = allEight && zps[n*kb+j] == 8
 			for i := range l.blockSize {

@@ -4,93 +4,45 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// ParamShape is the shape of the scale (and zero point) tensor of a tensor
-// of the given shape: [] per tensor (axis < 0), [shape[axis]] per channel,
-// and shape with shape[axis] replaced by ceil(shape[axis]/blockSize) per
-// block (ONNX opset-21 blocked quantization).
-func ParamShape(shape []int, axis, blockSize int) []int {
-	switch {
-	case axis < 0:
-		return []int{}
-	case blockSize <= 0:
-		return []int{shape[axis]}
-	}
-	out := append([]int(nil), shape...)
-	out[axis] = (shape[axis] + blockSize - 1) / blockSize
-	return out
-}
-
-// paramIndex maps element indices to the index of their qparams.
-type paramIndex struct {
-	axis, block    int
-	dim, inner, nb int
-}
-
-func newParamIndex(shape []int, axis, blockSize int) paramIndex {
-	p := paramIndex{axis: axis, block: blockSize}
-	if axis < 0 {
-		return p
-	}
-	p.dim = shape[axis]
-	p.inner = 1
-	for _, d := range shape[axis+1:] {
-		p.inner *= d
-	}
-	if blockSize > 0 {
-		p.nb = (p.dim + blockSize - 1) / blockSize
-	}
-	return p
-}
-
-// of returns the qparam index of element i (row-major).
-func (p paramIndex) of(i int) int {
-	switch {
-	case p.axis < 0:
-		return 0
-	case p.block <= 0:
-		return (i / p.inner) % p.dim
-	}
-	outer := i / (p.dim * p.inner)
-	c := (i / p.inner) % p.dim
-	return (outer*p.nb+c/p.block)*p.inner + i%p.inner
-}
-
 // GroupRanges returns the min and max of data per qparam group (tensor,
 // channel along axis, or block of blockSize along axis), ignoring NaN.
 // A group with no finite value gets [0, 0].
-func GroupRanges(data []float32, shape []int, axis, blockSize int) (mins, maxs []float32) {
-	n := tensor.NumElements(ParamShape(shape, axis, blockSize))
+func GroupRanges(data []float32, shape []int, axis, blockSize int) (mins, maxs []float32, err error) {
+	l, err := quant.NewLayout(shape, axis, blockSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := l.Groups()
 	mins, maxs = make([]float32, n), make([]float32, n)
 	seen := make([]bool, n)
-	idx := newParamIndex(shape, axis, blockSize)
-	for i, v := range data {
+	l.Each(len(data), func(i, g int) {
+		v := data[i]
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			continue
+			return
 		}
-		g := idx.of(i)
 		if !seen[g] {
 			mins[g], maxs[g], seen[g] = v, v, true
-			continue
+			return
 		}
 		mins[g], maxs[g] = min(mins[g], v), max(maxs[g], v)
-	}
-	return mins, maxs
+	})
+	return mins, maxs, nil
 }
 
 // GroupValues returns the elements of each qparam group, in element order.
-func GroupValues(data []float32, shape []int, axis, blockSize int) [][]float32 {
-	n := tensor.NumElements(ParamShape(shape, axis, blockSize))
-	out := make([][]float32, n)
-	idx := newParamIndex(shape, axis, blockSize)
-	for i, v := range data {
-		g := idx.of(i)
-		out[g] = append(out[g], v)
+func GroupValues(data []float32, shape []int, axis, blockSize int) ([][]float32, error) {
+	l, err := quant.NewLayout(shape, axis, blockSize)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	out := make([][]float32, l.Groups())
+	l.Each(len(data), func(i, g int) { out[g] = append(out[g], data[i]) })
+	return out, nil
 }
 
 // TensorDType maps a quantized dtype of a spec to its ONNX element type.
@@ -130,83 +82,29 @@ func TensorDType(d spec.DType) (tensor.DType, error) {
 	return tensor.Undefined, fmt.Errorf("dtype %s has no ONNX element type", d)
 }
 
-// QuantizeValue quantizes one value as ONNX QuantizeLinear does: x/scale in
-// float32, rounded half to even, plus the zero point, saturated to the
-// dtype's range. It returns the integer code (sign-extended for signed
-// types).
-func QuantizeValue(x, scale float32, zp int32, qmin, qmax int64) int64 {
-	v := math.RoundToEven(float64(x/scale)) + float64(zp)
-	switch {
-	case math.IsNaN(v):
-		return min(max(0, qmin), qmax)
-	case v < float64(qmin):
-		return qmin
-	case v > float64(qmax):
-		return qmax
-	}
-	return int64(v)
-}
-
 // Quantize quantizes data (of the given shape) with params laid out by
-// axis and blockSize into a tensor of the spec's dtype: integer codes for
-// integer dtypes, float8/float4 codes (saturating, round to nearest even)
-// for float dtypes.
+// axis and blockSize into a tensor of the spec's dtype, with pkg/quant's
+// arithmetic: integer codes for integer dtypes, float8/float4 codes
+// (saturating, round to nearest even) for float dtypes.
 func Quantize(data []float32, shape []int, axis, blockSize int, s *spec.QuantizationSpec, p *Params) (*tensor.Tensor, error) {
 	dt, err := TensorDType(s.DType)
 	if err != nil {
 		return nil, err
 	}
-	want := tensor.NumElements(ParamShape(shape, axis, blockSize))
-	if len(p.Scales) != want || len(p.ZeroPoints) != want {
-		return nil, fmt.Errorf("%d scales and %d zero points for %d qparam groups", len(p.Scales), len(p.ZeroPoints), want)
+	l, err := quant.NewLayout(shape, axis, blockSize)
+	if err != nil {
+		return nil, err
 	}
-	t := tensor.New(dt, shape...)
-	idx := newParamIndex(shape, axis, blockSize)
-	qmin, qmax := s.DType.Range()
-	switch d := t.Data.(type) {
-	case []int8:
-		for i, x := range data {
-			g := idx.of(i)
-			d[i] = int8(QuantizeValue(x, p.Scales[g], p.ZeroPoints[g], qmin, qmax))
-		}
-	case []int16:
-		for i, x := range data {
-			g := idx.of(i)
-			d[i] = int16(QuantizeValue(x, p.Scales[g], p.ZeroPoints[g], qmin, qmax))
-		}
-	case []uint16:
-		for i, x := range data {
-			g := idx.of(i)
-			d[i] = uint16(QuantizeValue(x, p.Scales[g], p.ZeroPoints[g], qmin, qmax))
-		}
-	case []uint8:
-		enc := floatEncoder(s.DType)
-		for i, x := range data {
-			g := idx.of(i)
-			if enc != nil {
-				d[i] = enc(x / p.Scales[g])
-				continue
-			}
-			d[i] = uint8(QuantizeValue(x, p.Scales[g], p.ZeroPoints[g], qmin, qmax))
-		}
-	default:
-		return nil, fmt.Errorf("cannot quantize to %s", dt)
+	if len(p.ZeroPoints) != l.Groups() {
+		return nil, fmt.Errorf("%d scales and %d zero points for %d qparam groups", len(p.Scales), len(p.ZeroPoints), l.Groups())
 	}
-	return t, nil
-}
-
-// floatEncoder returns the saturating float8/float4 encoder of a float
-// dtype, nil for integer dtypes.
-func floatEncoder(d spec.DType) func(float32) uint8 {
-	switch d {
-	case spec.Float8E4M3FN:
-		return func(x float32) uint8 { return tensor.Float32ToFloat8E4M3FN(x, true) }
-	case spec.Float8E5M2:
-		return func(x float32) uint8 { return tensor.Float32ToFloat8E5M2(x, true) }
-	case spec.Float4E2M1:
-		return tensor.Float32ToFloat4E2M1
+	var zp *tensor.Tensor
+	if !s.DType.IsFloat() {
+		if zp, err = zeroPointTensor(s.DType, []int{len(p.ZeroPoints)}, p.ZeroPoints); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return quant.Quantize(data, shape, l, p.Scales, zp, dt, true)
 }
 
 // zeroPointTensor builds the zero point tensor of dtype d and shape.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -536,7 +537,7 @@ func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool)
 		return s, w.rename["zp:"+key], nil
 	}
 	p := w.params[key]
-	shape := ParamShape(t.Shape, t.Axis, t.BlockSize)
+	shape := quant.ParamShape(t.Shape, t.Axis, t.BlockSize)
 	st, err := scaleTensor(scaleType, shape, p.Scales)
 	if err != nil {
 		return "", "", fmt.Errorf("tensor %q: %w", t.Value, err)
@@ -588,7 +589,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 		q = tensor.New(tensor.Int32, shape...)
 		codes := q.Data.([]int32)
 		for i, x := range data {
-			codes[i] = int32(QuantizeValue(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, int32Max))
+			codes[i] = int32(quant.Int(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, int32Max))
 		}
 		scaleType = ft
 	} else {

@@ -203,21 +203,3 @@ func TestSoftmaxAndLayerNorm(t *testing.T) {
 		t.Errorf("mean %g inv std %g", mean[0], inv[0])
 	}
 }
-
-func TestQuantizeAffine(t *testing.T) {
-	x := []float32{-1000, -1.5, -0.5, 0.5, 1.5, 2.5, 1000, float32(math.NaN())}
-	q := make([]int32, len(x))
-	QuantizeAffine(x, 1, 0, -128, 127, q)
-	// Half to even: -1.5→-2, -0.5→0, 0.5→0, 1.5→2, 2.5→2; saturation; NaN→zp.
-	want := []int32{-128, -2, 0, 0, 2, 2, 127, 0}
-	for i := range want {
-		if q[i] != want[i] {
-			t.Fatalf("q = %v, want %v", q, want)
-		}
-	}
-	f := make([]float32, 3)
-	DequantizeAffine([]int32{0, 10, 255}, 0.5, 10, f)
-	if f[0] != -5 || f[1] != 0 || f[2] != 122.5 {
-		t.Errorf("dequantized %v", f)
-	}
-}

@@ -104,36 +104,3 @@ func normRowGo(y, x, scale, bias []float32, mu, inv float64) {
 		y[j] = float32(float32((float64(v)-mu)*inv)*scale[j]) + bias[j] // no FMA
 	}
 }
-
-// QuantizeAffine quantizes x into q with one scale and zero point,
-// rounding half to even and saturating to [qmin, qmax]:
-//
-//	q[i] = clamp(roundHalfEven(x[i]/scale) + zp, qmin, qmax)
-//
-// NaN maps to zp (ONNX leaves it undefined; this keeps it deterministic).
-func QuantizeAffine(x []float32, scale float32, zp, qmin, qmax int32, q []int32) {
-	for i, v := range x {
-		// float32 division, as the ONNX reference computes it.
-		f := float64(v / scale)
-		if f != f {
-			q[i] = zp
-			continue
-		}
-		r := math.RoundToEven(f) + float64(zp)
-		if r < float64(qmin) {
-			r = float64(qmin)
-		} else if r > float64(qmax) {
-			r = float64(qmax)
-		}
-		q[i] = int32(r)
-	}
-}
-
-// DequantizeAffine maps integers back to floats with one scale and zero point:
-//
-//	x[i] = (q[i] − zp) · scale
-func DequantizeAffine(q []int32, scale float32, zp int32, x []float32) {
-	for i, v := range q {
-		x[i] = float32(v-zp) * scale
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -433,7 +434,10 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 // weightParams computes a weight's qparams per group from its data. The
 // observed range in the params is the data's, whatever the clipping.
 func weightParams(data []float32, shape []int, axis, block int, s *spec.QuantizationSpec, clip WeightClipping) (*Params, error) {
-	mins, maxs := finalize.GroupRanges(data, shape, axis, block)
+	mins, maxs, err := finalize.GroupRanges(data, shape, axis, block)
+	if err != nil {
+		return nil, err
+	}
 	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
 	for i := range mins {
 		lo, hi = min(lo, mins[i]), max(hi, maxs[i])
@@ -442,7 +446,10 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 		lo, hi = 0, 0
 	}
 	if clip == ClipMSE {
-		groups := finalize.GroupValues(data, shape, axis, block)
+		groups, err := finalize.GroupValues(data, shape, axis, block)
+		if err != nil {
+			return nil, err
+		}
 		for i, g := range groups {
 			mins[i], maxs[i] = mseRange(g, mins[i], maxs[i], s)
 		}
@@ -524,51 +531,26 @@ func fitRange(lo, hi float32, s *spec.QuantizationSpec) (float32, float32, bool)
 }
 
 // quantError is the sum of squared differences between g and its
-// quantize-dequantize round trip.
+// quantize-dequantize round trip, in pkg/quant's arithmetic (this runs for
+// every candidate of every group, so per value, without tensors).
 func quantError(g []float32, scale float32, zp int32, s *spec.QuantizationSpec) float64 {
+	var e float64
 	if qmin, qmax, ok := s.QuantRange(); ok {
-		// Integer grids: QuantizeLinear's arithmetic inline, without the
-		// tensor round trip (this runs for every candidate of every group).
-		var e float64
 		for _, x := range g {
-			q := finalize.QuantizeValue(x, scale, zp, qmin, qmax)
-			d := float64(x) - float64(float32(q-int64(zp))*scale)
+			d := float64(x) - float64(quant.Dequantize(quant.Int(x, scale, int64(zp), qmin, qmax), int64(zp), scale))
 			e += d * d
 		}
 		return e
 	}
-	q, err := finalize.Quantize(g, []int{len(g)}, -1, 0, s, &Params{Scales: []float32{scale}, ZeroPoints: []int32{zp}})
-	if err != nil {
+	dt, err := finalize.TensorDType(s.DType)
+	if err != nil || !quant.IsNarrowFloat(dt) {
 		return math.Inf(1)
 	}
-	dq, err := dequantized(q, scale, zp)
-	if err != nil {
-		return math.Inf(1)
-	}
-	var e float64
-	for i, x := range g {
-		d := float64(x) - float64(dq[i])
+	for _, x := range g {
+		d := float64(x) - float64(quant.DequantizeFloat(dt, quant.Float(dt, x, scale, 0, true), scale, 0))
 		e += d * d
 	}
 	return e
-}
-
-// dequantized decodes codes back to real values (x − zp)·scale.
-func dequantized(q *tensor.Tensor, scale float32, zp int32) ([]float32, error) {
-	f, err := q.AsFloat32()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(f))
-	isFloat := q.DType == tensor.Float8E4M3FN || q.DType == tensor.Float8E5M2 || q.DType == tensor.Float4E2M1
-	for i, v := range f {
-		if isFloat {
-			out[i] = v * scale
-		} else {
-			out[i] = (v - float32(zp)) * scale
-		}
-	}
-	return out, nil
 }
 
 // planBias plans the int32 bias of a Conv/ConvTranspose/Gemm when its

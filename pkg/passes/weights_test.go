@@ -7,6 +7,7 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -26,15 +27,10 @@ func roundTripError(t *testing.T, g []float32, lo, hi float32, s *spec.Quantizat
 	qmin, qmax, _ := s.QuantRange()
 	worst := 0.0
 	for _, x := range g {
-		q := float32(quantizeCode(x, sc[0], zp[0], qmin, qmax)-int64(zp[0])) * sc[0]
+		q := quant.Dequantize(quant.Int(x, sc[0], int64(zp[0]), qmin, qmax), int64(zp[0]), sc[0])
 		worst = max(worst, math.Abs(float64(x-q)))
 	}
 	return worst
-}
-
-func quantizeCode(x, s float32, zp int32, qmin, qmax int64) int64 {
-	v := math.RoundToEven(float64(x/s)) + float64(zp)
-	return int64(min(max(v, float64(qmin)), float64(qmax)))
 }
 
 // TestMSERangeFitsGridEnds: the symmetric int4 formula (absmax/7.5) maps a

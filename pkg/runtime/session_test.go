@@ -11,6 +11,7 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -269,12 +270,12 @@ func TestQuantizeDequantize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lo, hi, _ := intRange(tt.zt)
+			lo, hi, _ := quant.IntRange(tt.zt)
 			q := asInt64(out["q"])
 			y := out["y"].Float32s()
 			for i, v := range x {
 				k := tt.scaleOf(i)
-				wantQ := int64(math.Min(math.Max(math.RoundToEven(float64(v/tt.scale[k]))+float64(tt.zp[k]), lo), hi))
+				wantQ := int64(math.Min(math.Max(math.RoundToEven(float64(v/tt.scale[k]))+float64(tt.zp[k]), float64(lo)), float64(hi)))
 				if q[i] != wantQ {
 					t.Errorf("q[%d] = %d, want %d", i, q[i], wantQ)
 				}

@@ -2,7 +2,8 @@
 // QuantizationSpec: element type, scheme, granularity, qparam calculator and
 // scale type — and computes scales and zero points from observed ranges.
 //
-// It imports nothing of this module, so every other package can use it.
+// Below it are only the quantization arithmetic (pkg/quant) and tensors, so
+// every other package can use it.
 package spec
 
 import (

@@ -3,6 +3,8 @@ package spec
 import (
 	"fmt"
 	"math"
+
+	"github.com/coreaiq/coreaiq/pkg/quant"
 )
 
 // ScaleFloor is the smallest scale computed: float32 machine epsilon, as in
@@ -110,8 +112,7 @@ func e8m0Scale(absmax float32, emax int) float32 {
 	return float32(math.Ldexp(1, clampInt(e-1-emax, -127, 127)))
 }
 
-// roundHalfEven rounds to the nearest integer, ties to even (ONNX
-// QuantizeLinear and torch.round).
-func roundHalfEven(x float32) float32 { return float32(math.RoundToEven(float64(x))) }
+// roundHalfEven is the quantizer's rounding (pkg/quant) in float32.
+func roundHalfEven(x float32) float32 { return float32(quant.RoundHalfEven(float64(x))) }
 
 func isNaNOrInf(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) }

@@ -31,7 +31,7 @@ var (
 	fmtBFloat16 = minifloat{mbits: 7, ebits: 8, bias: 127, signBit: 0x8000, maxCode: 0x7F7F, infCode: 0x7F80, nanCode: 0x7FC0}
 	fmtE4M3FN   = minifloat{mbits: 3, ebits: 4, bias: 7, signBit: 0x80, maxCode: 0x7E, nanCode: 0x7F}
 	fmtE4M3FNUZ = minifloat{mbits: 3, ebits: 4, bias: 8, signBit: 0x80, maxCode: 0x7F, nanCode: 0x80, uz: true}
-	fmtE5M2     = minifloat{mbits: 2, ebits: 5, bias: 15, signBit: 0x80, maxCode: 0x7B, infCode: 0x7C, nanCode: 0x7E}
+	fmtE5M2     = minifloat{mbits: 2, ebits: 5, bias: 15, signBit: 0x80, maxCode: 0x7B, infCode: 0x7C, nanCode: 0x7F}
 	fmtE5M2FNUZ = minifloat{mbits: 2, ebits: 5, bias: 16, signBit: 0x80, maxCode: 0x7F, nanCode: 0x80, uz: true}
 	fmtE2M1     = minifloat{mbits: 1, ebits: 2, bias: 1, signBit: 0x8, maxCode: 0x7, noNaN: true}
 )

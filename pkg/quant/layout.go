@@ -1,0 +1,117 @@
+package quant
+
+import (
+	"fmt"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// Layout maps the elements of a tensor (row-major) to their qparam group:
+// one group per tensor, one per index along an axis, or one per block of
+// blockSize indices along an axis (ONNX opset-21 blocked quantization,
+// whose scale has the tensor's rank).
+type Layout struct {
+	axis, block int
+	// dim is the size of the axis, inner the elements after it, nb the
+	// blocks along it.
+	dim, inner, nb int
+	groups         int
+}
+
+// PerTensor is the layout of one scale and zero point for every element.
+var PerTensor = Layout{axis: -1, groups: 1}
+
+// NewLayout is the layout of a tensor of shape quantized per tensor (axis
+// < 0), per axis (blockSize ≤ 0) or per block of blockSize along axis.
+func NewLayout(shape []int, axis, blockSize int) (Layout, error) {
+	if axis < 0 {
+		return PerTensor, nil
+	}
+	if axis >= len(shape) {
+		return Layout{}, fmt.Errorf("axis %d of a rank-%d tensor", axis, len(shape))
+	}
+	l := Layout{axis: axis, block: max(blockSize, 0), dim: shape[axis], inner: tensor.NumElements(shape[axis+1:])}
+	l.groups = l.dim
+	if l.block > 0 {
+		l.nb = (l.dim + l.block - 1) / l.block
+		l.groups = tensor.NumElements(shape[:axis]) * l.nb * l.inner
+	}
+	return l, nil
+}
+
+// ParamShape is the shape of the scale (and zero point) tensor of a tensor
+// of the given shape: [] per tensor (axis < 0), [shape[axis]] per axis, and
+// shape with shape[axis] replaced by ceil(shape[axis]/blockSize) per block.
+func ParamShape(shape []int, axis, blockSize int) []int {
+	switch {
+	case axis < 0:
+		return []int{}
+	case blockSize <= 0:
+		return []int{shape[axis]}
+	}
+	out := append([]int(nil), shape...)
+	out[axis] = (shape[axis] + blockSize - 1) / blockSize
+	return out
+}
+
+// Groups is the number of qparam groups.
+func (l Layout) Groups() int { return l.groups }
+
+// Of returns the group of element i.
+func (l Layout) Of(i int) int {
+	switch {
+	case l.axis < 0:
+		return 0
+	case l.block <= 0:
+		return (i / l.inner) % l.dim
+	}
+	outer := i / (l.dim * l.inner)
+	c := (i / l.inner) % l.dim
+	return (outer*l.nb+c/l.block)*l.inner + i%l.inner
+}
+
+// Each calls fn(i, group of i) for the n elements in order, without a
+// division per element.
+func (l Layout) Each(n int, fn func(i, g int)) {
+	if l.axis < 0 {
+		for i := range n {
+			fn(i, 0)
+		}
+		return
+	}
+	if l.dim == 0 || l.inner == 0 {
+		return
+	}
+	outer := n / (l.dim * l.inner)
+	for o := range outer {
+		for a := range l.dim {
+			base := (o*l.dim + a) * l.inner
+			g := a
+			if l.block > 0 {
+				g = (o*l.nb + a/l.block) * l.inner
+				for j := range l.inner {
+					fn(base+j, g+j)
+				}
+				continue
+			}
+			for j := range l.inner {
+				fn(base+j, g)
+			}
+		}
+	}
+}
+
+// check fails when scales or the zero point do not have one value per
+// group, or n elements do not fill whole rows of the axis.
+func (l Layout) check(n int, scales []float32, zp *tensor.Tensor) error {
+	if len(scales) != l.groups {
+		return fmt.Errorf("%d scales for %d qparam groups", len(scales), l.groups)
+	}
+	if zp != nil && zp.Len() != l.groups {
+		return fmt.Errorf("%d zero points for %d qparam groups", zp.Len(), l.groups)
+	}
+	if l.axis >= 0 && l.dim*l.inner != 0 && n%(l.dim*l.inner) != 0 {
+		return fmt.Errorf("%d elements do not fill axis %d of %d×%d", n, l.axis, l.dim, l.inner)
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+// Package quant is the quantization arithmetic, in one place: how a float
+// becomes a quantized code (ONNX QuantizeLinear) and back (DequantizeLinear),
+// with round half to even, saturation, NaN and ±Inf, for every integer and
+// narrow float element type, and how a tensor's elements map to their
+// per-tensor, per-axis or per-block qparams. The writer, the built-in engine
+// and every quantization error metric call it; none carries a copy.
+//
+// The rules, as ONNX Runtime 1.23 computes them:
+//
+//   - integer codes: q = clamp(roundHalfEven(x/scale) + zp, lo, hi), the
+//     division in float32 and the rest exact;
+//   - ±Inf (and every overflow) saturates to hi or lo;
+//   - NaN becomes lo, the type's lowest code, whatever the zero point (0 for
+//     uint8, −128 for int8): ONNX leaves it undefined, and ONNX Runtime's
+//     clamp max(x, lo) yields lo for NaN, so the model we write and the engine
+//     that runs it agree with ONNX Runtime;
+//   - narrow float codes (float8, float4): x/scale + zp rounded to the nearest
+//     even code by the format's codec, saturating to ±max when asked; NaN is
+//     the format's NaN (float4, which has none: tensor.Float32ToFloat4E2M1);
+//   - dequantization: (q − zp)·scale, the difference taken exactly in
+//     integers, then one float32 multiplication.
+package quant
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// RoundHalfEven rounds to the nearest integer, ties to even (ONNX
+// QuantizeLinear, torch.round).
+func RoundHalfEven(x float64) float64 { return math.RoundToEven(x) }
+
+// IntRange is the saturation range of an integer element type that
+// QuantizeLinear writes or DequantizeLinear reads (int32 only as a bias).
+func IntRange(dt tensor.DType) (lo, hi int64, ok bool) {
+	switch dt {
+	case tensor.Uint8:
+		return 0, math.MaxUint8, true
+	case tensor.Int8:
+		return math.MinInt8, math.MaxInt8, true
+	case tensor.Uint16:
+		return 0, math.MaxUint16, true
+	case tensor.Int16:
+		return math.MinInt16, math.MaxInt16, true
+	case tensor.Int32:
+		return math.MinInt32, math.MaxInt32, true
+	case tensor.Uint4:
+		return 0, 15, true
+	case tensor.Int4:
+		return -8, 7, true
+	case tensor.Uint2:
+		return 0, 3, true
+	case tensor.Int2:
+		return -2, 1, true
+	}
+	return 0, 0, false
+}
+
+// IsNarrowFloat reports whether dt is a float element type of 8 bits or
+// fewer, one code per byte.
+func IsNarrowFloat(dt tensor.DType) bool {
+	switch dt {
+	case tensor.Float8E4M3FN, tensor.Float8E4M3FNUZ, tensor.Float8E5M2, tensor.Float8E5M2FNUZ, tensor.Float4E2M1, tensor.Float8E8M0:
+		return true
+	}
+	return false
+}
+
+// Int quantizes one value to an integer code in [lo, hi]:
+// clamp(roundHalfEven(x/scale) + zp, lo, hi), NaN giving lo.
+func Int(x, scale float32, zp, lo, hi int64) int64 {
+	// float32 division, as ONNX's reference and ONNX Runtime compute it.
+	v := float64(x / scale)
+	if v != v {
+		return lo
+	}
+	v = RoundHalfEven(v) + float64(zp)
+	switch {
+	case v <= float64(lo):
+		return lo
+	case v >= float64(hi):
+		return hi
+	}
+	return int64(v)
+}
+
+// Dequantize maps an integer code back to its value, (q − zp)·scale; the
+// difference is exact even for int32 codes beyond 2^24.
+func Dequantize(q, zp int64, scale float32) float32 {
+	return float32(q-zp) * scale
+}
+
+// Float quantizes one value to the code of a narrow float type:
+// encode(x/scale + zp), rounding to the nearest even code, saturating
+// to the largest finite value when asked (ONNX's default).
+func Float(dt tensor.DType, x, scale, zp float32, saturate bool) uint8 {
+	v := x/scale + zp
+	switch dt {
+	case tensor.Float8E4M3FN:
+		return tensor.Float32ToFloat8E4M3FN(v, saturate)
+	case tensor.Float8E4M3FNUZ:
+		return tensor.Float32ToFloat8E4M3FNUZ(v, saturate)
+	case tensor.Float8E5M2:
+		return tensor.Float32ToFloat8E5M2(v, saturate)
+	case tensor.Float8E5M2FNUZ:
+		return tensor.Float32ToFloat8E5M2FNUZ(v, saturate)
+	case tensor.Float4E2M1:
+		return tensor.Float32ToFloat4E2M1(v)
+	case tensor.Float8E8M0:
+		return tensor.Float32ToFloat8E8M0(v, saturate, tensor.E8M0Up)
+	}
+	panic(fmt.Sprintf("quant.Float: %s is not a narrow float type", dt))
+}
+
+// DequantizeFloat maps a narrow float code back to its value,
+// (decode(code) − zp)·scale.
+func DequantizeFloat(dt tensor.DType, code uint8, scale, zp float32) float32 {
+	return (decodeFloat(dt, code) - zp) * scale
+}
+
+func decodeFloat(dt tensor.DType, c uint8) float32 {
+	switch dt {
+	case tensor.Float8E4M3FN:
+		return tensor.Float8E4M3FNToFloat32(c)
+	case tensor.Float8E4M3FNUZ:
+		return tensor.Float8E4M3FNUZToFloat32(c)
+	case tensor.Float8E5M2:
+		return tensor.Float8E5M2ToFloat32(c)
+	case tensor.Float8E5M2FNUZ:
+		return tensor.Float8E5M2FNUZToFloat32(c)
+	case tensor.Float4E2M1:
+		return tensor.Float4E2M1ToFloat32(c)
+	case tensor.Float8E8M0:
+		return tensor.Float8E8M0ToFloat32(c)
+	}
+	panic(fmt.Sprintf("quant.DequantizeFloat: %s is not a narrow float type", dt))
+}
+
+// Quantize quantizes x, a tensor of shape laid out in qparam groups by l,
+// into a new tensor of element type dt, with scales[g] and the zero point
+// zp's element g (zp may be nil: all zero) for group g. saturate applies to
+// narrow float types; integer codes always saturate.
+func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.Tensor, dt tensor.DType, saturate bool) (*tensor.Tensor, error) {
+	if err := l.check(len(x), scales, zp); err != nil {
+		return nil, err
+	}
+	out := tensor.New(dt, shape...)
+	if lo, hi, ok := IntRange(dt); ok {
+		zps, err := intZeroPoints(zp, dt)
+		if err != nil {
+			return nil, err
+		}
+		store := intStore(out.Data)
+		if store == nil {
+			return nil, fmt.Errorf("cannot quantize to %s", dt)
+		}
+		l.Each(len(x), func(i, g int) {
+			var z int64
+			if zps != nil {
+				z = zps[g]
+			}
+			store(i, Int(x[i], scales[g], z, lo, hi))
+		})
+		return out, nil
+	}
+	if !IsNarrowFloat(dt) {
+		return nil, fmt.Errorf("cannot quantize to %s", dt)
+	}
+	zps, err := floatZeroPoints(zp, dt)
+	if err != nil {
+		return nil, err
+	}
+	codes := out.Data.([]uint8)
+	l.Each(len(x), func(i, g int) {
+		var z float32
+		if zps != nil {
+			z = zps[g]
+		}
+		codes[i] = Float(dt, x[i], scales[g], z, saturate)
+	})
+	return out, nil
+}
+
+// DequantizeInto maps the codes of q, laid out in qparam groups by l, back
+// to values in y (len q's elements), with scales[g] and zp's element g
+// (zp may be nil: all zero).
+func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, zp *tensor.Tensor) error {
+	n := tensor.NumElements(q.Shape)
+	if len(y) != n {
+		return fmt.Errorf("%d values for %d codes", len(y), n)
+	}
+	if err := l.check(n, scales, zp); err != nil {
+		return err
+	}
+	if zp != nil && zp.DType != q.DType {
+		return fmt.Errorf("zero point is %s, codes are %s", zp.DType, q.DType)
+	}
+	if _, _, ok := IntRange(q.DType); ok {
+		codes, err := ints(q)
+		if err != nil {
+			return err
+		}
+		zps, err := intZeroPoints(zp, q.DType)
+		if err != nil {
+			return err
+		}
+		l.Each(n, func(i, g int) {
+			var z int64
+			if zps != nil {
+				z = zps[g]
+			}
+			y[i] = Dequantize(codes[i], z, scales[g])
+		})
+		return nil
+	}
+	if !IsNarrowFloat(q.DType) {
+		return fmt.Errorf("cannot dequantize %s", q.DType)
+	}
+	codes, ok := q.Data.([]uint8)
+	if !ok {
+		return fmt.Errorf("%s codes held as %T", q.DType, q.Data)
+	}
+	zps, err := floatZeroPoints(zp, q.DType)
+	if err != nil {
+		return err
+	}
+	l.Each(n, func(i, g int) {
+		var z float32
+		if zps != nil {
+			z = zps[g]
+		}
+		y[i] = DequantizeFloat(q.DType, codes[i], scales[g], z)
+	})
+	return nil
+}
+
+// intStore returns a function that stores an in-range code at index i of
+// the tensor data d, nil when d holds no integer codes.
+func intStore(d any) func(i int, v int64) {
+	switch d := d.(type) {
+	case []int8:
+		return func(i int, v int64) { d[i] = int8(v) }
+	case []uint8:
+		return func(i int, v int64) { d[i] = uint8(v) }
+	case []int16:
+		return func(i int, v int64) { d[i] = int16(v) }
+	case []uint16:
+		return func(i int, v int64) { d[i] = uint16(v) }
+	case []int32:
+		return func(i int, v int64) { d[i] = int32(v) }
+	}
+	return nil
+}
+
+// ints reads the integer codes of t exactly.
+func ints(t *tensor.Tensor) ([]int64, error) {
+	switch d := t.Data.(type) {
+	case []int8:
+		return widen(d), nil
+	case []uint8:
+		return widen(d), nil
+	case []int16:
+		return widen(d), nil
+	case []uint16:
+		return widen(d), nil
+	case []int32:
+		return widen(d), nil
+	}
+	return nil, fmt.Errorf("%s codes held as %T", t.DType, t.Data)
+}
+
+func widen[T int8 | uint8 | int16 | uint16 | int32](s []T) []int64 {
+	out := make([]int64, len(s))
+	for i, v := range s {
+		out[i] = int64(v)
+	}
+	return out
+}
+
+func intZeroPoints(zp *tensor.Tensor, dt tensor.DType) ([]int64, error) {
+	if zp == nil {
+		return nil, nil
+	}
+	if zp.DType != dt {
+		return nil, fmt.Errorf("zero point is %s, codes are %s", zp.DType, dt)
+	}
+	return ints(zp)
+}
+
+func floatZeroPoints(zp *tensor.Tensor, dt tensor.DType) ([]float32, error) {
+	if zp == nil {
+		return nil, nil
+	}
+	if zp.DType != dt {
+		return nil, fmt.Errorf("zero point is %s, codes are %s", zp.DType, dt)
+	}
+	return zp.AsFloat32()
+}

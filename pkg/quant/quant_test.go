@@ -1,0 +1,157 @@
+package quant_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/pkg/quant"
+	"github.com/coreaiq/coreaiq/pkg/quant/quanttest"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// zeroPoint is a case's zero point as a one-element tensor; nil for narrow
+// float types, whose zero point is +0.
+func zeroPoint(dt tensor.DType, zp int64) *tensor.Tensor {
+	if quant.IsNarrowFloat(dt) {
+		return nil
+	}
+	return quanttest.Tensor(dt, zp)
+}
+
+// TestCasesScalar runs the case table through the one-value functions.
+func TestCasesScalar(t *testing.T) {
+	for _, c := range quanttest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			got := make([]int64, len(c.X))
+			for i, x := range c.X {
+				if lo, hi, ok := quant.IntRange(c.DType); ok {
+					got[i] = quant.Int(x, c.Scale, c.ZeroPoint, lo, hi)
+					continue
+				}
+				got[i] = int64(quant.Float(c.DType, x, c.Scale, 0, !c.NoSaturate))
+			}
+			if !slices.Equal(got, c.Want) {
+				t.Errorf("quantize %v / %g + %d to %s = %#x, want %#x", c.X, c.Scale, c.ZeroPoint, c.DType, got, c.Want)
+			}
+		})
+	}
+}
+
+// TestCasesTensor runs the case table through Quantize, per tensor and
+// with the case repeated along an axis and in blocks.
+func TestCasesTensor(t *testing.T) {
+	for _, c := range quanttest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			n := len(c.X)
+			// Three rows of the case, each its own scale (per axis 0),
+			// then in blocks of two rows along axis 0.
+			x := slices.Concat(c.X, c.X, c.X)
+			want := slices.Concat(c.Want, c.Want, c.Want)
+			for _, lc := range []struct {
+				name        string
+				shape       []int
+				axis, block int
+			}{
+				{"per tensor", []int{3 * n}, -1, 0},
+				{"per axis", []int{3, n}, 0, 0},
+				{"per block", []int{3, n}, 0, 2},
+				{"per axis 1", []int{3, n}, 1, 0},
+			} {
+				l, err := quant.NewLayout(lc.shape, lc.axis, lc.block)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := l.Groups()
+				scales := slices.Repeat([]float32{c.Scale}, g)
+				var zp *tensor.Tensor
+				if z := zeroPoint(c.DType, c.ZeroPoint); z != nil {
+					zp = quanttest.Tensor(c.DType, slices.Repeat([]int64{c.ZeroPoint}, g)...)
+				}
+				q, err := quant.Quantize(x, lc.shape, l, scales, zp, c.DType, !c.NoSaturate)
+				if err != nil {
+					t.Fatalf("%s: %v", lc.name, err)
+				}
+				if got := quanttest.Codes(q); !slices.Equal(got, want) {
+					t.Errorf("%s: codes %#x, want %#x", lc.name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestDequantizeCases(t *testing.T) {
+	for _, c := range quanttest.DequantizeCases {
+		t.Run(c.Name, func(t *testing.T) {
+			y := make([]float32, len(c.Q))
+			if err := quant.DequantizeInto(y, quanttest.Tensor(c.DType, c.Q...), quant.PerTensor, []float32{c.Scale}, zeroPoint(c.DType, c.ZeroPoint)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range y {
+				if y[i] != c.Want[i] && !(math.IsNaN(float64(y[i])) && math.IsNaN(float64(c.Want[i]))) {
+					t.Errorf("dequantize %v = %v, want %v", c.Q, y, c.Want)
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestRoundTrip: every code of every integer type dequantizes and
+// quantizes back to itself.
+func TestRoundTrip(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.Int4, tensor.Uint4, tensor.Int8, tensor.Uint8, tensor.Int16, tensor.Uint16} {
+		lo, hi, _ := quant.IntRange(dt)
+		for _, zp := range []int64{lo, 0, hi} {
+			if zp < lo || zp > hi {
+				continue
+			}
+			for q := lo; q <= hi; q++ {
+				x := quant.Dequantize(q, zp, 0.37)
+				if back := quant.Int(x, 0.37, zp, lo, hi); back != q {
+					t.Fatalf("%s zp %d: code %d → %g → %d", dt, zp, q, x, back)
+				}
+			}
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	for _, tt := range []struct {
+		shape       []int
+		axis, block int
+		wantShape   []int
+		wantGroups  []int
+	}{
+		{[]int{2, 3}, -1, 0, []int{}, []int{0, 0, 0, 0, 0, 0}},
+		{[]int{2, 3}, 0, 0, []int{2}, []int{0, 0, 0, 1, 1, 1}},
+		{[]int{2, 3}, 1, 0, []int{3}, []int{0, 1, 2, 0, 1, 2}},
+		{[]int{2, 5}, 1, 2, []int{2, 3}, []int{0, 0, 1, 1, 2, 3, 3, 4, 4, 5}},
+		{[]int{5, 2}, 0, 2, []int{3, 2}, []int{0, 1, 0, 1, 2, 3, 2, 3, 4, 5}},
+	} {
+		if got := quant.ParamShape(tt.shape, tt.axis, tt.block); !slices.Equal(got, tt.wantShape) {
+			t.Errorf("ParamShape(%v, %d, %d) = %v, want %v", tt.shape, tt.axis, tt.block, got, tt.wantShape)
+		}
+		l, err := quant.NewLayout(tt.shape, tt.axis, tt.block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Groups() != tensor.NumElements(tt.wantShape) {
+			t.Errorf("%v axis %d block %d: %d groups, want %d", tt.shape, tt.axis, tt.block, l.Groups(), tensor.NumElements(tt.wantShape))
+		}
+		var each []int
+		l.Each(len(tt.wantGroups), func(i, g int) {
+			if i != len(each) {
+				t.Fatalf("Each visited %d after %d elements", i, len(each))
+			}
+			each = append(each, g)
+		})
+		of := make([]int, len(tt.wantGroups))
+		for i := range of {
+			of[i] = l.Of(i)
+		}
+		if !slices.Equal(each, tt.wantGroups) || !slices.Equal(of, tt.wantGroups) {
+			t.Errorf("%v axis %d block %d: Each %v, Of %v, want %v", tt.shape, tt.axis, tt.block, each, of, tt.wantGroups)
+		}
+	}
+}
