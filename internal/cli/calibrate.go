@@ -45,7 +45,6 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 			"joins the shards exactly.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Flags = cmd.Flags()
 			if runF != nil {
 				return runF(opts)
 			}
@@ -54,17 +53,15 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Config, "config", "", "config file (tool settings and quantization config)")
-	f.String("model", "", "model to calibrate (default: the config's model)")
-	f.String("preset", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
+	optString(f, &opts.Settings.Model, "model", "", "", "model to calibrate (default: the config's model)")
+	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
 	f.StringVarP(&opts.Output, "output", "o", "", "stats file to write (default: stdout)")
-	f.StringArray("data", nil, calibrationDataHelp)
-	f.Int("samples", config.DefaultSamples, "calibration samples to use (before sharding)")
-	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run (unset: the model's fixed batch size when its inputs fix one)")
-	f.String("engine", config.DefaultEngine, "engine: go (built-in) or ort")
-	f.Int("threads", 0, "engine threads (0: one per CPU)")
+	addCalibrationFlags(f, &opts.Settings, "calibration samples to use (before sharding)")
+	optString(f, &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine: go (built-in) or ort")
+	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	f.StringVar(&opts.Shard, "shard", "", "calibrate shard i of n (0-based), as i/n")
 	f.BoolVar(&opts.RandomData, "random-data", false, "use random inputs instead of data (smoke tests only; the stats are marked random_data)")
-	addPrepareFlags(f)
+	addPrepareFlags(f, &opts.Prepare)
 	return cmd
 }
 

@@ -41,8 +41,7 @@ type compareOptions struct {
 // NewCmdCompare builds `coreaiq compare REFERENCE.onnx CANDIDATE.onnx`.
 func NewCmdCompare(streams *IO, runF func(*compareOptions) error) *cobra.Command {
 	opts := &compareOptions{IO: streams}
-	var minSQNR float64
-	var minTop1 string
+	var minTop1 *string
 	cmd := &cobra.Command{
 		Use:   "compare REFERENCE.onnx CANDIDATE.onnx --data NAME=FILE.npy ...",
 		Short: "Measure how closely a (quantized) model follows its reference: SQNR, agreement, per-layer error, quality gates",
@@ -65,14 +64,11 @@ status 3 when one fails.`,
 			if opts.Samples < 0 || opts.BatchSize < 0 || opts.Threads < 0 {
 				return Usagef("--samples, --batch-size and --threads take 0 or more")
 			}
-			if cmd.Flags().Changed("min-sqnr") {
-				if math.IsNaN(minSQNR) {
-					return Usagef("--min-sqnr: want a number of dB")
-				}
-				opts.MinSQNR = &minSQNR
+			if opts.MinSQNR != nil && math.IsNaN(*opts.MinSQNR) {
+				return Usagef("--min-sqnr: want a number of dB")
 			}
-			if cmd.Flags().Changed("min-top1-agreement") {
-				p, err := parsePercent(minTop1)
+			if minTop1 != nil {
+				p, err := parsePercent(*minTop1)
 				if err != nil {
 					return err
 				}
@@ -94,8 +90,8 @@ status 3 when one fails.`,
 	f.StringVar(&opts.Format, "format", "table", "output format: table or json")
 	f.BoolVar(&opts.PerLayer, "per-layer", false, "compare every quantized activation with its float counterpart, worst first")
 	f.StringVar(&opts.HTML, "html", "", "also write a self-contained HTML report (per-layer chart and histograms) to this file")
-	f.Float64Var(&minSQNR, "min-sqnr", 0, "quality gate: exit 3 when an output's SQNR is below this many dB")
-	f.StringVar(&minTop1, "min-top1-agreement", "", "quality gate: exit 3 when a [batch, classes] output's top-1 agreement is below this percentage (e.g. 99 or 99%)")
+	optFloat64(f, &opts.MinSQNR, "min-sqnr", 0, "quality gate: exit 3 when an output's SQNR is below this many dB")
+	optString(f, &minTop1, "min-top1-agreement", "", "", "quality gate: exit 3 when a [batch, classes] output's top-1 agreement is below this percentage (e.g. 99 or 99%)")
 	return cmd
 }
 
@@ -300,25 +296,18 @@ type quantizeEval struct {
 }
 
 // addEvalFlags adds quantize's evaluation flags.
-func addEvalFlags(f *pflag.FlagSet) {
-	f.Int("eval-samples", 0, "hold out the last N calibration samples and report each output's SQNR on them after quantizing")
-	f.Float64("min-sqnr", 0, "quality gate on the held-out samples: exit 3 when an output's SQNR is below this many dB (needs --eval-samples)")
+func addEvalFlags(f *pflag.FlagSet, opts *quantizeOptions) {
+	f.IntVar(&opts.EvalSamples, "eval-samples", 0, "hold out the last N calibration samples and report each output's SQNR on them after quantizing")
+	optFloat64(f, &opts.MinSQNR, "min-sqnr", 0, "quality gate on the held-out samples: exit 3 when an output's SQNR is below this many dB (needs --eval-samples)")
 }
 
-// newQuantizeEval reads the evaluation flags and splits src: it returns the
+// newQuantizeEval checks the evaluation flags (n held-out samples, the
+// SQNR gate or nil) and splits src: it returns the
 // evaluation (nil without --eval-samples) and the number of calibration
 // samples left for calibration (calibSamples, or fewer so that they do not
 // overlap the held-out ones).
-func newQuantizeEval(f *pflag.FlagSet, src calibrate.Source, calibSamples int) (*quantizeEval, int, error) {
-	n, err := f.GetInt("eval-samples")
-	if err != nil {
-		return nil, 0, err
-	}
-	minSQNR, err := f.GetFloat64("min-sqnr")
-	if err != nil {
-		return nil, 0, err
-	}
-	gate := f.Changed("min-sqnr")
+func newQuantizeEval(n int, minSQNR *float64, src calibrate.Source, calibSamples int) (*quantizeEval, int, error) {
+	gate := minSQNR != nil
 	switch {
 	case n < 0:
 		return nil, 0, Usagef("--eval-samples %d: want 0 or more", n)
@@ -332,9 +321,7 @@ func newQuantizeEval(f *pflag.FlagSet, src calibrate.Source, calibSamples int) (
 		return nil, 0, Usagef("--eval-samples %d leaves no calibration sample: the data holds %d", n, src.Samples())
 	}
 	e := &quantizeEval{start: src.Samples() - n, end: src.Samples()}
-	if gate {
-		e.gates.MinSQNR = &minSQNR
-	}
+	e.gates.MinSQNR = minSQNR
 	if calibSamples <= 0 || calibSamples > e.start {
 		calibSamples = e.start
 	}

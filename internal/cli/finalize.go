@@ -30,7 +30,6 @@ func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Comma
 		Short: "Write the quantized QDQ model from the config and calibration statistics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Flags = cmd.Flags()
 			if runF != nil {
 				return runF(opts)
 			}
@@ -39,7 +38,7 @@ func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Comma
 	}
 	addPipelineFlags(cmd, &opts.quantizeOptions)
 	cmd.Flags().StringVar(&opts.Stats, "stats", "", "calibration statistics (coreaiq calibrate -o); not needed for weight-only configs")
-	cmd.Flags().String("report", "", "write a JSON report here")
+	optString(cmd.Flags(), &opts.Settings.Report, "report", "", "", "write a JSON report here")
 	return cmd
 }
 

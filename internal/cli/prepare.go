@@ -19,7 +19,6 @@ func NewCmdPrepare(streams *IO, runF func(*quantizeOptions) error) *cobra.Comman
 		Short: "Resolve the config against the model into a per-tensor plan (no data needed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Flags = cmd.Flags()
 			if runF != nil {
 				return runF(opts)
 			}
@@ -39,7 +38,12 @@ func runPrepare(ctx context.Context, opts *quantizeOptions) error {
 	if _, err := runPipeline(ctx, opts, s, u, "prepare"); err != nil {
 		return err
 	}
-	out, _ := opts.Flags.GetString("output")
+	// The plan goes where -o says, never to the config's output: (the
+	// quantized model's path).
+	out := ""
+	if opts.Settings.Output != nil {
+		out = *opts.Settings.Output
+	}
 	if out == "" {
 		return u.Plan.WriteJSON(opts.IO.Out)
 	}

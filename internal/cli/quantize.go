@@ -28,39 +28,36 @@ import (
 type quantizeOptions struct {
 	IO     *IO
 	Config string
-	// Flags are the command's flags, layered over the config file and the
-	// environment by config.Settings.
-	Flags     *pflag.FlagSet
+	// Settings are the tool settings given as flags, layered over the
+	// environment and the config file by config.Settings.
+	Settings config.Overrides
+	// Prepare are the prepare pass's flags.
+	Prepare   passes.PrepareOptions
 	Opset     int64
 	DumpAfter string
 	// Format is the --format flag: qdq or ort-nbits.
 	Format string
 	// FP4AsFP8 writes float4 weights as float8 e4m3fn codes.
 	FP4AsFP8 bool
+	// EvalSamples and MinSQNR (nil: no gate) are quantize's held-out
+	// evaluation.
+	EvalSamples int
+	MinSQNR     *float64
 }
 
 // addPrepareFlags adds the flags that tune the prepare pass; every command
 // that prepares a plan has them, so that calibrate and finalize --stats
 // plan the same tensors as quantize.
-func addPrepareFlags(f *pflag.FlagSet) {
-	f.Bool("op-intrinsics", true, "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
-	f.Bool("concat-share", true, "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
+func addPrepareFlags(f *pflag.FlagSet, p *passes.PrepareOptions) {
+	negBool(f, &p.NoOpIntrinsics, "op-intrinsics", "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
+	negBool(f, &p.ConcatOwnQParams, "concat-share", "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
 }
 
-// prepareOptions are the prepare flags as passes options; options built
-// without flags (tests, API callers) get the passes defaults.
-func (o *quantizeOptions) prepareOptions() passes.PrepareOptions {
-	var p passes.PrepareOptions
-	if o.Flags == nil {
-		return p
-	}
-	if v, err := o.Flags.GetBool("op-intrinsics"); err == nil {
-		p.NoOpIntrinsics = !v
-	}
-	if v, err := o.Flags.GetBool("concat-share"); err == nil {
-		p.ConcatOwnQParams = !v
-	}
-	return p
+// addCalibrationFlags adds the calibration settings' flags.
+func addCalibrationFlags(f *pflag.FlagSet, o *config.Overrides, samplesHelp string) {
+	f.Var(optStrings{&o.Data}, "data", calibrationDataHelp)
+	optInt(f, &o.Samples, "samples", config.DefaultSamples, samplesHelp)
+	optInt(f, &o.BatchSize, "batch-size", config.DefaultBatchSize, "calibration samples per engine run (unset: the model's fixed batch size when its inputs fix one)")
 }
 
 // NewCmdQuantize builds `coreaiq quantize`: inspect, prepare, calibrate and
@@ -72,7 +69,6 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 		Short: "Quantize a model: prepare the plan, calibrate activations and write a QDQ model",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Flags = cmd.Flags()
 			if runF != nil {
 				return runF(opts)
 			}
@@ -81,13 +77,11 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	}
 	addPipelineFlags(cmd, opts)
 	f := cmd.Flags()
-	f.StringArray("data", nil, calibrationDataHelp)
-	f.Int("samples", config.DefaultSamples, "calibration samples to use")
-	f.Int("batch-size", config.DefaultBatchSize, "calibration samples per engine run (unset: the model's fixed batch size when its inputs fix one)")
-	f.String("engine", config.DefaultEngine, "engine for calibration: go (built-in) or ort")
-	f.Int("threads", 0, "engine threads (0: one per CPU)")
-	f.String("report", "", "write a JSON report here")
-	addEvalFlags(f)
+	addCalibrationFlags(f, &opts.Settings, "calibration samples to use")
+	optString(f, &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine for calibration: go (built-in) or ort")
+	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
+	optString(f, &opts.Settings.Report, "report", "", "", "write a JSON report here")
+	addEvalFlags(f, opts)
 	return cmd
 }
 
@@ -95,14 +89,14 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f := cmd.Flags()
 	f.StringVar(&opts.Config, "config", "", "config file (tool settings and quantization config)")
-	f.String("model", "", "model to quantize (default: the config's model)")
-	f.StringP("output", "o", "", "output path")
-	f.String("preset", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
+	optString(f, &opts.Settings.Model, "model", "", "", "model to quantize (default: the config's model)")
+	optString(f, &opts.Settings.Output, "output", "o", "", "output path")
+	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
 	f.Int64Var(&opts.Opset, "opset", 0, "pin the output's default-domain opset (0: as low as the content allows)")
 	f.StringVar(&opts.Format, "format", "qdq", "output format: qdq (QuantizeLinear/DequantizeLinear), or ort-nbits (4-bit MatMul/Gemm weights as ONNX Runtime's com.microsoft MatMulNBits, the rest QDQ)")
 	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
 	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
-	addPrepareFlags(f)
+	addPrepareFlags(f, &opts.Prepare)
 }
 
 // pipelineSetup is what every pipeline command loads first.
@@ -124,7 +118,7 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 			return nil, err
 		}
 	}
-	st, err := cfg.Settings(opts.Flags)
+	st, err := cfg.Settings(opts.Settings)
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
@@ -135,7 +129,7 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Flags)}
+	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings)}
 	switch {
 	case st.Preset != "":
 		if s.quant, err = config.Preset(st.Preset); err != nil {
@@ -154,9 +148,9 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 // batchSource names where an explicit calibration batch size came from,
 // in the precedence of config.Settings (flag, environment, config file),
 // or "" when none was given.
-func batchSource(cfg *config.Config, flags *pflag.FlagSet) string {
+func batchSource(cfg *config.Config, given config.Overrides) string {
 	switch {
-	case flags != nil && flags.Lookup("batch-size") != nil && flags.Changed("batch-size"):
+	case given.BatchSize != nil:
 		return "--batch-size"
 	case os.Getenv("COREAIQ_CALIBRATION_BATCH_SIZE") != "":
 		return "COREAIQ_CALIBRATION_BATCH_SIZE"
@@ -201,7 +195,7 @@ func (s *pipelineSetup) resolveBatchSize() error {
 // runPipeline runs the passes up to until, printing config warnings and
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
-	u.Model, u.Config, u.Prepare = s.model, s.quant, opts.prepareOptions()
+	u.Model, u.Config, u.Prepare = s.model, s.quant, opts.Prepare
 	format, err := finalize.ParseFormat(opts.Format)
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
@@ -249,7 +243,7 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		defer src.Close()
 		source = src
 	}
-	eval, calibSamples, err := newQuantizeEval(opts.Flags, source, s.settings.Samples)
+	eval, calibSamples, err := newQuantizeEval(opts.EvalSamples, opts.MinSQNR, source, s.settings.Samples)
 	if err != nil {
 		return err
 	}

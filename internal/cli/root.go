@@ -80,23 +80,10 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &gate):
 		return ExitGate
-	case errors.As(err, &usage), isCobraUsageError(err):
+	case errors.As(err, &usage):
 		return ExitUsage
 	}
 	return ExitFailure
-}
-
-// isCobraUsageError recognises the flag and argument errors cobra returns
-// as plain errors.
-func isCobraUsageError(err error) bool {
-	msg := err.Error()
-	for _, prefix := range []string{"unknown command", "unknown flag", "unknown shorthand flag",
-		"flag needs an argument", "invalid argument", "accepts ", "requires at least", "requires at most", "required flag"} {
-		if strings.HasPrefix(msg, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // NewRootCmd builds the command tree.
@@ -110,6 +97,15 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			return setupLogging(streams, g)
 		},
+		// With Args set, a word that names no command reaches this
+		// check (a usage error) instead of cobra's own.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownCommand(cmd, args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
@@ -129,7 +125,19 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdQuantize(streams, nil),
 		NewCmdCalibrate(streams, nil),
 	)
+	root.SetFlagErrorFunc(flagUsageError)
+	usageArgs(root)
 	return root
+}
+
+// unknownCommand is the usage error for a word that names no command, with
+// cobra's suggestions.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return Usagef("%s", msg)
 }
 
 func setupLogging(streams *IO, g *globalOptions) error {

@@ -31,7 +31,7 @@ calibration:
 	if got := cfg.FileSettings.Images; !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
-	st, err := cfg.Settings(nil)
+	st, err := cfg.Settings(Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}

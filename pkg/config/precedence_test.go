@@ -4,8 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 // specAt returns the resolved spec string of one slot of one node.
@@ -279,7 +277,7 @@ func TestSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cfg.Settings(nil)
+	s, err := cfg.Settings(Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,14 +288,8 @@ func TestSettings(t *testing.T) {
 	t.Setenv("COREAIQ_CALIBRATION_SAMPLES", "32")
 	t.Setenv("COREAIQ_ENGINE", "go")
 	t.Setenv("COREAIQ_THREADS", "3")
-	flags := pflag.NewFlagSet("x", pflag.ContinueOnError)
-	flags.Int("samples", 0, "")
-	flags.String("engine", "go", "")
-	flags.String("model", "", "")
-	if err := flags.Parse([]string{"--samples", "16"}); err != nil {
-		t.Fatal(err)
-	}
-	s, err = cfg.Settings(flags)
+	samples := 16
+	s, err = cfg.Settings(Overrides{Samples: &samples})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,12 +297,12 @@ func TestSettings(t *testing.T) {
 		t.Errorf("layered settings = %+v", s)
 	}
 	var none *Config
-	s, err = none.Settings(nil)
+	s, err = none.Settings(Overrides{})
 	if err != nil || s.BatchSize != DefaultBatchSize || s.Samples != 32 {
 		t.Errorf("defaults = %+v, %v", s, err)
 	}
 	t.Setenv("COREAIQ_ENGINE", "cuda")
-	if _, err := none.Settings(nil); err == nil {
+	if _, err := none.Settings(Overrides{}); err == nil {
 		t.Error("engine cuda accepted")
 	}
 }

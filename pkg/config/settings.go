@@ -2,10 +2,8 @@ package config
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
-	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
 
@@ -25,6 +23,9 @@ type Settings struct {
 	Images *Images
 }
 
+// Overrides are the tool settings given on the command line, which win
+// over the environment and the config file; a nil field was not given.
+//
 // Setting keys, their flags and their environment variables:
 //
 //	key                     flag          environment
@@ -37,16 +38,29 @@ type Settings struct {
 //	calibration.samples     --samples     COREAIQ_CALIBRATION_SAMPLES
 //	calibration.batch_size  --batch-size  COREAIQ_CALIBRATION_BATCH_SIZE
 //	preset                  --preset      COREAIQ_PRESET
-var settingFlags = map[string]string{
-	"model":      "model",
-	"output":     "output",
-	"report":     "report",
-	"engine":     "engine",
-	"threads":    "threads",
-	"data":       "calibration.data",
-	"samples":    "calibration.samples",
-	"batch-size": "calibration.batch_size",
-	"preset":     "preset",
+type Overrides struct {
+	Model, Output, Report, Engine, Preset *string
+	Threads, Samples, BatchSize           *int
+	Data                                  []string
+}
+
+// set returns the given settings by key.
+func (o Overrides) set() map[string]any {
+	m := map[string]any{}
+	for key, p := range map[string]*string{"model": o.Model, "output": o.Output, "report": o.Report, "engine": o.Engine, "preset": o.Preset} {
+		if p != nil {
+			m[key] = *p
+		}
+	}
+	for key, p := range map[string]*int{"threads": o.Threads, "calibration.samples": o.Samples, "calibration.batch_size": o.BatchSize} {
+		if p != nil {
+			m[key] = *p
+		}
+	}
+	if o.Data != nil {
+		m["calibration.data"] = o.Data
+	}
+	return m
 }
 
 // Defaults of the tool settings.
@@ -56,15 +70,15 @@ const (
 	DefaultBatchSize = 8
 )
 
-// Settings layers the tool settings with viper, highest first: a flag the
-// user set in flags (nil for none), a COREAIQ_* environment variable, the
+// Settings layers the tool settings with viper, highest first: the
+// overrides given on the command line, a COREAIQ_* environment variable, the
 // config file (c may be nil), the built-in default. Only scalar settings
 // pass through viper: it lower-cases keys, so op types, node names and
 // module paths never do.
 //
 // Paths from the file are relative to the config file's directory; paths
 // from flags and the environment are relative to the working directory.
-func (c *Config) Settings(flags *pflag.FlagSet) (Settings, error) {
+func (c *Config) Settings(o Overrides) (Settings, error) {
 	v := viper.New()
 	v.SetEnvPrefix("COREAIQ")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
@@ -81,14 +95,8 @@ func (c *Config) Settings(flags *pflag.FlagSet) (Settings, error) {
 			return Settings{}, fmt.Errorf("config %s: %w", c.File, err)
 		}
 	}
-	if flags != nil {
-		for _, flag := range sortedKeys(settingFlags) {
-			if f := flags.Lookup(flag); f != nil {
-				if err := v.BindPFlag(settingFlags[flag], f); err != nil {
-					return Settings{}, err
-				}
-			}
-		}
+	for key, val := range o.set() {
+		v.Set(key, val)
 	}
 	s := Settings{
 		Model:     v.GetString("model"),
@@ -120,13 +128,4 @@ func (c *Config) Settings(flags *pflag.FlagSet) (Settings, error) {
 		}
 	}
 	return s, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
