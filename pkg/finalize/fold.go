@@ -2,10 +2,10 @@ package finalize
 
 import (
 	"fmt"
-	"math"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -14,7 +14,8 @@ import (
 // FoldBatchNorm returns a copy of m in which every inference-mode
 // BatchNormalization that alone consumes a Conv's output is folded into
 // that Conv: W'[c] = W[c]·s[c], b'[c] = (b[c] − mean[c])·s[c] + B[c] with
-// s = scale/√(var + ε). The Conv keeps its name and metadata_props and
+// s = scale/√(var + ε), the factors of kernels.BatchNormFold, which the
+// engine applies to a BatchNormalization it runs. The Conv keeps its name and metadata_props and
 // takes over the BatchNormalization's output name. Quantizing the folded
 // weight, rather than the conv weight and the normalisation separately,
 // is what every production quantizer does: the per-channel weight scales
@@ -72,21 +73,19 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		if a := p.bn.Attr("epsilon"); a != nil {
 			eps = a.GetF()
 		}
-		bias := make([]float32, oc)
+		var bias []float32
 		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
 			if bias, err = read(p.conv.Inputs[2]); err != nil || len(bias) != oc {
 				continue
 			}
 		}
+		scaleBy, nb := kernels.BatchNormFold(scale, beta, mean, variance, bias, eps)
 		per := len(w) / oc
 		nw := make([]float32, len(w))
-		nb := make([]float32, oc)
 		for c := range oc {
-			s := float32(float64(scale[c]) / math.Sqrt(float64(variance[c])+float64(eps)))
 			for i := range per {
-				nw[c*per+i] = w[c*per+i] * s
+				nw[c*per+i] = w[c*per+i] * scaleBy[c]
 			}
-			nb[c] = (bias[c]-mean[c])*s + beta[c]
 		}
 		wp, err := tensor.ToProto(tensor.FromFloat32(nw, intDims(wv.Const.GetDims())...), wv.Name)
 		if err != nil {

@@ -150,7 +150,7 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 		}
 		bnb := &builder{c: c, n: ch.bn, opset: ch.bn.Opset()}
 		bn = &bnPost{}
-		bn.scale, bn.shift = bnScaleShift(bnArgs[0].Float32s(), bnArgs[1].Float32s(), bnArgs[2].Float32s(), bnArgs[3].Float32s(), bnb.float("epsilon", 1e-5))
+		bn.scale, bn.shift = kernels.BatchNormFold(bnArgs[0].Float32s(), bnArgs[1].Float32s(), bnArgs[2].Float32s(), bnArgs[3].Float32s(), nil, bnb.float("epsilon", 1e-5))
 	}
 	var addK kernel
 	if ch.add != nil {

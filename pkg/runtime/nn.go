@@ -804,7 +804,7 @@ func buildBatchNorm(b *builder) (kernel, error) {
 			mean, variance = channelStats(x, in[0].Shape)
 		}
 		p[2], p[3] = mean, variance
-		scale, shift := bnScaleShift(p[0], p[1], p[2], p[3], eps)
+		scale, shift := kernels.BatchNormFold(p[0], p[1], p[2], p[3], nil, eps)
 		y := perChannel(x, in[0].Shape, scale, shift)
 		if !training {
 			return one(y), nil
@@ -818,24 +818,6 @@ func buildBatchNorm(b *builder) (kernel, error) {
 		}
 		return []*tensor.Tensor{y, tensor.FromFloat32(runMean, c), tensor.FromFloat32(runVar, c)}, nil
 	}, nil
-}
-
-// bnScaleShift returns the per-channel factors of an inference
-// BatchNormalization, y = x·scale' + shift':
-//
-//	scale' = scale/√(var+eps);  shift' = bias − mean·scale'
-//
-// The standalone kernel and the epilogue of a fused Conv both use them, so
-// fusion does not change a bit.
-func bnScaleShift(scale, bias, mean, variance []float32, eps float32) (s, t []float32) {
-	c := len(scale)
-	s, t = make([]float32, c), make([]float32, c)
-	for j := 0; j < c; j++ {
-		sj := scale[j] / float32(math.Sqrt(float64(variance[j])+float64(eps)))
-		s[j] = sj
-		t[j] = bias[j] - float32(mean[j]*sj)
-	}
-	return s, t
 }
 
 // channelStats returns the mean and (population) variance of each channel
