@@ -33,18 +33,6 @@ const (
 // Range is a closed interval of real values.
 type Range struct{ Min, Max float32 }
 
-// FixedRange is the known output range of an op type: [0, 1] for Softmax
-// and Sigmoid, [−1, 1] for Tanh.
-func FixedRange(opType string) (Range, bool) {
-	switch opType {
-	case "Softmax", "Sigmoid":
-		return Range{0, 1}, true
-	case "Tanh":
-		return Range{-1, 1}, true
-	}
-	return Range{}, false
-}
-
 // TensorToObserve is one planned activation.
 type TensorToObserve struct {
 	Name string
@@ -348,19 +336,6 @@ func (o *Observer) Range(s *spec.QuantizationSpec) (mins, maxs []float32, err er
 		return nil, nil, fmt.Errorf("tensor %q: histogram observer with calculator %q", o.Name, o.Calculator)
 	}
 	return []float32{lo}, []float32{hi}, nil
-}
-
-// QParams is Range followed by s.QParams.
-func (o *Observer) QParams(s *spec.QuantizationSpec) (scales []float32, zeroPoints []int32, err error) {
-	mins, maxs, err := o.Range(s)
-	if err != nil {
-		return nil, nil, err
-	}
-	scales, zeroPoints, err = s.QParams(mins, maxs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tensor %q: %w", o.Name, err)
-	}
-	return scales, zeroPoints, nil
 }
 
 // clone deep-copies the exported state.

@@ -94,7 +94,11 @@ func TestMinMaxQParams(t *testing.T) {
 	s := specWith(spec.Static)
 	o := mustObserver(t, TensorToObserve{Name: "x", Spec: s})
 	observe(t, o, []float32{-2.55, 1, 0.5})
-	scales, zps, err := o.QParams(s)
+	mins, maxs, err := o.Range(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scales, zps, err := s.QParams(mins, maxs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +116,7 @@ func TestNoFiniteValues(t *testing.T) {
 }
 
 func TestFixed(t *testing.T) {
-	r, ok := FixedRange("Tanh")
-	if !ok {
-		t.Fatal("Tanh has a fixed range")
-	}
+	r := Range{-1, 1} // Tanh's
 	o := mustObserver(t, TensorToObserve{Name: "t", Spec: specWith(spec.MovingAverage), Fixed: &r})
 	observe(t, o, []float32{-0.5, 0.25})
 	mins, maxs, err := o.Range(nil)

@@ -36,9 +36,6 @@ func (f Format) String() string {
 	return fmt.Sprintf("format(%d)", int(f))
 }
 
-// FormatNames lists the formats' names.
-func FormatNames() []string { return append([]string(nil), formatNames[:]...) }
-
 // ParseFormat reads a format name ("" is qdq).
 func ParseFormat(s string) (Format, error) {
 	if s == "" {

@@ -44,7 +44,6 @@ type Unit struct {
 	// Write tunes the finalize pass.
 	Write finalize.Options
 
-	Summary    *ModelSummary
 	Resolution *config.Resolution
 	Plan       *Plan
 	Stats      finalize.Stats
@@ -154,7 +153,6 @@ func inspectPass(_ context.Context, u *Unit) error {
 	if u.Model == nil {
 		return errors.New("no model")
 	}
-	u.Summary = Summarize(u.Model)
 	u.Plan = &Plan{Stage: Inspected}
 	return nil
 }

@@ -93,25 +93,3 @@ func asInt64(t *tensor.Tensor) []int64 {
 	}
 	return nil
 }
-
-// setIntWrap stores v with two's-complement wrap-around, as C casts do.
-func setIntWrap(data any, i int, v int64) {
-	switch d := data.(type) {
-	case []int8:
-		d[i] = int8(v)
-	case []uint8:
-		d[i] = uint8(v)
-	case []int16:
-		d[i] = int16(v)
-	case []uint16:
-		d[i] = uint16(v)
-	case []int32:
-		d[i] = int32(v)
-	case []uint32:
-		d[i] = uint32(v)
-	case []int64:
-		d[i] = v
-	case []uint64:
-		d[i] = uint64(v)
-	}
-}

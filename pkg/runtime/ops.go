@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -157,16 +156,6 @@ func init() {
 		"Einsum":                {12, 0, buildEinsum},
 		"If":                    {1, 0, buildIf},
 	}
-}
-
-// ClaimedOps lists the op types the built-in engine runs, sorted.
-func ClaimedOps() []string {
-	names := make([]string, 0, len(opTable))
-	for n := range opTable {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // legacyBroadcast adapts the binary ops of opsets before 7, whose B is
