@@ -2,6 +2,9 @@ package calibrate
 
 import (
 	"math"
+
+	"github.com/coreaiq/coreaiq/pkg/quant"
+	"github.com/coreaiq/coreaiq/pkg/spec"
 )
 
 // percentileRange is the percentile calculator. Symmetric: the p-th
@@ -222,4 +225,99 @@ func quantError(hist []float64, w float64, start, end, dst int) float64 {
 		norm += getNorm(-dw/2, endv-deCenter, density)
 	}
 	return norm
+}
+
+// mseSteps is the number of candidate ranges WeightMSERange tries below the
+// full one: factors 1, 1−0.5/mseSteps, …, 0.5.
+const mseSteps = 100
+
+// WeightMSERange is the mse calculator of weights (and of every 4-bit or
+// narrower weight): the range, to hand to the spec's qparam formula, whose
+// quantize-dequantize round trip of the group g has the smallest squared
+// error. Weights have their data, so it searches on the values themselves,
+// where activations search their histogram (mseRange). The
+// candidates are the group's range shrunk by factors 1, 0.995, …, 0.5 and,
+// for symmetric integer specs, the same factors applied to the range whose
+// scale makes the grid end exactly at the group's extreme value: the
+// formula's scale (absmax/7.5 for int4) puts a positive extreme at 7.5
+// steps, which rounds to the clamped code 7, so without that candidate a
+// block's largest weight always lost 1/15 of its value (and a block of one
+// weight could never be exact). Ties keep the earlier candidate (the
+// formula's range first, so no clipping wins a tie).
+func WeightMSERange(g []float32, lo, hi float32, s *spec.QuantizationSpec) (float32, float32) {
+	bestLo, bestHi := lo, hi
+	best := math.Inf(1)
+	bases := [][2]float32{{lo, hi}}
+	if fl, fh, ok := fitRange(lo, hi, s); ok {
+		bases = append(bases, [2]float32{fl, fh})
+	}
+	for _, b := range bases {
+		for step := 0; step <= mseSteps; step++ {
+			f := float32(1 - 0.5*float64(step)/mseSteps)
+			l, h := b[0]*f, b[1]*f
+			sc, zp, err := s.QParams([]float32{l}, []float32{h})
+			if err != nil {
+				break
+			}
+			e := roundTripError(g, sc[0], zp[0], s)
+			if e < best {
+				best, bestLo, bestHi = e, l, h
+			}
+		}
+	}
+	return bestLo, bestHi
+}
+
+// fitRange is, for a symmetric integer spec, the range [-r, r] whose
+// formula scale r/((qmax−qmin)/2) maps the group's extremes onto the ends
+// of the grid without clamping: scale = max(hi/(qmax−zp), lo/(qmin−zp)).
+// ok is false for other specs and when the formula's scale already fits.
+func fitRange(lo, hi float32, s *spec.QuantizationSpec) (float32, float32, bool) {
+	if s.QScheme == spec.Asymmetric {
+		return 0, 0, false
+	}
+	qmin, qmax, ok := s.QuantRange()
+	if !ok {
+		return 0, 0, false
+	}
+	sc, zp, err := s.QParams([]float32{lo}, []float32{hi})
+	if err != nil {
+		return 0, 0, false
+	}
+	up, down := float64(qmax)-float64(zp[0]), float64(qmin)-float64(zp[0])
+	var fit float64
+	if hi > 0 && up > 0 {
+		fit = max(fit, float64(hi)/up)
+	}
+	if lo < 0 && down < 0 {
+		fit = max(fit, float64(lo)/down)
+	}
+	if fit == 0 || float32(fit) == sc[0] {
+		return 0, 0, false
+	}
+	r := float32(fit * float64(qmax-qmin) / 2)
+	return -r, r, true
+}
+
+// roundTripError is the sum of squared differences between g and its
+// quantize-dequantize round trip, in pkg/quant's arithmetic (this runs for
+// every candidate of every group, so per value, without tensors).
+func roundTripError(g []float32, scale float32, zp int32, s *spec.QuantizationSpec) float64 {
+	var e float64
+	if qmin, qmax, ok := s.QuantRange(); ok {
+		for _, x := range g {
+			d := float64(x) - float64(quant.Dequantize(quant.Int(x, scale, int64(zp), qmin, qmax), int64(zp), scale))
+			e += d * d
+		}
+		return e
+	}
+	dt, err := s.DType.TensorType()
+	if err != nil || !quant.IsNarrowFloat(dt) {
+		return math.Inf(1)
+	}
+	for _, x := range g {
+		d := float64(x) - float64(quant.DequantizeFloat(dt, quant.Float(dt, x, scale, 0, true), scale, 0))
+		e += d * d
+	}
+	return e
 }

@@ -77,7 +77,7 @@ func (w *writer) nbitsPlan(t *TensorPlan) (nbitsLayout, string) {
 	if ft := floatTypeOf(t); ft != tensor.Float && ft != tensor.Float16 {
 		return l, fmt.Sprintf("%s weight", ft)
 	}
-	if st, _ := TensorDType(t.Spec.ScaleDType); st != tensor.Undefined && st != tensor.Float && st != floatTypeOf(t) {
+	if st, _ := t.Spec.ScaleDType.TensorType(); st != tensor.Undefined && st != tensor.Float && st != floatTypeOf(t) {
 		return l, fmt.Sprintf("%s scales", t.Spec.ScaleDType)
 	}
 	v := w.src.Graph.Value(t.Value)

@@ -45,49 +45,12 @@ func GroupValues(data []float32, shape []int, axis, blockSize int) ([][]float32,
 	return out, nil
 }
 
-// TensorDType maps a quantized dtype of a spec to its ONNX element type.
-func TensorDType(d spec.DType) (tensor.DType, error) {
-	switch d {
-	case spec.Int8:
-		return tensor.Int8, nil
-	case spec.UInt8:
-		return tensor.Uint8, nil
-	case spec.Int16:
-		return tensor.Int16, nil
-	case spec.UInt16:
-		return tensor.Uint16, nil
-	case spec.Int4:
-		return tensor.Int4, nil
-	case spec.UInt4:
-		return tensor.Uint4, nil
-	case spec.Int2:
-		return tensor.Int2, nil
-	case spec.UInt2:
-		return tensor.Uint2, nil
-	case spec.Float8E4M3FN:
-		return tensor.Float8E4M3FN, nil
-	case spec.Float8E5M2:
-		return tensor.Float8E5M2, nil
-	case spec.Float4E2M1:
-		return tensor.Float4E2M1, nil
-	case spec.Float32:
-		return tensor.Float, nil
-	case spec.Float16:
-		return tensor.Float16, nil
-	case spec.BFloat16:
-		return tensor.BFloat16, nil
-	case spec.Float8E8M0FNU:
-		return tensor.Float8E8M0, nil
-	}
-	return tensor.Undefined, fmt.Errorf("dtype %s has no ONNX element type", d)
-}
-
 // Quantize quantizes data (of the given shape) with params laid out by
 // axis and blockSize into a tensor of the spec's dtype, with pkg/quant's
 // arithmetic: integer codes for integer dtypes, float8/float4 codes
 // (saturating, round to nearest even) for float dtypes.
 func Quantize(data []float32, shape []int, axis, blockSize int, s *spec.QuantizationSpec, p *Params) (*tensor.Tensor, error) {
-	dt, err := TensorDType(s.DType)
+	dt, err := s.DType.TensorType()
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +72,7 @@ func Quantize(data []float32, shape []int, axis, blockSize int, s *spec.Quantiza
 
 // zeroPointTensor builds the zero point tensor of dtype d and shape.
 func zeroPointTensor(d spec.DType, shape []int, zps []int32) (*tensor.Tensor, error) {
-	dt, err := TensorDType(d)
+	dt, err := d.TensorType()
 	if err != nil {
 		return nil, err
 	}

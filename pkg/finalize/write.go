@@ -405,7 +405,7 @@ func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK 
 				opset, msOK = max(opset, 24), false
 			}
 		case spec.Float16, spec.BFloat16:
-			if sd, _ := TensorDType(t.Spec.ScaleDType); sd != floatType {
+			if sd, _ := t.Spec.ScaleDType.TensorType(); sd != floatType {
 				opset, msOK = max(opset, 23), false
 			}
 		}
@@ -606,7 +606,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 		if w.opts.storedDType(t) != t.Spec.DType {
 			q = fp4AsFP8(q)
 		}
-		scaleType, _ = TensorDType(t.Spec.ScaleDType)
+		scaleType, _ = t.Spec.ScaleDType.TensorType()
 		if scaleType == tensor.Float8E8M0 && !w.opts.keepE8M0() {
 			scaleType = tensor.Float // written as exact powers of two (scaleTensor)
 			w.e8m0AsFloat++

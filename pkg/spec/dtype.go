@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // DType is a quantized element type or a scale type.
@@ -114,6 +116,43 @@ func (d DType) Range() (qmin, qmax int64) {
 // MaxFinite is the largest finite value of a float data type (448 for
 // float8_e4m3fn, 57344 for float8_e5m2, 6 for float4_e2m1); zero otherwise.
 func (d DType) MaxFinite() float64 { return d.info().fmax }
+
+// TensorType is the ONNX element type of d.
+func (d DType) TensorType() (tensor.DType, error) {
+	switch d {
+	case Int8:
+		return tensor.Int8, nil
+	case UInt8:
+		return tensor.Uint8, nil
+	case Int16:
+		return tensor.Int16, nil
+	case UInt16:
+		return tensor.Uint16, nil
+	case Int4:
+		return tensor.Int4, nil
+	case UInt4:
+		return tensor.Uint4, nil
+	case Int2:
+		return tensor.Int2, nil
+	case UInt2:
+		return tensor.Uint2, nil
+	case Float8E4M3FN:
+		return tensor.Float8E4M3FN, nil
+	case Float8E5M2:
+		return tensor.Float8E5M2, nil
+	case Float4E2M1:
+		return tensor.Float4E2M1, nil
+	case Float32:
+		return tensor.Float, nil
+	case Float16:
+		return tensor.Float16, nil
+	case BFloat16:
+		return tensor.BFloat16, nil
+	case Float8E8M0FNU:
+		return tensor.Float8E8M0, nil
+	}
+	return tensor.Undefined, fmt.Errorf("dtype %s has no ONNX element type", d)
+}
 
 func (d DType) info() dtypeInfo {
 	if int(d) < len(dtypeTable) {
