@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/spf13/cobra"
 )
 
@@ -95,6 +96,9 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := kernels.KernelSetError(); err != nil {
+				return &UsageError{Err: err}
+			}
 			return setupLogging(streams, g)
 		},
 		// With Args set, a word that names no command reaches this

@@ -5,11 +5,18 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/spf13/cobra"
 )
 
-// Version is set at build time with -ldflags "-X github.com/coreaiq/coreaiq/internal/cli.Version=...".
-var Version = "dev"
+// Version and Commit are set at build time (make release) with
+// -ldflags "-X github.com/coreaiq/coreaiq/internal/cli.Version=... -X ...Commit=...".
+// Without them, the module version and the VCS revision the go command
+// recorded are used when there are any.
+var (
+	Version = "dev"
+	Commit  = ""
+)
 
 type versionOptions struct {
 	IO *IO
@@ -31,13 +38,25 @@ func NewCmdVersion(streams *IO, runF func(*versionOptions) error) *cobra.Command
 	}
 }
 
+// runVersion prints one line: version, platform, Go version, the commit it
+// was built from and the kernel set this process runs (avx512, avx2 or
+// portable; see kernels.KernelsEnv).
 func runVersion(opts *versionOptions) error {
-	v := Version
-	if v == "dev" {
-		if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+	v, commit := Version, Commit
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
 			v = info.Main.Version
 		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && commit == "" {
+				commit = s.Value
+			}
+		}
 	}
-	_, err := fmt.Fprintf(opts.IO.Out, "coreaiq %s %s/%s %s\n", v, runtime.GOOS, runtime.GOARCH, runtime.Version())
+	if commit == "" {
+		commit = "unknown"
+	}
+	_, err := fmt.Fprintf(opts.IO.Out, "coreaiq %s %s/%s %s commit %s kernels %s\n",
+		v, runtime.GOOS, runtime.GOARCH, runtime.Version(), commit, kernels.ActiveSet())
 	return err
 }

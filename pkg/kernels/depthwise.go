@@ -51,7 +51,7 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 					}
 					src := lo*d.sw + off
 					for ox := lo; ox < hi; ox++ {
-						out[ox] += wv * xr[src]
+						out[ox] += float32(wv * xr[src])
 						src += d.sw
 					}
 				}

@@ -2,15 +2,11 @@
 
 package kernels
 
-import "golang.org/x/sys/cpu"
-
-var haveAVX2 = cpu.X86.HasAVX2
-
 // epilogueRow is epilogueRowGo with the bulk in AVX2 (bit-identical: the
 // same three roundings, no FMA; Relu as a ≤ 0 mask, false for NaN).
 func epilogueRow(r []float32, b, s, t float32, relu bool) {
 	n := len(r) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		epilogueRowGo(r, b, s, t, relu)
 		return
 	}
@@ -26,7 +22,7 @@ func epilogueRow(r []float32, b, s, t float32, relu bool) {
 // before the add, no FMA).
 func axpy(dst, src []float32, w float32) {
 	n := len(dst) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		axpyGo(dst, src, w)
 		return
 	}
@@ -39,7 +35,7 @@ func axpy(dst, src []float32, w float32) {
 // exactly as the Go comparison does).
 func maxRow(dst, src []float32, first bool) {
 	n := len(dst) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		maxRowGo(dst, src, first)
 		return
 	}
@@ -60,7 +56,7 @@ func maxRow(dst, src []float32, first bool) {
 // writes, which the slice bounds below guarantee.
 func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
 	n := len(out) &^ 7
-	if !haveAVX2 || n == 0 || nr < 1 || nr > 3 || (stride != 1 && stride != 2) {
+	if !hasAVX2 || n == 0 || nr < 1 || nr > 3 || (stride != 1 && stride != 2) {
 		dwRow3Go(out, x, ldx, nr, stride, w)
 		return
 	}
@@ -89,7 +85,7 @@ func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
 // of fewer than 8 elements goes through the same kernel via a buffer, so
 // every element takes the same path however a row is split.
 func erfRow(dst, src []float32) {
-	if !haveAVX2 {
+	if !hasAVX2 {
 		erfGo(dst, src)
 		return
 	}
@@ -109,7 +105,7 @@ func erfRow(dst, src []float32) {
 // (bit-identical: one IEEE operation each) and returns how many.
 func binaryVec(op BinOp, o, a, b []float32) int {
 	n := len(o) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		return 0
 	}
 	switch op {
@@ -128,7 +124,7 @@ func binaryVec(op BinOp, o, a, b []float32) int {
 // binaryScalarVec is binaryVec for BinaryScalar.
 func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int {
 	n := len(o) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		return 0
 	}
 	switch op {
@@ -149,7 +145,7 @@ func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int {
 // same kernel via a buffer padded with −Inf (e^−Inf adds +0 to the sum),
 // so a row's result never depends on how it is stored.
 func expSubRow(dst, src []float32, m float32) float64 {
-	if !haveAVX2 {
+	if !hasAVX2 {
 		return expSubRowGo(dst, src, m)
 	}
 	n := len(dst) &^ 7
@@ -170,7 +166,7 @@ func expSubRow(dst, src []float32, m float32) float64 {
 // (two float64 accumulators of 4 lanes) and the tail added after them.
 func sumRow(x []float32) float64 {
 	n := len(x) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		return sumRowGo(x)
 	}
 	return sumRowAVX2(&x[0], n) + sumRowGo(x[n:])
@@ -179,7 +175,7 @@ func sumRow(x []float32) float64 {
 // sqDevRow is sqDevRowGo in AVX2, summed as sumRow.
 func sqDevRow(x []float32, mu float64) float64 {
 	n := len(x) &^ 7
-	if !haveAVX2 || n == 0 {
+	if !hasAVX2 || n == 0 {
 		return sqDevRowGo(x, mu)
 	}
 	return sqDevRowAVX2(&x[0], n, mu) + sqDevRowGo(x[n:], mu)
@@ -189,7 +185,7 @@ func sqDevRow(x []float32, mu float64) float64 {
 // may be nil.
 func normRow(y, x, scale, bias []float32, mu, inv float64) {
 	n := 0
-	if haveAVX2 {
+	if hasAVX2 {
 		n = len(y) &^ 7
 	}
 	if n > 0 {

@@ -4,8 +4,6 @@ package kernels
 
 //go:generate sh -c "cd ../../internal/asm/gemm && go run . -out ../../../pkg/kernels/gemm_amd64.s -stubs ../../../pkg/kernels/gemm_stubs_amd64.go -pkg kernels"
 
-import "golang.org/x/sys/cpu"
-
 // The AVX-512 kernels by height, in avx512Gemm.rows order (12, 8, 4, 2, 1):
 // packed panels, rows of B ldb apart, rows of B at offsets.
 var (
@@ -105,10 +103,10 @@ func flag(b bool) int {
 // gemmArches lists the micro-kernel families this CPU runs, widest first.
 func gemmArches() []*gemmArch {
 	var as []*gemmArch
-	if cpu.X86.HasAVX512F {
+	if hasAVX512 {
 		as = append(as, avx512Gemm)
 	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if hasAVX2 {
 		as = append(as, avx2Gemm)
 	}
 	return append(as, goArch)

@@ -5,13 +5,6 @@ package kernels
 import (
 	"math"
 	"sync"
-
-	"golang.org/x/sys/cpu"
-)
-
-var (
-	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
-	hasAVX2   = cpu.X86.HasAVX2
 )
 
 //go:generate sh -c "cd ../../internal/asm/stats && go run . -out ../../../pkg/kernels/stats_amd64.s -stubs ../../../pkg/kernels/stats_stubs_amd64.go -pkg kernels"
