@@ -4,7 +4,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 BIN         ?= bin/coreaiq
 
-.PHONY: all build install test test-short test-noasm test-ort ort check-static deps lint fmt vet staticcheck fuzz generate check-generate bench bench-engines check clean
+.PHONY: all build install test test-short test-noasm test-ort test-arm64 ort check-static deps lint fmt vet staticcheck fuzz generate check-generate bench bench-engines release release-check check clean
 
 all: build
 
@@ -47,6 +47,21 @@ test-short:
 
 test-noasm:
 	$(GO) test -count=1 -tags noasm ./...
+
+# test-arm64 cross-compiles the kernel, tensor and engine tests (the ONNX
+# conformance suite among them) for linux/arm64 and runs them under
+# qemu-aarch64 (Debian's qemu-user, installed by make deps).
+ARM64_PKGS ?= ./pkg/kernels ./pkg/tensor ./pkg/runtime
+test-arm64: deps
+	@scripts/test-arm64.sh $(ARM64_PKGS)
+
+# release builds static, reproducible binaries for every platform with a
+# SHA256SUMS file into dist/; release-check builds twice and compares.
+release:
+	@scripts/release.sh dist
+
+release-check:
+	@scripts/release.sh --check
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '\.pb\.go$$' || true); \
@@ -100,7 +115,7 @@ SHARED_MODELS ?= $(if $(COREAIQ_SHARED_MODELS),$(COREAIQ_SHARED_MODELS),../share
 bench-engines: ort
 	ONNXRUNTIME_LIB="$$(scripts/fetch-ort.sh)" CGO_ENABLED=0 $(GO) run -tags ort ./bench/engines -models $(SHARED_MODELS) $(BENCH_ENGINES_FLAGS)
 
-check: lint test test-noasm
+check: lint test test-noasm release-check
 
 clean:
 	rm -rf bin

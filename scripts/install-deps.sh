@@ -3,7 +3,8 @@
 # protoc (the regeneration check), libonnx-testdata (the ONNX backend
 # test models) and chromium (the HTML report is rendered headless in
 # pkg/compare's tests), and npm when there is none (scripts/fetch-ort.sh
-# gets ONNX Runtime from the npm registry). Idempotent: does nothing when all are present.
+# gets ONNX Runtime from the npm registry), and qemu-user (make test-arm64
+# runs the arm64 kernel and engine tests under qemu-aarch64). Idempotent: does nothing when all are present.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,7 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -d /usr/share/libonnx-testdata/data ] || need+=(libonnx-testdata)
 command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""
