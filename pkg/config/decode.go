@@ -42,6 +42,9 @@ type FileSettings struct {
 	Data      []string
 	Samples   int
 	BatchSize int
+	// Target is the `target:` key and TargetRule its location.
+	Target     string
+	TargetRule Rule
 	// Images is the calibration.images block, nil when absent.
 	Images *Images
 	// set records which viper keys the file states ("calibration.samples").
@@ -50,7 +53,7 @@ type FileSettings struct {
 
 // Keys the config file accepts, for hints.
 var (
-	topKeys         = []string{"model", "output", "report", "engine", "threads", "calibration", "quantization_spec", "quantization_config"}
+	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config"}
 	calibrationKeys = []string{"data", "images", "samples", "batch_size"}
 	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "preset", "only_for", "without"}
 	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
@@ -122,6 +125,8 @@ func Parse(data []byte, file string) (*Config, error) {
 						cfg.FileSettings.set[k] = n
 					}
 				}
+			case "target":
+				d.target(cfg, e)
 			case "calibration":
 				d.calibration(cfg, e.val)
 			case "quantization_spec":

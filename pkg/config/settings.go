@@ -18,6 +18,9 @@ type Settings struct {
 	Samples   int
 	BatchSize int
 	Preset    string
+	// Target is the deployment target (config.Targets); "" when none is
+	// given (DefaultTarget applies).
+	Target string
 	// Images is the config file's calibration.images block (files only:
 	// it has no flag or environment form).
 	Images *Images
@@ -38,16 +41,17 @@ type Settings struct {
 //	calibration.samples     --samples     COREAIQ_CALIBRATION_SAMPLES
 //	calibration.batch_size  --batch-size  COREAIQ_CALIBRATION_BATCH_SIZE
 //	preset                  --preset      COREAIQ_PRESET
+//	target                  --target      COREAIQ_TARGET
 type Overrides struct {
-	Model, Output, Report, Engine, Preset *string
-	Threads, Samples, BatchSize           *int
-	Data                                  []string
+	Model, Output, Report, Engine, Preset, Target *string
+	Threads, Samples, BatchSize                   *int
+	Data                                          []string
 }
 
 // set returns the given settings by key.
 func (o Overrides) set() map[string]any {
 	m := map[string]any{}
-	for key, p := range map[string]*string{"model": o.Model, "output": o.Output, "report": o.Report, "engine": o.Engine, "preset": o.Preset} {
+	for key, p := range map[string]*string{"model": o.Model, "output": o.Output, "report": o.Report, "engine": o.Engine, "preset": o.Preset, "target": o.Target} {
 		if p != nil {
 			m[key] = *p
 		}
@@ -86,7 +90,7 @@ func (c *Config) Settings(o Overrides) (Settings, error) {
 	v.SetDefault("engine", DefaultEngine)
 	v.SetDefault("calibration.samples", DefaultSamples)
 	v.SetDefault("calibration.batch_size", DefaultBatchSize)
-	for _, k := range []string{"model", "output", "report", "preset", "threads", "calibration.data"} {
+	for _, k := range []string{"model", "output", "report", "preset", "target", "threads", "calibration.data"} {
 		// Every key needs a default for AutomaticEnv to see it under Get.
 		v.SetDefault(k, nil)
 	}
@@ -104,6 +108,7 @@ func (c *Config) Settings(o Overrides) (Settings, error) {
 		Report:    v.GetString("report"),
 		Engine:    v.GetString("engine"),
 		Preset:    v.GetString("preset"),
+		Target:    v.GetString("target"),
 		Data:      v.GetStringSlice("calibration.data"),
 		Threads:   v.GetInt("threads"),
 		Samples:   v.GetInt("calibration.samples"),
@@ -121,6 +126,11 @@ func (c *Config) Settings(o Overrides) (Settings, error) {
 		return s, fmt.Errorf("calibration samples must be positive, got %d", s.Samples)
 	case s.BatchSize <= 0:
 		return s, fmt.Errorf("calibration batch size must be positive, got %d", s.BatchSize)
+	}
+	if s.Target != "" {
+		if _, err := LookupTarget(s.Target); err != nil {
+			return s, err
+		}
 	}
 	if s.Preset != "" {
 		if _, err := PresetYAML(s.Preset); err != nil {
