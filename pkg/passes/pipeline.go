@@ -162,6 +162,11 @@ func preparePass(_ context.Context, u *Unit) error {
 		return errors.New("no quantization config")
 	}
 	var folded []string
+	m, _, err := finalize.ConstantsAsInitializers(u.Model)
+	if err != nil {
+		return err
+	}
+	u.Model = m
 	if !u.Prepare.KeepBatchNorm {
 		m, notes, err := finalize.FoldBatchNorm(u.Model)
 		if err != nil {
