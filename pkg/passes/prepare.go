@@ -53,6 +53,9 @@ type PrepareOptions struct {
 	// KeepBatchNorm leaves BatchNormalization after Conv as a separate
 	// node instead of folding it into the Conv (finalize.FoldBatchNorm).
 	KeepBatchNorm bool
+	// Target decides where Q/DQ pairs go (placement.go); nil places them
+	// wherever the config asks (the generic target).
+	Target *config.Target
 }
 
 // request is one node asking for a value to be quantized.
@@ -94,6 +97,8 @@ type preparer struct {
 	// nonNeg are the values known to be non-negative (nonNegative),
 	// computed on first use.
 	nonNeg map[string]bool
+	// place is the target's placement.
+	place *placement
 }
 
 func (p *preparer) note(format string, args ...any) {
@@ -109,6 +114,7 @@ func (p *preparer) request(value string, r request) {
 
 func (p *preparer) run() error {
 	p.quantized = map[string]int{}
+	p.place = place(p.g, p.res, p.opts.Target)
 	// Fused activations: Conv → Relu has no Q/DQ in between.
 	var fusedPairs [][3]string
 	wanted := map[string]bool{}
@@ -130,7 +136,7 @@ func (p *preparer) run() error {
 	for _, n := range p.g.Nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
-		if !ok || nr == nil {
+		if !ok || nr == nil || p.place.floatWhy[n.Name] != "" {
 			continue
 		}
 		for _, t := range nr.Tensors {
@@ -138,7 +144,7 @@ func (p *preparer) run() error {
 				continue
 			}
 			wanted[t.Value] = true
-			if t.Role == config.RoleOutput && r.quantizesOutput(t.Index) && !p.fused[t.Value] {
+			if t.Role == config.RoleOutput && r.quantizesOutput(t.Index) && !p.fused[t.Value] && !p.place.floatOutput[n.Name] {
 				p.request(t.Value, request{spec: t.Spec, rule: t.Rule, node: n.Name})
 			}
 		}
@@ -146,7 +152,7 @@ func (p *preparer) run() error {
 	for _, n := range p.g.Nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
-		if !ok || nr == nil {
+		if !ok || nr == nil || p.place.floatWhy[n.Name] != "" {
 			continue
 		}
 		for _, t := range nr.Tensors {
@@ -339,7 +345,7 @@ func (p *preparer) planStates() error {
 	for _, n := range p.g.Nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
-		if !ok || nr == nil {
+		if !ok || nr == nil || p.place.floatWhy[n.Name] != "" {
 			continue
 		}
 		for _, t := range nr.Tensors {
@@ -581,6 +587,8 @@ func (p *preparer) skips() {
 		reason := ""
 		_, ok := ruleOf(n)
 		switch {
+		case p.place.floatWhy[n.Name] != "":
+			reason = p.place.floatWhy[n.Name]
 		case len(n.Subgraphs) > 0:
 			reason = "control flow: nodes inside subgraphs are not quantized"
 		case !ok && n.Domain != "":
