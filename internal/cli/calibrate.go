@@ -62,6 +62,7 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 	f.StringVar(&opts.Shard, "shard", "", "calibrate shard i of n (0-based), as i/n")
 	f.BoolVar(&opts.RandomData, "random-data", false, "use random inputs instead of data (smoke tests only; the stats are marked random_data)")
 	addPrepareFlags(f, &opts.Prepare)
+	addTargetFlag(f, &opts.Settings)
 	return cmd
 }
 

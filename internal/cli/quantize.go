@@ -43,6 +43,9 @@ type quantizeOptions struct {
 	// evaluation.
 	EvalSamples int
 	MinSQNR     *float64
+	// Bench and MinSpeedup are quantize's --bench and --min-speedup.
+	Bench      bool
+	MinSpeedup float64
 }
 
 // addPrepareFlags adds the flags that tune the prepare pass; every command
@@ -82,6 +85,7 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	optString(f, &opts.Settings.Report, "report", "", "", "write a JSON report here")
 	addEvalFlags(f, opts)
+	addQuantizeBenchFlags(f, opts)
 	return cmd
 }
 
@@ -97,6 +101,7 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
 	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
 	addPrepareFlags(f, &opts.Prepare)
+	addTargetFlag(f, &opts.Settings)
 }
 
 // pipelineSetup is what every pipeline command loads first.
@@ -105,6 +110,8 @@ type pipelineSetup struct {
 	model    *onnxgraph.Model
 	quant    *config.QuantizerConfig
 	notices  []*config.Diagnostic
+	// target is the deployment target (--target, `target:`, or the default).
+	target *config.Target
 	// batchFrom names where an explicit calibration batch size came from
 	// ("" when it is the default).
 	batchFrom string
@@ -130,15 +137,23 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 		return nil, err
 	}
 	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings)}
+	if s.target, err = config.LookupTarget(st.Target); err != nil {
+		return nil, &UsageError{Err: err}
+	}
 	switch {
 	case st.Preset != "":
 		if s.quant, err = config.Preset(st.Preset); err != nil {
 			return nil, &UsageError{Err: err}
 		}
-	case cfg != nil && cfg.Quant != nil:
+	case cfg != nil && cfg.Quant != nil && (cfg.Quant.GlobalRule.Line > 0 || s.target.Name == config.DefaultTarget):
 		s.quant, s.notices = cfg.Quant, cfg.Notices
 	default:
-		if s.quant, err = config.Preset(config.DefaultPreset); err != nil {
+		// No quantization_config: the target's specs (generic: the
+		// default preset, as a config file without one gets).
+		if cfg != nil {
+			s.notices = cfg.Notices
+		}
+		if s.quant, err = s.target.Config(); err != nil {
 			return nil, err
 		}
 	}
@@ -196,6 +211,7 @@ func (s *pipelineSetup) resolveBatchSize() error {
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
 	u.Model, u.Config, u.Prepare = s.model, s.quant, opts.Prepare
+	u.Prepare.Target = s.target
 	format, err := finalize.ParseFormat(opts.Format)
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
@@ -278,6 +294,9 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	if err := writeReportTable(opts.IO.ErrOut, rep); err != nil {
 		return err
 	}
+	if err := quantizeBench(ctx, opts, source, s.model, out, u.Result.Model); err != nil {
+		return err
+	}
 	return gateErr
 }
 
@@ -323,6 +342,8 @@ type report struct {
 	RandomData bool `json:"random_data,omitempty"`
 	// Eval is the comparison on --eval-samples held-out samples.
 	Eval *compare.Report `json:"eval,omitempty"`
+	// Deploy is the deployability lint for the target (lint.go).
+	Deploy *deployability `json:"deployability,omitempty"`
 
 	// reportPath is where --report writes this report ("" when not asked).
 	reportPath string
@@ -368,6 +389,7 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 		r.Counts[rt.Role]++
 	}
 	r.Counts["skipped_nodes"] = len(r.Skipped)
+	r.Deploy = lintModel(s.target, u.Model, u.Result.Model, u.Plan)
 	return r
 }
 
@@ -423,7 +445,13 @@ func writeReportTable(w io.Writer, r *report) error {
 		}
 		fmt.Fprintf(tw, "skipped %s (%s)\t%s\n", s.Node, s.OpType, s.Reason)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Deploy != nil {
+		r.Deploy.write(w, r.reportPath)
+	}
+	return nil
 }
 
 // maxTableSkips caps the skipped nodes the stderr summary lists; a large

@@ -128,6 +128,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdFinalize(streams, nil),
 		NewCmdQuantize(streams, nil),
 		NewCmdCalibrate(streams, nil),
+		NewCmdBench(streams, nil),
 	)
 	root.SetFlagErrorFunc(flagUsageError)
 	usageArgs(root)
