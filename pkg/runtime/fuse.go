@@ -137,7 +137,7 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 	if err != nil {
 		return nil, err
 	}
-	cv := &convKernel{attrs: attrs}
+	cv := &convKernel{attrs: attrs, want: c.convWay}
 	var bnK, actK kernel
 	var bnArgs []*tensor.Tensor
 	var bn *bnPost

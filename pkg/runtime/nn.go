@@ -273,7 +273,7 @@ func buildConv(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	cv := &convKernel{attrs: a}
+	cv := &convKernel{attrs: a, want: b.c.convWay}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		var bias *tensor.Tensor
 		if len(in) > 2 {
@@ -289,15 +289,59 @@ func buildConv(b *builder) (kernel, error) {
 
 // convKernel runs one Conv node. Per shape it picks a direct depthwise
 // loop (one filter per channel), a GEMM on the input itself (1×1, stride
-// 1, no padding) or im2col + GEMM; the weights of each group are packed
-// for the GEMM once and reused while the weight tensor is the same.
+// 1, no padding), a 2-D convolution by SgemmConv or im2col + GEMM; the
+// weights of each group are packed for the GEMM once and reused while the
+// weight tensor is the same, and SgemmConv's plan is made once per
+// geometry and packed weights.
 type convKernel struct {
 	attrs *convAttrs
-	mu    sync.Mutex
+	// want is the SgemmConv way the session asks for (Options.ConvWay).
+	want kernels.ConvWay
+	mu   sync.Mutex
 	// packedFor is the weight tensor packed holds; constant weights are
 	// the same tensor at every run.
 	packedFor *tensor.Tensor
 	packed    []*kernels.PackedA
+	// plan is SgemmConv's plan for the geometry and packed weights seen
+	// last: a model's runs ask for the same ones every time.
+	plan atomic.Pointer[convPlanEntry]
+}
+
+type convPlanEntry struct {
+	g    *kernels.ConvGeom
+	pa   *kernels.PackedA
+	plan kernels.ConvPlan
+}
+
+// planFor returns SgemmConv's plan for g with the weights pa, made when
+// the pair is first seen.
+func (cv *convKernel) planFor(pa *kernels.PackedA, g *kernels.ConvGeom) kernels.ConvPlan {
+	if e := cv.plan.Load(); e != nil && e.g == g && e.pa == pa {
+		return e.plan
+	}
+	e := &convPlanEntry{g: g, pa: pa, plan: kernels.PlanConv(pa, g, cv.want)}
+	cv.plan.Store(e)
+	return e.plan
+}
+
+// convLabel names a convolution for the profile: kernel, strides and the
+// way it is computed.
+func convLabel(g *kernels.ConvGeom, way string) string {
+	dims := func(v []int) string {
+		s := ""
+		for i, d := range v {
+			if i > 0 {
+				s += "×"
+			}
+			s += fmt.Sprint(d)
+		}
+		return s
+	}
+	l := dims(g.Kernel)
+	if !allOnes(g.Strides) {
+		l += "/" + dims(g.Strides)
+	}
+	return l + " " + way
 }
 
 var colPool = sync.Pool{New: func() any { return new([]float32) }}
@@ -404,6 +448,9 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 	}
 	if len(g.In) == 2 && cg == 1 && mg == 1 {
 		// Depthwise: a direct loop per channel, channels over the threads.
+		if rc.profiling() {
+			rc.chose(convLabel(g, "depthwise"))
+		}
 		kernels.Parallel(rc.threads, n*c, max(1, 1<<15/max(1, os*g.KernelSize())), func(lo, hi int) {
 			for j := lo; j < hi; {
 				img, ch := j/c, j%c
@@ -420,6 +467,20 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 	// the same values as packed from an im2col matrix.
 	direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
 	implicit := !direct && len(g.In) == 2
+	var plan kernels.ConvPlan
+	if implicit {
+		plan = cv.planFor(packed[0], g)
+	}
+	if rc.profiling() {
+		switch {
+		case direct:
+			rc.chose(convLabel(g, "gemm"))
+		case implicit:
+			rc.chose(convLabel(g, plan.String()))
+		default:
+			rc.chose(convLabel(g, "im2col+gemm"))
+		}
+	}
 	// image computes image i with the given threads and column buffer.
 	image := func(i, threads int, col []float32) {
 		for gi := 0; gi < grp; gi++ {
@@ -430,7 +491,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 			case direct:
 				kernels.SgemmPacked(threads, packed[gi], os, false, xg, os, 0, yg, os, gep)
 			case implicit:
-				kernels.SgemmConv(threads, packed[gi], g, xg, yg, os, gep)
+				kernels.SgemmConv(threads, packed[gi], g, plan, xg, yg, os, gep)
 			default:
 				kernels.Im2colParallel(threads, g, cg, xg, col)
 				kernels.SgemmPacked(threads, packed[gi], os, false, col, os, 0, yg, os, gep)
