@@ -43,6 +43,8 @@ type quantizeOptions struct {
 	// evaluation.
 	EvalSamples int
 	MinSQNR     *float64
+	// Profile times the calibration runs (quantize only).
+	Profile profileFlags
 }
 
 // addPrepareFlags adds the flags that tune the prepare pass; every command
@@ -82,6 +84,7 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	optString(f, &opts.Settings.Report, "report", "", "", "write a JSON report here")
 	addEvalFlags(f, opts)
+	opts.Profile.add(f)
 	return cmd
 }
 
@@ -247,8 +250,12 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	if err != nil {
 		return err
 	}
+	prof, err := opts.Profile.start(s.settings.Engine)
+	if err != nil {
+		return err
+	}
 	if source != nil {
-		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, source,
+		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
 			calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
 	}
 	timings, err := runPipeline(ctx, opts, s, u, "")
@@ -260,6 +267,9 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	out := outputPath(s.settings)
 	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
+		return err
+	}
+	if err := opts.Profile.finish(opts.IO.ErrOut, prof); err != nil {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
