@@ -431,8 +431,13 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		st := step{node: n}
 		var chain *convChain
-		if n.OpType == "Conv" && n.Domain == "" && !c.noFuse {
+		var siluMul *onnxgraph.Node
+		switch {
+		case c.noFuse || n.Domain != "":
+		case n.OpType == "Conv":
 			chain = planConvChain(n, constOf, ready)
+		case n.OpType == "Sigmoid":
+			siluMul = planSiLU(n)
 		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
 		if chain != nil && chain.add != nil {
@@ -460,9 +465,15 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			chain = nil
 			st.in = st.in[:len(n.Inputs)+len(n.OuterInputs)]
 		}
+		if allConst {
+			siluMul = nil
+		}
 		outs := n.Outputs
-		if chain != nil {
+		switch {
+		case chain != nil:
 			outs = []*onnxgraph.Value{chain.out}
+		case siluMul != nil:
+			outs = siluMul.Outputs
 		}
 		for _, v := range outs {
 			if v == nil {
@@ -482,6 +493,12 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 						st.fused += "+" + f.OpType
 					}
 				}
+			}
+		} else if siluMul != nil {
+			k, err = c.buildSiLU(n, siluMul)
+			if err == nil {
+				fusedAway[siluMul] = true
+				st.fused = "+Mul"
 			}
 		} else {
 			k, err = c.build(n)

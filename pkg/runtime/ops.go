@@ -55,7 +55,7 @@ func init() {
 		"Atanh":                 {9, 0, simple(unaryFloat(via64(math.Atanh)))},
 		"Tanh":                  {1, 0, simple(unaryFloat(via64(math.Tanh)))},
 		"Erf":                   {9, 0, simple(unaryFloatRows(kernels.Erf))},
-		"Sigmoid":               {1, 0, simple(unaryFloat(sigmoid))},
+		"Sigmoid":               {1, 0, simple(unaryFloatRows(kernels.Sigmoid))},
 		"Relu":                  {1, 0, simple(signedKernel(unaryFloatRows(reluRow), func(x int64) int64 { return max(x, 0) }))},
 		"Softplus":              {1, 0, simple(unaryFloat(softplus))},
 		"Softsign":              {1, 0, simple(unaryFloat(func(x float32) float32 { return x / (1 + float32(math.Abs(float64(x)))) }))},

@@ -20,7 +20,7 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 	}
 	switch name {
 	case "Sigmoid":
-		return sigmoid, nil
+		return kernels.Sigmoid32, nil
 	case "Tanh":
 		return via64(math.Tanh), nil
 	case "Relu":
