@@ -577,13 +577,13 @@ func buildConvTranspose(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	packs := &transposedWeights{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
 		}
-		w, err := floats(in[1], "W")
-		if err != nil {
+		if _, err := floats(in[1], "W"); err != nil {
 			return nil, err
 		}
 		xs, ws := in[0].Shape, in[1].Shape
@@ -658,13 +658,22 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		cg := c / grp
 		kk := mg * g.KernelSize()
 		is, os := g.OutSize(), g.InSize() // input positions, output positions
-		col := make([]float32, kk*is)
+		packed := packs.get(in[1], grp, cg, kk)
+		colp := colPool.Get().(*[]float32)
+		defer colPool.Put(colp)
+		if cap(*colp) < kk*is {
+			*colp = make([]float32, kk*is)
+		}
+		col := (*colp)[:kk*is]
+		if rc.profiling() {
+			rc.chose(convLabel(g, "packed gemm+col2im"))
+		}
 		for i := 0; i < n; i++ {
 			for gi := 0; gi < grp; gi++ {
 				xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
 				// col (mg·K × in positions) = Wᵀ (mg·K × cg) · X (cg × in positions)
-				kernels.SgemmParallel(rc.threads, true, false, kk, is, cg, 1, w[gi*cg*kk:], kk, xg, is, 0, col, is)
-				kernels.Col2im(g, mg, col, y[(i*m+gi*mg)*os:(i*m+(gi+1)*mg)*os])
+				kernels.SgemmPacked(rc.threads, packed[gi], is, false, xg, is, 0, col, is, nil)
+				kernels.Col2imParallel(rc.threads, g, mg, col, y[(i*m+gi*mg)*os:(i*m+(gi+1)*mg)*os])
 			}
 			if bias != nil {
 				for j := 0; j < m; j++ {
@@ -677,6 +686,30 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		}
 		return one(out), nil
 	}, nil
+}
+
+// transposedWeights are a ConvTranspose's weights packed for the GEMM,
+// Wᵀ per group, while the weight tensor is the same.
+type transposedWeights struct {
+	mu     sync.Mutex
+	of     *tensor.Tensor
+	packed []*kernels.PackedA
+}
+
+// get returns the packed Wᵀ (kk × cg) of each of grp groups of w.
+func (t *transposedWeights) get(w *tensor.Tensor, grp, cg, kk int) []*kernels.PackedA {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.of == w {
+		return t.packed
+	}
+	wd := w.Float32s()
+	ps := make([]*kernels.PackedA, grp)
+	for gi := range ps {
+		ps[gi] = kernels.PackA(true, kk, cg, 1, wd[gi*cg*kk:], kk)
+	}
+	t.of, t.packed = w, ps
+	return ps
 }
 
 func buildPool(isMax bool) func(b *builder) (kernel, error) {
