@@ -42,7 +42,7 @@ type profileFlags struct {
 const profileTop = 20
 
 func (p *profileFlags) add(f *pflag.FlagSet) {
-	f.BoolVar(&p.Table, "profile", false, "print to stderr the built-in engine's time per op type and its slowest nodes (count, total, share, kernel chosen)")
+	f.BoolVar(&p.Table, "profile", false, "print to stderr the built-in engine's time per op type and its slowest nodes (count, total, share, kernel chosen); with --repeat, of the timed runs")
 	f.StringVar(&p.Out, "profile-out", "", "write the built-in engine's steps to FILE as Chrome trace JSON (chrome://tracing, Perfetto)")
 }
 
@@ -167,6 +167,9 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 		return err
 	}
 	if opts.Repeat > 0 {
+		if prof != nil {
+			prof.Reset() // profile the timed runs, not the warm-up
+		}
 		times := make([]float64, opts.Repeat)
 		for i := range times {
 			start := time.Now()

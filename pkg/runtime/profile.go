@@ -76,6 +76,15 @@ func NewProfile() *Profile {
 	return &Profile{start: time.Now(), nodes: map[string]*NodeProfile{}}
 }
 
+// Reset forgets what the profile holds, such as a warm-up run's
+// first-touch costs; runs in progress keep their rows.
+func (p *Profile) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.start, p.runs, p.wall, p.dropped = time.Now(), 0, 0, 0
+	p.nodes, p.events = map[string]*NodeProfile{}, nil
+}
+
 // beginRun takes a timeline row for a run.
 func (p *Profile) beginRun() int {
 	p.mu.Lock()
