@@ -386,7 +386,7 @@ func buildSplit(b *builder) (kernel, error) {
 	attrSplit := b.ints("split")
 	nout := len(b.n.Outputs)
 	numOutputs := b.int("num_outputs", 0)
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t := in[0]
 		ax, err := normAxis(axis, len(t.Shape))
 		if err != nil {
@@ -425,20 +425,32 @@ func buildSplit(b *builder) (kernel, error) {
 		outs := make([]*tensor.Tensor, len(sizes))
 		start := 0
 		for i, s := range sizes {
-			outs[i] = sliceAxis(t, ax, start, s)
+			outs[i] = sliceAxis(rc, t, ax, start, s)
 			start += s
 		}
 		return outs, nil
 	}, nil
 }
 
-// sliceAxis copies elements [start, start+n) along axis ax.
-func sliceAxis(t *tensor.Tensor, ax, start, n int) *tensor.Tensor {
+// sliceAxis copies elements [start, start+n) along axis ax; float32
+// data into the run's arena, split over its threads.
+func sliceAxis(rc *runCtx, t *tensor.Tensor, ax, start, n int) *tensor.Tensor {
 	os := slices.Clone(t.Shape)
 	os[ax] = n
-	out := tensor.New(t.DType, os...)
 	outer := tensor.NumElements(t.Shape[:ax])
 	inner := tensor.NumElements(t.Shape[ax+1:])
+	if x, ok := t.Data.([]float32); ok {
+		out := rc.newFloatOut(os...) // every element is copied in below
+		y := out.Float32s()
+		pieces := make([]floatPiece, outer)
+		for o := range pieces {
+			from := (o*t.Shape[ax] + start) * inner
+			pieces[o] = floatPiece{y[o*n*inner : (o+1)*n*inner], x[from : from+n*inner]}
+		}
+		copyPieces(rc, pieces, len(y))
+		return out
+	}
+	out := tensor.New(t.DType, os...)
 	for o := 0; o < outer; o++ {
 		copyRange(out.Data, o*n*inner, t.Data, (o*t.Shape[ax]+start)*inner, n*inner)
 	}
