@@ -804,7 +804,7 @@ func colMajorIndex(i int64, dims []int) int64 {
 }
 
 func globalPoolKernel(isMax bool) kernel {
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
@@ -817,27 +817,29 @@ func globalPoolKernel(isMax bool) kernel {
 		for i := 2; i < len(os); i++ {
 			os[i] = 1
 		}
-		out := tensor.New(tensor.Float, os...)
+		out := rc.newFloatOut(os...)
 		o := out.Float32s()
 		sp := tensor.NumElements(xs[2:])
-		for p := range o {
-			plane := x[p*sp : (p+1)*sp]
-			if isMax {
-				m := float32(math.Inf(-1))
-				for _, v := range plane {
-					if v > m || v != v {
-						m = v
+		kernels.Parallel(rc.threads, len(o), max(1, parGrain/max(1, sp)), func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				plane := x[p*sp : (p+1)*sp]
+				if isMax {
+					m := float32(math.Inf(-1))
+					for _, v := range plane {
+						if v > m || v != v {
+							m = v
+						}
 					}
+					o[p] = m
+					continue
 				}
-				o[p] = m
-				continue
+				var s float64
+				for _, v := range plane {
+					s += float64(v)
+				}
+				o[p] = float32(s / float64(sp))
 			}
-			var s float64
-			for _, v := range plane {
-				s += float64(v)
-			}
-			o[p] = float32(s / float64(sp))
-		}
+		})
 		return one(out), nil
 	}
 }
@@ -845,23 +847,25 @@ func globalPoolKernel(isMax bool) kernel {
 // perChannel applies y = x·scale[c] + shift[c] over channel axis 1, with
 // the product rounded before the addition (no fused multiply-add), as the
 // BatchNormalization epilogue of a fused Conv computes it.
-func perChannel(x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
-	out := tensor.New(tensor.Float, shape...)
+// Planes are split over the run's threads.
+func perChannel(rc *runCtx, x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
+	out := rc.newFloatOut(shape...)
 	y := out.Float32s()
 	c := 1
 	if len(shape) > 1 {
 		c = shape[1]
 	}
 	sp := tensor.NumElements(shape[min(2, len(shape)):])
-	for i := 0; i < len(x)/max(c*sp, 1); i++ {
-		for j := 0; j < c; j++ {
-			off := (i*c + j) * sp
-			s, t := scale[j], shift[j]
-			for p := off; p < off+sp; p++ {
-				y[p] = float32(x[p]*s) + t
+	planes := len(x) / max(c*sp, 1) * c
+	kernels.Parallel(rc.threads, planes, max(1, parGrain/max(1, sp)), func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			s, t := scale[q%c], shift[q%c]
+			yp := y[q*sp : (q+1)*sp]
+			for i, v := range x[q*sp : (q+1)*sp] {
+				yp[i] = float32(v*s) + t
 			}
 		}
-	}
+	})
 	return out
 }
 
@@ -872,7 +876,7 @@ func buildBatchNorm(b *builder) (kernel, error) {
 	if b.opset < 9 && b.int("spatial", 1) == 0 {
 		return nil, unsupportedf("spatial=0 is not supported")
 	}
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
@@ -899,7 +903,7 @@ func buildBatchNorm(b *builder) (kernel, error) {
 		}
 		p[2], p[3] = mean, variance
 		scale, shift := kernels.BatchNormFold(p[0], p[1], p[2], p[3], nil, eps)
-		y := perChannel(x, in[0].Shape, scale, shift)
+		y := perChannel(rc, x, in[0].Shape, scale, shift)
 		if !training {
 			return one(y), nil
 		}
