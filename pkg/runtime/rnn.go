@@ -62,6 +62,9 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 		return func(x float32) float32 { return x / (1 + float32(math.Abs(float64(x)))) }, nil
 	case "Softplus":
 		return softplus, nil
+	case "ParametricSoftplus":
+		def(1, 1)
+		return func(x float32) float32 { return alpha * softplus(beta*x) }, nil
 	}
 	return nil, unsupportedf("activation %q is not supported", name)
 }

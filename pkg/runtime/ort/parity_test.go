@@ -138,6 +138,29 @@ func generated() map[string]*testmodels.Builder {
 	b.Node("Erf", "erf", []string{"m"}, []string{"e"})
 	b.Node("Add", "add", []string{"e", "x"}, []string{"y"})
 	models["activations"] = b
+
+	// Ops that left ONNX in opset 10 and that old exporters still write.
+	b = testmodels.New("legacy_ops", 7)
+	b.Input("x", tensor.Float, "N", 3, 8, 10)
+	for _, o := range []string{"crop", "cropped", "tanh", "softplus", "thresholded", "nearest", "linear"} {
+		b.Output(o, tensor.Float)
+	}
+	b.Node("ImageScaler", "scaler", []string{"x"}, []string{"scaled"}, testmodels.AttrFloat("scale", 0.5), testmodels.AttrFloats("bias", 0.1, -0.2, 0.3))
+	b.Node("Crop", "crop_border", []string{"scaled"}, []string{"crop"}, testmodels.AttrInts("border", 1, 2, 1, 0))
+	b.Node("Crop", "crop_scale", []string{"scaled"}, []string{"cropped"}, testmodels.AttrInts("border", 2, 1, 0, 0), testmodels.AttrInts("scale", 4, 5))
+	b.Node("Affine", "affine", []string{"crop"}, []string{"affine"}, testmodels.AttrFloat("alpha", 2), testmodels.AttrFloat("beta", -1))
+	b.Node("ScaledTanh", "scaled_tanh", []string{"affine"}, []string{"tanh"}, testmodels.AttrFloat("alpha", 1.5), testmodels.AttrFloat("beta", 0.7))
+	b.Node("ParametricSoftplus", "psoftplus", []string{"affine"}, []string{"softplus"}, testmodels.AttrFloat("alpha", 0.8), testmodels.AttrFloat("beta", 1.3))
+	b.Node("ThresholdedRelu", "thresh", []string{"affine"}, []string{"thresholded"}, testmodels.AttrFloat("alpha", 0.4))
+	b.Node("Upsample", "up_nearest", []string{"x"}, []string{"nearest"}, testmodels.AttrFloats("scales", 1, 1, 2, 3))
+	b.Node("Upsample", "up_linear", []string{"x"}, []string{"linear"}, testmodels.AttrFloats("scales", 1, 1, 2, 1.5), testmodels.AttrString("mode", "linear"))
+	models["legacy_ops"] = b
+
+	b = testmodels.New("upsample9", 9)
+	b.Input("x", tensor.Float, "N", 3, 8, 10).Output("y", tensor.Float)
+	b.Init("scales", []int64{4}, []float32{1, 1, 2.5, 2})
+	b.Node("Upsample", "up", []string{"x", "scales"}, []string{"y"}, testmodels.AttrString("mode", "linear"))
+	models["upsample9"] = b
 	return models
 }
 
