@@ -46,6 +46,8 @@ type Options struct {
 	// way it finds cheapest: the ways give the same results bit for bit,
 	// and tests and benchmarks compare them.
 	ConvWay kernels.ConvWay
+	// poisonArena fills recycled buffers with NaN (see arena.poison).
+	poisonArena bool
 }
 
 // Session is a model compiled for one engine.

@@ -42,6 +42,7 @@ func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
 		return nil, &UnsupportedError{Items: c.unsupported}
 	}
 	s := &GoSession{model: m, prog: prog, threads: threads, profile: opts.Profile}
+	s.arenas.poison = opts.poisonArena
 	for _, v := range m.Graph.Inputs {
 		s.inputs = append(s.inputs, ioInfo(v))
 	}
