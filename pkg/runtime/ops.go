@@ -161,6 +161,8 @@ func init() {
 		"Upsample":              {7, 9, buildUpsample},
 		"Einsum":                {12, 0, buildEinsum},
 		"If":                    {1, 0, buildIf},
+		"Loop":                  {1, 0, buildLoop},
+		"Scan":                  {9, 0, buildScan},
 	}
 }
 

@@ -161,6 +161,8 @@ func generated() map[string]*testmodels.Builder {
 	b.Init("scales", []int64{4}, []float32{1, 1, 2.5, 2})
 	b.Node("Upsample", "up", []string{"x", "scales"}, []string{"y"}, testmodels.AttrString("mode", "linear"))
 	models["upsample9"] = b
+	models["loop"] = testmodels.Loop()
+	models["scan"] = testmodels.Scan()
 	return models
 }
 
