@@ -32,6 +32,17 @@ type convChain struct {
 	out *onnxgraph.Value
 }
 
+// fusedOps names the nodes fused into the Conv ("+BatchNormalization+Relu").
+func (ch *convChain) fusedOps() string {
+	var s string
+	for _, n := range []*onnxgraph.Node{ch.bn, ch.add, ch.act} {
+		if n != nil {
+			s += "+" + n.OpType
+		}
+	}
+	return s
+}
+
 // fusibleNext returns the single consumer of v when v feeds nothing else
 // and is not a graph output.
 func fusibleNext(v *onnxgraph.Value) *onnxgraph.Node {
@@ -138,6 +149,9 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 		return nil, err
 	}
 	cv := &convKernel{attrs: attrs, want: c.convWay}
+	if k := cv.planAhead(ch.conv.Inputs[0], constOf(ch.conv.Inputs[1])); k != "" {
+		c.chose(ch.conv.Name, ch.fusedOps()+" "+k)
+	}
 	var bnK, actK kernel
 	var bnArgs []*tensor.Tensor
 	var bn *bnPost

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -24,6 +25,21 @@ type GoSession struct {
 	outputs []IOInfo
 	arenas  arenas
 	profile *Profile
+	choices map[string]string
+}
+
+// KernelChoices returns, by node name, the kernels chosen when the
+// session was compiled: a Conv whose weights are constant and whose input
+// declares its channels and spatial size has its way decided then (the
+// profile shows the choices made at run time for the others).
+func (s *GoSession) KernelChoices() map[string]string { return maps.Clone(s.choices) }
+
+// chose records a compile-time kernel choice for node.
+func (c *compiler) chose(node, kernel string) {
+	if c.choices == nil {
+		c.choices = map[string]string{}
+	}
+	c.choices[node] = kernel
 }
 
 // NewGoSession compiles m for the built-in engine. Every node the engine
@@ -41,7 +57,7 @@ func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
 	if len(c.unsupported) > 0 {
 		return nil, &UnsupportedError{Items: c.unsupported}
 	}
-	s := &GoSession{model: m, prog: prog, threads: threads, profile: opts.Profile}
+	s := &GoSession{model: m, prog: prog, threads: threads, profile: opts.Profile, choices: c.choices}
 	s.arenas.poison = opts.poisonArena
 	for _, v := range m.Graph.Inputs {
 		s.inputs = append(s.inputs, ioInfo(v))
@@ -371,7 +387,12 @@ type compiler struct {
 	// noFuse disables Conv fusion (tests compare both ways).
 	noFuse bool
 	// convWay is the SgemmConv way asked for (Options.ConvWay).
-	convWay     kernels.ConvWay
+	convWay kernels.ConvWay
+	// constOf gives the compile-time value of a value of the graph being
+	// compiled (nil when it is computed at run time).
+	constOf func(*onnxgraph.Value) *tensor.Tensor
+	// choices are the kernel choices made at compile time, by node.
+	choices     map[string]string
 	unsupported []Unsupported
 }
 
@@ -420,6 +441,9 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		return p.consts[s]
 	}
+	outerConsts := c.constOf
+	c.constOf = constOf
+	defer func() { c.constOf = outerConsts }()
 	// fusedAway holds the nodes whose work a fused Conv step does.
 	fusedAway := map[*onnxgraph.Node]bool{}
 	ready := func(v *onnxgraph.Value) bool {
@@ -491,9 +515,9 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 				for _, f := range []*onnxgraph.Node{chain.bn, chain.add, chain.act} {
 					if f != nil {
 						fusedAway[f] = true
-						st.fused += "+" + f.OpType
 					}
 				}
+				st.fused = chain.fusedOps()
 			}
 		} else if siluMul != nil {
 			k, err = c.buildSiLU(n, siluMul)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -274,6 +275,11 @@ func buildConv(b *builder) (kernel, error) {
 		return nil, err
 	}
 	cv := &convKernel{attrs: a, want: b.c.convWay}
+	if b.c.constOf != nil && len(b.n.Inputs) >= 2 {
+		if k := cv.planAhead(b.n.Inputs[0], b.c.constOf(b.n.Inputs[1])); k != "" {
+			b.c.chose(b.n.Name, k)
+		}
+	}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		var bias *tensor.Tensor
 		if len(in) > 2 {
@@ -322,6 +328,56 @@ func (cv *convKernel) planFor(pa *kernels.PackedA, g *kernels.ConvGeom) kernels.
 	e := &convPlanEntry{g: g, pa: pa, plan: kernels.PlanConv(pa, g, cv.want)}
 	cv.plan.Store(e)
 	return e.plan
+}
+
+// convRoute is how convKernel.run computes a geometry that is not
+// depthwise: a GEMM on the input itself (direct: 1×1, stride 1, no
+// padding), SgemmConv (implicit: other 2-D) or im2col + GEMM.
+func convRoute(g *kernels.ConvGeom) (direct, implicit bool) {
+	direct = g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
+	return direct, !direct && len(g.In) == 2
+}
+
+// planAhead makes at compile time the choices that run makes at its first
+// call, when the weights w are constant and x declares its channels and
+// spatial size: the geometry, the packed weights and SgemmConv's plan,
+// which the runs then find. It returns the choice's label ("" when it
+// cannot be made yet).
+func (cv *convKernel) planAhead(x *onnxgraph.Value, w *tensor.Tensor) string {
+	if x == nil {
+		return ""
+	}
+	dims, ok := x.Shape()
+	if !ok || w == nil || w.DType != tensor.Float || len(dims) < 3 || len(dims) != len(w.Shape) {
+		return ""
+	}
+	in := make([]int, len(dims)-2)
+	for i, d := range dims[2:] {
+		if d.Param != "" || d.Size <= 0 {
+			return ""
+		}
+		in[i] = int(d.Size)
+	}
+	c, m, grp := int(dims[1].Size), w.Shape[0], cv.attrs.group
+	if dims[1].Param != "" || c <= 0 || c != w.Shape[1]*grp || m%grp != 0 {
+		return ""
+	}
+	g, _, err := cv.attrs.geometry(in, w.Shape[2:])
+	if err != nil {
+		return "" // the run reports it
+	}
+	cg, mg := c/grp, m/grp
+	if len(g.In) == 2 && cg == 1 && mg == 1 {
+		return convLabel(g, "depthwise")
+	}
+	packed := cv.packedWeights(w, grp, mg, cg*g.KernelSize())
+	switch direct, implicit := convRoute(g); {
+	case direct:
+		return convLabel(g, "gemm")
+	case implicit:
+		return convLabel(g, cv.planFor(packed[0], g).String())
+	}
+	return convLabel(g, "im2col+gemm")
 }
 
 // convLabel names a convolution for the profile: kernel, strides and the
@@ -465,8 +521,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 	// A 1×1 stride-1 unpadded convolution needs no lowering; other 2-D
 	// convolutions gather the GEMM's panels from the image (SgemmConv),
 	// the same values as packed from an im2col matrix.
-	direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
-	implicit := !direct && len(g.In) == 2
+	direct, implicit := convRoute(g)
 	var plan kernels.ConvPlan
 	if implicit {
 		plan = cv.planFor(packed[0], g)

@@ -199,3 +199,34 @@ func TestConvWays(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelChoicesAtCompile checks that a Conv whose input declares its
+// shape has its way chosen when the session is compiled, and that the
+// runs compute it that way; a Conv reading an undeclared value is chosen
+// at its first run.
+func TestKernelChoicesAtCompile(t *testing.T) {
+	m, err := onnxgraph.LoadBytes(convBNReluModel(1).Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := NewProfile()
+	s, err := NewGoSession(m, Options{Threads: 1, Profile: prof})
+	if err != nil {
+		t.Fatal(err)
+	}
+	choices := s.KernelChoices()
+	if len(choices) != 1 || !strings.HasPrefix(choices["conv1"], "+BatchNormalization+Relu 3×3 ") {
+		t.Fatalf("compile-time choices %v, want conv1's alone", choices)
+	}
+	if _, err := s.Run(context.Background(), map[string]*tensor.Tensor{"x": randomInput(8, 2, 4, 9, 11)}, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range prof.Nodes() {
+		if n.Node == "conv1" && n.Kernel != choices["conv1"] {
+			t.Errorf("conv1 ran as %q, chosen at compile time as %q", n.Kernel, choices["conv1"])
+		}
+		if n.Node == "conv2" && n.Kernel == "" {
+			t.Errorf("conv2 ran with no kernel named")
+		}
+	}
+}
