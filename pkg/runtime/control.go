@@ -67,7 +67,7 @@ func buildLoop(b *builder) (kernel, error) {
 		if limited {
 			v := asInt64(in[0])
 			if len(v) != 1 {
-				return nil, fmt.Errorf("M must have one element, has shape %v", in[0].Shape)
+				return nil, fmt.Errorf("the trip count (input M) must have one element, has shape %v", in[0].Shape)
 			}
 			trips = v[0]
 		}
