@@ -162,6 +162,7 @@ func init() {
 		"Einsum":                {12, 0, buildEinsum},
 		"If":                    {1, 0, buildIf},
 		"Loop":                  {1, 0, buildLoop},
+		"OneHot":                {9, 0, buildOneHot},
 		"Scan":                  {9, 0, buildScan},
 	}
 }

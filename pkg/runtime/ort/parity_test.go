@@ -161,6 +161,12 @@ func generated() map[string]*testmodels.Builder {
 	b.Init("scales", []int64{4}, []float32{1, 1, 2.5, 2})
 	b.Node("Upsample", "up", []string{"x", "scales"}, []string{"y"}, testmodels.AttrString("mode", "linear"))
 	models["upsample9"] = b
+	b = testmodels.New("onehot", 13)
+	b.Input("i", tensor.Int64, "N", 3).Output("y", tensor.Float)
+	b.InitInt64("depth", []int64{}, []int64{5}) // inputs reach 7: some are outside
+	b.Init("values", []int64{2}, []float32{0.5, 2})
+	b.Node("OneHot", "onehot", []string{"i", "depth", "values"}, []string{"y"}, testmodels.AttrInt("axis", 1))
+	models["onehot"] = b
 	models["loop"] = testmodels.Loop()
 	models["scan"] = testmodels.Scan()
 	return models
