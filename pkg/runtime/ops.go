@@ -163,6 +163,7 @@ func init() {
 		"If":                    {1, 0, buildIf},
 		"Loop":                  {1, 0, buildLoop},
 		"OneHot":                {9, 0, buildOneHot},
+		"NonMaxSuppression":     {10, 0, buildNMS},
 		"Scan":                  {9, 0, buildScan},
 	}
 }

@@ -4,6 +4,7 @@ package ort
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -167,6 +168,16 @@ func generated() map[string]*testmodels.Builder {
 	b.Init("values", []int64{2}, []float32{0.5, 2})
 	b.Node("OneHot", "onehot", []string{"i", "depth", "values"}, []string{"y"}, testmodels.AttrInt("axis", 1))
 	models["onehot"] = b
+	for _, center := range []int64{0, 1} {
+		b = testmodels.New("nms", 13)
+		b.Input("boxes", tensor.Float, "N", 40, 4).Input("scores", tensor.Float, "N", 2, 40).Output("selected", tensor.Int64)
+		b.InitInt64("most", []int64{1}, []int64{40})
+		b.Init("iou", []int64{1}, []float32{0.3})
+		b.Init("least", []int64{1}, []float32{-0.5})
+		b.Node("NonMaxSuppression", "nms", []string{"boxes", "scores", "most", "iou", "least"}, []string{"selected"},
+			testmodels.AttrInt("center_point_box", center))
+		models[fmt.Sprintf("nms_center%d", center)] = b
+	}
 	models["loop"] = testmodels.Loop()
 	models["scan"] = testmodels.Scan()
 	return models
