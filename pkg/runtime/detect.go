@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -112,4 +114,159 @@ func suppresses(boxes []float32, i, j int, center bool, iouMax float32) bool {
 	}
 	inter := ih * iw
 	return inter/(areaA+areaB-inter) > iouMax
+}
+
+// buildGridSample builds GridSample of 2-D images (opset 16 on): output
+// (n, c, oy, ox) samples image (n, c) at grid[n, oy, ox] = (x, y) in
+// [−1, 1], unnormalised to pixel coordinates (align_corners: −1 and 1 are
+// the centres of the corner pixels, else their outer edges). The
+// coordinate is bounded as padding_mode says (border: clamped to the
+// image, reflection: reflected at its bounds) before nearest (rounded
+// half to even) or bilinear sampling read it; bicubic sampling bounds
+// each of its 4×4 taps instead, with A = −0.75. Taps outside the image
+// read 0 (zeros). This is PyTorch's grid_sample, which the op follows.
+func buildGridSample(b *builder) (kernel, error) {
+	mode := b.str("mode", "bilinear")
+	switch mode {
+	case "linear":
+		mode = "bilinear"
+	case "cubic":
+		mode = "bicubic"
+	case "bilinear", "bicubic", "nearest":
+	default:
+		return nil, unsupportedf("mode=%q is not supported", mode)
+	}
+	padding := b.str("padding_mode", "zeros")
+	if padding != "zeros" && padding != "border" && padding != "reflection" {
+		return nil, unsupportedf("padding_mode=%q is not supported", padding)
+	}
+	align := b.int("align_corners", 0) != 0
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		grid, err := floats(in[1], "grid")
+		if err != nil {
+			return nil, err
+		}
+		xs, gs := in[0].Shape, in[1].Shape
+		if len(xs) != 4 || len(gs) != 4 || gs[0] != xs[0] || gs[3] != 2 {
+			return nil, unsupportedf("input X %v and grid %v: only 2-D images (X [N, C, H, W], grid [N, H_out, W_out, 2]) are supported", xs, gs)
+		}
+		n, c, h, w := xs[0], xs[1], xs[2], xs[3]
+		oh, ow := gs[1], gs[2]
+		out := rc.newFloatOut(n, c, oh, ow)
+		y := out.Float32s()
+		gsp := gridSampler{h: h, w: w, align: align, padding: padding}
+		kernels.Parallel(rc.threads, n*c, 1, func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				img := x[p*h*w : (p+1)*h*w]
+				g := grid[p/c*oh*ow*2:]
+				yp := y[p*oh*ow : (p+1)*oh*ow]
+				for o := range yp {
+					px, py := gsp.unnormalize(float64(g[2*o]), w), gsp.unnormalize(float64(g[2*o+1]), h)
+					var v float64
+					switch mode {
+					case "nearest":
+						px, py = gsp.bound(px, w), gsp.bound(py, h)
+						v = gsp.at(img, int(math.RoundToEven(py)), int(math.RoundToEven(px)))
+					case "bilinear":
+						px, py = gsp.bound(px, w), gsp.bound(py, h)
+						x0, y0 := math.Floor(px), math.Floor(py)
+						fx, fy := px-x0, py-y0
+						ix, iy := int(x0), int(y0)
+						v = (1-fy)*((1-fx)*gsp.at(img, iy, ix)+fx*gsp.at(img, iy, ix+1)) +
+							fy*((1-fx)*gsp.at(img, iy+1, ix)+fx*gsp.at(img, iy+1, ix+1))
+					default:
+						x0, y0 := math.Floor(px), math.Floor(py)
+						cx, cy := cubicCoeffs(px-x0), cubicCoeffs(py-y0)
+						for i := range 4 {
+							ty := gsp.tap(int(y0)-1+i, h)
+							var row float64
+							for j := range 4 {
+								tx := gsp.tap(int(x0)-1+j, w)
+								row += cx[j] * gsp.at(img, ty, tx)
+							}
+							v += cy[i] * row
+						}
+					}
+					yp[o] = float32(v)
+				}
+			}
+		})
+		return one(out), nil
+	}, nil
+}
+
+// gridSampler holds one GridSample's image size and modes.
+type gridSampler struct {
+	h, w    int
+	align   bool
+	padding string
+}
+
+// unnormalize maps a grid coordinate in [−1, 1] to pixels on an axis of
+// size pixels.
+func (g *gridSampler) unnormalize(v float64, size int) float64 {
+	if g.align {
+		return (v + 1) / 2 * float64(size-1)
+	}
+	return ((v+1)*float64(size) - 1) / 2
+}
+
+// bound applies the padding mode to a coordinate: clamped to the image
+// for border, reflected at the bounds (and then clamped) for reflection.
+func (g *gridSampler) bound(v float64, size int) float64 {
+	switch g.padding {
+	case "border":
+		return min(max(v, 0), float64(size-1))
+	case "reflection":
+		if g.align {
+			v = reflect(v, 0, float64(2*(size-1)))
+		} else {
+			v = reflect(v, -1, float64(2*size-1))
+		}
+		return min(max(v, 0), float64(size-1))
+	}
+	return v
+}
+
+// tap is bound for the integer index of a bicubic tap.
+func (g *gridSampler) tap(i, size int) int {
+	if g.padding == "zeros" {
+		return i
+	}
+	return int(g.bound(float64(i), size))
+}
+
+// at reads pixel (r, c) of img, 0 outside it.
+func (g *gridSampler) at(img []float32, r, c int) float64 {
+	if r < 0 || r >= g.h || c < 0 || c >= g.w {
+		return 0
+	}
+	return float64(img[r*g.w+c])
+}
+
+// reflect reflects v into [low/2, high/2] (bounds given doubled).
+func reflect(v, twiceLow, twiceHigh float64) float64 {
+	if twiceLow == twiceHigh {
+		return 0
+	}
+	lo, span := twiceLow/2, (twiceHigh-twiceLow)/2
+	v = math.Abs(v - lo)
+	extra := math.Mod(v, span)
+	if int(math.Floor(v/span))%2 == 0 {
+		return extra + lo
+	}
+	return span - extra + lo
+}
+
+// cubicCoeffs are the weights of the taps at −1, 0, 1 and 2 of a point t
+// in [0, 1) past tap 0, with A = −0.75.
+func cubicCoeffs(t float64) [4]float64 {
+	const a = -0.75
+	near := func(x float64) float64 { return ((a+2)*x-(a+3))*x*x + 1 }
+	far := func(x float64) float64 { return ((a*x-5*a)*x+8*a)*x - 4*a }
+	return [4]float64{far(t + 1), near(t), near(1 - t), far(2 - t)}
 }

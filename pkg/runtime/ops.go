@@ -164,6 +164,7 @@ func init() {
 		"Loop":                  {1, 0, buildLoop},
 		"OneHot":                {9, 0, buildOneHot},
 		"NonMaxSuppression":     {10, 0, buildNMS},
+		"GridSample":            {16, 0, buildGridSample},
 		"Scan":                  {9, 0, buildScan},
 	}
 }

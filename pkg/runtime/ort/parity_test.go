@@ -178,6 +178,18 @@ func generated() map[string]*testmodels.Builder {
 			testmodels.AttrInt("center_point_box", center))
 		models[fmt.Sprintf("nms_center%d", center)] = b
 	}
+	// Grid coordinates in [-2, 2): half of them sample outside the image.
+	for _, mode := range []string{"bilinear", "nearest", "bicubic"} {
+		for _, padding := range []string{"zeros", "border", "reflection"} {
+			for _, align := range []int64{0, 1} {
+				b = testmodels.New("gridsample", 16)
+				b.Input("x", tensor.Float, "N", 3, 6, 7).Input("grid", tensor.Float, "N", 5, 4, 2).Output("y", tensor.Float)
+				b.Node("GridSample", "gs", []string{"x", "grid"}, []string{"y"}, testmodels.AttrString("mode", mode),
+					testmodels.AttrString("padding_mode", padding), testmodels.AttrInt("align_corners", align))
+				models[fmt.Sprintf("gridsample_%s_%s_align%d", mode, padding, align)] = b
+			}
+		}
+	}
 	models["loop"] = testmodels.Loop()
 	models["scan"] = testmodels.Scan()
 	return models
