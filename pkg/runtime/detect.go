@@ -270,3 +270,140 @@ func cubicCoeffs(t float64) [4]float64 {
 	far := func(x float64) float64 { return ((a*x-5*a)*x+8*a)*x - 4*a }
 	return [4]float64{far(t + 1), near(t), near(1 - t), far(2 - t)}
 }
+
+// buildRoiAlign builds RoiAlign as ONNX Runtime computes it, which the
+// op's reference follows: each region of interest (x1, y1, x2, y2, scaled
+// by spatial_scale, shifted by half a pixel with half_pixel) is split
+// into output_height×output_width bins, each sampled on a grid of
+// sampling_ratio² points (ceil(bin size) per axis when 0) read
+// bilinearly; a bin is the mean of its samples (avg) or the largest of
+// their four weighted corner values (max). Points more than a pixel
+// outside the image read 0.
+func buildRoiAlign(b *builder) (kernel, error) {
+	mode := b.str("mode", "avg")
+	if mode != "avg" && mode != "max" {
+		return nil, unsupportedf("mode=%q is not supported", mode)
+	}
+	ph, pw := int(b.int("output_height", 1)), int(b.int("output_width", 1))
+	ratio := int(b.int("sampling_ratio", 0))
+	scale := b.float("spatial_scale", 1)
+	coord := "output_half_pixel"
+	if b.opset >= 16 {
+		coord = b.str("coordinate_transformation_mode", "half_pixel")
+	}
+	if coord != "half_pixel" && coord != "output_half_pixel" {
+		return nil, unsupportedf("coordinate_transformation_mode=%q is not supported", coord)
+	}
+	if ph < 1 || pw < 1 || ratio < 0 {
+		return nil, fmt.Errorf("output %d×%d and sampling_ratio %d must be positive", ph, pw, ratio)
+	}
+	halfPixel := coord == "half_pixel"
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		rois, err := floats(in[1], "rois")
+		if err != nil {
+			return nil, err
+		}
+		xs, rs := in[0].Shape, in[1].Shape
+		batch := asInt64(in[2])
+		if len(xs) != 4 || len(rs) != 2 || rs[1] != 4 || len(batch) != rs[0] {
+			return nil, fmt.Errorf("input X %v, rois %v and batch_indices %v do not fit [N, C, H, W], [R, 4] and [R]", xs, rs, in[2].Shape)
+		}
+		c, h, w := xs[1], xs[2], xs[3]
+		out := rc.newFloatOut(rs[0], c, ph, pw)
+		y := out.Float32s()
+		for r, bi := range batch {
+			if bi < 0 || int(bi) >= xs[0] {
+				return nil, fmt.Errorf("roi %d: batch index %d is outside [0, %d)", r, bi, xs[0])
+			}
+		}
+		kernels.Parallel(rc.threads, rs[0], 1, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				samples, count := roiSamples(rois[4*r:4*r+4], scale, halfPixel, h, w, ph, pw, ratio)
+				img := x[int(batch[r])*c*h*w:]
+				for ch := range c {
+					plane := img[ch*h*w : (ch+1)*h*w]
+					yc := y[(r*c+ch)*ph*pw : (r*c+ch+1)*ph*pw]
+					per := len(samples) / (ph * pw)
+					for bin := range yc {
+						var v float32
+						for i, s := range samples[bin*per : (bin+1)*per] {
+							a, b2, c2, d := s.w[0]*plane[s.pos[0]], s.w[1]*plane[s.pos[1]], s.w[2]*plane[s.pos[2]], s.w[3]*plane[s.pos[3]]
+							if mode == "avg" {
+								v += a + b2 + c2 + d
+							} else if m := max(a, b2, c2, d); i == 0 || m > v {
+								v = m
+							}
+						}
+						if mode == "avg" {
+							v /= float32(count)
+						}
+						yc[bin] = v
+					}
+				}
+			}
+		})
+		return one(out), nil
+	}, nil
+}
+
+// roiSample is one bilinear sample: four pixel offsets and weights.
+type roiSample struct {
+	pos [4]int
+	w   [4]float32
+}
+
+// roiSamples returns the samples of every bin of one region, bin by bin,
+// and the count a bin's mean divides by.
+func roiSamples(roi []float32, scale float32, halfPixel bool, h, w, ph, pw, ratio int) ([]roiSample, int) {
+	var off float32
+	if halfPixel {
+		off = 0.5
+	}
+	x0, y0 := roi[0]*scale-off, roi[1]*scale-off
+	rw, rh := roi[2]*scale-off-x0, roi[3]*scale-off-y0
+	if !halfPixel {
+		rw, rh = max(rw, 1), max(rh, 1)
+	}
+	bh, bw := rh/float32(ph), rw/float32(pw)
+	gh, gw := ratio, ratio
+	if ratio == 0 {
+		gh, gw = int(math.Ceil(float64(rh/float32(ph)))), int(math.Ceil(float64(rw/float32(pw))))
+	}
+	out := make([]roiSample, 0, ph*pw*gh*gw)
+	for py := range ph {
+		for px := range pw {
+			for iy := range gh {
+				yy := y0 + float32(py)*bh + (float32(iy)+0.5)*bh/float32(gh)
+				for ix := range gw {
+					xx := x0 + float32(px)*bw + (float32(ix)+0.5)*bw/float32(gw)
+					out = append(out, bilinearSample(yy, xx, h, w))
+				}
+			}
+		}
+	}
+	return out, max(gh*gw, 1)
+}
+
+// bilinearSample is the sample at (y, x): none (zero weights) more than
+// a pixel outside the image, the edge pixels' values past the edges.
+func bilinearSample(y, x float32, h, w int) roiSample {
+	if y < -1 || y > float32(h) || x < -1 || x > float32(w) {
+		return roiSample{}
+	}
+	y, x = max(y, 0), max(x, 0)
+	yl, xl := int(y), int(x)
+	yh, xh := yl+1, xl+1
+	if yl >= h-1 {
+		yl, yh, y = h-1, h-1, float32(h-1)
+	}
+	if xl >= w-1 {
+		xl, xh, x = w-1, w-1, float32(w-1)
+	}
+	ly, lx := y-float32(yl), x-float32(xl)
+	hy, hx := 1-ly, 1-lx
+	return roiSample{pos: [4]int{yl*w + xl, yl*w + xh, yh*w + xl, yh*w + xh}, w: [4]float32{hy * hx, hy * lx, ly * hx, ly * lx}}
+}

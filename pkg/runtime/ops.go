@@ -165,6 +165,7 @@ func init() {
 		"OneHot":                {9, 0, buildOneHot},
 		"NonMaxSuppression":     {10, 0, buildNMS},
 		"GridSample":            {16, 0, buildGridSample},
+		"RoiAlign":              {10, 0, buildRoiAlign},
 		"Scan":                  {9, 0, buildScan},
 	}
 }

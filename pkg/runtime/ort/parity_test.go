@@ -12,6 +12,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -187,6 +188,30 @@ func generated() map[string]*testmodels.Builder {
 				b.Node("GridSample", "gs", []string{"x", "grid"}, []string{"y"}, testmodels.AttrString("mode", mode),
 					testmodels.AttrString("padding_mode", padding), testmodels.AttrInt("align_corners", align))
 				models[fmt.Sprintf("gridsample_%s_%s_align%d", mode, padding, align)] = b
+			}
+		}
+	}
+	// Regions inside, across and beyond the image's edges.
+	rois := []float32{1, 1, 6, 5, 0, 0, 11.5, 9.5, -3, 2, 4, 7, 8, 6, 15, 14, 2.2, 3.7, 2.9, 4.1}
+	for _, opset := range []int64{10, 16} {
+		for _, mode := range []string{"avg", "max"} {
+			for _, coord := range []string{"half_pixel", "output_half_pixel"} {
+				for _, ratio := range []int64{0, 2} {
+					if opset == 10 && coord == "half_pixel" {
+						continue // opset 10 has output_half_pixel only
+					}
+					b = testmodels.New("roialign", opset)
+					b.Input("x", tensor.Float, "N", 3, 10, 12).Output("y", tensor.Float)
+					b.Init("rois", []int64{5, 4}, rois)
+					b.InitInt64("batch", []int64{5}, []int64{0, 1, 2, 1, 0})
+					attrs := []*onnxpb.AttributeProto{testmodels.AttrString("mode", mode), testmodels.AttrInt("output_height", 3),
+						testmodels.AttrInt("output_width", 4), testmodels.AttrInt("sampling_ratio", ratio), testmodels.AttrFloat("spatial_scale", 0.9)}
+					if opset >= 16 {
+						attrs = append(attrs, testmodels.AttrString("coordinate_transformation_mode", coord))
+					}
+					b.Node("RoiAlign", "roi", []string{"x", "rois", "batch"}, []string{"y"}, attrs...)
+					models[fmt.Sprintf("roialign%d_%s_%s_ratio%d", opset, mode, coord, ratio)] = b
+				}
 			}
 		}
 	}
