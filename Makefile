@@ -110,7 +110,9 @@ bench:
 
 # bench-engines runs every model in SHARED_MODELS on the built-in engine and
 # ONNX Runtime (batch 1 and 8, threads 1 and 2, runs interleaved) and prints
-# median latencies and the go/ort ratio.
+# median latencies and the go/ort ratio; bench/engines/README.md says how to
+# point it at any folder of models (SHARED_MODELS=DIR) and which flags
+# BENCH_ENGINES_FLAGS takes.
 SHARED_MODELS ?= $(if $(COREAIQ_SHARED_MODELS),$(COREAIQ_SHARED_MODELS),../shared/models)
 bench-engines: ort
 	ONNXRUNTIME_LIB="$$(scripts/fetch-ort.sh)" CGO_ENABLED=0 $(GO) run -tags ort ./bench/engines -models $(SHARED_MODELS) $(BENCH_ENGINES_FLAGS)

@@ -1,10 +1,12 @@
 // Command calib-rss measures the peak resident set size of `coreaiq
-// calibrate` on a shared model for a small and a large number of samples
-// (the calibration data tiled to reach them). DESIGN §8 asks for peak RSS
-// independent of the number of samples.
+// quantize` (or `calibrate`) on a shared model for a small and a large
+// number of samples (the calibration data tiled to reach them). DESIGN §8
+// asks for peak RSS independent of the number of samples. The defaults
+// quantize resnet18 with batches of 32, on one batch and on 128 samples.
 //
 //	go build -o /tmp/coreaiq ./cmd/coreaiq
-//	go run ./bench/calib-rss -coreaiq /tmp/coreaiq -model digits_resnet -samples 64,512
+//	go run ./bench/calib-rss -coreaiq /tmp/coreaiq
+//	go run ./bench/calib-rss -coreaiq /tmp/coreaiq -command calibrate -model digits_resnet -samples 64,512 -batch-size 8
 package main
 
 import (
@@ -17,24 +19,30 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/coreaiq/coreaiq/bench/internal/benchio"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
 
 func main() {
 	bin := flag.String("coreaiq", "coreaiq", "coreaiq binary")
-	shared := flag.String("shared", "../shared/models", "shared model folder")
-	model := flag.String("model", "digits_resnet", "model folder (one input, calib_input.npy)")
-	samples := flag.String("samples", "64,512", "sample counts to compare")
-	batch := flag.Int("batch-size", 8, "calibration batch size")
+	shared := flag.String("shared", benchio.DefaultModels(), "shared model folder; env COREAIQ_SHARED_MODELS")
+	model := flag.String("model", "resnet18", "model folder (one input, calib_input.npy)")
+	samples := flag.String("samples", "32,128", "sample counts to compare")
+	batch := flag.Int("batch-size", 32, "calibration batch size")
+	command := flag.String("command", "quantize", "coreaiq command to measure: quantize (writes the model) or calibrate (writes the stats)")
 	flag.Parse()
-	if err := run(*bin, filepath.Join(*shared, *model), *samples, *batch); err != nil {
+	if *command != "quantize" && *command != "calibrate" {
+		fmt.Fprintf(os.Stderr, "calib-rss: -command %q: want quantize or calibrate\n", *command)
+		os.Exit(2)
+	}
+	if err := run(*bin, *command, filepath.Join(*shared, *model), *samples, *batch); err != nil {
 		fmt.Fprintln(os.Stderr, "calib-rss:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, dir, samples string, batch int) error {
+func run(bin, command, dir, samples string, batch int) error {
 	src, err := npy.ReadNPYFile(filepath.Join(dir, "calib_input.npy"))
 	if err != nil {
 		return err
@@ -54,8 +62,12 @@ func run(bin, dir, samples string, batch int) error {
 		if err := tile(src, n, data); err != nil {
 			return err
 		}
-		cmd := exec.Command(bin, "calibrate", "--model", filepath.Join(dir, "model.onnx"), "--preset", "w8a8",
-			"--data", data, "--samples", s, "--batch-size", strconv.Itoa(batch), "-o", filepath.Join(tmp, "stats.json"))
+		out := filepath.Join(tmp, "stats.json")
+		if command == "quantize" {
+			out = filepath.Join(tmp, "model.int8.onnx")
+		}
+		cmd := exec.Command(bin, command, "--model", filepath.Join(dir, "model.onnx"), "--preset", "w8a8",
+			"--data", data, "--samples", s, "--batch-size", strconv.Itoa(batch), "-o", out)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%v: %w\n%s", cmd.Args, err, out)
 		}

@@ -1,8 +1,9 @@
 //go:build ort
 
 // Command engines compares the built-in engine with ONNX Runtime on every
-// model of a models folder (each sub-folder holds model.onnx and
-// eval_<input>.npy, batch-first). For each model, batch size and thread
+// model of a models folder (each sub-folder holds model.onnx and, per
+// input, eval_<input>.npy or else calib_<input>.npy, batch-first; see
+// README.md). For each model, batch size and thread
 // count it opens both sessions, warms each up once and then alternates
 // their runs, so that load from other processes hits both alike, and
 // prints the median latencies and the go/ort ratio as a table.
@@ -39,7 +40,7 @@ func main() {
 }
 
 func run() error {
-	dir := flag.String("models", benchio.DefaultModels(), "folder of model folders (model.onnx, eval_<input>.npy); env COREAIQ_SHARED_MODELS")
+	dir := flag.String("models", benchio.DefaultModels(), "folder of model folders (model.onnx, eval_<input>.npy or calib_<input>.npy); env COREAIQ_SHARED_MODELS")
 	runs := flag.Int("runs", 20, "timed runs per engine and configuration")
 	budget := flag.Duration("budget", 20*time.Second, "stop a configuration's timed runs after this long (at least 3 runs each)")
 	batches := flag.String("batch", "1,8", "batch sizes")
@@ -126,7 +127,7 @@ func measure(m *onnxgraph.Model, dir string, batch, threads, runs int, budget ti
 	defer ortSess.Close()
 	inputs := map[string]*tensor.Tensor{}
 	for _, in := range gs.Inputs() {
-		t, err := npy.ReadNPYFile(benchio.DataFile(dir, "eval", in.Name))
+		t, err := readSamples(dir, in.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -175,6 +176,16 @@ func measure(m *onnxgraph.Model, dir string, batch, threads, runs int, budget ti
 		}
 	}
 	return &result{goMs: benchio.Median(lat[0]), ortMs: benchio.Median(lat[1]), runs: len(lat[0])}, nil
+}
+
+// readSamples reads an input's samples: eval_<input>.npy, or
+// calib_<input>.npy when the folder has no evaluation data.
+func readSamples(dir, input string) (*tensor.Tensor, error) {
+	path := benchio.DataFile(dir, "eval", input)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		path = benchio.DataFile(dir, "calib", input)
+	}
+	return npy.ReadNPYFile(path)
 }
 
 // firstSamples returns the first n samples (axis 0) of t.

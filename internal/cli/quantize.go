@@ -46,6 +46,8 @@ type quantizeOptions struct {
 	// Bench and MinSpeedup are quantize's --bench and --min-speedup.
 	Bench      bool
 	MinSpeedup float64
+	// Profile times the calibration runs (quantize only).
+	Profile profileFlags
 }
 
 // addPrepareFlags adds the flags that tune the prepare pass; every command
@@ -86,6 +88,7 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	optString(f, &opts.Settings.Report, "report", "", "", "write a JSON report here")
 	addEvalFlags(f, opts)
 	addQuantizeBenchFlags(f, opts)
+	opts.Profile.add(f)
 	return cmd
 }
 
@@ -263,8 +266,12 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	if err != nil {
 		return err
 	}
+	prof, err := opts.Profile.start(s.settings.Engine)
+	if err != nil {
+		return err
+	}
 	if source != nil {
-		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, source,
+		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
 			calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
 	}
 	timings, err := runPipeline(ctx, opts, s, u, "")
@@ -276,6 +283,9 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	out := outputPath(s.settings)
 	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
+		return err
+	}
+	if err := opts.Profile.finish(opts.IO.ErrOut, prof); err != nil {
 		return err
 	}
 	rep := newReport(s, u, timings, out)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -26,6 +28,60 @@ type runOptions struct {
 	Engine    string
 	Threads   int
 	Repeat    int
+	Profile   profileFlags
+}
+
+// profileFlags are --profile and --profile-out, which time the built-in
+// engine's steps.
+type profileFlags struct {
+	Table bool
+	Out   string
+}
+
+// profileTop is the number of slowest nodes --profile lists.
+const profileTop = 20
+
+func (p *profileFlags) add(f *pflag.FlagSet) {
+	f.BoolVar(&p.Table, "profile", false, "print to stderr the built-in engine's time per op type and its slowest nodes (count, total, share, kernel chosen); with --repeat, of the timed runs")
+	f.StringVar(&p.Out, "profile-out", "", "write the built-in engine's steps to FILE as Chrome trace JSON (chrome://tracing, Perfetto)")
+}
+
+// start returns the profile to collect into, or nil when neither flag
+// is set; only the built-in engine is profiled.
+func (p *profileFlags) start(engine string) (*runtime.Profile, error) {
+	if !p.Table && p.Out == "" {
+		return nil, nil
+	}
+	if engine != "" && engine != "go" {
+		return nil, Usagef("--profile and --profile-out time the built-in engine; --engine is %q", engine)
+	}
+	return runtime.NewProfile(), nil
+}
+
+// finish prints and writes what the flags ask for.
+func (p *profileFlags) finish(w io.Writer, prof *runtime.Profile) error {
+	if prof == nil {
+		return nil
+	}
+	if p.Table {
+		if err := prof.WriteTable(w, profileTop); err != nil {
+			return err
+		}
+	}
+	if p.Out != "" {
+		f, err := os.Create(p.Out)
+		if err != nil {
+			return fmt.Errorf("--profile-out: %w", err)
+		}
+		if err := prof.WriteTrace(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--profile-out: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--profile-out: %w", err)
+		}
+	}
+	return nil
 }
 
 // NewCmdRun builds `coreaiq run MODEL --input NAME=FILE.npy ...`.
@@ -54,6 +110,7 @@ func NewCmdRun(streams *IO, runF func(*runOptions) error) *cobra.Command {
 	cmd.Flags().StringVar(&opts.Engine, "engine", "go", "inference engine: go (built-in) or ort (ONNX Runtime, in builds with -tags ort)")
 	cmd.Flags().IntVar(&opts.Threads, "threads", 0, "threads per run (0: one per CPU)")
 	cmd.Flags().IntVar(&opts.Repeat, "repeat", 0, "after one untimed warm-up, time N runs and print latency JSON to stderr")
+	opts.Profile.add(cmd.Flags())
 	return cmd
 }
 
@@ -75,7 +132,11 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
-	sess, err := runtime.Open(opts.Engine, m, runtime.Options{Threads: opts.Threads})
+	prof, err := opts.Profile.start(opts.Engine)
+	if err != nil {
+		return err
+	}
+	sess, err := runtime.Open(opts.Engine, m, runtime.Options{Threads: opts.Threads, Profile: prof})
 	if err != nil {
 		var unsup *runtime.UnsupportedError
 		var unavail *runtime.ErrEngineUnavailable
@@ -106,6 +167,9 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 		return err
 	}
 	if opts.Repeat > 0 {
+		if prof != nil {
+			prof.Reset() // profile the timed runs, not the warm-up
+		}
 		times := make([]float64, opts.Repeat)
 		for i := range times {
 			start := time.Now()
@@ -131,6 +195,9 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 			return err
 		}
 		fmt.Fprintln(opts.IO.ErrOut, string(b))
+	}
+	if err := opts.Profile.finish(opts.IO.ErrOut, prof); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(opts.OutputDir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)

@@ -148,3 +148,50 @@ func TestOutputFileName(t *testing.T) {
 }
 
 func proto(s string) *string { return &s }
+
+// TestRunProfile checks that --profile prints the op types and slowest
+// nodes of the run and --profile-out writes its steps as Chrome trace
+// JSON, and that profiling another engine is refused.
+func TestRunProfile(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "mlp.onnx", testmodels.MLP())
+	in := writeNPY(t, dir, "x.npy", tensor.New(tensor.Float, 3, 16))
+	trace := filepath.Join(dir, "trace.json")
+	code, _, stderr := runCLI(t, "run", model, "--input", "input="+in, "--output-dir", dir, "--threads", "1", "--repeat", "2", "--profile", "--profile-out", trace)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "profile: 2 runs") || !strings.Contains(stderr, "op type") || !strings.Contains(stderr, "Gemm") {
+		t.Errorf("stderr has no profile of the 2 timed runs:\n%s", stderr)
+	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct{ Name, Cat, Ph string }
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("trace: %v", err)
+	}
+	if len(doc.TraceEvents) == 0 || len(doc.TraceEvents)%2 != 0 || doc.TraceEvents[0].Ph != "X" {
+		t.Errorf("trace events %+v, want the same steps for each of 2 runs", doc.TraceEvents)
+	}
+	code, _, stderr = runCLI(t, "run", model, "--input", "input="+in, "--output-dir", dir, "--engine", "ort", "--profile")
+	if code != 2 || !strings.Contains(stderr, "--profile") {
+		t.Errorf("--engine ort --profile: exit %d, %s; want 2 and a message naming --profile", code, stderr)
+	}
+}
+
+// TestQuantizeProfile checks that quantize --profile prints the time of
+// the calibration runs.
+func TestQuantizeProfile(t *testing.T) {
+	dir, ref, data := compareFixture(t)
+	code, _, stderr := runCLI(t, "quantize", "--model", ref, "-o", filepath.Join(dir, "q.onnx"), "--data", data, "--preset", "w8a8", "--profile")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "profile: ") || !strings.Contains(stderr, "Conv") || !strings.Contains(stderr, "(taps)") {
+		t.Errorf("stderr has no profile of the calibration runs:\n%s", stderr)
+	}
+}

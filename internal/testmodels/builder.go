@@ -153,6 +153,11 @@ func AttrFloat(name string, v float32) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(v)}
 }
 
+// AttrFloats makes a FLOATS attribute.
+func AttrFloats(name string, v ...float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_FLOATS.Enum(), Floats: v}
+}
+
 // AttrString makes a STRING attribute.
 func AttrString(name, v string) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}

@@ -1,6 +1,9 @@
 package testmodels
 
 import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -114,6 +117,59 @@ func Subgraph() *Builder {
 		AttrGraph("then_branch", branch("then", "Neg").Model.Graph),
 		AttrGraph("else_branch", branch("else", "Relu").Model.Graph))
 	return b
+}
+
+// Loop runs a body that reads a value of the main graph, carries an
+// accumulator and uses its iteration number, for at most five
+// iterations, and stops after the third through its condition output:
+// y = the last accumulator, steps = the steps stacked.
+func Loop() *Builder {
+	b := New("loop", 13)
+	b.Input("x", tensor.Float, "N", 4).Output("y", tensor.Float, "N", 4).Output("steps", tensor.Float, "T", "N", 4)
+	b.InitInt64("trips", []int64{}, []int64{5})
+	b.Node("Abs", "abs", []string{"x"}, []string{"ax"})
+	b.Node("Constant", "yes", nil, []string{"go"}, AttrTensor("value", boolTensor(true)))
+	body := New("body", 13)
+	body.Input("i", tensor.Int64).Input("c", tensor.Bool).Input("acc", tensor.Float, "N", 4)
+	body.Output("c_out", tensor.Bool).Output("acc_out", tensor.Float, "N", 4).Output("step", tensor.Float, "N", 4)
+	body.InitInt64("last", []int64{}, []int64{2})
+	body.Node("Cast", "f", []string{"i"}, []string{"fi"}, AttrInt("to", int64(tensor.Float)))
+	body.Node("Mul", "scale", []string{"ax", "fi"}, []string{"scaled"})
+	body.Node("Add", "add", []string{"acc", "scaled"}, []string{"sum"})
+	body.Node("Sigmoid", "sig", []string{"sum"}, []string{"acc_out"})
+	body.Node("Add", "add_x", []string{"acc_out", "ax"}, []string{"step"})
+	body.Node("Less", "more", []string{"i", "last"}, []string{"c_out"})
+	b.Node("Loop", "loop", []string{"trips", "go", "x"}, []string{"y", "steps"}, AttrGraph("body", body.Model.Graph))
+	return b
+}
+
+// Scan runs a body over the rows of x, forward, and of z backwards,
+// carrying a running sum; y = the last sum, rows = the sums stacked
+// along axis 1.
+func Scan() *Builder {
+	b := New("scan", 13)
+	b.Input("s0", tensor.Float, 3).Input("x", tensor.Float, 5, 3).Input("z", tensor.Float, 3, 5)
+	b.Output("y", tensor.Float, 3).Output("rows", tensor.Float, 3, 5)
+	b.RandomInit("w", 0.5, 3)
+	body := New("body", 13)
+	body.Input("s", tensor.Float, 3).Input("xr", tensor.Float, 3).Input("zr", tensor.Float, 3)
+	body.Output("s_out", tensor.Float, 3).Output("r", tensor.Float, 3)
+	body.Node("Mul", "mw", []string{"xr", "w"}, []string{"xw"})
+	body.Node("Add", "a1", []string{"s", "xw"}, []string{"s1"})
+	body.Node("Sub", "a2", []string{"s1", "zr"}, []string{"s_out"})
+	body.Node("Tanh", "t", []string{"s_out"}, []string{"r"})
+	b.Node("Scan", "scan", []string{"s0", "x", "z"}, []string{"y", "rows"}, AttrGraph("body", body.Model.Graph),
+		AttrInt("num_scan_inputs", 2), AttrInts("scan_input_axes", 0, 1), AttrInts("scan_input_directions", 0, 1),
+		AttrInts("scan_output_axes", 1))
+	return b
+}
+
+func boolTensor(v bool) *onnxpb.TensorProto {
+	x := int32(0)
+	if v {
+		x = 1
+	}
+	return &onnxpb.TensorProto{DataType: proto.Int32(int32(tensor.Bool)), Int32Data: []int32{x}}
 }
 
 func strPtr(s string) *string { return &s }

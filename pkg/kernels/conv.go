@@ -149,11 +149,73 @@ func (g *ConvGeom) inputIndex(opos, kp []int) (idx int, ok bool) {
 //	for ch < c, kernel position kp, output position op with ip inside:
 //	    x[ch·InSize + ip] += col[(ch·KernelSize+kp)·OutSize + op]
 func Col2im(g *ConvGeom, c int, col, x []float32) {
+	if len(g.In) == 2 {
+		col2im2D(g, 0, c, col, x)
+		return
+	}
 	colWalk(g, c, func(ci, xi int) {
 		if xi >= 0 {
 			x[xi] += col[ci]
 		}
 	})
+}
+
+// Col2imParallel is Col2im with the channels split over threads. Each
+// element takes the same additions in the same order whatever the split.
+func Col2imParallel(threads int, g *ConvGeom, c int, col, x []float32) {
+	if len(g.In) != 2 {
+		Col2im(g, c, col, x)
+		return
+	}
+	Parallel(threads, c, max(1, (1<<15)/max(1, g.KernelSize()*g.OutSize())), func(lo, hi int) {
+		col2im2D(g, lo, hi, col, x)
+	})
+}
+
+// col2im2D is Col2im of channels [c0, c1) for a 2-D geometry: the same
+// additions in the same order (channel, kernel row, kernel column,
+// output row, output column), with each kernel column's range of output
+// columns inside the image computed once.
+func col2im2D(g *ConvGeom, c0, c1 int, col, x []float32) {
+	ih, iw, oh, ow := g.In[0], g.In[1], g.Out[0], g.Out[1]
+	kh, kw, sh, sw := g.Kernel[0], g.Kernel[1], g.Strides[0], g.Strides[1]
+	dh, dw, ph, pw := g.Dilations[0], g.Dilations[1], g.PadBegin[0], g.PadBegin[1]
+	ks, os, is := kh*kw, oh*ow, ih*iw
+	for ch := c0; ch < c1; ch++ {
+		xp := x[ch*is : (ch+1)*is]
+		for ky := range kh {
+			for kx := range kw {
+				cp := col[(ch*ks+ky*kw+kx)*os : (ch*ks+ky*kw+kx+1)*os]
+				// Output column ox reads image column ox·sw + x0, inside
+				// for ox in [lo, hi).
+				x0 := kx*dw - pw
+				lo, hi := 0, 0
+				if x0 < 0 {
+					lo = ceilDiv(-x0, sw)
+				}
+				if last := iw - 1 - x0; last >= 0 {
+					hi = min(ow, last/sw+1)
+				}
+				for oy := range oh {
+					iy := oy*sh - ph + ky*dh
+					if iy < 0 || iy >= ih || lo >= hi {
+						continue
+					}
+					row, cr := xp[iy*iw:(iy+1)*iw], cp[oy*ow:(oy+1)*ow]
+					if sw == 1 {
+						dst := row[lo+x0 : hi+x0]
+						for i, v := range cr[lo:hi] {
+							dst[i] += v
+						}
+						continue
+					}
+					for ox := lo; ox < hi; ox++ {
+						row[ox*sw+x0] += cr[ox]
+					}
+				}
+			}
+		}
+	}
 }
 
 // colWalk calls visit(ci, xi) for every element of the column matrix of c

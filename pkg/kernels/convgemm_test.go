@@ -17,14 +17,14 @@ import (
 // a row block (m > mc), threads splitting the output channels or the
 // wide columns, row tiles of every width, channel blocks of 32 and less,
 // with no epilogue, a row epilogue and a residual, each case computed the
-// way convLayout chooses and every other way it can be.
+// way PlanConv chooses and every other way it can be.
 func TestSgemmConvBitIdentical(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	// The ways are counted as the AVX-512 kernels would choose them.
 	countArch := *goArch
 	countArch.nr, countArch.mr = 32, 12
 	countArch.convRow = func(int, int, int, *float32, *int, *float32, *float32, bool) {}
-	ways := map[convWay]int{}
+	ways := map[ConvWay]int{}
 	for _, tc := range []struct{ c, m, ih, iw, kh, kw, s, d, p, pe int }{
 		{3, 8, 7, 7, 3, 3, 1, 1, 1, -1}, {2, 5, 9, 40, 3, 3, 1, 1, 1, -1}, {4, 13, 16, 16, 3, 3, 2, 1, 1, -1},
 		{3, 7, 15, 15, 7, 7, 2, 1, 3, -1}, {2, 4, 10, 33, 3, 3, 1, 2, 2, -1}, {30, 17, 8, 9, 3, 3, 1, 1, 1, -1},
@@ -42,8 +42,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		oh := (tc.ih+tc.p+tc.pe-(tc.kh-1)*tc.d-1)/tc.s + 1
 		ow := (tc.iw+tc.p+tc.pe-(tc.kw-1)*tc.d-1)/tc.s + 1
 		g := &ConvGeom{In: []int{tc.ih, tc.iw}, Kernel: []int{tc.kh, tc.kw}, Strides: []int{tc.s, tc.s}, Dilations: []int{tc.d, tc.d}, PadBegin: []int{tc.p, tc.p}, Out: []int{oh, ow}}
-		way, _ := convLayout(&PackedA{arch: &countArch, m: tc.m, k: tc.c * tc.kh * tc.kw}, g)
-		ways[way]++
+		ways[PlanConv(&PackedA{arch: &countArch, m: tc.m, k: tc.c * tc.kh * tc.kw}, g, ConvAuto).Way]++
 		for _, arch := range gemmArches() {
 			t.Run(fmt.Sprintf("%s/%+v", arch.name, tc), func(t *testing.T) {
 				saved := activeGemm
@@ -66,17 +65,15 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 						want, got := randSlice(r, tc.m*n), randSlice(r, tc.m*n) // overwritten
 						SgemmPacked(threads, pa, n, false, col, n, 0, want, n, ep)
 						// The chosen way, then every way forced.
-						for _, layout := range []convWay{convAuto, convPacked, convPadded, convShifted, convRows} {
-							if (layout == convPadded || layout == convShifted) && (arch.tileI == nil || !wideEligible(g)) ||
-								layout == convRows && !convRowsEligible(arch, g) {
+						for _, layout := range []ConvWay{ConvAuto, ConvPacked, ConvPadded, ConvShifted, ConvRows} {
+							plan := PlanConv(pa, g, layout)
+							if layout != ConvAuto && plan.Way != layout {
 								continue
 							}
-							convLayoutOverride = layout
-							SgemmConv(threads, pa, g, x, got, n, ep)
-							convLayoutOverride = convAuto
+							SgemmConv(threads, pa, g, plan, x, got, n, ep)
 							for i := range got {
 								if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-									t.Fatalf("threads %d ep %+v layout %d: y[%d] = %g (%#x), im2col gives %g (%#x)", threads, ep, layout, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+									t.Fatalf("threads %d ep %+v layout %s: y[%d] = %g (%#x), im2col gives %g (%#x)", threads, ep, layout, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
 								}
 							}
 							for i := range got {
@@ -88,14 +85,14 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 			})
 		}
 	}
-	if ways[convPadded]+ways[convShifted] < 10 || ways[convShifted] < 3 || ways[convRows] < 3 {
+	if ways[ConvPadded]+ways[ConvShifted] < 10 || ways[ConvShifted] < 3 || ways[ConvRows] < 3 {
 		t.Errorf("ways chosen %v: the table should keep at least 10 cases on wide columns, 3 of them shifted, and 3 on row tiles", ways)
 	}
 }
 
 // BenchmarkSgemmConv times convolutions of LeNet, digits_resnet,
 // ResNet-18 and SqueezeNet on one and two threads, each computed the way
-// convLayout chooses and by every way forced.
+// PlanConv chooses and by every way forced.
 func BenchmarkSgemmConv(b *testing.B) {
 	for _, bc := range []struct {
 		name              string
@@ -129,15 +126,16 @@ func BenchmarkSgemmConv(b *testing.B) {
 		y := make([]float32, bc.m*out*out)
 		pa := PackA(false, bc.m, k, 1, w, k)
 		for _, threads := range []int{1, 2} {
-			for layout, name := range map[convWay]string{convAuto: "chosen", convPacked: "packed", convPadded: "padded", convShifted: "shifted", convRows: "rows"} {
-				if (layout == convPadded || layout == convShifted) && !wideEligible(g) {
+			for _, layout := range []ConvWay{ConvAuto, ConvPacked, ConvPadded, ConvShifted, ConvRows} {
+				plan, name := PlanConv(pa, g, layout), layout.String()
+				if layout == ConvAuto {
+					name = "chosen"
+				} else if plan.Way != layout {
 					continue
 				}
 				b.Run(fmt.Sprintf("%s/%s/t%d", bc.name, name, threads), func(b *testing.B) {
-					convLayoutOverride = layout
-					defer func() { convLayoutOverride = convAuto }()
 					for b.Loop() {
-						SgemmConv(threads, pa, g, x, y, out*out, nil)
+						SgemmConv(threads, pa, g, plan, x, y, out*out, nil)
 					}
 					b.ReportMetric(float64(2*bc.m*k*out*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
 				})
@@ -155,8 +153,6 @@ func TestConvRowsWidths(t *testing.T) {
 		t.Skipf("the %s kernels have no row tiles", activeGemm.name)
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	convLayoutOverride = convRows
-	defer func() { convLayoutOverride = convAuto }()
 	for _, s := range []int{1, 2} {
 		for ow := 1; ow <= 30; ow++ {
 			for _, tc := range []struct{ c, m int }{{3, 37}, {40, 32}} {
@@ -170,7 +166,7 @@ func TestConvRowsWidths(t *testing.T) {
 				ep := &Epilogue{RowBias: randSlice(r, tc.m), Act: ActRelu}
 				want, got := make([]float32, tc.m*n), make([]float32, tc.m*n)
 				SgemmPacked(1, pa, n, false, col, n, 0, want, n, ep)
-				SgemmConv(1, pa, g, x, got, n, ep)
+				SgemmConv(1, pa, g, PlanConv(pa, g, ConvRows), x, got, n, ep)
 				for i := range got {
 					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 						t.Fatalf("stride %d, %d outputs a row, %+v: y[%d] = %g, im2col gives %g", s, ow, tc, i, got[i], want[i])

@@ -29,7 +29,7 @@ func convRowsEligible(arch *gemmArch, g *ConvGeom) bool {
 func convRowTiles(ow int) int { return ceilDiv(ow, convRowPixels) }
 
 // convRowsCost is the cost in cycles of g by row tiles, in the units of
-// convLayout: each tap of a tile costs its 2·width multiply-adds (at
+// PlanConv: each tap of a tile costs its 2·width multiply-adds (at
 // least 4, the FMA latency over the accumulators of a narrow tile) per 32
 // output channels, and each tile about 150 cycles more for its call,
 // stores and transposition, fitted to BenchmarkSgemmConv.

@@ -1,6 +1,9 @@
 package kernels
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+)
 
 // wideConv is a stride-1 2-D convolution computed by micro-kernels that
 // read the rows of its column matrix in place (tileI), from a copy of the
@@ -27,7 +30,7 @@ import "sync"
 //
 // Either costs less than gathering every row of the column matrix into
 // packed panels (packBConv), which moves kh·kw floats per input float,
-// unless the dropped columns outweigh that (convLayout).
+// unless the dropped columns outweigh that (PlanConv).
 type wideConv struct {
 	g     *ConvGeom
 	pitch int
@@ -35,74 +38,102 @@ type wideConv struct {
 	offs  []int
 }
 
-// convWay is how SgemmConv computes a geometry.
-type convWay int
+// ConvWay is a way SgemmConv computes a 2-D convolution.
+type ConvWay int
 
 const (
-	convAuto    convWay = iota // the cheapest by convLayout's costs
-	convPacked                 // B panels packed from the image (packBConv)
-	convPadded                 // wide columns of one padded copy
-	convShifted                // wide columns of kw shifted copies
-	convRows                   // row tiles (sgemmConvRows)
+	ConvAuto    ConvWay = iota // PlanConv: the cheapest by its costs
+	ConvPacked                 // B panels packed from the image (packBConv)
+	ConvPadded                 // wide columns of one padded copy
+	ConvShifted                // wide columns of kw shifted copies
+	ConvRows                   // row tiles (sgemmConvRows)
 )
 
-// convLayout chooses how SgemmConv computes g with the weights pa: the
-// way and, for wide columns, their row pitch. Each way is costed in cycles
-// of the AVX-512 kernels: a column of the product costs m·k multiply-adds,
-// 1/16 cycle each; packing moves k floats per output at about 2 cycles
-// each (packRuns on the short runs of small images). The other per-float
-// costs are fitted to BenchmarkSgemmConv: 1 cycle for the padded copy, 2
-// for copying its outputs out, 4 for the shifted copies, which also crowd
-// the image out of L1 (LeNet's 16×14×14 input is 12 KB padded, 45 KB
+var convWayNames = [...]string{"auto", "packed", "padded", "shifted", "rows"}
+
+func (w ConvWay) String() string {
+	if w < 0 || int(w) >= len(convWayNames) {
+		return fmt.Sprintf("ConvWay(%d)", int(w))
+	}
+	return convWayNames[w]
+}
+
+// ConvPlan is how SgemmConv computes one geometry with one packed A: the
+// way and, for wide columns, their row pitch. PlanConv makes it once,
+// when the geometry is first known; the caller keeps it for every call
+// with that geometry. The zero plan makes SgemmConv choose at each call.
+type ConvPlan struct {
+	Way   ConvWay
+	pitch int
+}
+
+// String names the plan for people: the way, and the pitch of a padded
+// layout.
+func (p ConvPlan) String() string {
+	if p.Way == ConvPadded {
+		return fmt.Sprintf("%s (pitch %d)", p.Way, p.pitch)
+	}
+	return p.Way.String()
+}
+
+// PlanConv chooses how SgemmConv computes g with the weights pa: want,
+// when not ConvAuto and it can compute g (tests and benchmarks compare
+// the ways), else the cheapest. Each way is costed in cycles of the
+// AVX-512 kernels: a column of the product costs m·k multiply-adds, 1/16
+// cycle each; packing moves k floats per output at about 2 cycles each
+// (packRuns on the short runs of small images). The other per-float costs
+// are fitted to BenchmarkSgemmConv: 1 cycle for the padded copy, 2 for
+// copying its outputs out, 4 for the shifted copies, which also crowd the
+// image out of L1 (LeNet's 16×14×14 input is 12 KB padded, 45 KB
 // shifted); row tiles cost what convRowsCost says. Small images are where
 // the ways differ: the padded layout's dropped columns, last-panel
 // rounding (an 8×8 output is 71 wide columns, three panels for two
 // panels' worth of outputs) and copy-out against the shifted layout's kw
 // copies and the row tiles' transposition.
-func convLayout(pa *PackedA, g *ConvGeom) (way convWay, pitch int) {
+func PlanConv(pa *PackedA, g *ConvGeom, want ConvWay) ConvPlan {
 	m, k, nr := pa.m, pa.k, pa.arch.nr
 	wide := pa.arch.tileI != nil && wideEligible(g)
 	rows := convRowsEligible(pa.arch, g)
-	switch convLayoutOverride {
-	case convPacked:
-		return convPacked, 0
-	case convPadded:
+	switch want {
+	case ConvPacked:
+		return ConvPlan{Way: ConvPacked}
+	case ConvPadded:
 		if wide {
-			return convPadded, widePaddedPitch(g)
+			return ConvPlan{ConvPadded, widePaddedPitch(g)}
 		}
-	case convShifted:
+	case ConvShifted:
 		if wide {
-			return convShifted, g.Out[1]
+			return ConvPlan{ConvShifted, g.Out[1]}
 		}
-	case convRows:
+	case ConvRows:
 		if rows {
-			return convRows, 0
+			return ConvPlan{Way: ConvRows}
 		}
 	}
 	oh, ow := g.Out[0], g.Out[1]
 	outs := oh * ow
 	column := float64(m*k) / 16
-	way, best := convPacked, float64(roundUp(outs, nr))*column+2*float64(k*outs)
+	way, best := ConvPacked, float64(roundUp(outs, nr))*column+2*float64(k*outs)
 	if wide {
 		c := k / g.KernelSize()
 		kw, rows, pitch := g.Kernel[1], wideRows(g), widePaddedPitch(g)
 		if cost := float64(roundUp((oh-1)*pitch+ow, nr))*column + float64(c*rows*pitch+2*m*outs); cost < best {
-			way, best = convPadded, cost
+			way, best = ConvPadded, cost
 		}
 		if cost := float64(roundUp(outs, nr))*column + 4*float64(kw*c*rows*ow); cost < best {
-			way, best = convShifted, cost
+			way, best = ConvShifted, cost
 		}
 	}
 	if rows && convRowsCost(g, m, k) < best {
-		way = convRows
+		way = ConvRows
 	}
 	switch way {
-	case convPadded:
-		return way, widePaddedPitch(g)
-	case convShifted:
-		return way, ow
+	case ConvPadded:
+		return ConvPlan{way, widePaddedPitch(g)}
+	case ConvShifted:
+		return ConvPlan{way, ow}
 	}
-	return way, 0
+	return ConvPlan{Way: way}
 }
 
 // wideEligible reports whether g is a 2-D stride-1 convolution, which
@@ -125,11 +156,6 @@ func wideRows(g *ConvGeom) int {
 	padB := oh + (kh-1)*dh - padT - ih
 	return padT + ih + max(padB, 0)
 }
-
-// convLayoutOverride, when not convAuto, makes SgemmConv compute every
-// geometry that way when it can. Tests and benchmarks set it to compare
-// the ways.
-var convLayoutOverride = convAuto
 
 // offsPool recycles the tables of per-tap offsets that the wide columns
 // and the row tiles read the image through.
@@ -221,7 +247,7 @@ func newWideConv(threads int, g *ConvGeom, pitch int, shifted bool, c int, x []f
 // hand-off to another thread costs about as much as copying this many.
 const wideCopyGrain = 1 << 14
 
-// sgemmWide is SgemmConv by wide columns (convLayout), on an arch with
+// sgemmWide is SgemmConv by wide columns (PlanConv), on an arch with
 // tileI. The work is a grid of row tiles (mr output channels) by column
 // panels (nr wide columns); it is cut into one block per thread, along the
 // channels or the panels, whichever leaves the busiest thread the least

@@ -101,6 +101,30 @@ func erfRow(dst, src []float32) {
 	}
 }
 
+// sigmoidRow is sigmoidGo in AVX2, bit-identical but for NaN payloads;
+// the tail of fewer than 8 elements goes through the same kernel via a
+// buffer, so every element takes the same path however a row is split.
+func sigmoidRow(dst, src []float32, silu bool) {
+	if !hasAVX2 {
+		sigmoidGo(dst, src, silu)
+		return
+	}
+	mode := 0
+	if silu {
+		mode = 1
+	}
+	n := len(dst) &^ 7
+	if n > 0 {
+		sigmoidRowAVX2(&dst[0], &src[0], n, mode)
+	}
+	if n < len(dst) {
+		var buf [8]float32
+		copy(buf[:], src[n:])
+		sigmoidRowAVX2(&buf[0], &buf[0], 8, mode)
+		copy(dst[n:], buf[:])
+	}
+}
+
 // binaryVec computes the first len(o) &^ 7 elements of Binary in AVX2
 // (bit-identical: one IEEE operation each) and returns how many.
 func binaryVec(op BinOp, o, a, b []float32) int {

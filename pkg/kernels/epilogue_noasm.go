@@ -31,3 +31,5 @@ const haveMaxPoolS2 = false
 func maxPoolS2Rows(x []float32, at, ldx, rows, taps, n int, y []float32, count, xstep, ystep int) bool {
 	return false
 }
+
+func sigmoidRow(dst, src []float32, silu bool) { sigmoidGo(dst, src, silu) }

@@ -15910,6 +15910,76 @@ DATA expconsts<>+376(SB)/4, $0x42b0c0a5
 DATA expconsts<>+380(SB)/4, $0x42b0c0a5
 GLOBL expconsts<>(SB), RODATA|NOPTR, $384
 
+// func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
+// Requires: AVX, AVX2
+TEXT ·sigmoidRowAVX2(SB), NOSPLIT, $0-32
+	VMOVUPS      expconsts<>+0(SB), Y0
+	VMOVUPS      expconsts<>+32(SB), Y1
+	VMOVUPS      expconsts<>+64(SB), Y2
+	VMOVUPS      expconsts<>+288(SB), Y3
+	VMOVUPS      expconsts<>+320(SB), Y4
+	VMOVUPS      expconsts<>+352(SB), Y5
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         silu+24(FP), BX
+	MOVL         $0x0000007f, SI
+	VMOVD        SI, X6
+	VPBROADCASTD X6, Y6
+	MOVL         $0x80000000, SI
+	VMOVD        SI, X7
+	VPBROADCASTD X7, Y7
+
+sigmoid_loop:
+	TESTQ     DX, DX
+	JZ        sigmoid_done
+	VMOVUPS   (CX), Y8
+	VXORPS    Y7, Y8, Y9
+	VMINPS    Y9, Y5, Y9
+	VCMPPS    $0x01, Y4, Y9, Y10
+	VMULPS    Y0, Y9, Y11
+	VROUNDPS  $0x00, Y11, Y11
+	VMULPS    Y1, Y11, Y12
+	VSUBPS    Y12, Y9, Y9
+	VMULPS    Y2, Y11, Y12
+	VSUBPS    Y12, Y9, Y9
+	VMOVUPS   expconsts<>+96(SB), Y12
+	VMULPS    Y9, Y12, Y12
+	VADDPS    expconsts<>+128(SB), Y12, Y12
+	VMULPS    Y9, Y12, Y12
+	VADDPS    expconsts<>+160(SB), Y12, Y12
+	VMULPS    Y9, Y12, Y12
+	VADDPS    expconsts<>+192(SB), Y12, Y12
+	VMULPS    Y9, Y12, Y12
+	VADDPS    expconsts<>+224(SB), Y12, Y12
+	VMULPS    Y9, Y12, Y12
+	VADDPS    expconsts<>+256(SB), Y12, Y12
+	VMULPS    Y9, Y9, Y13
+	VMULPS    Y13, Y12, Y12
+	VADDPS    Y9, Y12, Y12
+	VADDPS    Y3, Y12, Y12
+	VCVTPS2DQ Y11, Y9
+	VPADDD    Y6, Y9, Y9
+	VPSLLD    $0x17, Y9, Y9
+	VMULPS    Y9, Y12, Y12
+	VANDNPS   Y12, Y10, Y12
+	VADDPS    Y3, Y12, Y12
+	VDIVPS    Y12, Y3, Y9
+	TESTQ     BX, BX
+	JZ        sigmoid_store
+	VMULPS    Y8, Y9, Y9
+
+sigmoid_store:
+	VMOVUPS Y9, (AX)
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, DX
+	JMP     sigmoid_loop
+
+sigmoid_done:
+	VZEROUPPER
+	RET
+
 // func sumRowAVX2(x *float32, n int) float64
 // Requires: AVX, SSE2
 TEXT ·sumRowAVX2(SB), NOSPLIT, $0-24

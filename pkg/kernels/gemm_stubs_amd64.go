@@ -255,6 +255,9 @@ func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
 // expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.
 func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
 
+// sigmoidRowAVX2 sets dst[j] = Sigmoid32(src[j]), times src[j] when silu != 0, for j < n (a multiple of 8).
+func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
+
 // sumRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
 func sumRowAVX2(x *float32, n int) float64
 

@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -124,6 +125,43 @@ func TestIm2colConv(t *testing.T) {
 		for i := range y {
 			if math.Abs(float64(y[i]-want[i])) > 1e-5 {
 				t.Fatalf("3-D %v: y[%d] = %g, want %g", nd3, i, y[i], want[i])
+			}
+		}
+	}
+}
+
+// TestCol2im2D checks the 2-D Col2im, on one thread and split over two
+// and three, bit for bit against the generic walk of the column matrix
+// (the reference loop of Col2im's comment), for strides, dilations and
+// paddings wide enough that whole kernel rows and columns fall outside.
+func TestCol2im2D(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 9))
+	for _, tc := range []struct{ c, h, w, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw int }{
+		{3, 7, 6, 3, 2, 2, 1, 1, 0, 1, 0, 1, 2},
+		{2, 5, 5, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
+		{4, 8, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+		{2, 6, 7, 4, 4, 2, 3, 3, 2, 1, 3, 1, 1},
+		{1, 3, 4, 3, 3, 1, 2, 4, 5, 4, 5, 2, 2},
+		{3, 9, 4, 5, 1, 3, 1, 2, 0, 2, 0, 2, 1},
+	} {
+		oh := (tc.h+tc.pt+tc.pb-((tc.kh-1)*tc.dh+1))/tc.sh + 1
+		ow := (tc.w+tc.pl+tc.pr-((tc.kw-1)*tc.dw+1))/tc.sw + 1
+		g := &ConvGeom{In: []int{tc.h, tc.w}, Kernel: []int{tc.kh, tc.kw}, Strides: []int{tc.sh, tc.sw}, Dilations: []int{tc.dh, tc.dw}, PadBegin: []int{tc.pt, tc.pl}, Out: []int{oh, ow}}
+		col := randSlice(r, tc.c*g.KernelSize()*g.OutSize())
+		init := randSlice(r, tc.c*g.InSize())
+		want := slices.Clone(init)
+		colWalk(g, tc.c, func(ci, xi int) {
+			if xi >= 0 {
+				want[xi] += col[ci]
+			}
+		})
+		for threads := 1; threads <= 3; threads++ {
+			got := slices.Clone(init)
+			Col2imParallel(threads, g, tc.c, col, got)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%+v threads %d: x[%d] = %g, the generic walk gives %g", tc, threads, i, got[i], want[i])
+				}
 			}
 		}
 	}

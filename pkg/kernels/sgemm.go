@@ -36,7 +36,7 @@ type gemmArch struct {
 	// read in place (row stride 1) instead of from a packed panel.
 	tileA1  func(kc int, a, b, c *float32, ldc int, accumulate bool)
 	tileSA1 func(kc int, a, b *float32, ldb int, c *float32, ldc int, accumulate bool)
-	// convRow, when set, computes a convolution row tile (convRows):
+	// convRow, when set, computes a convolution row tile (ConvRows):
 	// pixels (at most convRowPixels) outputs of column stride stride (1
 	// or 2) by 32 output channels, from kc taps, pixel-major into c.
 	convRow func(pixels, stride, kc int, x *float32, offs *int, w *float32, c *float32, accumulate bool)
@@ -449,22 +449,26 @@ func SgemmPacked(threads int, pa *PackedA, n int, transB bool, b []float32, ldb 
 // SgemmConv computes C = A·Im2col(g, x) for a 2-D geometry g and x of
 // pa.Cols()/g.KernelSize() channels, with A prepacked by PackA, then
 // applies ep (may be nil): a convolution without the column matrix. It
-// takes the cheapest way convLayout finds: B panels gathered from the
-// image, wide columns read from a copy of it, or row tiles that broadcast
-// its pixels. Each sums the same products in the same order as
-// SgemmPacked on Im2col's output, so C is bit-identical to it.
-func SgemmConv(threads int, pa *PackedA, g *ConvGeom, x []float32, c []float32, ldc int, ep *Epilogue) {
+// computes it the way plan says (PlanConv; the zero plan: the way
+// PlanConv chooses now): B panels gathered from the image, wide columns
+// read from a copy of it, or row tiles that broadcast its pixels. Each
+// sums the same products in the same order as SgemmPacked on Im2col's
+// output, so C is bit-identical to it.
+func SgemmConv(threads int, pa *PackedA, g *ConvGeom, plan ConvPlan, x []float32, c []float32, ldc int, ep *Epilogue) {
 	work := pa.m * pa.k * g.OutSize()
 	threads = min(threads, max(1, work/gemmMinWork))
 	if work < convMinParallel {
 		threads = 1
 	}
-	switch way, pitch := convLayout(pa, g); way {
-	case convRows:
+	if plan.Way == ConvAuto {
+		plan = PlanConv(pa, g, ConvAuto)
+	}
+	switch plan.Way {
+	case ConvRows:
 		sgemmConvRows(threads, pa, g, x, c, ldc, ep)
 		return
-	case convPadded, convShifted:
-		sgemmWide(threads, pa, g, pitch, way == convShifted, x, c, ldc, ep)
+	case ConvPadded, ConvShifted:
+		sgemmWide(threads, pa, g, plan.pitch, plan.Way == ConvShifted, x, c, ldc, ep)
 		return
 	}
 	cb, release := newConvB(threads, g, pa.k/g.KernelSize(), x)

@@ -22,6 +22,10 @@ type arena struct {
 	free map[int][][]float32
 	// live are the buffers handed out during this run.
 	live []liveBuf
+	// poison makes allocBuf fill the recycled buffers it does not zero
+	// with NaN, so that tests catch a kernel that leaves an output element
+	// unwritten (Options.poisonArena).
+	poison bool
 }
 
 type liveBuf struct {
@@ -33,8 +37,9 @@ type liveBuf struct {
 // arenas is the per-session store of arenas between runs; concurrent runs
 // each take their own.
 type arenas struct {
-	mu   sync.Mutex
-	idle []*arena
+	mu     sync.Mutex
+	idle   []*arena
+	poison bool
 }
 
 func (as *arenas) get() *arena {
@@ -45,7 +50,7 @@ func (as *arenas) get() *arena {
 		as.idle = as.idle[:n-1]
 		return a
 	}
-	return &arena{free: map[int][][]float32{}}
+	return &arena{free: map[int][][]float32{}, poison: as.poison}
 }
 
 // put returns a after a run; buffers still live belong to the results (or
@@ -58,10 +63,6 @@ func (as *arenas) put(a *arena) {
 	as.mu.Unlock()
 }
 
-// arenaPoison makes allocBuf fill recycled buffers it does not zero with NaN, so that
-// tests catch a kernel that reads an output element it did not write.
-var arenaPoison = false
-
 // allocBuf returns a buffer of n floats, recycled when one is free and
 // zeroed when zero is set; a recycled buffer otherwise holds whatever its
 // last value left in it.
@@ -73,7 +74,7 @@ func (a *arena) allocBuf(n int, zero bool) []float32 {
 		switch {
 		case zero:
 			clear(buf)
-		case arenaPoison:
+		case a.poison:
 			for i := range buf {
 				buf[i] = float32(math.NaN())
 			}

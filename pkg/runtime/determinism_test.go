@@ -267,11 +267,9 @@ func TestDeterminism(t *testing.T) {
 // NaN: a kernel that asks for an uncleared output buffer (newFloatOut)
 // but leaves an element unwritten turns the result into NaN somewhere.
 func TestArenaPoison(t *testing.T) {
-	arenaPoison = true
-	defer func() { arenaPoison = false }()
 	for _, c := range detCases(t) {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := NewGoSession(c.model, Options{Threads: 2})
+			s, err := NewGoSession(c.model, Options{Threads: 2, poisonArena: true})
 			if err != nil {
 				t.Fatal(err)
 			}

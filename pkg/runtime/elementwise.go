@@ -536,8 +536,9 @@ func sign[T float32 | int64](x T) T {
 
 // clipKernel clamps to [min, max]; before opset 11 the bounds are attributes.
 func clipKernel(lo, hi float32, fromInputs bool) kernel {
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t := in[0]
+		lo, hi := lo, hi // per run: the bounds may come from the inputs
 		if fromInputs {
 			if len(in) > 1 && in[1] != nil {
 				v, err := scalarFloat(in[1])
@@ -559,11 +560,13 @@ func clipKernel(lo, hi float32, fromInputs bool) kernel {
 			}
 		}
 		if x, ok := t.Data.([]float32); ok {
-			out := tensor.New(tensor.Float, t.Shape...)
+			out := rc.newFloatOut(t.Shape...)
 			o := out.Float32s()
-			for i, v := range x {
-				o[i] = min(max(v, lo), hi)
-			}
+			kernels.Parallel(rc.threads, len(x), parGrain, func(a, b int) {
+				for i, v := range x[a:b] {
+					o[a+i] = min(max(v, lo), hi)
+				}
+			})
 			return []*tensor.Tensor{out}, nil
 		}
 		if !t.DType.IsInteger() {
@@ -602,11 +605,3 @@ func scalarFloat(t *tensor.Tensor) (float64, error) {
 // in float64 within 1e-6 relative error of math.Erf (one subnormal unit
 // for subnormal results).
 func erf32(x float32) float32 { return float32(kernels.Erf64(float64(x))) }
-
-func sigmoid(x float32) float32 {
-	if x >= 0 {
-		return float32(1 / (1 + math.Exp(-float64(x))))
-	}
-	e := math.Exp(float64(x))
-	return float32(e / (1 + e))
-}

@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -37,6 +38,16 @@ type RunOptions struct {
 type Options struct {
 	// Threads is the number of threads a run may use; 0 means one per CPU.
 	Threads int
+	// Profile, when set, receives the time of every step of every run
+	// (the built-in engine; ONNX Runtime ignores it).
+	Profile *Profile
+	// ConvWay, when not kernels.ConvAuto, makes the built-in engine
+	// compute every 2-D convolution that way where it can, instead of the
+	// way it finds cheapest: the ways give the same results bit for bit,
+	// and tests and benchmarks compare them.
+	ConvWay kernels.ConvWay
+	// poisonArena fills recycled buffers with NaN (see arena.poison).
+	poisonArena bool
 }
 
 // Session is a model compiled for one engine.

@@ -32,6 +32,17 @@ type convChain struct {
 	out *onnxgraph.Value
 }
 
+// fusedOps names the nodes fused into the Conv ("+BatchNormalization+Relu").
+func (ch *convChain) fusedOps() string {
+	var s string
+	for _, n := range []*onnxgraph.Node{ch.bn, ch.add, ch.act} {
+		if n != nil {
+			s += "+" + n.OpType
+		}
+	}
+	return s
+}
+
 // fusibleNext returns the single consumer of v when v feeds nothing else
 // and is not a graph output.
 func fusibleNext(v *onnxgraph.Value) *onnxgraph.Node {
@@ -137,7 +148,10 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 	if err != nil {
 		return nil, err
 	}
-	cv := &convKernel{attrs: attrs}
+	cv := &convKernel{attrs: attrs, want: c.convWay}
+	if k := cv.planAhead(ch.conv.Inputs[0], constOf(ch.conv.Inputs[1])); k != "" {
+		c.chose(ch.conv.Name, ch.fusedOps()+" "+k)
+	}
 	var bnK, actK kernel
 	var bnArgs []*tensor.Tensor
 	var bn *bnPost
@@ -250,4 +264,65 @@ func (u *unfusedChain) run(rc *runCtx, in []*tensor.Tensor, residual *tensor.Ten
 		cur, prev = o[0], s.n
 	}
 	return one(cur), nil
+}
+
+// planSiLU returns the Mul that multiplies sig's output by sig's input,
+// when it is the output's only reader: x·σ(x) (SiLU, Swish), which one
+// step computes in one pass over x (kernels.SiLU) with the same bits as
+// the two nodes.
+func planSiLU(sig *onnxgraph.Node) *onnxgraph.Node {
+	if len(sig.Inputs) != 1 || len(sig.Outputs) != 1 || sig.Inputs[0] == nil {
+		return nil
+	}
+	x, s := sig.Inputs[0], sig.Outputs[0]
+	if s == nil || s.IsGraphOutput || len(s.Consumers) != 1 {
+		return nil
+	}
+	mul := s.Consumers[0]
+	if mul.OpType != "Mul" || mul.Domain != "" || len(mul.Inputs) != 2 || len(mul.Outputs) != 1 || mul.Outputs[0] == nil || mul.Attr("broadcast") != nil {
+		return nil
+	}
+	if !(mul.Inputs[0] == x && mul.Inputs[1] == s || mul.Inputs[0] == s && mul.Inputs[1] == x) {
+		return nil
+	}
+	return mul
+}
+
+// buildSiLU compiles a Sigmoid and the Mul planSiLU found into one kernel
+// reading the Sigmoid's input. A run that taps the Sigmoid's output, or
+// an input that is not float32, runs the two nodes one after the other.
+func (c *compiler) buildSiLU(sig, mul *onnxgraph.Node) (kernel, error) {
+	sigK, err := c.build(sig)
+	if err != nil {
+		return nil, err
+	}
+	mulK, err := c.build(mul)
+	if err != nil {
+		return nil, err
+	}
+	s := sig.Outputs[0]
+	sFirst := mul.Inputs[0] == s
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, ok := in[0].Data.([]float32)
+		if !ok || rc.wants(s.Name) {
+			so, err := sigK(rc, in)
+			if err != nil {
+				return nil, err
+			}
+			rc.emit(s.Name, so[0])
+			args := []*tensor.Tensor{in[0], so[0]}
+			if sFirst {
+				args[0], args[1] = so[0], in[0]
+			}
+			o, err := mulK(rc, args)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mul, err)
+			}
+			return o, nil
+		}
+		out := rc.newFloatOut(in[0].Shape...)
+		y := out.Float32s()
+		kernels.Parallel(rc.threads, len(x), parGrain, func(lo, hi int) { kernels.SiLU(y[lo:hi], x[lo:hi]) })
+		return one(out), nil
+	}, nil
 }

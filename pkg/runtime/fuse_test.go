@@ -157,3 +157,79 @@ func TestConvFusion(t *testing.T) {
 		})
 	}
 }
+
+// siluModel is Sigmoid → Mul of its input (first or second operand),
+// then a Sigmoid whose output is also read by an Add (not fused).
+func siluModel(sigmoidFirst bool) *testmodels.Builder {
+	b := testmodels.New("silu", 17)
+	b.Input("x", tensor.Float, 2, 3, 7, 5)
+	b.Output("y", tensor.Float, 2, 3, 7, 5)
+	mul := []string{"x", "s"}
+	if sigmoidFirst {
+		mul = []string{"s", "x"}
+	}
+	b.Node("Sigmoid", "sig", []string{"x"}, []string{"s"})
+	b.Node("Mul", "mul", mul, []string{"m"})
+	b.Node("Sigmoid", "sig2", []string{"m"}, []string{"s2"})
+	b.Node("Mul", "mul2", []string{"m", "s2"}, []string{"m2"})
+	b.Node("Add", "add", []string{"m2", "s2"}, []string{"y"})
+	return b
+}
+
+// TestSiLUFusion checks that a Sigmoid multiplied by its input runs as
+// one step computing bit for bit what the two nodes compute, with a tap
+// of the Sigmoid's output seeing what the unfused engine computes.
+func TestSiLUFusion(t *testing.T) {
+	for _, sigmoidFirst := range []bool{false, true} {
+		m, err := onnxgraph.LoadBytes(siluModel(sigmoidFirst).Bytes(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused, err := NewGoSession(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fused.prog.steps) != 4 {
+			t.Fatalf("%d steps, want 4 (sig+mul, sig2, mul2, add)", len(fused.prog.steps))
+		}
+		c := &compiler{model: m, threads: 2, noFuse: true}
+		prog, err := c.compileGraph(m.Graph, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := &GoSession{model: m, prog: prog, threads: 2, inputs: fused.inputs, outputs: fused.outputs}
+		x := randomInput(4, 2, 3, 7, 5)
+		x.Float32s()[0], x.Float32s()[1] = float32(math.NaN()), float32(math.Inf(-1))
+		in := map[string]*tensor.Tensor{"x": x}
+		collect := func(s *GoSession, values []string) map[string][]float32 {
+			got := map[string][]float32{}
+			outs, err := s.Run(context.Background(), in, RunOptions{TapValues: values, Tap: func(name string, t *tensor.Tensor) {
+				got[name] = append([]float32(nil), t.Float32s()...)
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got["out"] = outs["y"].Float32s()
+			return got
+		}
+		want := collect(plain, nil)
+		for _, taps := range [][]string{{"y"}, nil} {
+			got := collect(fused, taps)
+			names := []string{"out"}
+			if taps == nil {
+				names = append(names, "s", "m", "s2")
+			}
+			for _, name := range names {
+				g, w := got[name], want[name]
+				if len(g) == 0 || len(g) != len(w) {
+					t.Fatalf("sigmoid first %v, taps %v: %s has %d values, want %d", sigmoidFirst, taps, name, len(g), len(w))
+				}
+				for i := range g {
+					if math.Float32bits(g[i]) != math.Float32bits(w[i]) && !(g[i] != g[i] && w[i] != w[i]) {
+						t.Fatalf("sigmoid first %v, taps %v: %s[%d] = %g, unfused engine gives %g", sigmoidFirst, taps, name, i, g[i], w[i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -21,6 +24,22 @@ type GoSession struct {
 	inputs  []IOInfo
 	outputs []IOInfo
 	arenas  arenas
+	profile *Profile
+	choices map[string]string
+}
+
+// KernelChoices returns, by node name, the kernels chosen when the
+// session was compiled: a Conv whose weights are constant and whose input
+// declares its channels and spatial size has its way decided then (the
+// profile shows the choices made at run time for the others).
+func (s *GoSession) KernelChoices() map[string]string { return maps.Clone(s.choices) }
+
+// chose records a compile-time kernel choice for node.
+func (c *compiler) chose(node, kernel string) {
+	if c.choices == nil {
+		c.choices = map[string]string{}
+	}
+	c.choices[node] = kernel
 }
 
 // NewGoSession compiles m for the built-in engine. Every node the engine
@@ -30,7 +49,7 @@ func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	c := &compiler{model: m, threads: threads}
+	c := &compiler{model: m, threads: threads, convWay: opts.ConvWay}
 	prog, err := c.compileGraph(m.Graph, nil, nil)
 	if err != nil {
 		return nil, err
@@ -38,7 +57,8 @@ func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
 	if len(c.unsupported) > 0 {
 		return nil, &UnsupportedError{Items: c.unsupported}
 	}
-	s := &GoSession{model: m, prog: prog, threads: threads}
+	s := &GoSession{model: m, prog: prog, threads: threads, profile: opts.Profile, choices: c.choices}
+	s.arenas.poison = opts.poisonArena
 	for _, v := range m.Graph.Inputs {
 		s.inputs = append(s.inputs, ioInfo(v))
 	}
@@ -94,8 +114,13 @@ func (s *GoSession) Run(ctx context.Context, inputs map[string]*tensor.Tensor, o
 		}
 		feeds[i] = ct
 	}
-	rc := &runCtx{ctx: ctx, threads: s.threads, tap: opts.Tap, arena: s.arenas.get()}
+	rc := &runCtx{ctx: ctx, threads: s.threads, tap: opts.Tap, arena: s.arenas.get(), profile: s.profile}
 	defer s.arenas.put(rc.arena)
+	if rc.profile != nil {
+		rc.lane = rc.profile.beginRun()
+		start := time.Now()
+		defer func() { rc.profile.endRun(rc.lane, time.Since(start)) }()
+	}
 	if opts.Tap != nil && opts.TapValues != nil {
 		rc.tapSet = map[string]bool{}
 		for _, n := range opts.TapValues {
@@ -175,6 +200,25 @@ type runCtx struct {
 	tapSet  map[string]bool
 	// arena recycles intermediate float32 buffers (nil: plain allocation).
 	arena *arena
+	// profile, when set, times the main graph's steps (depth 1), on the
+	// timeline row lane; a step's kernel may name the way it chose with
+	// chose.
+	profile *Profile
+	lane    int
+	depth   int
+	kernel  string
+}
+
+// profiling reports whether the step running now is being profiled, so
+// that kernels name their choice only when someone reads it.
+func (rc *runCtx) profiling() bool { return rc.profile != nil && rc.depth == 1 }
+
+// chose records the way the running step's kernel computed its node, for
+// the profile.
+func (rc *runCtx) chose(kernel string) {
+	if rc.profiling() {
+		rc.kernel = kernel
+	}
 }
 
 // wants reports whether the run's tap asks for the value name.
@@ -203,6 +247,9 @@ type step struct {
 	out  []int // slot per output, -1 when omitted
 	// free lists the slots whose last reader is this step.
 	free []int
+	// fused names the nodes a fused step computes besides node, for the
+	// profile ("+BatchNormalization+Relu").
+	fused string
 }
 
 type inputSlot struct {
@@ -231,6 +278,9 @@ type program struct {
 // run executes the program. feeds are the graph inputs in order; outer are
 // the enclosing graphs' values in p.outer order.
 func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	rc.depth++
+	defer func() { rc.depth-- }()
+	profiling := rc.profiling()
 	slots := make([]*tensor.Tensor, p.nslots)
 	for s, t := range p.consts {
 		slots[s] = t
@@ -264,9 +314,18 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 				args = append(args, slots[s])
 			}
 		}
+		var t0 time.Time
+		if profiling {
+			rc.kernel = ""
+			t0 = time.Now()
+		}
 		outs, err := runKernel(st, rc, args)
 		if err != nil {
 			return nil, err
+		}
+		if profiling {
+			rc.profile.record(st.node.Name, st.node.OpType, strings.TrimSpace(st.fused+" "+rc.kernel), rc.lane, t0, time.Since(t0))
+			t0 = time.Now()
 		}
 		for j, s := range st.out {
 			if s < 0 {
@@ -281,6 +340,9 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 				held[s] = true
 			}
 			rc.emit(p.names[s], outs[j])
+		}
+		if profiling && rc.tap != nil {
+			rc.profile.record(tapsNode, tapsNode, "", rc.lane, t0, time.Since(t0))
 		}
 		for _, s := range st.free {
 			if held != nil && held[s] {
@@ -323,7 +385,14 @@ type compiler struct {
 	model   *onnxgraph.Model
 	threads int
 	// noFuse disables Conv fusion (tests compare both ways).
-	noFuse      bool
+	noFuse bool
+	// convWay is the SgemmConv way asked for (Options.ConvWay).
+	convWay kernels.ConvWay
+	// constOf gives the compile-time value of a value of the graph being
+	// compiled (nil when it is computed at run time).
+	constOf func(*onnxgraph.Value) *tensor.Tensor
+	// choices are the kernel choices made at compile time, by node.
+	choices     map[string]string
 	unsupported []Unsupported
 }
 
@@ -372,6 +441,9 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		return p.consts[s]
 	}
+	outerConsts := c.constOf
+	c.constOf = constOf
+	defer func() { c.constOf = outerConsts }()
 	// fusedAway holds the nodes whose work a fused Conv step does.
 	fusedAway := map[*onnxgraph.Node]bool{}
 	ready := func(v *onnxgraph.Value) bool {
@@ -384,8 +456,13 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		st := step{node: n}
 		var chain *convChain
-		if n.OpType == "Conv" && n.Domain == "" && !c.noFuse {
+		var siluMul *onnxgraph.Node
+		switch {
+		case c.noFuse || n.Domain != "":
+		case n.OpType == "Conv":
 			chain = planConvChain(n, constOf, ready)
+		case n.OpType == "Sigmoid":
+			siluMul = planSiLU(n)
 		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
 		if chain != nil && chain.add != nil {
@@ -413,9 +490,15 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			chain = nil
 			st.in = st.in[:len(n.Inputs)+len(n.OuterInputs)]
 		}
+		if allConst {
+			siluMul = nil
+		}
 		outs := n.Outputs
-		if chain != nil {
+		switch {
+		case chain != nil:
 			outs = []*onnxgraph.Value{chain.out}
+		case siluMul != nil:
+			outs = siluMul.Outputs
 		}
 		for _, v := range outs {
 			if v == nil {
@@ -429,15 +512,18 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		if chain != nil {
 			k, err = c.buildConvChain(chain, constOf)
 			if err == nil {
-				if chain.bn != nil {
-					fusedAway[chain.bn] = true
+				for _, f := range []*onnxgraph.Node{chain.bn, chain.add, chain.act} {
+					if f != nil {
+						fusedAway[f] = true
+					}
 				}
-				if chain.add != nil {
-					fusedAway[chain.add] = true
-				}
-				if chain.act != nil {
-					fusedAway[chain.act] = true
-				}
+				st.fused = chain.fusedOps()
+			}
+		} else if siluMul != nil {
+			k, err = c.buildSiLU(n, siluMul)
+			if err == nil {
+				fusedAway[siluMul] = true
+				st.fused = "+Mul"
 			}
 		} else {
 			k, err = c.build(n)

@@ -557,3 +557,44 @@ func buildTopK(b *builder) (kernel, error) {
 		return []*tensor.Tensor{v, tensor.FromInt64(inds, os...)}, nil
 	}, nil
 }
+
+// buildOneHot builds OneHot: the output is indices with an axis of depth
+// positions inserted at axis, each value values[1] where the position is
+// the index (a negative index counts from depth) and values[0] elsewhere;
+// an index outside [−depth, depth) gives values[0] everywhere.
+func buildOneHot(b *builder) (kernel, error) {
+	axis := b.int("axis", -1)
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		ind, depthT, values := in[0], in[1], in[2]
+		if depthT.Len() != 1 {
+			return nil, fmt.Errorf("depth must have one element, has shape %v", depthT.Shape)
+		}
+		if values.Len() != 2 {
+			return nil, fmt.Errorf("values must be [off, on], has shape %v", values.Shape)
+		}
+		depth := int(asInt64(depthT)[0])
+		if depth < 1 {
+			return nil, fmt.Errorf("depth %d is not positive", depth)
+		}
+		ax, err := normAxis(axis, len(ind.Shape)+1)
+		if err != nil {
+			return nil, err
+		}
+		os := slices.Insert(slices.Clone(ind.Shape), ax, depth)
+		inner := tensor.NumElements(ind.Shape[ax:])
+		sel := make([]int, tensor.NumElements(os)) // 0: off, 1: on
+		for i, k := range asInt64(ind) {
+			if k < 0 {
+				k += int64(depth)
+			}
+			if k < 0 || k >= int64(depth) {
+				continue
+			}
+			outer, rest := i/inner, i%inner
+			sel[(outer*depth+int(k))*inner+rest] = 1
+		}
+		out := tensor.New(values.DType, os...)
+		gatherFlat(values.Data, out.Data, sel)
+		return one(out), nil
+	}, nil
+}

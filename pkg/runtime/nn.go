@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -273,7 +274,12 @@ func buildConv(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	cv := &convKernel{attrs: a}
+	cv := &convKernel{attrs: a, want: b.c.convWay}
+	if b.c.constOf != nil && len(b.n.Inputs) >= 2 {
+		if k := cv.planAhead(b.n.Inputs[0], b.c.constOf(b.n.Inputs[1])); k != "" {
+			b.c.chose(b.n.Name, k)
+		}
+	}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		var bias *tensor.Tensor
 		if len(in) > 2 {
@@ -289,15 +295,109 @@ func buildConv(b *builder) (kernel, error) {
 
 // convKernel runs one Conv node. Per shape it picks a direct depthwise
 // loop (one filter per channel), a GEMM on the input itself (1×1, stride
-// 1, no padding) or im2col + GEMM; the weights of each group are packed
-// for the GEMM once and reused while the weight tensor is the same.
+// 1, no padding), a 2-D convolution by SgemmConv or im2col + GEMM; the
+// weights of each group are packed for the GEMM once and reused while the
+// weight tensor is the same, and SgemmConv's plan is made once per
+// geometry and packed weights.
 type convKernel struct {
 	attrs *convAttrs
-	mu    sync.Mutex
+	// want is the SgemmConv way the session asks for (Options.ConvWay).
+	want kernels.ConvWay
+	mu   sync.Mutex
 	// packedFor is the weight tensor packed holds; constant weights are
 	// the same tensor at every run.
 	packedFor *tensor.Tensor
 	packed    []*kernels.PackedA
+	// plan is SgemmConv's plan for the geometry and packed weights seen
+	// last: a model's runs ask for the same ones every time.
+	plan atomic.Pointer[convPlanEntry]
+}
+
+type convPlanEntry struct {
+	g    *kernels.ConvGeom
+	pa   *kernels.PackedA
+	plan kernels.ConvPlan
+}
+
+// planFor returns SgemmConv's plan for g with the weights pa, made when
+// the pair is first seen.
+func (cv *convKernel) planFor(pa *kernels.PackedA, g *kernels.ConvGeom) kernels.ConvPlan {
+	if e := cv.plan.Load(); e != nil && e.g == g && e.pa == pa {
+		return e.plan
+	}
+	e := &convPlanEntry{g: g, pa: pa, plan: kernels.PlanConv(pa, g, cv.want)}
+	cv.plan.Store(e)
+	return e.plan
+}
+
+// convRoute is how convKernel.run computes a geometry that is not
+// depthwise: a GEMM on the input itself (direct: 1×1, stride 1, no
+// padding), SgemmConv (implicit: other 2-D) or im2col + GEMM.
+func convRoute(g *kernels.ConvGeom) (direct, implicit bool) {
+	direct = g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
+	return direct, !direct && len(g.In) == 2
+}
+
+// planAhead makes at compile time the choices that run makes at its first
+// call, when the weights w are constant and x declares its channels and
+// spatial size: the geometry, the packed weights and SgemmConv's plan,
+// which the runs then find. It returns the choice's label ("" when it
+// cannot be made yet).
+func (cv *convKernel) planAhead(x *onnxgraph.Value, w *tensor.Tensor) string {
+	if x == nil {
+		return ""
+	}
+	dims, ok := x.Shape()
+	if !ok || w == nil || w.DType != tensor.Float || len(dims) < 3 || len(dims) != len(w.Shape) {
+		return ""
+	}
+	in := make([]int, len(dims)-2)
+	for i, d := range dims[2:] {
+		if d.Param != "" || d.Size <= 0 {
+			return ""
+		}
+		in[i] = int(d.Size)
+	}
+	c, m, grp := int(dims[1].Size), w.Shape[0], cv.attrs.group
+	if dims[1].Param != "" || c <= 0 || c != w.Shape[1]*grp || m%grp != 0 {
+		return ""
+	}
+	g, _, err := cv.attrs.geometry(in, w.Shape[2:])
+	if err != nil {
+		return "" // the run reports it
+	}
+	cg, mg := c/grp, m/grp
+	if len(g.In) == 2 && cg == 1 && mg == 1 {
+		return convLabel(g, "depthwise")
+	}
+	packed := cv.packedWeights(w, grp, mg, cg*g.KernelSize())
+	switch direct, implicit := convRoute(g); {
+	case direct:
+		return convLabel(g, "gemm")
+	case implicit:
+		return convLabel(g, cv.planFor(packed[0], g).String())
+	}
+	return convLabel(g, "im2col+gemm")
+}
+
+// convLabel names a convolution for the profile: kernel, strides and the
+// way it is computed.
+func convLabel(g *kernels.ConvGeom, way string) string {
+	dims := func(v []int) string {
+		s := ""
+		for i, d := range v {
+			if i > 0 {
+				s += "×"
+			}
+			s += fmt.Sprint(d)
+		}
+		return s
+	}
+	l := dims(g.Kernel)
+	if !allOnes(g.Strides) {
+		l += "/" + dims(g.Strides)
+	}
+	return l + " " + way
 }
 
 var colPool = sync.Pool{New: func() any { return new([]float32) }}
@@ -404,6 +504,9 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 	}
 	if len(g.In) == 2 && cg == 1 && mg == 1 {
 		// Depthwise: a direct loop per channel, channels over the threads.
+		if rc.profiling() {
+			rc.chose(convLabel(g, "depthwise"))
+		}
 		kernels.Parallel(rc.threads, n*c, max(1, 1<<15/max(1, os*g.KernelSize())), func(lo, hi int) {
 			for j := lo; j < hi; {
 				img, ch := j/c, j%c
@@ -418,8 +521,21 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 	// A 1×1 stride-1 unpadded convolution needs no lowering; other 2-D
 	// convolutions gather the GEMM's panels from the image (SgemmConv),
 	// the same values as packed from an im2col matrix.
-	direct := g.KernelSize() == 1 && allOnes(g.Strides) && allZero(g.PadBegin) && equalIntSlices(g.In, g.Out)
-	implicit := !direct && len(g.In) == 2
+	direct, implicit := convRoute(g)
+	var plan kernels.ConvPlan
+	if implicit {
+		plan = cv.planFor(packed[0], g)
+	}
+	if rc.profiling() {
+		switch {
+		case direct:
+			rc.chose(convLabel(g, "gemm"))
+		case implicit:
+			rc.chose(convLabel(g, plan.String()))
+		default:
+			rc.chose(convLabel(g, "im2col+gemm"))
+		}
+	}
 	// image computes image i with the given threads and column buffer.
 	image := func(i, threads int, col []float32) {
 		for gi := 0; gi < grp; gi++ {
@@ -430,7 +546,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 			case direct:
 				kernels.SgemmPacked(threads, packed[gi], os, false, xg, os, 0, yg, os, gep)
 			case implicit:
-				kernels.SgemmConv(threads, packed[gi], g, xg, yg, os, gep)
+				kernels.SgemmConv(threads, packed[gi], g, plan, xg, yg, os, gep)
 			default:
 				kernels.Im2colParallel(threads, g, cg, xg, col)
 				kernels.SgemmPacked(threads, packed[gi], os, false, col, os, 0, yg, os, gep)
@@ -516,13 +632,13 @@ func buildConvTranspose(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
+	packs := &transposedWeights{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
 		}
-		w, err := floats(in[1], "W")
-		if err != nil {
+		if _, err := floats(in[1], "W"); err != nil {
 			return nil, err
 		}
 		xs, ws := in[0].Shape, in[1].Shape
@@ -597,13 +713,22 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		cg := c / grp
 		kk := mg * g.KernelSize()
 		is, os := g.OutSize(), g.InSize() // input positions, output positions
-		col := make([]float32, kk*is)
+		packed := packs.get(in[1], grp, cg, kk)
+		colp := colPool.Get().(*[]float32)
+		defer colPool.Put(colp)
+		if cap(*colp) < kk*is {
+			*colp = make([]float32, kk*is)
+		}
+		col := (*colp)[:kk*is]
+		if rc.profiling() {
+			rc.chose(convLabel(g, "packed gemm+col2im"))
+		}
 		for i := 0; i < n; i++ {
 			for gi := 0; gi < grp; gi++ {
 				xg := x[(i*c+gi*cg)*is : (i*c+(gi+1)*cg)*is]
 				// col (mg·K × in positions) = Wᵀ (mg·K × cg) · X (cg × in positions)
-				kernels.SgemmParallel(rc.threads, true, false, kk, is, cg, 1, w[gi*cg*kk:], kk, xg, is, 0, col, is)
-				kernels.Col2im(g, mg, col, y[(i*m+gi*mg)*os:(i*m+(gi+1)*mg)*os])
+				kernels.SgemmPacked(rc.threads, packed[gi], is, false, xg, is, 0, col, is, nil)
+				kernels.Col2imParallel(rc.threads, g, mg, col, y[(i*m+gi*mg)*os:(i*m+(gi+1)*mg)*os])
 			}
 			if bias != nil {
 				for j := 0; j < m; j++ {
@@ -616,6 +741,30 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		}
 		return one(out), nil
 	}, nil
+}
+
+// transposedWeights are a ConvTranspose's weights packed for the GEMM,
+// Wᵀ per group, while the weight tensor is the same.
+type transposedWeights struct {
+	mu     sync.Mutex
+	of     *tensor.Tensor
+	packed []*kernels.PackedA
+}
+
+// get returns the packed Wᵀ (kk × cg) of each of grp groups of w.
+func (t *transposedWeights) get(w *tensor.Tensor, grp, cg, kk int) []*kernels.PackedA {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.of == w {
+		return t.packed
+	}
+	wd := w.Float32s()
+	ps := make([]*kernels.PackedA, grp)
+	for gi := range ps {
+		ps[gi] = kernels.PackA(true, kk, cg, 1, wd[gi*cg*kk:], kk)
+	}
+	t.of, t.packed = w, ps
+	return ps
 }
 
 func buildPool(isMax bool) func(b *builder) (kernel, error) {
@@ -710,7 +859,7 @@ func colMajorIndex(i int64, dims []int) int64 {
 }
 
 func globalPoolKernel(isMax bool) kernel {
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
@@ -723,27 +872,29 @@ func globalPoolKernel(isMax bool) kernel {
 		for i := 2; i < len(os); i++ {
 			os[i] = 1
 		}
-		out := tensor.New(tensor.Float, os...)
+		out := rc.newFloatOut(os...)
 		o := out.Float32s()
 		sp := tensor.NumElements(xs[2:])
-		for p := range o {
-			plane := x[p*sp : (p+1)*sp]
-			if isMax {
-				m := float32(math.Inf(-1))
-				for _, v := range plane {
-					if v > m || v != v {
-						m = v
+		kernels.Parallel(rc.threads, len(o), max(1, parGrain/max(1, sp)), func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				plane := x[p*sp : (p+1)*sp]
+				if isMax {
+					m := float32(math.Inf(-1))
+					for _, v := range plane {
+						if v > m || v != v {
+							m = v
+						}
 					}
+					o[p] = m
+					continue
 				}
-				o[p] = m
-				continue
+				var s float64
+				for _, v := range plane {
+					s += float64(v)
+				}
+				o[p] = float32(s / float64(sp))
 			}
-			var s float64
-			for _, v := range plane {
-				s += float64(v)
-			}
-			o[p] = float32(s / float64(sp))
-		}
+		})
 		return one(out), nil
 	}
 }
@@ -751,23 +902,25 @@ func globalPoolKernel(isMax bool) kernel {
 // perChannel applies y = x·scale[c] + shift[c] over channel axis 1, with
 // the product rounded before the addition (no fused multiply-add), as the
 // BatchNormalization epilogue of a fused Conv computes it.
-func perChannel(x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
-	out := tensor.New(tensor.Float, shape...)
+// Planes are split over the run's threads.
+func perChannel(rc *runCtx, x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
+	out := rc.newFloatOut(shape...)
 	y := out.Float32s()
 	c := 1
 	if len(shape) > 1 {
 		c = shape[1]
 	}
 	sp := tensor.NumElements(shape[min(2, len(shape)):])
-	for i := 0; i < len(x)/max(c*sp, 1); i++ {
-		for j := 0; j < c; j++ {
-			off := (i*c + j) * sp
-			s, t := scale[j], shift[j]
-			for p := off; p < off+sp; p++ {
-				y[p] = float32(x[p]*s) + t
+	planes := len(x) / max(c*sp, 1) * c
+	kernels.Parallel(rc.threads, planes, max(1, parGrain/max(1, sp)), func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			s, t := scale[q%c], shift[q%c]
+			yp := y[q*sp : (q+1)*sp]
+			for i, v := range x[q*sp : (q+1)*sp] {
+				yp[i] = float32(v*s) + t
 			}
 		}
-	}
+	})
 	return out
 }
 
@@ -778,7 +931,7 @@ func buildBatchNorm(b *builder) (kernel, error) {
 	if b.opset < 9 && b.int("spatial", 1) == 0 {
 		return nil, unsupportedf("spatial=0 is not supported")
 	}
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
@@ -805,7 +958,7 @@ func buildBatchNorm(b *builder) (kernel, error) {
 		}
 		p[2], p[3] = mean, variance
 		scale, shift := kernels.BatchNormFold(p[0], p[1], p[2], p[3], nil, eps)
-		y := perChannel(x, in[0].Shape, scale, shift)
+		y := perChannel(rc, x, in[0].Shape, scale, shift)
 		if !training {
 			return one(y), nil
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -58,7 +59,7 @@ func buildReduce(op string) func(b *builder) (kernel, error) {
 		noopEmpty := b.int("noop_with_empty_axes", 0) != 0
 		attrAxes := b.ints("axes")
 		fromInput := b.opset >= axesAsInput(op)
-		return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			t := in[0]
 			axes := attrAxes
 			if fromInput {
@@ -84,10 +85,6 @@ func buildReduce(op string) func(b *builder) (kernel, error) {
 				}
 				reduce[ax] = true
 			}
-			x, err := asFloat32Exact(t)
-			if err != nil {
-				return nil, err
-			}
 			// Output shape with kept dims; each input element adds into
 			// the output element its non-reduced coordinates name.
 			ks := slices.Clone(t.Shape)
@@ -101,24 +98,45 @@ func buildReduce(op string) func(b *builder) (kernel, error) {
 			for i := range acc {
 				acc[i] = red.init
 			}
-			st := bcastStrides(ks, t.Shape)
-			pos := make([]int, r)
-			o := 0
-			for _, v := range x {
-				acc[o] = red.step(acc[o], v)
-				for d := r - 1; d >= 0; d-- {
-					pos[d]++
-					o += st[d]
-					if pos[d] < t.Shape[d] {
-						break
+			xf, isFloat := t.Data.([]float32)
+			n := t.Len()
+			if isFloat && no > 0 && reducesSuffix(reduce) {
+				// Each output reduces one contiguous run, in the order of
+				// the general loop below.
+				run := n / no
+				kernels.Parallel(rc.threads, no, max(1, parGrain/max(1, run)), func(lo, hi int) {
+					for o := lo; o < hi; o++ {
+						a := acc[o]
+						for _, v := range xf[o*run : (o+1)*run] {
+							a = red.step(a, float64(v))
+						}
+						acc[o] = a
 					}
-					o -= st[d] * t.Shape[d]
-					pos[d] = 0
+				})
+			} else {
+				x, err := asFloat32Exact(t)
+				if err != nil {
+					return nil, err
+				}
+				st := bcastStrides(ks, t.Shape)
+				pos := make([]int, r)
+				o := 0
+				for _, v := range x {
+					acc[o] = red.step(acc[o], v)
+					for d := r - 1; d >= 0; d-- {
+						pos[d]++
+						o += st[d]
+						if pos[d] < t.Shape[d] {
+							break
+						}
+						o -= st[d] * t.Shape[d]
+						pos[d] = 0
+					}
 				}
 			}
 			cnt := 1
 			if no > 0 {
-				cnt = len(x) / no
+				cnt = n / no
 			}
 			if red.final != nil {
 				for i := range acc {
@@ -141,4 +159,17 @@ func buildReduce(op string) func(b *builder) (kernel, error) {
 			return one(out), err
 		}, nil
 	}
+}
+
+// reducesSuffix reports whether the reduced axes are the last ones (at
+// least one): then every output element reduces a contiguous run.
+func reducesSuffix(reduce []bool) bool {
+	i := len(reduce)
+	for i > 0 && reduce[i-1] {
+		i--
+	}
+	if i == len(reduce) {
+		return false
+	}
+	return !slices.Contains(reduce[:i], true)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -15,6 +16,9 @@ type resizeSpec struct {
 	keepAspect                   string
 	axes                         []int64
 	opset                        int64
+	// separable makes run take the general separable sum even when only
+	// the last two axes are resized (tests compare both).
+	separable bool
 }
 
 func buildResize(b *builder) (kernel, error) {
@@ -49,7 +53,7 @@ func buildResize(b *builder) (kernel, error) {
 	return s.run, nil
 }
 
-func (s *resizeSpec) run(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func (s *resizeSpec) run(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	x, err := floats(in[0], "X")
 	if err != nil {
 		return nil, err
@@ -170,6 +174,28 @@ func (s *resizeSpec) run(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, erro
 				return tap{idx: idx, w: w}
 			}()
 		}
+	}
+	// When only the last two axes are resized, each plane is computed with
+	// their taps, as the separable sum below does.
+	planar := r >= 2 && s.coordMode != "tf_crop_and_resize" && !s.separable
+	for d := 0; d < r-2 && planar; d++ {
+		planar = os[d] == xs[d] && scales[d] == 1
+	}
+	if planar {
+		rows, cols := taps[r-2], taps[r-1]
+		ry, rx := make([]resizeTaps, len(rows)), make([]resizeTaps, len(cols))
+		for i, t := range rows {
+			ry[i] = resizeTaps{t.idx, t.w}
+		}
+		for i, t := range cols {
+			rx[i] = resizeTaps{t.idx, t.w}
+		}
+		if rc.profiling() && len(ry) > 0 && len(rx) > 0 {
+			rc.chose(fmt.Sprintf("2-D %s, %d×%d taps", s.mode, len(ry[0].idx), len(rx[0].idx)))
+		}
+		out := rc.newFloatOut(os...)
+		resizePlanes(rc.threads, x, xs[r-2], xs[r-1], ry, rx, out.Float32s())
+		return one(out), nil
 	}
 	out := tensor.New(tensor.Float, os...)
 	y := out.Float32s()
@@ -303,4 +329,72 @@ func (s *resizeSpec) weights(c float64, in int, scale float64) ([]int, []float64
 		}
 	}
 	return idx, w
+}
+
+// resizeTaps are the input indices along one axis that an output index
+// reads, with their weights.
+type resizeTaps struct {
+	idx []int
+	w   []float64
+}
+
+// resizePlanes resizes the planes of x (ih×iw each) into y through the
+// taps of each output row (ry) and column (rx):
+//
+//	y[oy, ox] = float32(Σ_ky (0 + Σ_kx (ry.w[ky]·rx.w[kx])·x[ry.idx[ky], rx.idx[kx]]))
+//
+// each sum in float64 from 0 in tap order, which is what the separable
+// recursion of resizeSpec.run computes when every other axis is kept
+// (its identity taps multiply by 1 and add to +0 a sum that cannot be
+// −0), so both give the same bits. Planes are split over the threads.
+func resizePlanes(threads int, x []float32, ih, iw int, ry, rx []resizeTaps, y []float32) {
+	oh, ow := len(ry), len(rx)
+	planes := len(y) / max(1, oh*ow)
+	// With one tap of weight 1 per row and column (nearest), the sums
+	// are x + 0 in float64: x + 0 in float32 has the same bits.
+	nearest := true
+	cols := make([]int, ow)
+	for _, t := range [][]resizeTaps{ry, rx} {
+		for _, tp := range t {
+			nearest = nearest && len(tp.idx) == 1 && tp.w[0] == 1
+		}
+	}
+	if nearest {
+		for ox, tx := range rx {
+			cols[ox] = tx.idx[0]
+		}
+	}
+	kernels.Parallel(threads, planes, max(1, parGrain/max(1, oh*ow)), func(lo, hi int) {
+		for p := lo; p < hi; p++ {
+			xp, yp := x[p*ih*iw:(p+1)*ih*iw], y[p*oh*ow:(p+1)*oh*ow]
+			if nearest {
+				for oy, ty := range ry {
+					row, xr := yp[oy*ow:(oy+1)*ow], xp[ty.idx[0]*iw:(ty.idx[0]+1)*iw]
+					if oy > 0 && ty.idx[0] == ry[oy-1].idx[0] {
+						copy(row, yp[(oy-1)*ow:oy*ow])
+						continue
+					}
+					for ox, ix := range cols {
+						row[ox] = xr[ix] + 0
+					}
+				}
+				continue
+			}
+			for oy, ty := range ry {
+				row := yp[oy*ow : (oy+1)*ow]
+				for ox, tx := range rx {
+					var acc float64
+					for ky, iy := range ty.idx {
+						xr := xp[iy*iw : (iy+1)*iw]
+						var a float64
+						for kx, ix := range tx.idx {
+							a += float64((ty.w[ky] * tx.w[kx]) * float64(xr[ix]))
+						}
+						acc += a
+					}
+					row[ox] = float32(acc)
+				}
+			}
+		}
+	})
 }

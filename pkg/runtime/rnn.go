@@ -20,7 +20,7 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 	}
 	switch name {
 	case "Sigmoid":
-		return sigmoid, nil
+		return kernels.Sigmoid32, nil
 	case "Tanh":
 		return via64(math.Tanh), nil
 	case "Relu":
@@ -62,6 +62,9 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 		return func(x float32) float32 { return x / (1 + float32(math.Abs(float64(x)))) }, nil
 	case "Softplus":
 		return softplus, nil
+	case "ParametricSoftplus":
+		def(1, 1)
+		return func(x float32) float32 { return alpha * softplus(beta*x) }, nil
 	}
 	return nil, unsupportedf("activation %q is not supported", name)
 }

@@ -208,11 +208,50 @@ func buildTranspose(b *builder) (kernel, error) {
 // arena: an odometer over the output's outer dimensions and a strided
 // copy along its last one, without transpose's index array (an int per
 // element, allocated at every run).
+// Swapping the last two axes (the others kept) goes by tiles instead, so
+// that both the rows read and the rows written stay in cache.
 func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 	os, st := permutedStrides(t.Shape, perm)
 	out := rc.newFloatOut(os...)
+	if r := len(perm); r >= 2 && perm[r-2] == r-1 && perm[r-1] == r-2 && slices.Equal(perm[:r-2], identityPerm(r-2)) {
+		transposeTiles(out.Float32s(), t.Float32s(), t.Shape[r-2], t.Shape[r-1])
+		return out
+	}
 	stridedCopy(out.Float32s(), t.Float32s(), os, st, 0)
 	return out
+}
+
+func identityPerm(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
+// transposeTiles writes each rows×cols matrix of x transposed into y, in
+// tiles of transposeTile×transposeTile.
+func transposeTiles(y, x []float32, rows, cols int) {
+	const tile = 16
+	size := rows * cols
+	if size == 0 {
+		return
+	}
+	for m := 0; m < len(x); m += size {
+		xm, ym := x[m:m+size], y[m:m+size]
+		for i0 := 0; i0 < rows; i0 += tile {
+			i1 := min(i0+tile, rows)
+			for j0 := 0; j0 < cols; j0 += tile {
+				j1 := min(j0+tile, cols)
+				for j := j0; j < j1; j++ {
+					yr := ym[j*rows : (j+1)*rows]
+					for i := i0; i < i1; i++ {
+						yr[i] = xm[i*cols+j]
+					}
+				}
+			}
+		}
+	}
 }
 
 // permutedStrides returns the shape of t's shape permuted by perm (out
@@ -386,7 +425,7 @@ func buildSplit(b *builder) (kernel, error) {
 	attrSplit := b.ints("split")
 	nout := len(b.n.Outputs)
 	numOutputs := b.int("num_outputs", 0)
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t := in[0]
 		ax, err := normAxis(axis, len(t.Shape))
 		if err != nil {
@@ -425,20 +464,32 @@ func buildSplit(b *builder) (kernel, error) {
 		outs := make([]*tensor.Tensor, len(sizes))
 		start := 0
 		for i, s := range sizes {
-			outs[i] = sliceAxis(t, ax, start, s)
+			outs[i] = sliceAxis(rc, t, ax, start, s)
 			start += s
 		}
 		return outs, nil
 	}, nil
 }
 
-// sliceAxis copies elements [start, start+n) along axis ax.
-func sliceAxis(t *tensor.Tensor, ax, start, n int) *tensor.Tensor {
+// sliceAxis copies elements [start, start+n) along axis ax; float32
+// data into the run's arena, split over its threads.
+func sliceAxis(rc *runCtx, t *tensor.Tensor, ax, start, n int) *tensor.Tensor {
 	os := slices.Clone(t.Shape)
 	os[ax] = n
-	out := tensor.New(t.DType, os...)
 	outer := tensor.NumElements(t.Shape[:ax])
 	inner := tensor.NumElements(t.Shape[ax+1:])
+	if x, ok := t.Data.([]float32); ok {
+		out := rc.newFloatOut(os...) // every element is copied in below
+		y := out.Float32s()
+		pieces := make([]floatPiece, outer)
+		for o := range pieces {
+			from := (o*t.Shape[ax] + start) * inner
+			pieces[o] = floatPiece{y[o*n*inner : (o+1)*n*inner], x[from : from+n*inner]}
+		}
+		copyPieces(rc, pieces, len(y))
+		return out
+	}
+	out := tensor.New(t.DType, os...)
 	for o := 0; o < outer; o++ {
 		copyRange(out.Data, o*n*inner, t.Data, (o*t.Shape[ax]+start)*inner, n*inner)
 	}

@@ -28,6 +28,25 @@ var expConsts = []float32{
 	88.3762626, // above this e^x overflows: clamp (Softmax never gets there)
 }
 
+// expConstsMem is the expconsts data once expConstsData wrote it.
+var expConstsMem *Mem
+
+// expConstsData returns the data block of expConsts, written on the first
+// call: each constant fills a whole vector, so that it can be a memory
+// operand of the arithmetic.
+func expConstsData() Mem {
+	if expConstsMem == nil {
+		consts := GLOBL("expconsts", RODATA|NOPTR)
+		for i, c := range expConsts {
+			for l := 0; l < 8; l++ {
+				DATA(32*i+4*l, U32(math.Float32bits(c)))
+			}
+		}
+		expConstsMem = &consts
+	}
+	return *expConstsMem
+}
+
 // expSub generates expSubRowAVX2(dst, src, n, m) float64: dst[i] =
 // e^(src[i]−m) for i < n (a multiple of 8) in float32, returning the sum
 // of dst in float64 (two accumulators of 4 lanes, added lane by lane at
@@ -36,14 +55,7 @@ var expConsts = []float32{
 func expSub() {
 	TEXT("expSubRowAVX2", NOSPLIT, "func(dst, src *float32, n int, m float32) float64")
 	Doc("expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.")
-	// Each constant fills a whole vector, so that it can be a memory
-	// operand of the arithmetic.
-	consts := GLOBL("expconsts", RODATA|NOPTR)
-	for i, c := range expConsts {
-		for l := 0; l < 8; l++ {
-			DATA(32*i+4*l, U32(math.Float32bits(c)))
-		}
-	}
+	consts := expConstsData()
 	bc := func(i int) VecVirtual {
 		v := YMM()
 		VMOVUPS(consts.Offset(32*i), v)

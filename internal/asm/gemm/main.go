@@ -81,6 +81,7 @@ func main() {
 	erf()
 	binary()
 	expSub()
+	sigmoid()
 	layerNorm()
 	Generate()
 }

@@ -4,6 +4,7 @@ package ort
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -138,6 +140,83 @@ func generated() map[string]*testmodels.Builder {
 	b.Node("Erf", "erf", []string{"m"}, []string{"e"})
 	b.Node("Add", "add", []string{"e", "x"}, []string{"y"})
 	models["activations"] = b
+
+	// Ops that left ONNX in opset 10 and that old exporters still write.
+	b = testmodels.New("legacy_ops", 7)
+	b.Input("x", tensor.Float, "N", 3, 8, 10)
+	for _, o := range []string{"crop", "cropped", "tanh", "softplus", "thresholded", "nearest", "linear"} {
+		b.Output(o, tensor.Float)
+	}
+	b.Node("ImageScaler", "scaler", []string{"x"}, []string{"scaled"}, testmodels.AttrFloat("scale", 0.5), testmodels.AttrFloats("bias", 0.1, -0.2, 0.3))
+	b.Node("Crop", "crop_border", []string{"scaled"}, []string{"crop"}, testmodels.AttrInts("border", 1, 2, 1, 0))
+	b.Node("Crop", "crop_scale", []string{"scaled"}, []string{"cropped"}, testmodels.AttrInts("border", 2, 1, 0, 0), testmodels.AttrInts("scale", 4, 5))
+	b.Node("Affine", "affine", []string{"crop"}, []string{"affine"}, testmodels.AttrFloat("alpha", 2), testmodels.AttrFloat("beta", -1))
+	b.Node("ScaledTanh", "scaled_tanh", []string{"affine"}, []string{"tanh"}, testmodels.AttrFloat("alpha", 1.5), testmodels.AttrFloat("beta", 0.7))
+	b.Node("ParametricSoftplus", "psoftplus", []string{"affine"}, []string{"softplus"}, testmodels.AttrFloat("alpha", 0.8), testmodels.AttrFloat("beta", 1.3))
+	b.Node("ThresholdedRelu", "thresh", []string{"affine"}, []string{"thresholded"}, testmodels.AttrFloat("alpha", 0.4))
+	b.Node("Upsample", "up_nearest", []string{"x"}, []string{"nearest"}, testmodels.AttrFloats("scales", 1, 1, 2, 3))
+	b.Node("Upsample", "up_linear", []string{"x"}, []string{"linear"}, testmodels.AttrFloats("scales", 1, 1, 2, 1.5), testmodels.AttrString("mode", "linear"))
+	models["legacy_ops"] = b
+
+	b = testmodels.New("upsample9", 9)
+	b.Input("x", tensor.Float, "N", 3, 8, 10).Output("y", tensor.Float)
+	b.Init("scales", []int64{4}, []float32{1, 1, 2.5, 2})
+	b.Node("Upsample", "up", []string{"x", "scales"}, []string{"y"}, testmodels.AttrString("mode", "linear"))
+	models["upsample9"] = b
+	b = testmodels.New("onehot", 13)
+	b.Input("i", tensor.Int64, "N", 3).Output("y", tensor.Float)
+	b.InitInt64("depth", []int64{}, []int64{5}) // inputs reach 7: some are outside
+	b.Init("values", []int64{2}, []float32{0.5, 2})
+	b.Node("OneHot", "onehot", []string{"i", "depth", "values"}, []string{"y"}, testmodels.AttrInt("axis", 1))
+	models["onehot"] = b
+	for _, center := range []int64{0, 1} {
+		b = testmodels.New("nms", 13)
+		b.Input("boxes", tensor.Float, "N", 40, 4).Input("scores", tensor.Float, "N", 2, 40).Output("selected", tensor.Int64)
+		b.InitInt64("most", []int64{1}, []int64{40})
+		b.Init("iou", []int64{1}, []float32{0.3})
+		b.Init("least", []int64{1}, []float32{-0.5})
+		b.Node("NonMaxSuppression", "nms", []string{"boxes", "scores", "most", "iou", "least"}, []string{"selected"},
+			testmodels.AttrInt("center_point_box", center))
+		models[fmt.Sprintf("nms_center%d", center)] = b
+	}
+	// Grid coordinates in [-2, 2): half of them sample outside the image.
+	for _, mode := range []string{"bilinear", "nearest", "bicubic"} {
+		for _, padding := range []string{"zeros", "border", "reflection"} {
+			for _, align := range []int64{0, 1} {
+				b = testmodels.New("gridsample", 16)
+				b.Input("x", tensor.Float, "N", 3, 6, 7).Input("grid", tensor.Float, "N", 5, 4, 2).Output("y", tensor.Float)
+				b.Node("GridSample", "gs", []string{"x", "grid"}, []string{"y"}, testmodels.AttrString("mode", mode),
+					testmodels.AttrString("padding_mode", padding), testmodels.AttrInt("align_corners", align))
+				models[fmt.Sprintf("gridsample_%s_%s_align%d", mode, padding, align)] = b
+			}
+		}
+	}
+	// Regions inside, across and beyond the image's edges.
+	rois := []float32{1, 1, 6, 5, 0, 0, 11.5, 9.5, -3, 2, 4, 7, 8, 6, 15, 14, 2.2, 3.7, 2.9, 4.1}
+	for _, opset := range []int64{10, 16} {
+		for _, mode := range []string{"avg", "max"} {
+			for _, coord := range []string{"half_pixel", "output_half_pixel"} {
+				for _, ratio := range []int64{0, 2} {
+					if opset == 10 && coord == "half_pixel" {
+						continue // opset 10 has output_half_pixel only
+					}
+					b = testmodels.New("roialign", opset)
+					b.Input("x", tensor.Float, "N", 3, 10, 12).Output("y", tensor.Float)
+					b.Init("rois", []int64{5, 4}, rois)
+					b.InitInt64("batch", []int64{5}, []int64{0, 1, 2, 1, 0})
+					attrs := []*onnxpb.AttributeProto{testmodels.AttrString("mode", mode), testmodels.AttrInt("output_height", 3),
+						testmodels.AttrInt("output_width", 4), testmodels.AttrInt("sampling_ratio", ratio), testmodels.AttrFloat("spatial_scale", 0.9)}
+					if opset >= 16 {
+						attrs = append(attrs, testmodels.AttrString("coordinate_transformation_mode", coord))
+					}
+					b.Node("RoiAlign", "roi", []string{"x", "rois", "batch"}, []string{"y"}, attrs...)
+					models[fmt.Sprintf("roialign%d_%s_%s_ratio%d", opset, mode, coord, ratio)] = b
+				}
+			}
+		}
+	}
+	models["loop"] = testmodels.Loop()
+	models["scan"] = testmodels.Scan()
 	return models
 }
 
