@@ -55,6 +55,7 @@ type quantizeOptions struct {
 // plan the same tensors as quantize.
 func addPrepareFlags(f *pflag.FlagSet, p *passes.PrepareOptions) {
 	negBool(f, &p.NoOpIntrinsics, "op-intrinsics", "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
+	negBool(f, &p.NoPatterns, "patterns", "quantize multi-node patterns (decomposed LayerNorm and GELU, SiLU, HardSwish, Conv/Gemm + Add, MatMul + bias, attention scores up to Softmax) at their boundaries only; =false quantizes their insides too")
 	negBool(f, &p.ConcatOwnQParams, "concat-share", "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
 }
 

@@ -56,6 +56,9 @@ type PrepareOptions struct {
 	// Target decides where Q/DQ pairs go (placement.go); nil places them
 	// wherever the config asks (the generic target).
 	Target *config.Target
+	// NoPatterns quantizes the values inside multi-node patterns
+	// (patternTable) like any other instead of at the patterns' boundaries.
+	NoPatterns bool
 }
 
 // request is one node asking for a value to be quantized.
@@ -99,6 +102,10 @@ type preparer struct {
 	nonNeg map[string]bool
 	// place is the target's placement.
 	place *placement
+	// inside maps each value inside a pattern to its match, and
+	// patternOf each node of a match to it.
+	inside    map[string]*PatternMatch
+	patternOf map[string]*PatternMatch
 }
 
 func (p *preparer) note(format string, args ...any) {
@@ -115,6 +122,7 @@ func (p *preparer) request(value string, r request) {
 func (p *preparer) run() error {
 	p.quantized = map[string]int{}
 	p.place = place(p.g, p.res, p.opts.Target)
+	p.findPatterns()
 	// Fused activations: Conv → Relu has no Q/DQ in between.
 	var fusedPairs [][3]string
 	wanted := map[string]bool{}
@@ -143,6 +151,9 @@ func (p *preparer) run() error {
 			if t.Spec == nil || t.Role == config.RoleState {
 				continue
 			}
+			if p.inside[t.Value] != nil {
+				continue
+			}
 			wanted[t.Value] = true
 			if t.Role == config.RoleOutput && r.quantizesOutput(t.Index) && !p.fused[t.Value] && !p.place.floatOutput[n.Name] {
 				p.request(t.Value, request{spec: t.Spec, rule: t.Rule, node: n.Name})
@@ -156,7 +167,7 @@ func (p *preparer) run() error {
 			continue
 		}
 		for _, t := range nr.Tensors {
-			if t.Spec == nil || t.Role != config.RoleInput || !r.quantizesInput(t.Index) {
+			if t.Spec == nil || t.Role != config.RoleInput || !r.quantizesInput(t.Index) || p.inside[t.Value] != nil {
 				continue
 			}
 			if p.fused[t.Value] {
@@ -591,6 +602,9 @@ func (p *preparer) skips() {
 			reason = p.place.floatWhy[n.Name]
 		case len(n.Subgraphs) > 0:
 			reason = "control flow: nodes inside subgraphs are not quantized"
+		case p.patternOf[n.Name] != nil:
+			pm := p.patternOf[n.Name]
+			reason = fmt.Sprintf("inside pattern %s (output node %q): quantized at its boundary", pm.Pattern, pm.Root().Name)
 		case !ok && n.Domain != "":
 			reason = fmt.Sprintf("no quantization rule for op %s.%s; runs in float", n.Domain, n.OpType)
 		case !ok:
@@ -609,6 +623,7 @@ func (p *preparer) configReason(n *onnxgraph.Node) string {
 	if nr == nil {
 		return "not reached by the config resolution"
 	}
+
 	for _, t := range nr.Tensors {
 		if t.Spec == nil && t.Reason != "" {
 			return fmt.Sprintf("%s: %s (%s)", t.Label(), t.Reason, t.Rule)

@@ -1,0 +1,408 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// A pattern is a group of nodes that a backend runs as one op (torch.ao's
+// BackendPatternConfig): a LayerNormalization or GELU that the exporter
+// wrote out op by op, a Conv followed by the Add of a residual, a MatMul
+// and the Add of its bias, the scores of an attention head up to their
+// Softmax. Its values are quantized at the pattern's boundary only: the
+// inputs it reads from outside and the output of its last node. The values
+// inside never meet a QuantizeLinear; a Q/DQ pair there (between the mean
+// and the variance of a LayerNorm, or on x/√2 inside a GELU) costs accuracy
+// and no runtime uses it.
+//
+// Patterns are written as data, one statement per node in topological
+// order, the last node's output being the pattern's output:
+//
+//	name = Op(arg, arg, ...)
+//
+// An arg is a name defined by an earlier statement (that node's output,
+// which must be consumed only inside the pattern), another name (a value
+// from outside the pattern; every use of the name must be the same value),
+// `$` (any constant) or a number (a constant scalar equal to it within
+// 1e-3 relative). Add and Mul match their two inputs in either order.
+// Inputs past the args (Conv's weight, ReduceMean's axes) must be constant.
+type pattern struct {
+	name  string
+	nodes []patternNode
+}
+
+type patternNode struct {
+	op   string
+	args []patternArg
+}
+
+type argKind uint8
+
+const (
+	argInner  argKind = iota // output of an earlier pattern node
+	argOuter                 // a value from outside the pattern
+	argConst                 // any constant
+	argNumber                // a constant scalar of the given value
+)
+
+type patternArg struct {
+	kind  argKind
+	node  int     // argInner: the statement's index
+	name  string  // argOuter: the capture's name
+	value float64 // argNumber
+}
+
+// patternTable lists the patterns, larger ones first: when two patterns
+// could claim the same node, the first in the table wins.
+var patternTable = mustPatterns(map[string][]string{
+	"layer_norm": {
+		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
+		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
+	},
+	"layer_norm_square_by_mul": {
+		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Mul(d, d)", "v = ReduceMean(p)",
+		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
+	},
+	"layer_norm_no_affine": {
+		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
+		"e = Add(v, $)", "s = Sqrt(e)", "y = Div(d, s)",
+	},
+	"rms_norm": {
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "n = Div(x, s)", "y = Mul(n, $)",
+	},
+	"gelu_tanh": {
+		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
+		"t = Tanh(s)", "u = Add(t, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
+	},
+	"gelu_tanh_half_last": {
+		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
+		"t = Tanh(s)", "u = Add(t, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
+	},
+	"gelu": {
+		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
+	},
+	"gelu_by_mul": {
+		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
+	},
+	"gelu_half_first": {
+		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
+	},
+	"gelu_by_mul_half_first": {
+		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
+	},
+	"hard_swish":          {"a = Add(x, 3)", "c = Clip(a)", "d = Div(c, 6)", "y = Mul(x, d)"},
+	"hard_swish_div_last": {"a = Add(x, 3)", "c = Clip(a)", "m = Mul(x, c)", "y = Div(m, 6)"},
+	"hard_swish_by_mul":   {"a = Add(x, 3)", "c = Clip(a)", "d = Mul(c, 0.16666667)", "y = Mul(x, d)"},
+	"hard_sigmoid":        {"a = Add(x, 3)", "c = Clip(a)", "y = Div(c, 6)"},
+	"hard_sigmoid_by_mul": {"a = Add(x, 3)", "c = Clip(a)", "y = Mul(c, 0.16666667)"},
+	"hard_swish_op":       {"h = HardSigmoid(x)", "y = Mul(x, h)"},
+	"silu":                {"s = Sigmoid(x)", "y = Mul(x, s)"},
+	"attention_scores": {
+		"s = MatMul(q, k)", "t = Mul(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
+	},
+	"attention_scores_div": {
+		"s = MatMul(q, k)", "t = Div(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
+	},
+	"attention_scores_scaled":      {"s = MatMul(q, k)", "t = Mul(s, $)", "y = Softmax(t)"},
+	"attention_scores_div_no_mask": {"s = MatMul(q, k)", "t = Div(s, $)", "y = Softmax(t)"},
+	"attention_scores_masked":      {"s = MatMul(q, k)", "a = Add(s, mask)", "y = Softmax(a)"},
+	"conv_add":                     {"c = Conv(x)", "y = Add(c, r)"},
+	"conv_transpose_add":           {"c = ConvTranspose(x)", "y = Add(c, r)"},
+	"gemm_add":                     {"c = Gemm(x)", "y = Add(c, r)"},
+	"linear":                       {"m = MatMul(x, $)", "y = Add(m, $)"},
+})
+
+// mustPatterns parses the table and orders it: more nodes first, then by
+// name, so that matching is deterministic and the largest pattern wins.
+func mustPatterns(src map[string][]string) []pattern {
+	var out []pattern
+	for name, stmts := range src {
+		p, err := parsePattern(name, stmts)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if len(out[i].nodes) != len(out[j].nodes) {
+			return len(out[i].nodes) > len(out[j].nodes)
+		}
+		return out[i].name < out[j].name
+	})
+	return out
+}
+
+// parsePattern reads one pattern's statements.
+func parsePattern(name string, stmts []string) (pattern, error) {
+	p := pattern{name: name}
+	defined := map[string]int{}
+	used := map[int]bool{}
+	for _, s := range stmts {
+		lhs, rhs, ok := strings.Cut(s, "=")
+		lhs, rhs = strings.TrimSpace(lhs), strings.TrimSpace(rhs)
+		open, closing := strings.IndexByte(rhs, '('), strings.LastIndexByte(rhs, ')')
+		if !ok || !isIdent(lhs) || open <= 0 || closing != len(rhs)-1 {
+			return p, fmt.Errorf("pattern %s: %q is not `name = Op(args)`", name, s)
+		}
+		if _, dup := defined[lhs]; dup {
+			return p, fmt.Errorf("pattern %s: %q defined twice", name, lhs)
+		}
+		n := patternNode{op: rhs[:open]}
+		for _, a := range strings.Split(rhs[open+1:closing], ",") {
+			a = strings.TrimSpace(a)
+			switch {
+			case a == "$":
+				n.args = append(n.args, patternArg{kind: argConst})
+			case isIdent(a):
+				if i, ok := defined[a]; ok {
+					n.args = append(n.args, patternArg{kind: argInner, node: i})
+					used[i] = true
+				} else {
+					n.args = append(n.args, patternArg{kind: argOuter, name: a})
+				}
+			default:
+				v, err := strconv.ParseFloat(a, 64)
+				if err != nil {
+					return p, fmt.Errorf("pattern %s: argument %q of %q is not a name, $ or a number", name, a, s)
+				}
+				n.args = append(n.args, patternArg{kind: argNumber, value: v})
+			}
+		}
+		defined[lhs] = len(p.nodes)
+		p.nodes = append(p.nodes, n)
+	}
+	if len(p.nodes) < 2 {
+		return p, fmt.Errorf("pattern %s: fewer than two nodes", name)
+	}
+	for i := range len(p.nodes) - 1 {
+		if !used[i] {
+			return p, fmt.Errorf("pattern %s: node %d (%s) is not read by the pattern", name, i, p.nodes[i].op)
+		}
+	}
+	return p, nil
+}
+
+func isIdent(s string) bool {
+	if s == "" || !unicode.IsLetter(rune(s[0])) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// PatternMatch is one pattern found in a graph.
+type PatternMatch struct {
+	Pattern string
+	// Nodes are the graph's nodes in the pattern's statement order; the
+	// last is the root, whose output is the pattern's output.
+	Nodes []*onnxgraph.Node
+	// Inside are the values produced and consumed inside the pattern.
+	Inside []string
+}
+
+// Root is the pattern's last node.
+func (pm *PatternMatch) Root() *onnxgraph.Node { return pm.Nodes[len(pm.Nodes)-1] }
+
+// FindPatterns matches the pattern table against g: each node belongs to
+// at most one match, the table's order deciding between overlapping ones;
+// matches are listed in the order of their roots.
+func FindPatterns(m *onnxgraph.Model) []*PatternMatch {
+	claimed := map[*onnxgraph.Node]bool{}
+	var out []*PatternMatch
+	for _, p := range patternTable {
+		for _, n := range m.Graph.Nodes {
+			if claimed[n] {
+				continue
+			}
+			pm := matchPattern(m, p, n)
+			if pm == nil {
+				continue
+			}
+			free := true
+			for _, x := range pm.Nodes {
+				free = free && !claimed[x]
+			}
+			if !free {
+				continue
+			}
+			for _, x := range pm.Nodes {
+				claimed[x] = true
+			}
+			out = append(out, pm)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Root().Index < out[j].Root().Index })
+	return out
+}
+
+// binding is a partial match: the graph node of each statement and the
+// value of each outside name.
+type binding struct {
+	nodes []*onnxgraph.Node
+	outer map[string]*onnxgraph.Value
+}
+
+func (b binding) clone() binding {
+	c := binding{nodes: append([]*onnxgraph.Node(nil), b.nodes...), outer: make(map[string]*onnxgraph.Value, len(b.outer))}
+	for k, v := range b.outer {
+		c.outer[k] = v
+	}
+	return c
+}
+
+// matchPattern tries p with its root at n.
+func matchPattern(m *onnxgraph.Model, p pattern, n *onnxgraph.Node) *PatternMatch {
+	b := binding{nodes: make([]*onnxgraph.Node, len(p.nodes)), outer: map[string]*onnxgraph.Value{}}
+	b, ok := matchNode(m, p, len(p.nodes)-1, n, b)
+	if !ok {
+		return nil
+	}
+	seen := map[*onnxgraph.Node]bool{}
+	for _, x := range b.nodes {
+		if x == nil || seen[x] {
+			return nil
+		}
+		seen[x] = true
+	}
+	pm := &PatternMatch{Pattern: p.name, Nodes: b.nodes}
+	// Every value made inside must stay inside: read only by the
+	// pattern's nodes and not a graph output.
+	for _, x := range b.nodes[:len(b.nodes)-1] {
+		for _, v := range x.Outputs {
+			if v == nil {
+				continue
+			}
+			if v.IsGraphOutput {
+				return nil
+			}
+			for _, c := range v.Consumers {
+				if !seen[c] {
+					return nil
+				}
+			}
+			pm.Inside = append(pm.Inside, v.Name)
+		}
+	}
+	return pm
+}
+
+// matchNode matches statement i of p against n, extending b.
+func matchNode(m *onnxgraph.Model, p pattern, i int, n *onnxgraph.Node, b binding) (binding, bool) {
+	st := p.nodes[i]
+	if n == nil || n.Domain != "" || n.OpType != st.op || len(n.Subgraphs) > 0 || len(n.Inputs) < len(st.args) {
+		return b, false
+	}
+	if b.nodes[i] != nil {
+		return b, b.nodes[i] == n
+	}
+	for _, v := range n.Inputs[len(st.args):] {
+		if v != nil && !v.IsConst() {
+			return b, false
+		}
+	}
+	orders := [][]int{identityOrder(len(st.args))}
+	if (st.op == "Add" || st.op == "Mul") && len(st.args) == 2 {
+		orders = append(orders, []int{1, 0})
+	}
+	for _, order := range orders {
+		c := b.clone()
+		c.nodes[i] = n
+		ok := true
+		for k, a := range st.args {
+			var next bool
+			c, next = matchArg(m, p, a, n.Inputs[order[k]], c)
+			if !next {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return c, true
+		}
+	}
+	return b, false
+}
+
+func identityOrder(n int) []int {
+	o := make([]int, n)
+	for i := range o {
+		o[i] = i
+	}
+	return o
+}
+
+// matchArg matches one argument against the input value v.
+func matchArg(m *onnxgraph.Model, p pattern, a patternArg, v *onnxgraph.Value, b binding) (binding, bool) {
+	if v == nil {
+		return b, false
+	}
+	switch a.kind {
+	case argInner:
+		if v.Producer == nil || len(v.Producer.Outputs) == 0 || v.Producer.Outputs[0] != v {
+			return b, false
+		}
+		return matchNode(m, p, a.node, v.Producer, b)
+	case argOuter:
+		if prev, ok := b.outer[a.name]; ok {
+			return b, prev == v
+		}
+		b.outer[a.name] = v
+		return b, true
+	case argConst:
+		return b, v.IsConst()
+	case argNumber:
+		x, ok := constScalar(m, v)
+		return b, ok && math.Abs(x-a.value) <= 1e-3*math.Abs(a.value)
+	}
+	return b, false
+}
+
+// constScalar reads a constant holding one value.
+func constScalar(m *onnxgraph.Model, v *onnxgraph.Value) (float64, bool) {
+	if !v.IsConst() {
+		return 0, false
+	}
+	t, err := tensor.FromProto(v.Const, m)
+	if err != nil || tensor.NumElements(t.Shape) != 1 {
+		return 0, false
+	}
+	f, err := t.AsFloat32()
+	if err != nil || len(f) != 1 {
+		return 0, false
+	}
+	return float64(f[0]), true
+}
+
+// findPatterns matches the pattern table unless turned off, and notes
+// each match.
+func (p *preparer) findPatterns() {
+	p.inside, p.patternOf = map[string]*PatternMatch{}, map[string]*PatternMatch{}
+	if p.opts.NoPatterns {
+		return
+	}
+	for _, pm := range FindPatterns(p.m) {
+		for _, n := range pm.Nodes {
+			p.patternOf[n.Name] = pm
+		}
+		for _, v := range pm.Inside {
+			p.inside[v] = pm
+		}
+		p.note("pattern %s at %s: quantized at its boundary, no Q/DQ on its %d inner value(s)", pm.Pattern, nodeSpan(pm.Nodes), len(pm.Inside))
+	}
+}
+
+// nodeSpan names a match's nodes: the first and the root.
+func nodeSpan(ns []*onnxgraph.Node) string {
+	return fmt.Sprintf("%q … %q (%d nodes)", ns[0].Name, ns[len(ns)-1].Name, len(ns))
+}

@@ -1,0 +1,366 @@
+package passes
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// patternBuilder writes nodes the way exporters do, each constant a
+// scalar initializer of its own.
+type patternBuilder struct {
+	*testmodels.Builder
+	consts int
+}
+
+func newPatternBuilder(name string) *patternBuilder {
+	b := &patternBuilder{Builder: testmodels.New(name, 17)}
+	b.Input("x", tensor.Float, 2, 4, 8)
+	return b
+}
+
+// c adds a scalar constant and returns its name.
+func (b *patternBuilder) c(v float32) string {
+	b.consts++
+	name := fmt.Sprintf("const%d", b.consts)
+	b.Init(name, []int64{}, []float32{v})
+	return name
+}
+
+// vec adds a constant vector of 8 values and returns its name.
+func (b *patternBuilder) vec(v float32) string {
+	b.consts++
+	name := fmt.Sprintf("vec%d", b.consts)
+	d := make([]float32, 8)
+	for i := range d {
+		d[i] = v + float32(i)/16
+	}
+	b.Init(name, []int64{8}, d)
+	return name
+}
+
+func (b *patternBuilder) n(op, out string, in ...string) {
+	b.Node(op, out+"_node", in, []string{out})
+}
+
+func (b *patternBuilder) model(t *testing.T, outputs ...string) *onnxgraph.Model {
+	t.Helper()
+	for _, o := range outputs {
+		b.Output(o, tensor.Float, 2, 4, 8)
+	}
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// layerNorm writes torch's opset-13 LayerNorm over the last axis of in.
+func (b *patternBuilder) layerNorm(in, out string) {
+	b.normalize(in, out+"_norm")
+	b.n("Mul", out+"_scaled", out+"_norm", b.vec(1))
+	b.n("Add", out, out+"_scaled", b.vec(0))
+}
+
+// normalize writes a LayerNorm without scale and shift.
+func (b *patternBuilder) normalize(in, out string) {
+	b.Node("ReduceMean", out+"_mean_node", []string{in}, []string{out + "_mean"}, testmodels.AttrInts("axes", -1))
+	b.n("Sub", out+"_d", in, out+"_mean")
+	b.n("Pow", out+"_sq", out+"_d", b.c(2))
+	b.Node("ReduceMean", out+"_var_node", []string{out + "_sq"}, []string{out + "_var"}, testmodels.AttrInts("axes", -1))
+	b.n("Add", out+"_ve", out+"_var", b.c(1e-5))
+	b.n("Sqrt", out+"_std", out+"_ve")
+	b.n("Div", out, out+"_d", out+"_std")
+}
+
+// gelu writes the erf GELU as torch exports it.
+func (b *patternBuilder) gelu(in, out string) {
+	b.n("Div", out+"_a", in, b.c(1.4142135))
+	b.n("Erf", out+"_e", out+"_a")
+	b.n("Add", out+"_u", out+"_e", b.c(1))
+	b.n("Mul", out+"_g", in, out+"_u")
+	b.n("Mul", out, out+"_g", b.c(0.5))
+}
+
+func TestFindPatterns(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(b *patternBuilder)
+		// want lists "pattern:root" for each match.
+		want []string
+	}{
+		{"layer_norm", func(b *patternBuilder) { b.layerNorm("x", "y") }, []string{"layer_norm:y_node"}},
+		{"layer_norm square by Mul, constants swapped", func(b *patternBuilder) {
+			b.Node("ReduceMean", "m", []string{"x"}, []string{"mean"}, testmodels.AttrInts("axes", -1))
+			b.n("Sub", "d", "x", "mean")
+			b.n("Mul", "sq", "d", "d")
+			b.Node("ReduceMean", "v", []string{"sq"}, []string{"var"}, testmodels.AttrInts("axes", -1))
+			b.n("Add", "ve", b.c(1e-5), "var")
+			b.n("Sqrt", "std", "ve")
+			b.n("Div", "norm", "d", "std")
+			b.n("Mul", "scaled", b.vec(1), "norm")
+			b.n("Add", "y", b.vec(0), "scaled")
+		}, []string{"layer_norm_square_by_mul:y_node"}},
+		{"layer_norm without affine", func(b *patternBuilder) {
+			b.normalize("x", "ln")
+		}, []string{"layer_norm_no_affine:ln_node"}},
+		{"gelu", func(b *patternBuilder) { b.gelu("x", "y") }, []string{"gelu:y_node"}},
+		{"gelu by Mul, half first", func(b *patternBuilder) {
+			b.n("Mul", "a", "x", b.c(0.70710678))
+			b.n("Erf", "e", "a")
+			b.n("Add", "u", b.c(1), "e")
+			b.n("Mul", "h", "x", b.c(0.5))
+			b.n("Mul", "y", "u", "h")
+		}, []string{"gelu_by_mul_half_first:y_node"}},
+		{"gelu with a wrong constant is not a gelu", func(b *patternBuilder) {
+			b.n("Div", "a", "x", b.c(2))
+			b.n("Erf", "e", "a")
+			b.n("Add", "u", "e", b.c(1))
+			b.n("Mul", "g", "x", "u")
+			b.n("Mul", "y", "g", b.c(0.5))
+		}, nil},
+		{"gelu whose erf is also read outside is not a pattern", func(b *patternBuilder) {
+			b.gelu("x", "y")
+			b.n("Relu", "z", "y_e")
+		}, nil},
+		{"gelu_tanh", func(b *patternBuilder) {
+			b.n("Pow", "c", "x", b.c(3))
+			b.n("Mul", "k", "c", b.c(0.044715))
+			b.n("Add", "i", "x", "k")
+			b.n("Mul", "s", "i", b.c(0.7978846))
+			b.n("Tanh", "th", "s")
+			b.n("Add", "u", "th", b.c(1))
+			b.n("Mul", "h", "x", b.c(0.5))
+			b.n("Mul", "y", "h", "u")
+		}, []string{"gelu_tanh:y_node"}},
+		{"silu", func(b *patternBuilder) {
+			b.n("Sigmoid", "s", "x")
+			b.n("Mul", "y", "s", "x")
+		}, []string{"silu:y_node"}},
+		{"sigmoid times another value is not silu", func(b *patternBuilder) {
+			b.n("Relu", "r", "x")
+			b.n("Sigmoid", "s", "x")
+			b.n("Mul", "y", "s", "r")
+		}, nil},
+		{"hard_swish", func(b *patternBuilder) {
+			b.n("Add", "a", "x", b.c(3))
+			b.Node("Clip", "clip", []string{"a", b.c(0), b.c(6)}, []string{"c"})
+			b.n("Div", "d", "c", b.c(6))
+			b.n("Mul", "y", "x", "d")
+		}, []string{"hard_swish:y_node"}},
+		{"hard_sigmoid", func(b *patternBuilder) {
+			b.n("Add", "a", "x", b.c(3))
+			b.Node("Clip", "clip", []string{"a", b.c(0), b.c(6)}, []string{"c"})
+			b.n("Div", "y", "c", b.c(6))
+		}, []string{"hard_sigmoid:y_node"}},
+		{"HardSigmoid op times x", func(b *patternBuilder) {
+			b.n("HardSigmoid", "h", "x")
+			b.n("Mul", "y", "x", "h")
+		}, []string{"hard_swish_op:y_node"}},
+		{"attention scores", func(b *patternBuilder) {
+			b.Input("k", tensor.Float, 2, 8, 4)
+			b.Input("mask", tensor.Float, 2, 4, 4)
+			b.n("MatMul", "s", "x", "k")
+			b.n("Mul", "t", "s", b.c(0.35))
+			b.n("Add", "a", "t", "mask")
+			b.Node("Softmax", "y_node", []string{"a"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+		}, []string{"attention_scores:y_node"}},
+		{"conv and residual add", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 4, 4, 1)
+			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+			b.n("Add", "y", "x", "c")
+		}, []string{"conv_add:y_node"}},
+		{"conv whose output is read twice", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 4, 4, 1)
+			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+			b.n("Add", "y", "x", "c")
+			b.n("Relu", "z", "c")
+		}, nil},
+		{"linear", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 8, 8)
+			b.n("MatMul", "m", "x", "w")
+			b.n("Add", "y", b.vec(0), "m")
+		}, []string{"linear:y_node"}},
+		{"MatMul of two activations plus a constant is not linear", func(b *patternBuilder) {
+			b.Input("w", tensor.Float, 8, 8)
+			b.n("MatMul", "m", "x", "w")
+			b.n("Add", "y", "m", b.vec(0))
+		}, nil},
+		{"two patterns in a row, the larger first", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 8, 8)
+			b.n("MatMul", "m", "x", "w")
+			b.n("Add", "h", "m", b.vec(0))
+			b.gelu("h", "g")
+			b.layerNorm("g", "y")
+		}, []string{"linear:h_node", "gelu:g_node", "layer_norm:y_node"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newPatternBuilder("patterns")
+			tc.build(b)
+			var outs []string
+			for _, o := range []string{"y", "z", "ln"} {
+				if hasOutput(b, o) {
+					outs = append(outs, o)
+				}
+			}
+			m := b.model(t, outs...)
+			var got []string
+			for _, pm := range FindPatterns(m) {
+				got = append(got, pm.Pattern+":"+pm.Root().Name)
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("matches %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// hasOutput reports whether a node of b writes name.
+func hasOutput(b *patternBuilder, name string) bool {
+	for _, n := range b.Model.Graph.Node {
+		for _, o := range n.Output {
+			if o == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// chainModel runs x through a linear layer, a GELU, a LayerNorm, a SiLU
+// and an attention score block: one of each pattern family.
+func chainModel(t *testing.T) *onnxgraph.Model {
+	b := newPatternBuilder("pattern_chain")
+	b.RandomInit("w", 0.5, 8, 8)
+	b.n("MatMul", "m", "x", "w")
+	b.n("Add", "h", "m", b.vec(0))
+	b.gelu("h", "g")
+	b.layerNorm("g", "ln")
+	b.n("Sigmoid", "sig", "ln")
+	b.n("Mul", "act", "ln", "sig")
+	b.RandomInit("wk", 0.5, 8, 8)
+	b.n("MatMul", "k", "act", "wk")
+	b.Node("Transpose", "kt_node", []string{"k"}, []string{"kt"}, testmodels.AttrInts("perm", 0, 2, 1))
+	b.n("MatMul", "s", "act", "kt")
+	b.n("Mul", "sc", "s", b.c(0.35))
+	b.Node("Softmax", "y_node", []string{"sc"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+	b.Output("y", tensor.Float, 2, 4, 4)
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestPatternBoundaries pins the plan and the written model of the
+// pattern chain, and checks that no value inside a pattern is quantized
+// while every boundary value is.
+func TestPatternBoundaries(t *testing.T) {
+	m := chainModel(t)
+	u := quantize(t, m, "w8a8", PrepareOptions{}, true)
+	var b bytes.Buffer
+	for _, pm := range FindPatterns(u.Model) {
+		fmt.Fprintf(&b, "pattern %s root %q inside %q\n", pm.Pattern, pm.Root().Name, pm.Inside)
+	}
+	if err := u.Plan.Dump(&b); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "--- model\n")
+	if err := finalize.DumpModel(&b, u.Result.Model); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Golden(t, filepath.Join("testdata", "patterns", "chain.w8a8.txt"), b.Bytes())
+
+	checkBoundaries(t, u)
+	for _, v := range []string{"x", "h", "g", "ln", "act", "y"} {
+		if u.Plan.Tensor(v) == nil {
+			t.Errorf("boundary value %q is not quantized", v)
+		}
+	}
+
+	// Without patterns, the inside values are quantized again.
+	off := quantize(t, chainModel(t), "w8a8", PrepareOptions{NoPatterns: true}, true)
+	for _, v := range []string{"m", "g_a", "ln_norm_d", "sig", "s"} {
+		if off.Plan.Tensor(v) == nil {
+			t.Errorf("NoPatterns: %q is not quantized", v)
+		}
+	}
+}
+
+// checkBoundaries fails when a QuantizeLinear of the written model reads a
+// value inside a pattern of the model that was quantized.
+func checkBoundaries(t *testing.T, u *Unit) {
+	t.Helper()
+	inside := map[string]string{}
+	for _, pm := range FindPatterns(u.Model) {
+		for _, v := range pm.Inside {
+			inside[v] = pm.Pattern
+		}
+	}
+	if len(inside) == 0 {
+		t.Fatal("no pattern found")
+	}
+	for _, n := range u.Result.Model.Graph.Nodes {
+		if n.OpType != "QuantizeLinear" {
+			continue
+		}
+		if p, ok := inside[n.Inputs[0].Name]; ok {
+			t.Errorf("%s quantizes %q, inside pattern %s", n.Name, n.Inputs[0].Name, p)
+		}
+	}
+	for _, tp := range u.Plan.Tensors {
+		if p, ok := inside[tp.Value]; ok {
+			t.Errorf("plan quantizes %q, inside pattern %s", tp.Value, p)
+		}
+	}
+}
+
+// TestPatternsOpset13Encoder finds every decomposed LayerNorm and GELU of
+// the shared opset-13 BERT encoder and checks the written model has no
+// Q/DQ inside them; the golden lists the matches.
+func TestPatternsOpset13Encoder(t *testing.T) {
+	dir := testutil.SharedModels(t)
+	m, err := onnxgraph.Load(filepath.Join(dir, "bert_encoder-op13", "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := quantize(t, m, "w8a8", PrepareOptions{}, true)
+	var b bytes.Buffer
+	count := map[string]int{}
+	for _, pm := range FindPatterns(u.Model) {
+		count[pm.Pattern]++
+		fmt.Fprintf(&b, "%s %q\n", pm.Pattern, pm.Root().Name)
+	}
+	testutil.Golden(t, filepath.Join("testdata", "patterns", "bert_encoder-op13.txt"), b.Bytes())
+	// 4 layers: two LayerNorms and one GELU each, plus the embedding's
+	// LayerNorm.
+	if count["layer_norm"] != 9 || count["gelu"] != 4 {
+		t.Errorf("found %d layer_norm and %d gelu patterns, want 9 and 4", count["layer_norm"], count["gelu"])
+	}
+	checkBoundaries(t, u)
+}
+
+// TestPatternsKeepFloatFunction checks on the chain model that
+// quantizing at the boundaries only is closer to the float model than
+// quantizing the insides too (same calibration).
+func TestPatternsKeepFloatFunction(t *testing.T) {
+	m := chainModel(t)
+	ref := runModel(t, m, 9)
+	with := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{}).Result.Model, 9)
+	without := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{NoPatterns: true}).Result.Model, 9)
+	a, b := sqnr(ref["y"], with["y"]), sqnr(ref["y"], without["y"])
+	t.Logf("SQNR with patterns %.2f dB, without %.2f dB", a, b)
+	if !(a > b) || math.IsInf(a, 1) {
+		t.Errorf("SQNR with patterns %.2f dB, want above the %.2f dB without", a, b)
+	}
+}
