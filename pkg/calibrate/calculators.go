@@ -26,17 +26,28 @@ func clampedSym(h *Histogram, t float64) (lo, hi float32) {
 }
 
 // entropyRange is TensorRT's KL-divergence calibration on the histogram of
-// |v|: for every candidate threshold i ≥ nq bins, the reference
+// |v|: for every candidate threshold i ≥ levels bins, the reference
 // distribution P is the first i bins with the outliers added to the last,
-// Q is those i bins quantized to nq levels and expanded back over the
+// Q is those i bins quantized to levels levels and expanded back over the
 // non-empty bins; the threshold is the upper edge of the i that minimises
 // KL(P‖Q), clamped to the observed range (as ONNX Runtime does).
-func entropyRange(h *Histogram, nq int) (lo, hi float32) {
+//
+// levels is the number of grid steps that cover [0, threshold]: half the
+// grid for signed data, the whole grid when the data is non-negative and
+// the grid asymmetric (a Relu's output uses all 256 uint8 codes on
+// [0, t]). The bin holding zero counts as its neighbour does, as
+// pytorch-quantization's entropy calibrator does: a Relu output is mostly
+// exact zeros, and that spike, which any threshold represents exactly,
+// would otherwise dominate KL and pull the threshold down to a few percent
+// of the range (every candidate wider than levels bins merges the spike
+// with its neighbours).
+func entropyRange(h *Histogram, levels int) (lo, hi float32) {
 	abs := h.absCounts()
 	n := len(abs)
-	if n <= nq {
+	if n <= levels {
 		return float32(h.Min), float32(h.Max)
 	}
+	abs[0] = abs[1]
 	// suffix[i] is the sum of abs[i:].
 	suffix := make([]float64, n+1)
 	for i := n - 1; i >= 0; i-- {
@@ -45,10 +56,10 @@ func entropyRange(h *Histogram, nq int) (lo, hi float32) {
 	p := make([]float64, n)
 	q := make([]float64, n)
 	best, bestI := math.Inf(1), n
-	for i := nq; i <= n; i++ {
+	for i := levels; i <= n; i++ {
 		copy(p, abs[:i])
 		p[i-1] += suffix[i]
-		expandQuantized(abs[:i], p[:i], q[:i], nq)
+		expandQuantized(abs[:i], p[:i], q[:i], levels)
 		d := klDivergence(p[:i], q[:i])
 		if d < best {
 			best, bestI = d, i
@@ -93,49 +104,46 @@ func expandQuantized(ref, p, q []float64, nq int) {
 const smoothEps = 1e-4
 
 // klDivergence is KL(P‖Q) of the normalised, smoothed distributions; +Inf
-// when Q is empty.
+// when either is empty. Smoothing gives each empty bin smoothEps and takes
+// the same total evenly from the non-empty ones, so it keeps each sum.
 func klDivergence(p, q []float64) float64 {
-	ps, ok1 := smooth(p)
-	qs, ok2 := smooth(q)
-	if !ok1 || !ok2 {
+	zp, sp, okp := smoothing(p)
+	zq, sq, okq := smoothing(q)
+	if !okp || !okq {
 		return math.Inf(1)
 	}
-	var sp, sq float64
-	for k := range ps {
-		sp += ps[k]
-		sq += qs[k]
-	}
 	d := 0.0
-	for k := range ps {
-		if ps[k] > 0 {
-			a, b := ps[k]/sp, qs[k]/sq
-			d += a * math.Log(a/b)
+	for k := range p {
+		a, b := smoothEps, smoothEps
+		if p[k] != 0 {
+			a = p[k] - zp
+		}
+		if q[k] != 0 {
+			b = q[k] - zq
+		}
+		if a > 0 {
+			a /= sp
+			d += a * math.Log(a/(b/sq))
 		}
 	}
 	return d
 }
 
-func smooth(p []float64) ([]float64, bool) {
+// smoothing returns what each non-empty bin of p gives up to the empty
+// ones and the sum of p; ok is false when p is empty.
+func smoothing(p []float64) (take, sum float64, ok bool) {
 	zeros := 0
 	for _, v := range p {
 		if v == 0 {
 			zeros++
 		}
+		sum += v
 	}
 	nonzero := len(p) - zeros
 	if nonzero == 0 {
-		return nil, false
+		return 0, 0, false
 	}
-	eps1 := smoothEps * float64(zeros) / float64(nonzero)
-	out := make([]float64, len(p))
-	for k, v := range p {
-		if v == 0 {
-			out[k] = smoothEps
-		} else {
-			out[k] = v - eps1
-		}
-	}
-	return out, true
+	return smoothEps * float64(zeros) / float64(nonzero), sum, true
 }
 
 // mseRange is torch's HistogramObserver search (_non_linear_param_search):

@@ -325,7 +325,11 @@ func (o *Observer) Range(s *spec.QuantizationSpec) (mins, maxs []float32, err er
 		symmetric := s.QScheme != spec.Asymmetric
 		lo, hi = percentileRange(h, calc.Percentile, symmetric)
 	case spec.Entropy.String():
-		lo, hi = entropyRange(h, 1<<(max(s.DType.Bits(), 2)-1))
+		levels := 1 << (max(s.DType.Bits(), 2) - 1)
+		if qmin, qmax, ok := s.QuantRange(); ok && s.QScheme == spec.Asymmetric && h.Min >= 0 {
+			levels = int(qmax - qmin + 1)
+		}
+		lo, hi = entropyRange(h, levels)
 	case spec.MSE.String():
 		dst := 256
 		if qmin, qmax, ok := s.QuantRange(); ok {

@@ -224,6 +224,12 @@ func TestEntropyAndMSE(t *testing.T) {
 	// A few far values: the bins stay fine enough (2^-5) for entropy's
 	// 128-level search to resolve the normal bulk.
 	tail := append(slices.Clone(normal), 30, -25, 28)
+	// A Relu output: half exact zeros, half the positive side of a
+	// normal distribution, whose largest value is about 4.5.
+	relu := slices.Clone(normal)
+	for i, v := range relu {
+		relu[i] = max(v, 0)
+	}
 	tests := []struct {
 		name   string
 		calc   spec.CalculatorType
@@ -235,6 +241,8 @@ func TestEntropyAndMSE(t *testing.T) {
 		{"mse uniform", spec.MSE, uniform, 0.97, 1},
 		// A single far outlier must not set the range.
 		{"entropy tail", spec.Entropy, tail, 3, 15},
+		// The zeros must not pull the threshold into the bulk.
+		{"entropy relu", spec.Entropy, relu, 3, 5},
 		{"mse outlier", spec.MSE, outlier, 2, 20},
 	}
 	for _, tc := range tests {
