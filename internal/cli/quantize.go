@@ -32,9 +32,11 @@ type quantizeOptions struct {
 	// environment and the config file by config.Settings.
 	Settings config.Overrides
 	// Prepare are the prepare pass's flags.
-	Prepare   passes.PrepareOptions
-	Opset     int64
-	DumpAfter string
+	Prepare passes.PrepareOptions
+	// Algorithms are the --algorithms names, turned on over the config's.
+	Algorithms []string
+	Opset      int64
+	DumpAfter  string
 	// Format is the --format flag: qdq or ort-nbits.
 	Format string
 	// FP4AsFP8 writes float4 weights as float8 e4m3fn codes.
@@ -99,7 +101,8 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f.StringVar(&opts.Config, "config", "", "config file (tool settings and quantization config)")
 	optString(f, &opts.Settings.Model, "model", "", "", "model to quantize (default: the config's model)")
 	optString(f, &opts.Settings.Output, "output", "o", "", "output path")
-	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
+	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config and algorithms): "+strings.Join(config.PresetNames(), ", "))
+	f.StringSliceVar(&opts.Algorithms, "algorithms", nil, "turn on post-training algorithms with their defaults, on top of the config's algorithms block: "+strings.Join(config.AlgorithmNames(), ", "))
 	f.Int64Var(&opts.Opset, "opset", 0, "pin the output's default-domain opset (0: as low as the content allows)")
 	f.StringVar(&opts.Format, "format", "qdq", "output format: qdq (QuantizeLinear/DequantizeLinear), or ort-nbits (4-bit MatMul/Gemm weights as ONNX Runtime's com.microsoft MatMulNBits, the rest QDQ)")
 	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
@@ -113,7 +116,9 @@ type pipelineSetup struct {
 	settings config.Settings
 	model    *onnxgraph.Model
 	quant    *config.QuantizerConfig
-	notices  []*config.Diagnostic
+	// algorithms are the config's or preset's algorithms with --algorithms.
+	algorithms *config.Algorithms
+	notices    []*config.Diagnostic
 	// target is the deployment target (--target, `target:`, or the default).
 	target *config.Target
 	// batchFrom names where an explicit calibration batch size came from
@@ -146,9 +151,11 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 	}
 	switch {
 	case st.Preset != "":
-		if s.quant, err = config.Preset(st.Preset); err != nil {
+		pc, err := config.PresetConfig(st.Preset)
+		if err != nil {
 			return nil, &UsageError{Err: err}
 		}
+		s.quant, s.algorithms = pc.Quant, pc.Algorithms
 	case cfg != nil && cfg.Quant != nil && (cfg.Quant.GlobalRule.Line > 0 || s.target.Name == config.DefaultTarget):
 		s.quant, s.notices = cfg.Quant, cfg.Notices
 	default:
@@ -160,6 +167,15 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 		if s.quant, err = s.target.Config(); err != nil {
 			return nil, err
 		}
+	}
+	if st.Preset == "" && cfg != nil {
+		s.algorithms = cfg.Algorithms
+	}
+	if s.algorithms == nil {
+		s.algorithms = &config.Algorithms{}
+	}
+	if err := s.algorithms.EnableAlgorithms(opts.Algorithms); err != nil {
+		return nil, Usagef("--algorithms: %v", err)
 	}
 	return s, nil
 }
@@ -214,7 +230,7 @@ func (s *pipelineSetup) resolveBatchSize() error {
 // runPipeline runs the passes up to until, printing config warnings and
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
-	u.Model, u.Config, u.Prepare = s.model, s.quant, opts.Prepare
+	u.Model, u.Config, u.Prepare, u.Algorithms = s.model, s.quant, opts.Prepare, s.algorithms
 	u.Prepare.Target = s.target
 	format, err := finalize.ParseFormat(opts.Format)
 	if err != nil {
@@ -272,6 +288,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	if source != nil {
+		u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
+			Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
 		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
 			calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
 	}
@@ -351,6 +369,8 @@ type report struct {
 	// RandomData is set when the activation ranges came from random inputs
 	// (calibrate --random-data): the model is only good for testing.
 	RandomData bool `json:"random_data,omitempty"`
+	// Algorithms lists what each post-training algorithm did, node by node.
+	Algorithms []passes.LayerReport `json:"algorithms,omitempty"`
 	// Eval is the comparison on --eval-samples held-out samples.
 	Eval *compare.Report `json:"eval,omitempty"`
 	// Deploy is the deployability lint for the target (lint.go).
@@ -401,6 +421,7 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 	}
 	r.Counts["skipped_nodes"] = len(r.Skipped)
 	r.Deploy = lintModel(s.target, u.Model, u.Result.Model, u.Plan)
+	r.Algorithms = u.Layers
 	return r
 }
 

@@ -29,6 +29,8 @@ type Config struct {
 	// Notices are accepted keys that post-training quantization ignores
 	// (qat_schedule), reported so that nothing is dropped silently.
 	Notices []*Diagnostic
+	// Algorithms is the algorithms block (none on when absent).
+	Algorithms *Algorithms
 }
 
 // FileSettings are the tool settings of the config file (DESIGN.md §1).
@@ -53,7 +55,7 @@ type FileSettings struct {
 
 // Keys the config file accepts, for hints.
 var (
-	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config"}
+	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config", algorithmsKey}
 	calibrationKeys = []string{"data", "images", "samples", "batch_size"}
 	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "preset", "only_for", "without"}
 	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
@@ -133,12 +135,17 @@ func Parse(data []byte, file string) (*Config, error) {
 				d.specLibrary(e.val)
 			case "quantization_config":
 				qcKey, qcVal = e.key, e.val
+			case algorithmsKey:
+				cfg.Algorithms = d.algorithms(e.key, e.val)
 			default:
 				d.unknownKey(e.key, "config file", topKeys)
 			}
 		}
 	}
 	cfg.Quant = d.quantizerConfig(qcKey, qcVal)
+	if cfg.Algorithms == nil {
+		cfg.Algorithms = &Algorithms{}
+	}
 	cfg.Notices = sortDiagnostics(d.notices)
 	if len(d.errs) > 0 {
 		return nil, ErrorList(sortDiagnostics(d.errs))

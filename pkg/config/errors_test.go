@@ -42,6 +42,8 @@ func TestBadConfigs(t *testing.T) {
 		{"not a mapping", "- a\n- b\n"},
 		{"calculator parameter that does not apply", "quantization_spec:\n  a: {dtype: int8, qparam_calculator: {type: static, averaging_constant: 0.1}}\n"},
 		{"only_for as a list", "quantization_config:\n  preset: w4\n  only_for: [torch.nn.modules.linear.Linear]\n"},
+		{"unknown algorithm", "algorithms:\n  cross_layer_equalisation: true\n"},
+		{"bad algorithm settings", "algorithms:\n  bias_correction: {samples: 0, exclude: [\"(\"], iterations: 3}\n  cross_layer_equalization: yes please\n"},
 		{"many errors sorted", "engine: gpu\nquantization_spec:\n  a: {dtype: int9}\nquantization_config:\n  global_confg: {}\n"},
 	}
 	var b strings.Builder

@@ -56,6 +56,20 @@ func PresetYAML(name string) ([]byte, error) {
 	return b, nil
 }
 
+// PresetConfig returns a preset as a whole config: its quantization
+// config and its algorithms block.
+func PresetConfig(name string) (*Config, error) {
+	b, err := PresetYAML(name)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Parse(b, "preset:"+name)
+	if err != nil {
+		return nil, fmt.Errorf("preset %s: %w", name, err)
+	}
+	return cfg, nil
+}
+
 // Preset returns the quantization config of a preset. Its rules name the
 // file "preset:NAME" with the preset's own line numbers.
 func Preset(name string) (*QuantizerConfig, error) {

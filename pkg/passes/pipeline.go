@@ -44,6 +44,20 @@ type Unit struct {
 	// Write tunes the finalize pass.
 	Write finalize.Options
 
+	// Algorithms are the post-training algorithms to run (the config's
+	// algorithms block); nil runs none.
+	Algorithms *config.Algorithms
+	// Data feeds the data-aware algorithms (bias correction).
+	Data *AlgorithmData
+	// Layers is what the algorithms did, node by node.
+	Layers []LayerReport
+	// ownsModel is set once Model is a private copy that the algorithms
+	// may edit.
+	ownsModel bool
+	// pendingWeightReports are weights changed before prepare, reported
+	// once their spec is planned.
+	pendingWeightReports []pendingWeightReport
+
 	Resolution *config.Resolution
 	Plan       *Plan
 	Stats      finalize.Stats
@@ -172,7 +186,11 @@ func preparePass(_ context.Context, u *Unit) error {
 		if err != nil {
 			return err
 		}
+		u.ownsModel = u.ownsModel || m != u.Model
 		u.Model, folded = m, notes
+	}
+	if err := runWeightAlgorithms(u); err != nil {
+		return err
 	}
 	res, err := config.Resolve(u.Config, u.Model.Graph)
 	if err != nil {
@@ -185,7 +203,7 @@ func preparePass(_ context.Context, u *Unit) error {
 	}
 	plan.Notes = append(folded, plan.Notes...)
 	u.Plan = plan
-	return nil
+	return reportWeights(u)
 }
 
 func calibratePass(ctx context.Context, u *Unit) error {
@@ -209,7 +227,10 @@ func calibratePass(ctx context.Context, u *Unit) error {
 	return nil
 }
 
-func finalizePass(_ context.Context, u *Unit) error {
+func finalizePass(ctx context.Context, u *Unit) error {
+	if err := runDataAlgorithms(ctx, u); err != nil {
+		return err
+	}
 	res, err := finalize.Write(u.Model, u.Plan, u.Stats, u.Write)
 	if err != nil {
 		return err

@@ -432,20 +432,24 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 			}
 		}
 	}
-	clip := p.opts.WeightClipping
-	if s.Calculator.Type == spec.MSE || isNarrow(s.DType) {
-		// 4-bit and narrower grids are coarse enough that min/max ranges
-		// waste most codes on rare outliers; the MSE range search is
-		// what GPTQ-free 4-bit quantizers default to.
-		clip = ClipMSE
-	}
-	params, err := weightParams(data, t.Shape, tp.Axis, tp.BlockSize, s, clip)
+	params, err := weightParams(data, t.Shape, tp.Axis, tp.BlockSize, s, weightClipping(s, p.opts))
 	if err != nil {
 		return fmt.Errorf("%s: weight %q: %w", n, v.Name, err)
 	}
 	tp.Params = params
 	p.quantized[n.Name]++
 	return p.plan.Add(tp)
+}
+
+// weightClipping is the clipping a weight of spec s gets.
+func weightClipping(s *spec.QuantizationSpec, opts PrepareOptions) WeightClipping {
+	if s.Calculator.Type == spec.MSE || isNarrow(s.DType) {
+		// 4-bit and narrower grids are coarse enough that min/max ranges
+		// waste most codes on rare outliers; the MSE range search is
+		// what GPTQ-free 4-bit quantizers default to.
+		return ClipMSE
+	}
+	return opts.WeightClipping
 }
 
 // weightParams computes a weight's qparams per group from its data. The

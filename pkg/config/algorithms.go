@@ -1,0 +1,251 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Algorithms is the config's top-level algorithms block, beside
+// quantization_config (which stays coreai-opt's schema): the
+// post-training algorithms that change the weights before they are
+// quantized. A nil field is an algorithm that does not run.
+//
+//	algorithms:
+//	  cross_layer_equalization: true
+//	  bias_correction: { samples: 64, exclude: ["/head/.*"] }
+type Algorithms struct {
+	// CrossLayerEqualization rescales the channels of Conv → Relu → Conv
+	// chains so that both weights share their range (data-free).
+	CrossLayerEqualization *CrossLayerEqualization
+	// BiasCorrection folds the mean output error that weight quantization
+	// causes, measured on calibration data, into each layer's bias.
+	BiasCorrection *BiasCorrection
+	// Rule locates the block.
+	Rule Rule
+}
+
+// AlgorithmCommon holds what every algorithm accepts.
+type AlgorithmCommon struct {
+	// Exclude are op-name regexes (each matching a whole node name) of
+	// nodes the algorithm leaves alone.
+	Exclude []*regexp.Regexp
+	// Rule locates the algorithm's key.
+	Rule Rule
+}
+
+// Excludes reports whether node is excluded.
+func (c *AlgorithmCommon) Excludes(node string) bool {
+	for _, re := range c.Exclude {
+		if re.MatchString(node) {
+			return true
+		}
+	}
+	return false
+}
+
+// CrossLayerEqualization configures cross_layer_equalization.
+type CrossLayerEqualization struct {
+	AlgorithmCommon
+	// Iterations is the number of sweeps over each chain (default 20):
+	// equalizing a pair changes the ranges its neighbours see.
+	Iterations int
+}
+
+// BiasCorrection configures bias_correction.
+type BiasCorrection struct {
+	AlgorithmCommon
+	// Samples caps the calibration samples it reads (default 128).
+	Samples int
+}
+
+// Default algorithm settings.
+const (
+	DefaultCLEIterations        = 20
+	DefaultAlgorithmSamples     = 128
+	algorithmsKey               = "algorithms"
+	algorithmExcludeKey         = "exclude"
+	algorithmCLEIterationsKey   = "iterations"
+	algorithmSamplesKey         = "samples"
+	crossLayerEqualizationName  = "cross_layer_equalization"
+	biasCorrectionAlgorithmName = "bias_correction"
+)
+
+// algorithmDecoder decodes one algorithm's settings (a mapping, or true
+// for the defaults) into a.
+type algorithmDecoder struct {
+	// keys are the settings besides exclude.
+	keys   []string
+	decode func(d *decoder, a *Algorithms, common AlgorithmCommon, settings map[string]*yaml.Node)
+}
+
+// algorithmTable lists the algorithms the block accepts; an algorithm is
+// added by one entry here and one field in Algorithms.
+var algorithmTable = map[string]algorithmDecoder{
+	crossLayerEqualizationName: {
+		keys: []string{algorithmCLEIterationsKey},
+		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
+			a.CrossLayerEqualization = &CrossLayerEqualization{AlgorithmCommon: c,
+				Iterations: d.positive(s[algorithmCLEIterationsKey], algorithmsKey+"."+crossLayerEqualizationName+"."+algorithmCLEIterationsKey, DefaultCLEIterations)}
+		},
+	},
+	biasCorrectionAlgorithmName: {
+		keys: []string{algorithmSamplesKey},
+		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
+			a.BiasCorrection = &BiasCorrection{AlgorithmCommon: c,
+				Samples: d.positive(s[algorithmSamplesKey], algorithmsKey+"."+biasCorrectionAlgorithmName+"."+algorithmSamplesKey, DefaultAlgorithmSamples)}
+		},
+	},
+}
+
+// AlgorithmNames lists the algorithms, sorted.
+func AlgorithmNames() []string {
+	names := make([]string, 0, len(algorithmTable))
+	for n := range algorithmTable {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// positive reads an optional positive integer, def when absent.
+func (d *decoder) positive(n *yaml.Node, what string, def int) int {
+	if n == nil {
+		return def
+	}
+	i, ok := d.integer(n, what)
+	if !ok {
+		return def
+	}
+	if i <= 0 {
+		d.errorf(n, "", "%s must be positive, got %d", what, i)
+		return def
+	}
+	return i
+}
+
+// algorithms decodes the algorithms block. Each key is an algorithm;
+// its value is true (defaults), false or null (off), or a mapping of its
+// settings.
+func (d *decoder) algorithms(key, n *yaml.Node) *Algorithms {
+	a := &Algorithms{Rule: d.rule(key, algorithmsKey)}
+	if isNull(n) || !d.wantMapping(n, algorithmsKey) {
+		return a
+	}
+	names := AlgorithmNames()
+	for _, e := range d.mapping(n) {
+		name := e.key.Value
+		alg, ok := algorithmTable[name]
+		if !ok {
+			d.unknownKey(e.key, algorithmsKey, names)
+			continue
+		}
+		path := algorithmsKey + "." + name
+		common := AlgorithmCommon{Rule: d.rule(e.key, path)}
+		settings := map[string]*yaml.Node{}
+		v := deref(e.val)
+		switch {
+		case isNull(e.val):
+			continue
+		case v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool":
+			if v.Value == "false" || v.Value == "False" || v.Value == "FALSE" {
+				continue
+			}
+		case v != nil && v.Kind == yaml.MappingNode:
+			valid := append([]string{algorithmExcludeKey}, alg.keys...)
+			for _, s := range d.mapping(e.val) {
+				k := s.key.Value
+				switch {
+				case k == algorithmExcludeKey:
+					common.Exclude = d.excludeList(s.val, path+"."+k)
+				case contains(alg.keys, k):
+					settings[k] = s.val
+				default:
+					d.unknownKey(s.key, path, valid)
+				}
+			}
+		default:
+			d.errorf(e.val, "", "%s: want true, false or a mapping of settings (%s), got %s", path,
+				strings.Join(append([]string{algorithmExcludeKey}, alg.keys...), ", "), kindName(e.val))
+			continue
+		}
+		alg.decode(d, a, common, settings)
+	}
+	return a
+}
+
+// excludeList reads a list of op-name regexes.
+func (d *decoder) excludeList(n *yaml.Node, what string) []*regexp.Regexp {
+	v := deref(n)
+	if v == nil || v.Kind != yaml.SequenceNode {
+		d.errorf(n, "", "%s: want a list of op-name regexes, got %s", what, kindName(n))
+		return nil
+	}
+	var out []*regexp.Regexp
+	for _, item := range v.Content {
+		s, ok := d.str(item, what+" item")
+		if !ok {
+			continue
+		}
+		re, err := compileAnchored(s)
+		if err != nil {
+			d.errorf(item, "", "%s: %q is not a valid regex: %v", what, s, err)
+			continue
+		}
+		out = append(out, re)
+	}
+	return out
+}
+
+// EnableAlgorithms turns on the named algorithms with their defaults
+// (the --algorithms flag); those the config already sets keep their
+// settings. Unknown names are an error listing the valid ones.
+func (a *Algorithms) EnableAlgorithms(names []string) error {
+	for _, raw := range names {
+		name := strings.TrimSpace(raw)
+		if name == "" {
+			continue
+		}
+		alg, ok := algorithmTable[name]
+		if !ok {
+			msg := fmt.Sprintf("unknown algorithm %q (algorithms: %s)", name, strings.Join(AlgorithmNames(), ", "))
+			if h := didYouMean(name, AlgorithmNames()); h != "" {
+				msg += fmt.Sprintf("; did you mean %q?", h)
+			}
+			return fmt.Errorf("%s", msg)
+		}
+		if a.enabled(name) {
+			continue
+		}
+		d := &decoder{file: "--algorithms"}
+		alg.decode(d, a, AlgorithmCommon{Rule: Rule{File: "--algorithms", Path: algorithmsKey + "." + name}}, nil)
+	}
+	return nil
+}
+
+// enabled reports whether the named algorithm is on.
+func (a *Algorithms) enabled(name string) bool {
+	switch name {
+	case crossLayerEqualizationName:
+		return a.CrossLayerEqualization != nil
+	case biasCorrectionAlgorithmName:
+		return a.BiasCorrection != nil
+	}
+	return false
+}
+
+// Any reports whether any algorithm is on.
+func (a *Algorithms) Any() bool {
+	if a == nil {
+		return false
+	}
+	for _, n := range AlgorithmNames() {
+		if a.enabled(n) {
+			return true
+		}
+	}
+	return false
+}

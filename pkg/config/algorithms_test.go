@@ -1,0 +1,73 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestAlgorithmsBlock(t *testing.T) {
+	tests := []struct {
+		name, text string
+		cle, bc    bool
+		samples    int
+		iterations int
+		excluded   string
+	}{
+		{name: "absent"},
+		{name: "true takes the defaults", text: "algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n",
+			cle: true, bc: true, samples: DefaultAlgorithmSamples, iterations: DefaultCLEIterations},
+		{name: "false and null are off", text: "algorithms:\n  cross_layer_equalization: false\n  bias_correction: null\n"},
+		{name: "settings", text: "algorithms:\n  bias_correction: {samples: 16, exclude: [\"/head/.*\"]}\n  cross_layer_equalization: {iterations: 3}\n",
+			cle: true, bc: true, samples: 16, iterations: 3, excluded: "/head/conv"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.text), "a.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cfg.Algorithms
+			if (a.CrossLayerEqualization != nil) != tt.cle || (a.BiasCorrection != nil) != tt.bc {
+				t.Fatalf("cle %v bias_correction %v, want %v %v", a.CrossLayerEqualization != nil, a.BiasCorrection != nil, tt.cle, tt.bc)
+			}
+			if a.Any() != (tt.cle || tt.bc) {
+				t.Errorf("Any() = %v", a.Any())
+			}
+			if tt.bc && a.BiasCorrection.Samples != tt.samples {
+				t.Errorf("samples %d, want %d", a.BiasCorrection.Samples, tt.samples)
+			}
+			if tt.cle && a.CrossLayerEqualization.Iterations != tt.iterations {
+				t.Errorf("iterations %d, want %d", a.CrossLayerEqualization.Iterations, tt.iterations)
+			}
+			if tt.excluded != "" {
+				if !a.BiasCorrection.Excludes(tt.excluded) || a.BiasCorrection.Excludes("x"+tt.excluded) {
+					t.Errorf("exclude does not match whole node names")
+				}
+				if a.BiasCorrection.Rule.Line != 2 {
+					t.Errorf("rule %v, want line 2", a.BiasCorrection.Rule)
+				}
+			}
+		})
+	}
+}
+
+func TestEnableAlgorithms(t *testing.T) {
+	cfg, err := Parse([]byte("algorithms:\n  bias_correction: {samples: 8}\n"), "a.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Algorithms
+	if err := a.EnableAlgorithms([]string{"bias_correction", " cross_layer_equalization"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.BiasCorrection.Samples != 8 {
+		t.Errorf("the flag replaced the config's settings: samples %d", a.BiasCorrection.Samples)
+	}
+	if a.CrossLayerEqualization == nil || a.CrossLayerEqualization.Iterations != DefaultCLEIterations {
+		t.Errorf("cross_layer_equalization not enabled with its defaults: %+v", a.CrossLayerEqualization)
+	}
+	err = a.EnableAlgorithms([]string{"bias_corection"})
+	if err == nil || !strings.Contains(err.Error(), `did you mean "bias_correction"`) {
+		t.Errorf("unknown name: %v", err)
+	}
+}

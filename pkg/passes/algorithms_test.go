@@ -1,0 +1,299 @@
+package passes
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// memSource is calibration data held in memory: samples of x, [n, c, h, w].
+type memSource struct {
+	x     []float32
+	shape []int // per sample
+	n     int
+}
+
+func newMemSource(seed uint64, n int, shape ...int) *memSource {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	per := tensor.NumElements(shape)
+	x := make([]float32, n*per)
+	for i := range x {
+		// Shifted away from zero, so that weight errors do not average out.
+		x[i] = float32(rng.NormFloat64()*0.5 + 0.8)
+	}
+	return &memSource{x: x, shape: shape, n: n}
+}
+
+func (s *memSource) Samples() int { return s.n }
+func (s *memSource) Random() bool { return false }
+func (s *memSource) Close() error { return nil }
+func (s *memSource) Batch(start, end int) (map[string]*tensor.Tensor, error) {
+	per := tensor.NumElements(s.shape)
+	return map[string]*tensor.Tensor{"x": tensor.FromFloat32(append([]float32(nil), s.x[start*per:end*per]...), append([]int{end - start}, s.shape...)...)}, nil
+}
+
+// scaledConv adds a Conv weight whose output channels have very different
+// magnitudes (channel c scaled by 4^(c mod 4 − 2)), as BatchNorm folding
+// leaves them, and a bias.
+func scaledConv(b *testmodels.Builder, rng *rand.Rand, name string, out, in, k int) {
+	w := make([]float32, out*in*k*k)
+	per := in * k * k
+	for i := range w {
+		s := math.Pow(4, float64((i/per)%4-2))
+		w[i] = float32(rng.NormFloat64() * s)
+	}
+	b.Init(name, []int64{int64(out), int64(in), int64(k), int64(k)}, w)
+	bias := make([]float32, out)
+	for i := range bias {
+		bias[i] = float32(rng.NormFloat64() * 0.1)
+	}
+	b.Init(name+"_b", []int64{int64(out)}, bias)
+}
+
+// cleModel is Conv 3→8 → Relu → depthwise Conv 8 → Relu → Conv 1×1 8→4:
+// a plain pair and a depthwise pair.
+func cleModel(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(5, 6))
+	b := testmodels.New("cle", 17)
+	b.Input("x", tensor.Float, "n", 3, 8, 8).Output("y", tensor.Float, "n", 4, 8, 8)
+	scaledConv(b, rng, "w1", 8, 3, 3)
+	scaledConv(b, rng, "w2", 8, 1, 3)
+	scaledConv(b, rng, "w3", 4, 8, 1)
+	pads := testmodels.AttrInts("pads", 1, 1, 1, 1)
+	b.Node("Conv", "conv1", []string{"x", "w1", "w1_b"}, []string{"c1"}, pads)
+	b.Node("Relu", "relu1", []string{"c1"}, []string{"r1"})
+	b.Node("Conv", "dw", []string{"r1", "w2", "w2_b"}, []string{"c2"}, pads, testmodels.AttrInt("group", 8))
+	b.Node("Relu", "relu2", []string{"c2"}, []string{"r2"})
+	b.Node("Conv", "conv3", []string{"r2", "w3", "w3_b"}, []string{"y"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func runX(t *testing.T, m *onnxgraph.Model, src *memSource) []float32 {
+	t.Helper()
+	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	in, _ := src.Batch(0, src.n)
+	out, err := s.Run(context.Background(), in, runtime.RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := out["y"].AsFloat32()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func algorithms(t *testing.T, text string) *config.Algorithms {
+	t.Helper()
+	cfg, err := config.Parse([]byte(text), "algorithms.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Algorithms
+}
+
+// TestCrossLayerEqualization checks that equalizing keeps the float
+// function (within 1e-5 of the output's magnitude), that each equalized
+// channel ends with the same weight range in both layers of its pair, and
+// that every planned weight is reported.
+func TestCrossLayerEqualization(t *testing.T) {
+	m := cleModel(t)
+	src := newMemSource(1, 4, 3, 8, 8)
+	ref := runX(t, m, src)
+	u := quantizeWith(t, cleModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {iterations: 50}\n"), nil)
+	got := runX(t, u.Model, src)
+	var peak, diff float64
+	for i := range ref {
+		peak = max(peak, math.Abs(float64(ref[i])))
+		diff = max(diff, math.Abs(float64(ref[i])-float64(got[i])))
+	}
+	if diff > 1e-5*peak {
+		t.Errorf("equalized model differs from the float one by %g (output magnitude %g)", diff, peak)
+	}
+	w := func(name string) []float32 {
+		f, _, err := constFloats(u.Model, u.Model.Graph.Value(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	w1, w2, w3 := w("w1"), w("w2"), w("w3")
+	for c := range 8 {
+		r1 := absMax(w1[c*27 : (c+1)*27])
+		r2 := absMax(w2[c*9 : (c+1)*9])
+		var r3 float32
+		for o := range 4 {
+			r3 = max(r3, float32(math.Abs(float64(w3[o*8+c]))))
+		}
+		// The depthwise layer is in two pairs: after the sweeps converge
+		// its range sits between both neighbours' (it is their geometric
+		// mean when both pairs are balanced).
+		if d := math.Abs(float64(r2*r2-r1*r3)) / float64(r2*r2); d > 1e-2 {
+			t.Errorf("channel %d: ranges %g, %g, %g not balanced (r2² vs r1·r3 off by %.3g)", c, r1, r2, r3, d)
+		}
+	}
+	reported := map[string]bool{}
+	for _, l := range u.Layers {
+		if l.Algorithm == crossLayerEqualizationName && l.Note == "" {
+			reported[l.Node] = true
+		}
+	}
+	for _, n := range []string{"conv1", "dw", "conv3"} {
+		if !reported[n] {
+			t.Errorf("node %s not reported (reports %+v)", n, u.Layers)
+		}
+	}
+}
+
+// TestCrossLayerEqualizationStopsAtRelu6 checks that a Clip with an
+// upper bound ends a chain, with a note.
+func TestCrossLayerEqualizationStopsAtRelu6(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	b := testmodels.New("cle6", 17)
+	b.Input("x", tensor.Float, "n", 3, 8, 8).Output("y", tensor.Float, "n", 4, 8, 8)
+	scaledConv(b, rng, "w1", 8, 3, 1)
+	scaledConv(b, rng, "w2", 4, 8, 1)
+	b.Init("lo", []int64{}, []float32{0}).Init("hi", []int64{}, []float32{6})
+	b.Node("Conv", "conv1", []string{"x", "w1", "w1_b"}, []string{"c1"})
+	b.Node("Clip", "relu6", []string{"c1", "lo", "hi"}, []string{"r1"})
+	b.Node("Conv", "conv2", []string{"r1", "w2", "w2_b"}, []string{"y"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := constFloats(m, m.Graph.Value("w1"))
+	u := quantizeWith(t, m, "w8", algorithms(t, "algorithms:\n  cross_layer_equalization: true\n"), nil)
+	after, _, _ := constFloats(u.Model, u.Model.Graph.Value("w1"))
+	for i := range before {
+		if before[i] != after[i] {
+			t.Fatalf("weight w1 changed across a Relu6")
+		}
+	}
+	if len(u.Layers) != 1 || u.Layers[0].Node != "conv1" || u.Layers[0].Note == "" {
+		t.Errorf("want one note on conv1, got %+v", u.Layers)
+	}
+}
+
+// int4Weights quantizes only weights, to int4 per channel: coarse enough
+// that the weight error has a clear mean.
+const int4Weights = `quantization_config:
+  global_config:
+    op_input_spec: null
+    op_output_spec: null
+    op_state_spec:
+      weight: {dtype: int4, qscheme: symmetric, granularity: {type: per_channel, axis: 0}}
+`
+
+// TestBiasCorrection checks, on calibration data, that after bias
+// correction the quantized model's output has no mean error per channel
+// (its mean over the data equals the float model's), that it had one
+// before, and that the reported local SQNR does not go down.
+func TestBiasCorrection(t *testing.T) {
+	src := newMemSource(2, 16, 3, 8, 8)
+	cfg, err := config.Parse([]byte(int4Weights), "int4.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meanErr := func(alg *config.Algorithms) ([]float64, float64, *Unit) {
+		m := singleConv(t)
+		ref := runX(t, m, src)
+		u := quantizeWith(t, m, "", alg, src, cfg.Quant)
+		got := runX(t, u.Result.Model, src)
+		per := len(ref) / src.n / 4
+		mean := make([]float64, 4)
+		var rms float64
+		for i := range ref {
+			c := (i / per) % 4
+			mean[c] += float64(ref[i]) - float64(got[i])
+			rms += float64(ref[i]) * float64(ref[i])
+		}
+		for c := range mean {
+			mean[c] /= float64(len(ref) / 4)
+		}
+		return mean, math.Sqrt(rms / float64(len(ref))), u
+	}
+	before, _, _ := meanErr(nil)
+	after, rms, u := meanErr(algorithms(t, "algorithms:\n  bias_correction: {samples: 16}\n"))
+	var worstBefore float64
+	for c := range after {
+		worstBefore = max(worstBefore, math.Abs(before[c]))
+		// 1e-4 of the output's magnitude is float32 rounding.
+		if math.Abs(after[c]) > 1e-4*rms {
+			t.Errorf("channel %d: mean error %g after correction (output rms %g)", c, after[c], rms)
+		}
+	}
+	if worstBefore < 1e-3*rms {
+		t.Fatalf("the uncorrected model has no mean error to remove (%g): the test proves nothing", worstBefore)
+	}
+	n := 0
+	for _, l := range u.Layers {
+		if l.Algorithm != biasCorrectionName || l.Note != "" {
+			continue
+		}
+		n++
+		if l.After < l.Before {
+			t.Errorf("%s: local SQNR went from %v to %v dB", l.Node, l.Before, l.After)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d layers reported, want 1: %+v", n, u.Layers)
+	}
+}
+
+// singleConv is x → Conv 3→4 (3×3) → y.
+func singleConv(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 8))
+	b := testmodels.New("conv", 17)
+	b.Input("x", tensor.Float, "n", 3, 8, 8).Output("y", tensor.Float, "n", 4, 8, 8)
+	scaledConv(b, rng, "w", 4, 3, 3)
+	b.Node("Conv", "conv", []string{"x", "w", "w_b"}, []string{"y"}, testmodels.AttrInts("pads", 1, 1, 1, 1))
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// quantizeWith runs the pipeline with a preset (or the given quantization
+// config) and algorithms, calibrating on src (or on random data).
+func quantizeWith(t *testing.T, m *onnxgraph.Model, preset string, alg *config.Algorithms, src *memSource, quant ...*config.QuantizerConfig) *Unit {
+	t.Helper()
+	var cfg *config.QuantizerConfig
+	if len(quant) > 0 {
+		cfg = quant[0]
+	} else {
+		var err error
+		if cfg, err = config.Preset(preset); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := &Unit{Model: m, Config: cfg, Algorithms: alg,
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+			return observe(t, m, plan), nil
+		}}
+	if src != nil {
+		u.Data = &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4}
+	}
+	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}

@@ -1,0 +1,261 @@
+package passes
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+const biasCorrectionName = "bias_correction"
+
+// runDataAlgorithms runs the algorithms that need calibration data and the
+// planned weight qparams, before finalize writes the weights.
+func runDataAlgorithms(ctx context.Context, u *Unit) error {
+	if u.Algorithms == nil || u.Algorithms.BiasCorrection == nil {
+		return nil
+	}
+	if u.Data == nil || u.Data.Source == nil {
+		return fmt.Errorf("%s (%s) needs calibration data", biasCorrectionName, u.Algorithms.BiasCorrection.Rule.Location())
+	}
+	return correctBiases(ctx, u, u.Algorithms.BiasCorrection)
+}
+
+// biasLayer is one Conv or Gemm whose bias absorbs its mean error.
+type biasLayer struct {
+	node              *onnxgraph.Node
+	bias              *onnxgraph.Value
+	biasData          []float32
+	beta              float32
+	delta             []float32 // float weight − quantize-dequantized weight
+	deltaShape        []int
+	input, output     string // the node's input and output values
+	deltaIn, deltaOut string // their names in the error model
+	sum, sumSq, count []float64
+	signal            float64 // Σ y² of the float output
+}
+
+// correctBiases is empirical bias correction: for every Conv and Gemm
+// whose weight is quantized and whose bias is a float32 initializer of its
+// own, it measures on calibration data the per-channel mean of the error
+// e = layer(x; W) − layer(x; Ŵ) = layer(x; W − Ŵ), x being the layer's
+// input in the float model, and adds that mean to the bias, so that the
+// quantized layer's output is right on average. The error is computed by
+// the engine running the layers with W − Ŵ as weights, one batch at a time:
+// memory holds one batch of the layers' inputs.
+func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) error {
+	if err := ownModel(u); err != nil {
+		return err
+	}
+	m := u.Model
+	var layers []*biasLayer
+	for _, n := range m.Graph.Nodes {
+		l, why, err := biasLayerOf(u, n, cfg)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: n.Name, OpType: n.OpType, Measure: "output", Note: why})
+		}
+		if l != nil {
+			layers = append(layers, l)
+		}
+	}
+	if len(layers) == 0 {
+		return nil
+	}
+	errModel, err := errorModel(m, layers)
+	if err != nil {
+		return err
+	}
+	es, err := runtime.Open(u.Data.Engine, errModel, u.Data.Runtime)
+	if err != nil {
+		return fmt.Errorf("%s: %w", biasCorrectionName, err)
+	}
+	defer es.Close()
+	byValue := map[string][]*biasLayer{}
+	var taps []string
+	for _, l := range layers {
+		for _, v := range []string{l.input, l.output} {
+			if len(byValue[v]) == 0 {
+				taps = append(taps, v)
+			}
+			byValue[v] = append(byValue[v], l)
+		}
+	}
+	feeds := map[string]*tensor.Tensor{}
+	var tapErr error
+	tap := func(name string, t *tensor.Tensor) {
+		if tapErr != nil {
+			return
+		}
+		f, err := t.AsFloat32()
+		if err != nil {
+			tapErr = fmt.Errorf("value %q: %w", name, err)
+			return
+		}
+		var kept *tensor.Tensor
+		for _, l := range byValue[name] {
+			if name == l.input {
+				if kept == nil {
+					kept = tensor.FromFloat32(append([]float32(nil), f...), t.Shape...)
+				}
+				feeds[l.deltaIn] = kept
+			}
+			if name == l.output {
+				for _, v := range f {
+					l.signal += float64(v) * float64(v)
+				}
+			}
+		}
+	}
+	measure := func() error {
+		if tapErr != nil {
+			return tapErr
+		}
+		outs, err := es.Run(ctx, feeds, runtime.RunOptions{})
+		if err != nil {
+			return err
+		}
+		for _, l := range layers {
+			e := outs[l.deltaOut]
+			f, err := e.AsFloat32()
+			if err != nil {
+				return err
+			}
+			if err := l.accumulate(f, e.Shape); err != nil {
+				return err
+			}
+		}
+		clear(feeds)
+		return nil
+	}
+	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, measure); err != nil {
+		return fmt.Errorf("%s: %w", biasCorrectionName, err)
+	}
+	for _, l := range layers {
+		var before, after float64
+		nb := make([]float32, len(l.biasData))
+		for c := range l.biasData {
+			mean := 0.0
+			if l.count[c] > 0 {
+				mean = l.sum[c] / l.count[c]
+			}
+			nb[c] = l.biasData[c] + float32(mean/float64(l.beta))
+			before += l.sumSq[c]
+			after += l.sumSq[c] - l.sum[c]*mean
+		}
+		if err := setConst(m, l.bias, nb, []int{len(nb)}); err != nil {
+			return fmt.Errorf("%s: %s: %w", biasCorrectionName, l.node, err)
+		}
+		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
+			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0))})
+	}
+	return nil
+}
+
+// accumulate adds one batch of the error (channels on axis 1).
+func (l *biasLayer) accumulate(e []float32, shape []int) error {
+	c := len(l.biasData)
+	if len(shape) < 2 || shape[1] != c {
+		return fmt.Errorf("%s: error of shape %v, want %d channels on axis 1", l.node, shape, c)
+	}
+	inner := tensor.NumElements(shape[2:])
+	for i, v := range e {
+		ch := (i / inner) % c
+		l.sum[ch] += float64(v)
+		l.sumSq[ch] += float64(v) * float64(v)
+		l.count[ch]++
+	}
+	return nil
+}
+
+// biasLayerOf returns n as a bias-correction layer, or why it is not one
+// ("" for nodes the algorithm does not apply to at all).
+func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasLayer, string, error) {
+	if n.Domain != "" || (n.OpType != "Conv" && n.OpType != "Gemm") || len(n.Inputs) < 2 || n.Inputs[1] == nil {
+		return nil, "", nil
+	}
+	wt := u.Plan.Tensor(n.Inputs[1].Name)
+	if wt == nil || wt.Role != finalize.Weight || wt.Params == nil {
+		return nil, "", nil
+	}
+	switch {
+	case cfg.Excludes(n.Name):
+		return nil, fmt.Sprintf("excluded by %s", cfg.Rule.Location()), nil
+	case len(n.Inputs) < 3 || n.Inputs[2] == nil:
+		return nil, "no bias to fold the correction into", nil
+	case !n.Inputs[2].IsConst() || initializerIndex(u.Model, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1:
+		return nil, "the bias is not an initializer of its own", nil
+	case n.OpType == "Gemm" && n.Attr("transA") != nil && n.Attr("transA").GetI() != 0:
+		return nil, "Gemm with transA", nil
+	case len(wt.Nodes) != 1:
+		return nil, "the weight is shared by several nodes", nil
+	}
+	w, shape, err := constFloats(u.Model, n.Inputs[1])
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: weight %q: %w", n, n.Inputs[1].Name, err)
+	}
+	dq, err := finalize.FakeQuantize(w, shape, wt.Axis, wt.BlockSize, wt.Spec, wt.Params)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: weight %q: %w", n, n.Inputs[1].Name, err)
+	}
+	b, _, err := constFloats(u.Model, n.Inputs[2])
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: bias %q: %w", n, n.Inputs[2].Name, err)
+	}
+	beta := float32(1)
+	if a := n.Attr("beta"); n.OpType == "Gemm" && a != nil {
+		beta = a.GetF()
+	}
+	if beta == 0 {
+		return nil, "Gemm beta is 0", nil
+	}
+	delta := make([]float32, len(w))
+	for i := range w {
+		delta[i] = w[i] - dq[i]
+	}
+	c := len(b)
+	return &biasLayer{node: n, bias: n.Inputs[2], biasData: b, beta: beta, delta: delta, deltaShape: shape,
+		input: n.Inputs[0].Name, output: n.Outputs[0].Name,
+		sum: make([]float64, c), sumSq: make([]float64, c), count: make([]float64, c)}, "", nil
+}
+
+// errorModel is a model holding, for each layer, a copy of its node
+// (attributes included) that reads the layer's input and the weight error
+// W − Ŵ and has no bias: its output is the layer's output error.
+func errorModel(m *onnxgraph.Model, layers []*biasLayer) (*onnxgraph.Model, error) {
+	g := &onnxpb.GraphProto{Name: proto.String("bias_error")}
+	for i, l := range layers {
+		l.deltaIn, l.deltaOut = fmt.Sprintf("x%d", i), fmt.Sprintf("e%d", i)
+		w := fmt.Sprintf("dw%d", i)
+		wp, err := tensor.ToProto(tensor.FromFloat32(l.delta, l.deltaShape...), w)
+		if err != nil {
+			return nil, err
+		}
+		g.Initializer = append(g.Initializer, wp)
+		g.Input = append(g.Input, floatValueInfo(l.deltaIn))
+		g.Output = append(g.Output, floatValueInfo(l.deltaOut))
+		n := proto.CloneOf(l.node.Proto)
+		n.Name = proto.String(fmt.Sprintf("error%d", i))
+		n.Input = []string{l.deltaIn, w}
+		n.Output = []string{l.deltaOut}
+		g.Node = append(g.Node, n)
+	}
+	mp := &onnxpb.ModelProto{IrVersion: m.Proto.IrVersion, OpsetImport: m.Proto.GetOpsetImport(), Graph: g}
+	return onnxgraph.FromProto(mp, "")
+}
+
+// floatValueInfo declares a float tensor of unknown shape.
+func floatValueInfo(name string) *onnxpb.ValueInfoProto {
+	return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{
+		Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(tensor.Float))}},
+	}}
+}

@@ -1,0 +1,313 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+)
+
+const crossLayerEqualizationName = "cross_layer_equalization"
+
+// runWeightAlgorithms runs the data-free algorithms that change the float
+// weights before prepare computes their qparams.
+func runWeightAlgorithms(u *Unit) error {
+	if u.Algorithms == nil || u.Algorithms.CrossLayerEqualization == nil {
+		return nil
+	}
+	return equalize(u, u.Algorithms.CrossLayerEqualization)
+}
+
+// clePair is two Conv layers with a positively homogeneous activation (or
+// none) between them: f(x/s) = f(x)/s for s > 0.
+type clePair struct {
+	first, second *onnxgraph.Node
+	w1, w2, b1    *weightData
+	// group geometry of the second Conv: input channel i is channel i%per
+	// of group i/per, which feeds output channels [g·outPer, (g+1)·outPer).
+	per, outPer int
+}
+
+// weightData is a float32 initializer being edited.
+type weightData struct {
+	v     *onnxgraph.Value
+	data  []float32
+	shape []int
+	// original is the data before the algorithm, for the report.
+	original []float32
+}
+
+// equalize is cross-layer equalization (Nagel et al., "Data-Free
+// Quantization Through Weight Equalization and Bias Correction", 2019):
+// for each Conv → (Relu | LeakyRelu | none) → Conv pair, output channel i
+// of the first Conv (weights and bias) is divided by
+// s_i = sqrt(r1_i / r2_i) and input channel i of the second multiplied by
+// it, r1_i and r2_i being the channel's largest weight magnitude in each.
+// Both layers then have the same range per channel, √(r1_i·r2_i), and the
+// float function is unchanged because the activation commutes with a
+// positive scale. Chains are swept cfg.Iterations times, since equalizing
+// one pair changes the ranges its neighbours see. Clip with an upper
+// bound (Relu6) does not commute with scaling and ends a chain.
+func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
+	if err := ownModel(u); err != nil {
+		return err
+	}
+	m := u.Model
+	weights := map[string]*weightData{}
+	load := func(v *onnxgraph.Value) (*weightData, error) {
+		if w := weights[v.Name]; w != nil {
+			return w, nil
+		}
+		d, shape, err := constFloats(m, v)
+		if err != nil {
+			return nil, err
+		}
+		w := &weightData{v: v, data: d, shape: shape, original: append([]float32(nil), d...)}
+		weights[v.Name] = w
+		return w, nil
+	}
+	var pairs []*clePair
+	for _, n := range m.Graph.Nodes {
+		second, why := clePartner(m, n)
+		if second == nil {
+			if why != "" {
+				u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights", Note: why})
+			}
+			continue
+		}
+		if cfg.Excludes(n.Name) || cfg.Excludes(second.Name) {
+			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
+				Note: fmt.Sprintf("pair with %q excluded by %s", second.Name, cfg.Rule.Location())})
+			continue
+		}
+		p := &clePair{first: n, second: second}
+		var err error
+		if p.w1, err = load(n.Inputs[1]); err != nil {
+			return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, n, err)
+		}
+		if p.w2, err = load(second.Inputs[1]); err != nil {
+			return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, second, err)
+		}
+		if len(n.Inputs) > 2 && n.Inputs[2] != nil {
+			if p.b1, err = load(n.Inputs[2]); err != nil {
+				return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, n, err)
+			}
+		}
+		channels := p.w1.shape[0]
+		group := int(attrInt(second, "group", 1))
+		if len(p.w2.shape) < 2 || group <= 0 || channels%group != 0 || p.w2.shape[1]*group != channels || p.w2.shape[0]%group != 0 ||
+			(p.b1 != nil && len(p.b1.data) != channels) {
+			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
+				Note: fmt.Sprintf("channels of %q do not line up with %q's weight %v", n.Name, second.Name, p.w2.shape)})
+			continue
+		}
+		p.per, p.outPer = channels/group, p.w2.shape[0]/group
+		pairs = append(pairs, p)
+	}
+	for range cfg.Iterations {
+		for _, p := range pairs {
+			p.equalize()
+		}
+	}
+	reported := map[string]bool{}
+	for _, p := range pairs {
+		for _, w := range []*weightData{p.w1, p.w2, p.b1} {
+			if w == nil || weights[w.v.Name] == nil {
+				continue
+			}
+			if err := setConst(m, w.v, w.data, w.shape); err != nil {
+				return fmt.Errorf("%s: %w", crossLayerEqualizationName, err)
+			}
+			delete(weights, w.v.Name)
+		}
+		for _, n := range []*onnxgraph.Node{p.first, p.second} {
+			if reported[n.Name] {
+				continue
+			}
+			reported[n.Name] = true
+			u.pendingWeightReports = append(u.pendingWeightReports, pendingWeightReport{
+				algorithm: crossLayerEqualizationName, node: n, weight: n.Inputs[1].Name, before: weightsOf(pairs, n.Inputs[1].Name)})
+		}
+	}
+	return nil
+}
+
+// weightsOf finds the original data of a weight among the pairs.
+func weightsOf(pairs []*clePair, name string) *weightData {
+	for _, p := range pairs {
+		for _, w := range []*weightData{p.w1, p.w2} {
+			if w.v.Name == name {
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// equalize scales one pair's shared channels once.
+func (p *clePair) equalize() {
+	channels := p.w1.shape[0]
+	per1 := len(p.w1.data) / channels
+	inner2 := len(p.w2.data) / (p.w2.shape[0] * p.w2.shape[1])
+	for i := range channels {
+		r1 := absMax(p.w1.data[i*per1 : (i+1)*per1])
+		g, j := i/p.per, i%p.per
+		r2 := float32(0)
+		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
+			base := (o*p.w2.shape[1] + j) * inner2
+			r2 = max(r2, absMax(p.w2.data[base:base+inner2]))
+		}
+		if r1 == 0 || r2 == 0 {
+			continue
+		}
+		s := float32(math.Sqrt(float64(r1) / float64(r2)))
+		for k := i * per1; k < (i+1)*per1; k++ {
+			p.w1.data[k] /= s
+		}
+		if p.b1 != nil {
+			p.b1.data[i] /= s
+		}
+		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
+			base := (o*p.w2.shape[1] + j) * inner2
+			for k := base; k < base+inner2; k++ {
+				p.w2.data[k] *= s
+			}
+		}
+	}
+}
+
+func absMax(x []float32) float32 {
+	m := float32(0)
+	for _, v := range x {
+		m = max(m, float32(math.Abs(float64(v))))
+	}
+	return m
+}
+
+// clePartner returns the Conv that n's output reaches through at most one
+// positively homogeneous activation, when n and it form an equalizable
+// pair; why says what stops a Conv → activation → Conv chain that is not
+// one ("" when n starts no such chain).
+func clePartner(m *onnxgraph.Model, n *onnxgraph.Node) (*onnxgraph.Node, string) {
+	if !isPlainConv(m, n) {
+		return nil, ""
+	}
+	v := n.Outputs[0]
+	if len(v.Consumers) != 1 || v.IsGraphOutput {
+		return nil, ""
+	}
+	next := v.Consumers[0]
+	if next.Domain == "" && next.OpType != "Conv" {
+		if !homogeneous(m, next) {
+			if next.OpType == "Clip" && len(next.Outputs[0].Consumers) == 1 && next.Outputs[0].Consumers[0].OpType == "Conv" {
+				return nil, fmt.Sprintf("%s has an upper bound: scaling its input would change its output", next)
+			}
+			return nil, ""
+		}
+		v = next.Outputs[0]
+		if len(v.Consumers) != 1 || v.IsGraphOutput {
+			return nil, ""
+		}
+		next = v.Consumers[0]
+	}
+	if !isPlainConv(m, next) || next.Inputs[0] != v {
+		return nil, ""
+	}
+	if len(n.Inputs[1].Consumers) != 1 || len(next.Inputs[1].Consumers) != 1 {
+		return nil, "a weight is shared with other nodes"
+	}
+	if len(n.Inputs) > 2 && n.Inputs[2] != nil && (initializerIndex(m, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1) {
+		return nil, "the bias is not an initializer of its own"
+	}
+	return next, ""
+}
+
+// isPlainConv reports whether n is a Conv of the default domain with a
+// float32 initializer as weight.
+func isPlainConv(m *onnxgraph.Model, n *onnxgraph.Node) bool {
+	return n.Domain == "" && n.OpType == "Conv" && len(n.Inputs) >= 2 && n.Inputs[1] != nil && n.Inputs[1].IsConst() &&
+		initializerIndex(m, n.Inputs[1]) >= 0 && len(n.Outputs) == 1
+}
+
+// homogeneous reports whether n computes f with f(x·s) = f(x)·s for s > 0:
+// Relu, LeakyRelu, and a Clip with lower bound 0 and no upper bound.
+func homogeneous(m *onnxgraph.Model, n *onnxgraph.Node) bool {
+	if n.Domain != "" || len(n.Outputs) != 1 {
+		return false
+	}
+	switch n.OpType {
+	case "Relu", "LeakyRelu":
+		return true
+	case "Clip":
+		lo, hi := clipBounds(m, n)
+		return lo != nil && *lo == 0 && hi == nil
+	}
+	return false
+}
+
+func attrInt(n *onnxgraph.Node, name string, def int64) int64 {
+	if a := n.Attr(name); a != nil {
+		return a.GetI()
+	}
+	return def
+}
+
+// pendingWeightReport is a weight an algorithm changed before prepare:
+// its report needs the planned spec, known after prepare.
+type pendingWeightReport struct {
+	algorithm string
+	node      *onnxgraph.Node
+	weight    string
+	before    *weightData
+}
+
+// reportWeights fills in the reports of weights changed before prepare:
+// the weight's quantize-dequantize SQNR under its planned spec, for the
+// original and the changed data.
+func reportWeights(u *Unit) error {
+	for _, r := range u.pendingWeightReports {
+		rep := LayerReport{Algorithm: r.algorithm, Node: r.node.Name, OpType: r.node.OpType, Measure: "weights"}
+		tp := u.Plan.Tensor(r.weight)
+		if tp == nil || tp.Role != finalize.Weight || tp.Params == nil || r.before == nil {
+			rep.Note = fmt.Sprintf("weight %q is not quantized", r.weight)
+			u.Layers = append(u.Layers, rep)
+			continue
+		}
+		before, err := weightSQNR(r.before.original, r.before.shape, tp, u.Prepare, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", r.algorithm, r.node, err)
+		}
+		after, err := weightSQNR(r.before.data, r.before.shape, tp, u.Prepare, tp.Params)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", r.algorithm, r.node, err)
+		}
+		rep.Before, rep.After = before, after
+		u.Layers = append(u.Layers, rep)
+	}
+	u.pendingWeightReports = nil
+	return nil
+}
+
+// weightSQNR is the SQNR of quantizing data as the plan quantizes the
+// weight tp: with params, or with the params prepare would compute.
+func weightSQNR(data []float32, shape []int, tp *TensorPlan, opts PrepareOptions, params *Params) (DB, error) {
+	if params == nil {
+		var err error
+		if params, err = weightParams(data, shape, tp.Axis, tp.BlockSize, tp.Spec, weightClipping(tp.Spec, opts)); err != nil {
+			return 0, err
+		}
+	}
+	fq, err := finalize.FakeQuantize(data, shape, tp.Axis, tp.BlockSize, tp.Spec, params)
+	if err != nil {
+		return 0, err
+	}
+	var sig, noise float64
+	for i, x := range data {
+		d := float64(x) - float64(fq[i])
+		sig += float64(x) * float64(x)
+		noise += d * d
+	}
+	return sqnrDB(sig, noise), nil
+}
