@@ -57,9 +57,30 @@ type quantizeOptions struct {
 // plan the same tensors as quantize.
 func addPrepareFlags(f *pflag.FlagSet, p *passes.PrepareOptions) {
 	negBool(f, &p.NoOpIntrinsics, "op-intrinsics", "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
-	negBool(f, &p.NoPatterns, "patterns", "quantize multi-node patterns (decomposed LayerNorm and GELU, SiLU, HardSwish, Conv/Gemm + Add, MatMul + bias, attention scores up to Softmax) at their boundaries only; =false quantizes their insides too")
+	f.Var(patternsFlag{&p.Patterns}, "patterns", "multi-node patterns quantized at their boundaries only: ops (LayerNorm and GELU written out, SiLU, HardSwish, MatMul + bias, attention scores up to Softmax), all (adds Conv/Gemm + Add, which oneDNN fuses and ONNX Runtime's x86 QDQ fusions do not), none")
 	negBool(f, &p.ConcatOwnQParams, "concat-share", "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
 }
+
+// patternsFlag binds --patterns (ops, all or none) to a Patterns.
+type patternsFlag struct{ p *passes.Patterns }
+
+func (f patternsFlag) Set(s string) error {
+	v, err := passes.ParsePatterns(s)
+	if err != nil {
+		return err
+	}
+	*f.p = v
+	return nil
+}
+
+func (f patternsFlag) String() string {
+	if f.p == nil {
+		return passes.PatternsOps.String()
+	}
+	return f.p.String()
+}
+
+func (f patternsFlag) Type() string { return "ops|all|none" }
 
 // addCalibrationFlags adds the calibration settings' flags.
 func addCalibrationFlags(f *pflag.FlagSet, o *config.Overrides, samplesHelp string) {

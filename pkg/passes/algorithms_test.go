@@ -14,14 +14,14 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// memSource is calibration data held in memory: samples of x, [n, c, h, w].
-type memSource struct {
+// sampleSource is calibration data held in memory: samples of x, [n, c, h, w].
+type sampleSource struct {
 	x     []float32
 	shape []int // per sample
 	n     int
 }
 
-func newMemSource(seed uint64, n int, shape ...int) *memSource {
+func newSampleSource(seed uint64, n int, shape ...int) *sampleSource {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	per := tensor.NumElements(shape)
 	x := make([]float32, n*per)
@@ -29,13 +29,13 @@ func newMemSource(seed uint64, n int, shape ...int) *memSource {
 		// Shifted away from zero, so that weight errors do not average out.
 		x[i] = float32(rng.NormFloat64()*0.5 + 0.8)
 	}
-	return &memSource{x: x, shape: shape, n: n}
+	return &sampleSource{x: x, shape: shape, n: n}
 }
 
-func (s *memSource) Samples() int { return s.n }
-func (s *memSource) Random() bool { return false }
-func (s *memSource) Close() error { return nil }
-func (s *memSource) Batch(start, end int) (map[string]*tensor.Tensor, error) {
+func (s *sampleSource) Samples() int { return s.n }
+func (s *sampleSource) Random() bool { return false }
+func (s *sampleSource) Close() error { return nil }
+func (s *sampleSource) Batch(start, end int) (map[string]*tensor.Tensor, error) {
 	per := tensor.NumElements(s.shape)
 	return map[string]*tensor.Tensor{"x": tensor.FromFloat32(append([]float32(nil), s.x[start*per:end*per]...), append([]int{end - start}, s.shape...)...)}, nil
 }
@@ -81,7 +81,7 @@ func cleModel(t *testing.T) *onnxgraph.Model {
 	return m
 }
 
-func runX(t *testing.T, m *onnxgraph.Model, src *memSource) []float32 {
+func runX(t *testing.T, m *onnxgraph.Model, src *sampleSource) []float32 {
 	t.Helper()
 	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
 	if err != nil {
@@ -115,7 +115,7 @@ func algorithms(t *testing.T, text string) *config.Algorithms {
 // that every planned weight is reported.
 func TestCrossLayerEqualization(t *testing.T) {
 	m := cleModel(t)
-	src := newMemSource(1, 4, 3, 8, 8)
+	src := newSampleSource(1, 4, 3, 8, 8)
 	ref := runX(t, m, src)
 	u := quantizeWith(t, cleModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {iterations: 50}\n"), nil)
 	got := runX(t, u.Model, src)
@@ -206,7 +206,7 @@ const int4Weights = `quantization_config:
 // (its mean over the data equals the float model's), that it had one
 // before, and that the reported local SQNR does not go down.
 func TestBiasCorrection(t *testing.T) {
-	src := newMemSource(2, 16, 3, 8, 8)
+	src := newSampleSource(2, 16, 3, 8, 8)
 	cfg, err := config.Parse([]byte(int4Weights), "int4.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +274,7 @@ func singleConv(t *testing.T) *onnxgraph.Model {
 
 // quantizeWith runs the pipeline with a preset (or the given quantization
 // config) and algorithms, calibrating on src (or on random data).
-func quantizeWith(t *testing.T, m *onnxgraph.Model, preset string, alg *config.Algorithms, src *memSource, quant ...*config.QuantizerConfig) *Unit {
+func quantizeWith(t *testing.T, m *onnxgraph.Model, preset string, alg *config.Algorithms, src *sampleSource, quant ...*config.QuantizerConfig) *Unit {
 	t.Helper()
 	var cfg *config.QuantizerConfig
 	if len(quant) > 0 {

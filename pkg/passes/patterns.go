@@ -36,6 +36,11 @@ import (
 type pattern struct {
 	name  string
 	nodes []patternNode
+	// fusion marks a pattern that is one op only to runtimes that fuse it
+	// (Conv + Add: oneDNN and torch.ao's backends do, ONNX Runtime's x86
+	// QDQ fusions do not and run a Conv without an output Q in float);
+	// it applies with PatternsAll only.
+	fusion bool
 }
 
 type patternNode struct {
@@ -61,7 +66,7 @@ type patternArg struct {
 
 // patternTable lists the patterns, larger ones first: when two patterns
 // could claim the same node, the first in the table wins.
-var patternTable = mustPatterns(map[string][]string{
+var patternTable = mustPatterns(withFusions(map[string][]string{
 	"layer_norm": {
 		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
 		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
@@ -113,14 +118,28 @@ var patternTable = mustPatterns(map[string][]string{
 	"attention_scores_scaled":      {"s = MatMul(q, k)", "t = Mul(s, $)", "y = Softmax(t)"},
 	"attention_scores_div_no_mask": {"s = MatMul(q, k)", "t = Div(s, $)", "y = Softmax(t)"},
 	"attention_scores_masked":      {"s = MatMul(q, k)", "a = Add(s, mask)", "y = Softmax(a)"},
-	"conv_add":                     {"c = Conv(x)", "y = Add(c, r)"},
-	"conv_transpose_add":           {"c = ConvTranspose(x)", "y = Add(c, r)"},
-	"gemm_add":                     {"c = Gemm(x)", "y = Add(c, r)"},
 	"linear":                       {"m = MatMul(x, $)", "y = Add(m, $)"},
-})
+}))
+
+// withFusions adds fusionPatterns to the op patterns.
+func withFusions(ops map[string][]string) map[string][]string {
+	for name, stmts := range fusionPatterns {
+		ops[name] = stmts
+	}
+	return ops
+}
+
+// fusionPatterns are the patterns that runtimes fuse into one kernel
+// (pattern.fusion).
+var fusionPatterns = map[string][]string{
+	"conv_add":           {"c = Conv(x)", "y = Add(c, r)"},
+	"conv_transpose_add": {"c = ConvTranspose(x)", "y = Add(c, r)"},
+	"gemm_add":           {"c = Gemm(x)", "y = Add(c, r)"},
+}
 
 // mustPatterns parses the table and orders it: more nodes first, then by
 // name, so that matching is deterministic and the largest pattern wins.
+// Patterns named in fusionPatterns are marked as fusions.
 func mustPatterns(src map[string][]string) []pattern {
 	var out []pattern
 	for name, stmts := range src {
@@ -128,6 +147,7 @@ func mustPatterns(src map[string][]string) []pattern {
 		if err != nil {
 			panic(err)
 		}
+		_, p.fusion = fusionPatterns[name]
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -214,13 +234,54 @@ type PatternMatch struct {
 // Root is the pattern's last node.
 func (pm *PatternMatch) Root() *onnxgraph.Node { return pm.Nodes[len(pm.Nodes)-1] }
 
+// Patterns selects the patterns prepare applies.
+type Patterns uint8
+
+const (
+	// PatternsOps applies the patterns of ops written out node by node
+	// (LayerNorm, GELU, SiLU, HardSwish, MatMul + bias, attention scores):
+	// the default.
+	PatternsOps Patterns = iota
+	// PatternsAll adds the runtime fusions (Conv/Gemm + Add).
+	PatternsAll
+	// PatternsNone applies none.
+	PatternsNone
+)
+
+// String is the name ParsePatterns reads.
+func (p Patterns) String() string {
+	switch p {
+	case PatternsAll:
+		return "all"
+	case PatternsNone:
+		return "none"
+	}
+	return "ops"
+}
+
+// ParsePatterns reads the --patterns flag's value: ops, all or none.
+func ParsePatterns(s string) (Patterns, error) {
+	switch s {
+	case "ops", "":
+		return PatternsOps, nil
+	case "all":
+		return PatternsAll, nil
+	case "none":
+		return PatternsNone, nil
+	}
+	return 0, fmt.Errorf("patterns %q: want ops, all or none", s)
+}
+
 // FindPatterns matches the pattern table against g: each node belongs to
 // at most one match, the table's order deciding between overlapping ones;
 // matches are listed in the order of their roots.
-func FindPatterns(m *onnxgraph.Model) []*PatternMatch {
+func FindPatterns(m *onnxgraph.Model, which Patterns) []*PatternMatch {
 	claimed := map[*onnxgraph.Node]bool{}
 	var out []*PatternMatch
 	for _, p := range patternTable {
+		if which == PatternsNone || (p.fusion && which != PatternsAll) {
+			continue
+		}
 		for _, n := range m.Graph.Nodes {
 			if claimed[n] {
 				continue
@@ -388,10 +449,7 @@ func constScalar(m *onnxgraph.Model, v *onnxgraph.Value) (float64, bool) {
 // each match.
 func (p *preparer) findPatterns() {
 	p.inside, p.patternOf = map[string]*PatternMatch{}, map[string]*PatternMatch{}
-	if p.opts.NoPatterns {
-		return
-	}
-	for _, pm := range FindPatterns(p.m) {
+	for _, pm := range FindPatterns(p.m, p.opts.Patterns) {
 		for _, n := range pm.Nodes {
 			p.patternOf[n.Name] = pm
 		}

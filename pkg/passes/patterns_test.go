@@ -215,7 +215,7 @@ func TestFindPatterns(t *testing.T) {
 			}
 			m := b.model(t, outs...)
 			var got []string
-			for _, pm := range FindPatterns(m) {
+			for _, pm := range FindPatterns(m, PatternsAll) {
 				got = append(got, pm.Pattern+":"+pm.Root().Name)
 			}
 			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
@@ -269,7 +269,7 @@ func TestPatternBoundaries(t *testing.T) {
 	m := chainModel(t)
 	u := quantize(t, m, "w8a8", PrepareOptions{}, true)
 	var b bytes.Buffer
-	for _, pm := range FindPatterns(u.Model) {
+	for _, pm := range FindPatterns(u.Model, PatternsOps) {
 		fmt.Fprintf(&b, "pattern %s root %q inside %q\n", pm.Pattern, pm.Root().Name, pm.Inside)
 	}
 	if err := u.Plan.Dump(&b); err != nil {
@@ -289,10 +289,10 @@ func TestPatternBoundaries(t *testing.T) {
 	}
 
 	// Without patterns, the inside values are quantized again.
-	off := quantize(t, chainModel(t), "w8a8", PrepareOptions{NoPatterns: true}, true)
+	off := quantize(t, chainModel(t), "w8a8", PrepareOptions{Patterns: PatternsNone}, true)
 	for _, v := range []string{"m", "g_a", "ln_norm_d", "sig", "s"} {
 		if off.Plan.Tensor(v) == nil {
-			t.Errorf("NoPatterns: %q is not quantized", v)
+			t.Errorf("PatternsNone: %q is not quantized", v)
 		}
 	}
 }
@@ -302,7 +302,7 @@ func TestPatternBoundaries(t *testing.T) {
 func checkBoundaries(t *testing.T, u *Unit) {
 	t.Helper()
 	inside := map[string]string{}
-	for _, pm := range FindPatterns(u.Model) {
+	for _, pm := range FindPatterns(u.Model, PatternsOps) {
 		for _, v := range pm.Inside {
 			inside[v] = pm.Pattern
 		}
@@ -337,7 +337,7 @@ func TestPatternsOpset13Encoder(t *testing.T) {
 	u := quantize(t, m, "w8a8", PrepareOptions{}, true)
 	var b bytes.Buffer
 	count := map[string]int{}
-	for _, pm := range FindPatterns(u.Model) {
+	for _, pm := range FindPatterns(u.Model, PatternsOps) {
 		count[pm.Pattern]++
 		fmt.Fprintf(&b, "%s %q\n", pm.Pattern, pm.Root().Name)
 	}
@@ -357,7 +357,7 @@ func TestPatternsKeepFloatFunction(t *testing.T) {
 	m := chainModel(t)
 	ref := runModel(t, m, 9)
 	with := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{}).Result.Model, 9)
-	without := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{NoPatterns: true}).Result.Model, 9)
+	without := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{Patterns: PatternsNone}).Result.Model, 9)
 	a, b := sqnr(ref["y"], with["y"]), sqnr(ref["y"], without["y"])
 	t.Logf("SQNR with patterns %.2f dB, without %.2f dB", a, b)
 	if !(a > b) || math.IsInf(a, 1) {

@@ -56,9 +56,10 @@ type PrepareOptions struct {
 	// Target decides where Q/DQ pairs go (placement.go); nil places them
 	// wherever the config asks (the generic target).
 	Target *config.Target
-	// NoPatterns quantizes the values inside multi-node patterns
-	// (patternTable) like any other instead of at the patterns' boundaries.
-	NoPatterns bool
+	// Patterns selects the multi-node patterns (patternTable) quantized at
+	// their boundaries only; the values inside others are quantized like
+	// any value.
+	Patterns Patterns
 }
 
 // request is one node asking for a value to be quantized.
