@@ -143,22 +143,45 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 	for _, l := range layers {
 		var before, after float64
 		nb := make([]float32, len(l.biasData))
+		corrected := 0
 		for c := range l.biasData {
-			mean := 0.0
-			if l.count[c] > 0 {
-				mean = l.sum[c] / l.count[c]
+			mean := significantMean(l.sum[c], l.sumSq[c], l.count[c])
+			if mean != 0 {
+				corrected++
 			}
 			nb[c] = l.biasData[c] + float32(mean/float64(l.beta))
 			before += l.sumSq[c]
-			after += l.sumSq[c] - l.sum[c]*mean
+			after += l.sumSq[c] - 2*l.sum[c]*mean + l.count[c]*mean*mean
 		}
 		if err := setConst(m, l.bias, nb, []int{len(nb)}); err != nil {
 			return fmt.Errorf("%s: %s: %w", biasCorrectionName, l.node, err)
 		}
 		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
-			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0))})
+			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0)),
+			Note: fmt.Sprintf("%d of %d channels corrected", corrected, len(nb))})
 	}
 	return nil
+}
+
+// significance is how many standard errors a channel's mean error must
+// exceed to be corrected.
+const significance = 2
+
+// significantMean is the mean error of a channel from its sum, sum of
+// squares and count, or 0 when it is within significance standard errors
+// of 0: a mean measured on few values (a classifier's logits over a few
+// calibration samples) is mostly noise, and folding noise into the bias
+// makes the layer worse on other data.
+func significantMean(sum, sumSq, n float64) float64 {
+	if n < 2 {
+		return 0
+	}
+	mean := sum / n
+	variance := max(sumSq/n-mean*mean, 0)
+	if mean*mean*n <= significance*significance*variance {
+		return 0
+	}
+	return mean
 }
 
 // accumulate adds one batch of the error (channels on axis 1).
