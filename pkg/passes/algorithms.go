@@ -40,6 +40,8 @@ type LayerReport struct {
 	Before  DB     `json:"local_sqnr_before_db"`
 	After   DB     `json:"local_sqnr_after_db"`
 	Note    string `json:"note,omitempty"`
+	// Skipped says why the algorithm left the node alone (no figures then).
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // DB is a figure in decibels; infinities marshal as the strings "inf"

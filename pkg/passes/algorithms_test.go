@@ -151,7 +151,7 @@ func TestCrossLayerEqualization(t *testing.T) {
 	}
 	reported := map[string]bool{}
 	for _, l := range u.Layers {
-		if l.Algorithm == crossLayerEqualizationName && l.Note == "" {
+		if l.Algorithm == crossLayerEqualizationName && l.Skipped == "" {
 			reported[l.Node] = true
 		}
 	}
@@ -186,7 +186,7 @@ func TestCrossLayerEqualizationStopsAtRelu6(t *testing.T) {
 			t.Fatalf("weight w1 changed across a Relu6")
 		}
 	}
-	if len(u.Layers) != 1 || u.Layers[0].Node != "conv1" || u.Layers[0].Note == "" {
+	if len(u.Layers) != 1 || u.Layers[0].Node != "conv1" || u.Layers[0].Skipped == "" {
 		t.Errorf("want one note on conv1, got %+v", u.Layers)
 	}
 }
@@ -244,7 +244,7 @@ func TestBiasCorrection(t *testing.T) {
 	}
 	n := 0
 	for _, l := range u.Layers {
-		if l.Algorithm != biasCorrectionName || l.Note != "" {
+		if l.Algorithm != biasCorrectionName || l.Skipped != "" {
 			continue
 		}
 		n++

@@ -62,7 +62,7 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 			return err
 		}
 		if why != "" {
-			u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: n.Name, OpType: n.OpType, Measure: "output", Note: why})
+			u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: n.Name, OpType: n.OpType, Measure: "output", Skipped: why})
 		}
 		if l != nil {
 			layers = append(layers, l)

@@ -73,13 +73,13 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 		second, why := clePartner(m, n)
 		if second == nil {
 			if why != "" {
-				u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights", Note: why})
+				u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights", Skipped: why})
 			}
 			continue
 		}
 		if cfg.Excludes(n.Name) || cfg.Excludes(second.Name) {
 			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
-				Note: fmt.Sprintf("pair with %q excluded by %s", second.Name, cfg.Rule.Location())})
+				Skipped: fmt.Sprintf("pair with %q excluded by %s", second.Name, cfg.Rule.Location())})
 			continue
 		}
 		p := &clePair{first: n, second: second}
@@ -100,7 +100,7 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 		if len(p.w2.shape) < 2 || group <= 0 || channels%group != 0 || p.w2.shape[1]*group != channels || p.w2.shape[0]%group != 0 ||
 			(p.b1 != nil && len(p.b1.data) != channels) {
 			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
-				Note: fmt.Sprintf("channels of %q do not line up with %q's weight %v", n.Name, second.Name, p.w2.shape)})
+				Skipped: fmt.Sprintf("channels of %q do not line up with %q's weight %v", n.Name, second.Name, p.w2.shape)})
 			continue
 		}
 		p.per, p.outPer = channels/group, p.w2.shape[0]/group
@@ -271,7 +271,7 @@ func reportWeights(u *Unit) error {
 		rep := LayerReport{Algorithm: r.algorithm, Node: r.node.Name, OpType: r.node.OpType, Measure: "weights"}
 		tp := u.Plan.Tensor(r.weight)
 		if tp == nil || tp.Role != finalize.Weight || tp.Params == nil || r.before == nil {
-			rep.Note = fmt.Sprintf("weight %q is not quantized", r.weight)
+			rep.Skipped = fmt.Sprintf("weight %q is not quantized", r.weight)
 			u.Layers = append(u.Layers, rep)
 			continue
 		}
