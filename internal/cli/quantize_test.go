@@ -228,7 +228,7 @@ func TestPresetConfigsRun(t *testing.T) {
 	slow := map[string]bool{"resnet18": true, "mobilenetv2": true, "bert_encoder": true, "gpt_decoder": true}
 	// The lowest opset each preset needs: per-channel int8 13, fp8 19,
 	// int4 per block 21, fp4 23.
-	minOpset := map[string]int64{"w8a8": 13, "w8": 13, "ort-x86": 13, "fp8": 19, "w4": 21, "w4a8": 21, "mxfp4": 23}
+	minOpset := map[string]int64{"w8a8": 13, "accurate": 13, "w8": 13, "ort-x86": 13, "fp8": 19, "w4": 21, "w4a8": 21, "mxfp4": 23}
 	models := 0
 	for _, e := range entries {
 		if !e.IsDir() {

@@ -240,7 +240,7 @@ quantization_config:
 // TestPresets: every preset parses, resolves on the guide model, and
 // configs/presets holds a config equal to it.
 func TestPresets(t *testing.T) {
-	want := []string{"fp8", "mxfp4", "ort-x86", "w4", "w4a8", "w8", "w8a8"}
+	want := []string{"accurate", "fp8", "mxfp4", "ort-x86", "w4", "w4a8", "w8", "w8a8"}
 	if got := PresetNames(); len(got) != len(want) {
 		t.Fatalf("presets = %v, want %v", got, want)
 	}
@@ -259,6 +259,15 @@ func TestPresets(t *testing.T) {
 			}
 			if a, b := specsOf(res), specsOf(mustResolve(t, cfg.Quant, false)); a != b {
 				t.Errorf("%s resolves differently from the preset", file)
+			}
+			pc, err := PresetConfig(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, alg := range AlgorithmNames() {
+				if pc.Algorithms.enabled(alg) != cfg.Algorithms.enabled(alg) {
+					t.Errorf("%s: algorithm %s is %v in the preset, %v in the file", file, alg, pc.Algorithms.enabled(alg), cfg.Algorithms.enabled(alg))
+				}
 			}
 		})
 	}

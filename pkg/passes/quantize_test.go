@@ -125,11 +125,11 @@ func syntheticStats(_ context.Context, _ *onnxgraph.Model, plan *Plan) (finalize
 // built-in engine (or with synthetic ranges).
 func quantize(t *testing.T, m *onnxgraph.Model, preset string, opts PrepareOptions, synthetic ...bool) *Unit {
 	t.Helper()
-	cfg, err := config.Preset(preset)
+	pc, err := config.PresetConfig(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &Unit{Model: m, Config: cfg, Prepare: opts,
+	u := &Unit{Model: m, Config: pc.Quant, Algorithms: pc.Algorithms, Prepare: opts,
 		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
 			return observe(t, m, plan), nil
 		}}
@@ -172,7 +172,7 @@ func TestQuantizeGolden(t *testing.T) {
 // TestQuantizeDeterministic checks that quantizing twice gives
 // byte-identical models.
 func TestQuantizeDeterministic(t *testing.T) {
-	for _, preset := range []string{"w8a8", "w4", "mxfp4"} {
+	for _, preset := range []string{"w8a8", "w4", "mxfp4", "accurate"} {
 		t.Run(preset, func(t *testing.T) {
 			var outs [][]byte
 			for range 2 {
@@ -215,7 +215,7 @@ func sqnr(ref, got []float32) float64 {
 func TestQuantizedModelRuns(t *testing.T) {
 	// Bounds are loose on purpose: they catch broken scales, axes or
 	// packing (which give SQNR near or below 0 dB), not small changes.
-	minSQNR := map[string]float64{"w8a8": 30, "ort-x86": 30, "w8": 35, "w4a8": 10, "w4": 10, "fp8": 18, "mxfp4": 7}
+	minSQNR := map[string]float64{"w8a8": 30, "accurate": 30, "ort-x86": 30, "w8": 35, "w4a8": 10, "w4": 10, "fp8": 18, "mxfp4": 7}
 	for _, model := range goldenModels {
 		for _, preset := range config.PresetNames() {
 			want, ok := minSQNR[preset]
