@@ -1,10 +1,13 @@
 package passes
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
@@ -296,4 +299,36 @@ func quantizeWith(t *testing.T, m *onnxgraph.Model, preset string, alg *config.A
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestAlgorithmsDeterministic checks that equalization and bias
+// correction write byte-identical models across runs and engine thread
+// counts.
+func TestAlgorithmsDeterministic(t *testing.T) {
+	cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n"), "int4.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs [][]byte
+	for _, threads := range []int{1, 3, 1} {
+		m := cleModel(t)
+		u := &Unit{Model: m, Config: cfg.Quant, Algorithms: cfg.Algorithms,
+			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+				return observe(t, m, plan), nil
+			},
+			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(4, 12, 3, 8, 8), BatchSize: 5}}
+		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, b)
+	}
+	for i := 1; i < len(outs); i++ {
+		if !bytes.Equal(outs[0], outs[i]) {
+			t.Fatalf("run %d wrote a different model (%d and %d bytes)", i, len(outs[0]), len(outs[i]))
+		}
+	}
 }
