@@ -21,6 +21,8 @@ type inspectConfigDoc struct {
 	Config string `json:"config"`
 	// Nodes shadows ModelSummary.Nodes.
 	Nodes []resolvedNode `json:"nodes"`
+	// Palettization lists the weights under kmeans_palettization_config.
+	Palettization []paletteDoc `json:"palettization,omitempty"`
 }
 
 type resolvedNode struct {
@@ -72,6 +74,13 @@ func runInspectConfig(opts *inspectOptions, m *onnxgraph.Model, s *passes.ModelS
 	if err != nil {
 		return configUsageError(err)
 	}
+	var pres *config.PaletteResolution
+	if cfg.Palette != nil {
+		if pres, err = config.ResolvePalettization(cfg.Palette, m.Graph); err != nil {
+			return configUsageError(err)
+		}
+		res.Warnings = append(res.Warnings, pres.Warnings...)
+	}
 	for _, n := range cfg.Notices {
 		fmt.Fprintf(opts.IO.ErrOut, "notice: %s\n", n.Error())
 	}
@@ -94,6 +103,9 @@ func runInspectConfig(opts *inspectOptions, m *onnxgraph.Model, s *passes.ModelS
 			}
 			doc.Nodes = append(doc.Nodes, rn)
 		}
+		if pres != nil {
+			doc.Palettization = paletteDocs(pres)
+		}
 		if opts.Format == "json" {
 			return writeDocument(opts.IO.Out, "json", doc, nil)
 		}
@@ -102,7 +114,10 @@ func runInspectConfig(opts *inspectOptions, m *onnxgraph.Model, s *passes.ModelS
 	if err := writeSummaryTable(opts.IO.Out, s, opts.Nodes); err != nil {
 		return err
 	}
-	return writeResolutionTable(opts.IO.Out, opts.Config, res)
+	if err := writeResolutionTable(opts.IO.Out, opts.Config, res); err != nil || pres == nil {
+		return err
+	}
+	return writePaletteTable(opts.IO.Out, opts.Config, pres)
 }
 
 // writeResolutionTable lists, per node, each quantized tensor's spec and

@@ -26,6 +26,9 @@ type Config struct {
 	// Quant is the quantization config: quantization_config with presets,
 	// only_for and without applied, and the guide's defaults filled in.
 	Quant *QuantizerConfig
+	// Palette is kmeans_palettization_config (see palettize.go), nil when
+	// the file has none.
+	Palette *QuantizerConfig
 	// Notices are accepted keys that post-training quantization ignores
 	// (qat_schedule), reported so that nothing is dropped silently.
 	Notices []*Diagnostic
@@ -55,7 +58,7 @@ type FileSettings struct {
 
 // Keys the config file accepts, for hints.
 var (
-	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config", algorithmsKey}
+	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config", algorithmsKey, "kmeans_palettization_config"}
 	calibrationKeys = []string{"data", "images", "samples", "batch_size"}
 	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "preset", "only_for", "without"}
 	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
@@ -88,7 +91,7 @@ func Parse(data []byte, file string) (*Config, error) {
 	if perr != nil {
 		return nil, ErrorList{perr}
 	}
-	var qcKey, qcVal *yaml.Node
+	var qcKey, qcVal, pcKey, pcVal *yaml.Node
 	if !isNull(root) {
 		root = deref(root)
 		if root == nil || root.Kind != yaml.MappingNode {
@@ -137,12 +140,20 @@ func Parse(data []byte, file string) (*Config, error) {
 				qcKey, qcVal = e.key, e.val
 			case algorithmsKey:
 				cfg.Algorithms = d.algorithms(e.key, e.val)
+			case "kmeans_palettization_config":
+				pcKey, pcVal = e.key, e.val
 			default:
 				d.unknownKey(e.key, "config file", topKeys)
 			}
 		}
 	}
 	cfg.Quant = d.quantizerConfig(qcKey, qcVal)
+	if pcKey != nil {
+		cfg.Palette = d.configTree(pcKey, pcVal, paletteTree())
+		if qcKey == nil {
+			cfg.Quant = paletteOnly(d.rule(pcKey, "quantization_config"))
+		}
+	}
 	if cfg.Algorithms == nil {
 		cfg.Algorithms = &Algorithms{}
 	}
@@ -266,11 +277,19 @@ func (d *decoder) specLibrary(n *yaml.Node) {
 // quantizerConfig decodes quantization_config. Absent or empty, it is
 // QuantizerConfig(): W8A8 everywhere.
 func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
-	const path = "quantization_config"
+	return d.configTree(key, n, quantizerTree())
+}
+
+// configTree is one top-level config of the guide's shape (global_config,
+// module_type_configs, module_name_configs, only_for, without) whose module
+// configs t decodes: quantization_config and kmeans_palettization_config
+// share it, and so their precedence and null semantics.
+func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
+	path := t.path
 	base := d.rule(key, path)
 	globalRule := base
-	globalRule.Path = "quantization_config.global_config (default)"
-	qc := &QuantizerConfig{Global: defaultModuleConfig(globalRule), GlobalRule: globalRule}
+	globalRule.Path = path + ".global_config (default)"
+	qc := &QuantizerConfig{Global: t.defaults(globalRule), GlobalRule: globalRule}
 	if isNullOrEmpty(n) || !d.wantMapping(n, path) {
 		return qc
 	}
@@ -279,7 +298,9 @@ func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
 		e := e
 		switch e.key.Value {
 		case "preset":
-			if p := d.presetRef(e.val); p != nil {
+			if !t.presets {
+				d.unknownKey(e.key, path, t.keys)
+			} else if p := d.presetRef(e.val); p != nil {
 				qc = p
 			}
 		case "global_config":
@@ -293,7 +314,7 @@ func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
 		case "module_name_configs":
 			names = &e
 		default:
-			d.unknownKey(e.key, path, quantizerKeys)
+			d.unknownKey(e.key, path, t.keys)
 		}
 	}
 	// Setters apply in the guide's chaining order: the preset, then
@@ -303,7 +324,7 @@ func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
 		qc.GlobalRule = d.rule(global.key, path+".global_config")
 		qc.Global = nil
 		if !isNullOrEmpty(global.val) && d.wantMapping(global.val, "global_config") {
-			qc.Global = d.moduleConfig(global.val, qc.GlobalRule)
+			qc.Global = t.module(d, global.val, qc.GlobalRule)
 		}
 	}
 	if onlyFor != nil {
@@ -340,7 +361,7 @@ func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
 			r := d.rule(e.key, joinPath(path+".module_type_configs", e.key.Value))
 			var mc *ModuleConfig
 			if !isNullOrEmpty(e.val) && d.wantMapping(e.val, r.Path) {
-				mc = d.moduleConfig(e.val, r)
+				mc = t.module(d, e.val, r)
 			}
 			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: e.key.Value, Config: mc, Rule: r})
 		}
@@ -351,7 +372,7 @@ func (d *decoder) quantizerConfig(key, n *yaml.Node) *QuantizerConfig {
 			re := d.moduleRegex(e.key)
 			var mc *ModuleConfig
 			if !isNullOrEmpty(e.val) && d.wantMapping(e.val, r.Path) {
-				mc = d.moduleConfig(e.val, r)
+				mc = t.module(d, e.val, r)
 			}
 			if re != nil {
 				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: e.key.Value, Re: re, Config: mc, Rule: r})
@@ -482,33 +503,9 @@ func (d *decoder) moduleConfig(n *yaml.Node, r Rule) *ModuleConfig {
 		case "module_state_spec":
 			mc.ModuleState = d.specMap(e, kr, tensorState, false)
 		case "op_type_config":
-			mc.OpTypes = nil
-			if isNull(e.val) || !d.wantMapping(e.val, path) {
-				continue
-			}
-			for _, oe := range d.mapping(e.val) {
-				if !validOpTypeKey(oe.key.Value) {
-					d.errorf(oe.key, didYouMean(oe.key.Value, opTypeKeys()),
-						"unknown op type %q: want an ONNX op type (Conv, MatMul, Softmax), a torch functional name (linear, conv2d, softmax) or domain.OpType", oe.key.Value)
-					continue
-				}
-				or := d.rule(oe.key, joinPath(path, oe.key.Value))
-				mc.OpTypes = append(mc.OpTypes, &OpEntry{Key: oe.key.Value, Config: d.opConfig(oe.val, or), Rule: or})
-			}
+			mc.OpTypes = d.opTypeEntries(e.val, path, d.opConfig)
 		case "op_name_config":
-			mc.OpNames = nil
-			if isNull(e.val) || !d.wantMapping(e.val, path) {
-				continue
-			}
-			for _, oe := range d.mapping(e.val) {
-				re, err := compileAnchored(oe.key.Value)
-				if err != nil {
-					d.errorf(oe.key, "", "op name pattern %q does not compile: %v", oe.key.Value, err)
-					continue
-				}
-				or := d.rule(oe.key, joinPath(path, oe.key.Value))
-				mc.OpNames = append(mc.OpNames, &OpEntry{Key: oe.key.Value, Re: re, Config: d.opConfig(oe.val, or), Rule: or})
-			}
+			mc.OpNames = d.opNameEntries(e.val, path, d.opConfig)
 		case "qat_schedule":
 			mc.QATSchedule = true
 			d.notices = append(d.notices, d.diag(e.key, "", "qat_schedule is ignored: post-training quantization has no training schedule"))
@@ -517,6 +514,42 @@ func (d *decoder) moduleConfig(n *yaml.Node, r Rule) *ModuleConfig {
 		}
 	}
 	return mc
+}
+
+// opTypeEntries decodes op_type_config at path, each entry's value by op.
+func (d *decoder) opTypeEntries(n *yaml.Node, path string, op func(*yaml.Node, Rule) *OpConfig) []*OpEntry {
+	if isNull(n) || !d.wantMapping(n, path) {
+		return nil
+	}
+	var out []*OpEntry
+	for _, oe := range d.mapping(n) {
+		if !validOpTypeKey(oe.key.Value) {
+			d.errorf(oe.key, didYouMean(oe.key.Value, opTypeKeys()),
+				"unknown op type %q: want an ONNX op type (Conv, MatMul, Softmax), a torch functional name (linear, conv2d, softmax) or domain.OpType", oe.key.Value)
+			continue
+		}
+		or := d.rule(oe.key, joinPath(path, oe.key.Value))
+		out = append(out, &OpEntry{Key: oe.key.Value, Config: op(oe.val, or), Rule: or})
+	}
+	return out
+}
+
+// opNameEntries decodes op_name_config at path, each entry's value by op.
+func (d *decoder) opNameEntries(n *yaml.Node, path string, op func(*yaml.Node, Rule) *OpConfig) []*OpEntry {
+	if isNull(n) || !d.wantMapping(n, path) {
+		return nil
+	}
+	var out []*OpEntry
+	for _, oe := range d.mapping(n) {
+		re, err := compileAnchored(oe.key.Value)
+		if err != nil {
+			d.errorf(oe.key, "", "op name pattern %q does not compile: %v", oe.key.Value, err)
+			continue
+		}
+		or := d.rule(oe.key, joinPath(path, oe.key.Value))
+		out = append(out, &OpEntry{Key: oe.key.Value, Re: re, Config: op(oe.val, or), Rule: or})
+	}
+	return out
 }
 
 // opConfig decodes an OpQuantizerConfig; null or empty disables the op (nil).

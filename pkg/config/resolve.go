@@ -59,6 +59,9 @@ type NodeResolution struct {
 	// OpRule locates the op config that applies: an op_name_config or
 	// op_type_config entry, or the module config itself for its op_*_spec.
 	OpRule Rule
+	// Op is the op config that applies (nil when the module or op config
+	// is null): what settings beyond the specs (palettization) read.
+	Op *OpConfig
 	// Tensors lists every input (non-constant: RoleInput, constant:
 	// RoleState) and every output of the node, in that order.
 	Tensors []*TensorResolution
@@ -276,6 +279,7 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 			oc = ef.cfg.opConfig()
 		}
 	}
+	nr.Op = oc
 	for i, v := range n.Inputs {
 		if v == nil {
 			continue

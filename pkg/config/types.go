@@ -75,6 +75,9 @@ type ModuleConfig struct {
 	// ModuleInput, ModuleOutput and ModuleState are the module boundary
 	// specs; empty (not disabled) when omitted.
 	ModuleInput, ModuleOutput, ModuleState *SpecMap
+	// Palette is the module's palettization in a
+	// kmeans_palettization_config (nil in a quantization_config).
+	Palette *Palettization
 	// QATSchedule is set when the config had a qat_schedule, which
 	// post-training quantization ignores (reported as a notice).
 	QATSchedule bool
@@ -95,7 +98,9 @@ type OpEntry struct {
 // guide's defaults (OpQuantizerConfig() is W8A8), not the module's.
 type OpConfig struct {
 	Input, Output, State *SpecMap
-	Rule                 Rule
+	// Palette is the op's palettization in a kmeans_palettization_config.
+	Palette *Palettization
+	Rule    Rule
 }
 
 // KeyKind is what a SpecMap's keys are, besides "*".
@@ -218,7 +223,7 @@ func emptySpecMap(parent Rule, field string) *SpecMap {
 
 // opConfig is the module's own op_*_spec fields as an OpConfig.
 func (m *ModuleConfig) opConfig() *OpConfig {
-	return &OpConfig{Input: m.OpInput, Output: m.OpOutput, State: m.OpState, Rule: m.Rule}
+	return &OpConfig{Input: m.OpInput, Output: m.OpOutput, State: m.OpState, Palette: m.Palette, Rule: m.Rule}
 }
 
 // hasBoundary reports whether the module sets any module_*_spec.
