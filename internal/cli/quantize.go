@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -142,6 +143,8 @@ type pipelineSetup struct {
 	notices    []*config.Diagnostic
 	// target is the deployment target (--target, `target:`, or the default).
 	target *config.Target
+	// palette is the config's kmeans_palettization_config, nil for none.
+	palette *config.QuantizerConfig
 	// batchFrom names where an explicit calibration batch size came from
 	// ("" when it is the default).
 	batchFrom string
@@ -169,6 +172,9 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings)}
 	if s.target, err = config.LookupTarget(st.Target); err != nil {
 		return nil, &UsageError{Err: err}
+	}
+	if cfg != nil {
+		s.palette = cfg.Palette
 	}
 	switch {
 	case st.Preset != "":
@@ -251,13 +257,16 @@ func (s *pipelineSetup) resolveBatchSize() error {
 // runPipeline runs the passes up to until, printing config warnings and
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
-	u.Model, u.Config, u.Prepare, u.Algorithms = s.model, s.quant, opts.Prepare, s.algorithms
+	u.Model, u.Config, u.Palette, u.Prepare, u.Algorithms = s.model, s.quant, s.palette, opts.Prepare, s.algorithms
 	u.Prepare.Target = s.target
 	format, err := finalize.ParseFormat(opts.Format)
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
 	}
-	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8}
+	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads}
+	if u.Write.Threads == 0 {
+		u.Write.Threads = goruntime.NumCPU()
+	}
 	for _, n := range s.notices {
 		fmt.Fprintf(opts.IO.ErrOut, "notice: %s\n", n.Error())
 	}

@@ -20,8 +20,10 @@ type WeightPalette struct {
 	Palette *Palettization
 	Reason  string
 	// Axis is channel_axis as an axis of the ONNX weight; ScaleAxis is the
-	// output-channel axis the per-channel scale runs along.
-	Axis, ScaleAxis int
+	// output-channel axis the per-channel scale runs along; InputAxis is
+	// the axis that meets the input's channels (Conv's input channels, the
+	// reduction axis of Gemm and MatMul), -1 for an embedding table.
+	Axis, ScaleAxis, InputAxis int
 	// Rule locates the config entry that decided.
 	Rule Rule
 }
@@ -103,7 +105,10 @@ func ResolvePalettization(cfg *QuantizerConfig, g *onnxgraph.Graph) (*PaletteRes
 			w.Reason = fmt.Sprintf("%d elements, not above weight_threshold %d", numel, p.WeightThreshold)
 		default:
 			w.ScaleAxis, _ = defaultAxis(n, i, len(w.Shape), spec.PerChannel)
-			w.Axis = w.ScaleAxis
+			w.Axis, w.InputAxis = w.ScaleAxis, -1
+			if n.OpType != "Gather" {
+				w.InputAxis, _ = defaultAxis(n, i, len(w.Shape), spec.PerBlock)
+			}
 			if p.ChannelAxis == 1 {
 				w.Axis, _ = defaultAxis(n, i, len(w.Shape), spec.PerBlock)
 			}

@@ -188,6 +188,9 @@ type Plan struct {
 	Stage   Stage         `json:"stage"`
 	Tensors []*TensorPlan `json:"tensors"`
 	Skipped []Skip        `json:"skipped"`
+	// Palettes are the weights kmeans_palettization_config replaces by
+	// LUT indices (none of them is also in Tensors).
+	Palettes []*PalettePlan `json:"palettes,omitempty"`
 	// Notes record decisions a user may want to know about (conflicting
 	// specs on one tensor, fused patterns, ignored settings).
 	Notes []string `json:"notes"`

@@ -60,6 +60,8 @@ type Options struct {
 	// Format is the form of quantized weights: QDQ (the default), or
 	// ONNX Runtime's MatMulNBits for 4-bit MatMul/Gemm weights.
 	Format Format
+	// Threads bounds the threads that cluster palettized weights (0: one).
+	Threads int
 }
 
 // keepE8M0 reports whether float8e8m0 scales are written as such. They
@@ -92,6 +94,8 @@ type Result struct {
 	Tensors []*TensorPlan
 	// Notes record adjustments (enlarged weight scales, raised opset).
 	Notes []string
+	// Palettes are the palettized weights with their reports.
+	Palettes []*PalettePlan
 }
 
 // ValueNaming documents how the written model names tensors, so that a
@@ -124,6 +128,8 @@ type writer struct {
 	nbitsInits map[string][3]string
 	// msImport adds the com.microsoft opset import (contrib ops).
 	msImport bool
+	// palettes are the written palettized weights, with their reports.
+	palettes []*PalettePlan
 
 	prologue []*onnxpb.NodeProto
 	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
@@ -173,6 +179,11 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		c.Params = w.paramsOf(t)
 		final = append(final, &c)
 	}
+	for _, p := range plan.Palettes {
+		if err := w.writePalette(p); err != nil {
+			return nil, err
+		}
+	}
 	if w.e8m0AsFloat > 0 {
 		w.notes = append(w.notes, fmt.Sprintf("float8e8m0 scales of %d weights written as float powers of two at opset %d (ONNX Runtime 1.23 reads IR ≤ 11, opset ≤ 23; --opset 24 keeps float8e8m0)",
 			w.e8m0AsFloat, w.opset))
@@ -194,7 +205,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	if err != nil {
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
-	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes}, nil
+	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
 }
 
 // collectNames records every node and value name of the model so that
@@ -437,6 +448,14 @@ func (w *writer) chooseOpset() error {
 		}
 		if !ms && o > needMS {
 			needMS, whyMS = o, fmt.Sprintf("tensor %q (%s)", t.Value, t.SpecString())
+		}
+	}
+	for _, p := range w.plan.Palettes {
+		if o := paletteOpset(p); o > needStd {
+			needStd, why = o, fmt.Sprintf("palettized weight %q (%s)", p.Value, p.Palette)
+		}
+		if o := paletteOpset(p); o > needMS {
+			needMS, whyMS = o, fmt.Sprintf("palettized weight %q (%s)", p.Value, p.Palette)
 		}
 	}
 	target := max(cur, needStd)
@@ -783,6 +802,11 @@ func (w *writer) stamp() (int64, error) {
 		}
 		if t.Spec.ScaleDType == spec.Float8E8M0FNU && w.opts.keepE8M0() {
 			ir = max(ir, 12)
+		}
+	}
+	for _, p := range w.plan.Palettes {
+		if p.Palette.NBits <= 4 {
+			ir = max(ir, 10) // uint4 indices
 		}
 	}
 	if ir > 13 {

@@ -36,6 +36,8 @@ type Unit struct {
 	// Prepare.KeepBatchNorm): calibration and finalize work on that copy.
 	Model  *onnxgraph.Model
 	Config *config.QuantizerConfig
+	// Palette is the kmeans_palettization_config, nil for none.
+	Palette *config.QuantizerConfig
 	// Prepare tunes the prepare pass.
 	Prepare PrepareOptions
 	// Calibrate produces activation statistics; it is only called when the
@@ -202,6 +204,14 @@ func preparePass(_ context.Context, u *Unit) error {
 		return err
 	}
 	plan.Notes = append(folded, plan.Notes...)
+	if u.Palette != nil {
+		pres, err := config.ResolvePalettization(u.Palette, u.Model.Graph)
+		if err != nil {
+			return err
+		}
+		res.Warnings = append(res.Warnings, pres.Warnings...)
+		planPalettes(plan, pres)
+	}
 	u.Plan = plan
 	return reportWeights(u)
 }

@@ -1,0 +1,42 @@
+package passes
+
+import (
+	"fmt"
+
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+)
+
+// PalettePlan is a palettized weight of the Plan.
+type PalettePlan = finalize.PalettePlan
+
+// planPalettes adds the weights res palettizes to the plan. A palettized
+// weight is not also quantized: its weight plan and the int32 bias that
+// depends on the weight's scale are dropped (the bias stays float), each
+// with a note.
+func planPalettes(plan *Plan, res *config.PaletteResolution) {
+	drop := map[string]bool{}
+	for _, w := range res.Palettized() {
+		p := &PalettePlan{Value: w.Value, Nodes: []string{w.Node.Name}, Rule: w.Rule, Palette: w.Palette,
+			Shape: w.Shape, Axis: w.Axis, ScaleAxis: w.ScaleAxis, InputAxis: -1,
+			FloatType: int32(w.Node.Inputs[w.Input].DType())}
+		if w.Input == 1 && len(w.Node.Inputs) > 0 && w.Node.Inputs[0] != nil && !w.Node.Inputs[0].IsConst() {
+			p.Input = w.Node.Inputs[0].Name
+			p.InputAxis = w.InputAxis
+		}
+		plan.Palettes = append(plan.Palettes, p)
+		if t := plan.Tensor(w.Value); t != nil && t.Role == finalize.Weight {
+			drop[w.Value] = true
+			plan.Notes = append(plan.Notes, fmt.Sprintf("weight %q is palettized (%s), not quantized by %s", w.Value, w.Rule, t.Rule))
+		}
+	}
+	for _, t := range plan.Tensors {
+		if t.Role == finalize.Bias && drop[t.Weight] {
+			drop[t.Value] = true
+			plan.Notes = append(plan.Notes, fmt.Sprintf("bias %q stays float: its weight %q is palettized, so there is no weight scale for an int32 bias", t.Value, t.Weight))
+		}
+	}
+	if len(drop) > 0 {
+		plan.Remove(drop)
+	}
+}
