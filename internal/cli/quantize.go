@@ -405,6 +405,10 @@ type report struct {
 	Eval *compare.Report `json:"eval,omitempty"`
 	// Deploy is the deployability lint for the target (lint.go).
 	Deploy *deployability `json:"deployability,omitempty"`
+	// Palettes are the palettized weights (kmeans_palettization_config).
+	Palettes []reportPalette `json:"palettized,omitempty"`
+	// Size is the model's size before and after.
+	Size *fileSizes `json:"file_size,omitempty"`
 
 	// reportPath is where --report writes this report ("" when not asked).
 	reportPath string
@@ -452,6 +456,9 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 	r.Counts["skipped_nodes"] = len(r.Skipped)
 	r.Deploy = lintModel(s.target, u.Model, u.Result.Model, u.Plan)
 	r.Algorithms = u.Layers
+	if r.Palettes = reportPalettes(u.Result.Palettes); r.Palettes != nil {
+		r.Size = &fileSizes{Before: modelBytes(s.settings.Model, s.model), After: modelBytes(out, u.Result.Model)}
+	}
 	return r
 }
 
@@ -493,6 +500,7 @@ func writeReportTable(w io.Writer, r *report) error {
 	}
 	fmt.Fprintf(tw, "quantized\tweights %d\tbiases %d\tactivations %d\tskipped nodes %d\n",
 		r.Counts["weight"], r.Counts["bias"], r.Counts["activation"], len(r.Skipped))
+	writePaletteSummary(tw, r)
 	for _, t := range r.Passes {
 		fmt.Fprintf(tw, "pass %s\t%.3fs\n", t.Pass, t.Seconds)
 	}

@@ -167,3 +167,30 @@ func TestPaletteExactWhenFewValues(t *testing.T) {
 		t.Errorf("not exact: SQNR %s dB", fmt.Sprint(SQNR(w, got)))
 	}
 }
+
+// BenchmarkPalettize clusters a [512, 512, 3, 3] weight of seeded normal
+// values (resnet18's largest convolution) into 4-bit LUTs.
+func BenchmarkPalettize(b *testing.B) {
+	shape := []int{512, 512, 3, 3}
+	w := make([]float32, 512*512*9)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range w {
+		w[i] = float32(r.NormFloat64())
+	}
+	for _, tc := range []struct {
+		name string
+		p    config.Palettization
+	}{
+		{"per_tensor", config.Palettization{NBits: 4, ClusterDim: 1}},
+		{"group8", config.Palettization{NBits: 4, ClusterDim: 1, Granularity: config.PalettePerGroupedChannel, GroupSize: 8}},
+		{"vector2", config.Palettization{NBits: 4, ClusterDim: 2}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Palettize(w, shape, 0, 0, &tc.p, nil, 2); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

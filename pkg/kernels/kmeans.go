@@ -13,9 +13,18 @@ import (
 // result on every value.
 const MaxExactKMeansPoints = 4096
 
-// maxLloydSteps bounds the refinement; each step is exact and the cost
-// never rises, so it stops far earlier, when no centroid moves.
+// maxLloydSteps bounds the 1-D refinement; each step is exact and the
+// cost never rises, so it stops far earlier, when no centroid moves.
 const maxLloydSteps = 500
+
+// Vector k-means stops when fewer than one assignment in
+// vectorSettledFraction changes in a step, or after maxVectorSteps steps:
+// a step costs n·k·d multiply-adds, and the last steps of Lloyd's
+// iteration move a handful of vectors between neighbouring centroids.
+const (
+	maxVectorSteps        = 100
+	vectorSettledFraction = 1000
+)
 
 // KMeans1D returns at most k centroids, ascending, minimising the weighted
 // squared error Σ w_i (x_i − c(x_i))² with each value taken to its nearest
@@ -121,22 +130,35 @@ type points struct {
 
 func sortedPoints(x, w []float32) *points {
 	type xw struct{ x, w float32 }
-	all := make([]xw, 0, len(x))
-	for i, v := range x {
-		wi := float32(1)
-		if w != nil {
-			wi = w[i]
+	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+	var all []xw
+	if w == nil {
+		// Unweighted: sorting the values alone is several times faster.
+		vals := make([]float32, 0, len(x))
+		for _, v := range x {
+			if finite(v) {
+				vals = append(vals, v)
+			}
 		}
-		if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
-			all = append(all, xw{v, wi})
+		slices.Sort(vals)
+		all = make([]xw, len(vals))
+		for i, v := range vals {
+			all[i] = xw{v, 1}
 		}
+	} else {
+		all = make([]xw, 0, len(x))
+		for i, v := range x {
+			if finite(v) {
+				all = append(all, xw{v, w[i]})
+			}
+		}
+		slices.SortFunc(all, func(a, b xw) int {
+			if c := cmp.Compare(a.x, b.x); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.w, b.w)
+		})
 	}
-	slices.SortFunc(all, func(a, b xw) int {
-		if c := cmp.Compare(a.x, b.x); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.w, b.w)
-	})
 	p := &points{}
 	var ws []float64
 	var sw, swx float64
@@ -218,7 +240,7 @@ func (p *points) lloyd(c []float32) []float32 {
 // deterministic: the vectors are projected on their principal direction
 // (power iteration from the all-ones vector) and the optimal 1-D clusters
 // of the projections give the first assignment; Lloyd's iteration then
-// runs until no assignment changes. Assignment steps run on threads; sums
+// runs until (almost) no assignment changes (maxVectorSteps). Assignment steps run on threads; sums
 // run in vector order, so the result does not depend on threads.
 func KMeansVectors(x []float32, d int, w []float32, k, threads int) (centroids []float32, assign []int32) {
 	n := len(x) / d
@@ -312,17 +334,28 @@ func KMeansVectors(x []float32, d int, w []float32, k, threads int) (centroids [
 	}
 	update()
 	changed := make([]bool, n)
-	for range maxLloydSteps {
+	norms := make([]float64, k)
+	for range maxVectorSteps {
+		// ‖x−c‖² ranks as ‖c‖² − 2·x·c.
+		for c := range k {
+			var s float64
+			for j := range d {
+				v := float64(centroids[c*d+j])
+				s += v * v
+			}
+			norms[c] = s
+		}
 		Parallel(threads, n, 4096, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
+				v := x[i*d : (i+1)*d]
 				best, arg := math.Inf(1), assign[i]
 				for c := range k {
-					var dist float64
-					for j := range d {
-						e := float64(x[i*d+j]) - float64(centroids[c*d+j])
-						dist += e * e
+					row := centroids[c*d : (c+1)*d]
+					var dot float64
+					for j, e := range v {
+						dot += float64(e) * float64(row[j])
 					}
-					if dist < best {
+					if dist := norms[c] - 2*dot; dist < best {
 						best, arg = dist, int32(c)
 					}
 				}
@@ -330,10 +363,19 @@ func KMeansVectors(x []float32, d int, w []float32, k, threads int) (centroids [
 				assign[i] = arg
 			}
 		})
-		if !slices.Contains(changed, true) {
+		moved := 0
+		for _, c := range changed {
+			if c {
+				moved++
+			}
+		}
+		if moved == 0 {
 			break
 		}
 		update()
+		if moved*vectorSettledFraction < n {
+			break
+		}
 	}
 	return centroids, assign
 }
