@@ -42,6 +42,10 @@ type TensorToObserve struct {
 	Axis *int
 	// Fixed, when set, is the known range of the tensor.
 	Fixed *Range
+	// Moments, when set, is the channel axis along which the observer
+	// also keeps Σx² (data-aware palettization); with a nil Spec the
+	// tensor is observed for that alone.
+	Moments *int
 }
 
 // Observer watches one tensor. Its exported fields are its state in the
@@ -72,12 +76,20 @@ type Observer struct {
 	Inf     int64 `json:"inf"`
 	// MergedShards counts the shards merged into this state (0 or 1: one pass).
 	MergedShards int `json:"merged_shards,omitempty"`
+	// MomentAxis, SumSquares and MomentCount are the per-channel sums of
+	// squares (moments.go) and the values each channel summed.
+	MomentAxis  *int      `json:"moment_axis,omitempty"`
+	SumSquares  []float64 `json:"sum_squares,omitempty"`
+	MomentCount int64     `json:"moment_count,omitempty"`
 
 	bmin, bmax []float32
 }
 
 // NewObserver returns the observer a tensor's spec asks for.
 func NewObserver(t TensorToObserve) (*Observer, error) {
+	if t.Spec == nil && t.Moments != nil {
+		return newMomentObserver(t), nil
+	}
 	if t.Spec == nil {
 		return nil, fmt.Errorf("tensor %q: no quantization spec", t.Name)
 	}
@@ -126,6 +138,10 @@ func NewObserver(t TensorToObserve) (*Observer, error) {
 	}
 	if o.Axis == nil {
 		o.initChannels(1)
+	}
+	if t.Moments != nil {
+		axis := *t.Moments
+		o.MomentAxis = &axis
 	}
 	return o, nil
 }
@@ -213,6 +229,11 @@ func (o *Observer) Observe(t *tensor.Tensor) error {
 			}
 		}
 	}
+	if o.MomentAxis != nil {
+		if err := o.observeMoments(x, t.Shape); err != nil {
+			return err
+		}
+	}
 	o.Batches++
 	o.Count += int64(len(x) - nan - inf)
 	o.NaN += int64(nan)
@@ -236,6 +257,9 @@ func (o *Observer) Merge(p *Observer) error {
 	}
 	if o.Fixed != nil && *o.Fixed != *p.Fixed {
 		return fmt.Errorf("tensor %q: fixed ranges %v and %v differ", o.Name, *o.Fixed, *p.Fixed)
+	}
+	if err := o.mergeMoments(p); err != nil {
+		return err
 	}
 	if p.Min == nil {
 		return o.addCounts(p)
@@ -347,6 +371,11 @@ func (o *Observer) clone() *Observer {
 	c := *o
 	c.Min, c.Max = slices.Clone(o.Min), slices.Clone(o.Max)
 	c.AvgMin, c.AvgMax = slices.Clone(o.AvgMin), slices.Clone(o.AvgMax)
+	c.SumSquares = slices.Clone(o.SumSquares)
+	if o.MomentAxis != nil {
+		a := *o.MomentAxis
+		c.MomentAxis = &a
+	}
 	if o.Axis != nil {
 		a := *o.Axis
 		c.Axis = &a

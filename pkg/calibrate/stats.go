@@ -160,7 +160,7 @@ func ReadFile(path string) (*Stats, error) {
 // validate checks a state read from a file.
 func (o *Observer) validate() error {
 	switch o.Kind {
-	case KindMinMax, KindGlobalMinMax, KindMovingAverage, KindHistogram, KindFixed:
+	case KindMinMax, KindGlobalMinMax, KindMovingAverage, KindHistogram, KindFixed, KindMoments:
 	default:
 		return fmt.Errorf("tensor %q: unknown observer %q", o.Name, o.Kind)
 	}
@@ -169,6 +169,9 @@ func (o *Observer) validate() error {
 	}
 	if o.Kind == KindMovingAverage && (len(o.AvgMin) != len(o.Min) || len(o.AvgMax) != len(o.Min)) {
 		return fmt.Errorf("tensor %q: moving averages do not match the %d channels", o.Name, len(o.Min))
+	}
+	if o.SumSquares != nil && (o.MomentAxis == nil || o.MomentCount < 0) {
+		return fmt.Errorf("tensor %q: sums of squares without a moment axis or count", o.Name)
 	}
 	if o.Kind == KindFixed && o.Fixed == nil {
 		return fmt.Errorf("tensor %q: fixed observer without a range", o.Name)

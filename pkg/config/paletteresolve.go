@@ -24,6 +24,11 @@ type WeightPalette struct {
 	// the axis that meets the input's channels (Conv's input channels, the
 	// reduction axis of Gemm and MatMul), -1 for an embedding table.
 	Axis, ScaleAxis, InputAxis int
+	// ActivationAxis is the channel axis of the node's input activation
+	// that InputAxis meets (negative counts from the end); Groups is a
+	// Conv's group count (its weight covers Cin/Groups input channels;
+	// a ConvTranspose weight's input axis covers all of them).
+	ActivationAxis, Groups int
 	// Rule locates the config entry that decided.
 	Rule Rule
 }
@@ -105,9 +110,13 @@ func ResolvePalettization(cfg *QuantizerConfig, g *onnxgraph.Graph) (*PaletteRes
 			w.Reason = fmt.Sprintf("%d elements, not above weight_threshold %d", numel, p.WeightThreshold)
 		default:
 			w.ScaleAxis, _ = defaultAxis(n, i, len(w.Shape), spec.PerChannel)
-			w.Axis, w.InputAxis = w.ScaleAxis, -1
+			w.Axis, w.InputAxis, w.Groups = w.ScaleAxis, -1, 1
 			if n.OpType != "Gather" {
 				w.InputAxis, _ = defaultAxis(n, i, len(w.Shape), spec.PerBlock)
+				w.ActivationAxis = activationChannelAxis(n)
+			}
+			if a := n.Attr("group"); n.OpType == "Conv" && a != nil && a.GetI() > 1 {
+				w.Groups = int(a.GetI())
 			}
 			if p.ChannelAxis == 1 {
 				w.Axis, _ = defaultAxis(n, i, len(w.Shape), spec.PerBlock)
@@ -121,4 +130,20 @@ func ResolvePalettization(cfg *QuantizerConfig, g *onnxgraph.Graph) (*PaletteRes
 		}
 	}
 	return out, nil
+}
+
+// activationChannelAxis is the axis of a Conv/ConvTranspose/Gemm/MatMul's
+// input 0 that the weight's input axis reduces over: channels (1) for
+// convolutions, K for Gemm (0 under transA) and the last axis for MatMul.
+func activationChannelAxis(n *onnxgraph.Node) int {
+	switch n.OpType {
+	case "Conv", "ConvTranspose":
+		return 1
+	case "Gemm":
+		if a := n.Attr("transA"); a != nil && a.GetI() != 0 {
+			return 0
+		}
+		return 1
+	}
+	return -1
 }

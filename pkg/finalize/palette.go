@@ -28,8 +28,11 @@ type PalettePlan struct {
 	// (-1: none, as for an embedding table). Data-aware palettization
 	// weighs each element's error by its input channel's second moment.
 	InputAxis int `json:"input_axis"`
-	// Input is the activation the weight multiplies, "" for none.
-	Input string `json:"input,omitempty"`
+	// Input is the activation the weight multiplies, "" for none;
+	// ActivationAxis its channel axis and Groups a Conv's group count.
+	Input          string `json:"input,omitempty"`
+	ActivationAxis int    `json:"activation_axis,omitempty"`
+	Groups         int    `json:"groups,omitempty"`
 	// Report is filled in by Write.
 	Report *PaletteReport `json:"report,omitempty"`
 }
@@ -337,4 +340,49 @@ func (q *Palettized) BitsPerWeight() float64 {
 	}
 	total += 32 * float64(len(q.Scales))
 	return total / float64(n)
+}
+
+// importanceFloor is the least importance of an input channel, as a
+// fraction of the mean second moment.
+const importanceFloor = 1e-3
+
+// Importance spreads the per-channel second moments of a weight's input
+// activation over the weight's elements: element e multiplies input
+// channel c(e), so its squared error weighs E[x_c²] in the layer's output
+// error (the diagonal of the layer Hessian). A Conv with groups covers
+// Cin/groups channels per group of output channels. It returns an error
+// when the moments do not fit the weight.
+func (p *PalettePlan) Importance(moments []float32) ([]float32, error) {
+	if p.InputAxis < 0 || p.InputAxis >= len(p.Shape) {
+		return nil, fmt.Errorf("weight %q has no input axis", p.Value)
+	}
+	groups := max(p.Groups, 1)
+	outer, per, inner := along(p.Shape, p.InputAxis)
+	if per*groups != len(moments) {
+		return nil, fmt.Errorf("weight %q: %d input channels (×%d groups) for %d moments of %q", p.Value, per, groups, len(moments), p.Input)
+	}
+	// A channel the calibration data never excites still carries some
+	// weight: the data may be short of what the model meets.
+	var mean float64
+	for _, m := range moments {
+		mean += float64(m)
+	}
+	floor := float32(mean / float64(len(moments)) * importanceFloor)
+	// Output channels are axis 0 of a grouped Conv's weight.
+	perGroupOut := max(p.Shape[0]/groups, 1)
+	out := make([]float32, outer*per*inner)
+	for o := range outer {
+		g := 0
+		if groups > 1 {
+			g = o / perGroupOut
+		}
+		for c := range per {
+			m := max(moments[g*per+c], floor)
+			row := out[(o*per+c)*inner : (o*per+c+1)*inner]
+			for i := range row {
+				row[i] = m
+			}
+		}
+	}
+	return out, nil
 }

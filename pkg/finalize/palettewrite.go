@@ -11,6 +11,15 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
+// MomentStats are calibration statistics that hold the second moments of
+// activations: palettization weighs each weight's error by its input
+// channel's moment when they do (data-aware mode).
+type MomentStats interface {
+	// SecondMoments is E[x²] per channel of an activation, nil when the
+	// statistics have none for it.
+	SecondMoments(value string) []float32
+}
+
 // paletteOpset is the default-domain opset a palettized weight needs:
 // uint4 indices (≤ 4 bits) need opset 21; otherwise per-axis
 // DequantizeLinear of an int8 LUT needs 13 and the rest (Cast, Add,
@@ -40,6 +49,13 @@ func (w *writer) writePalette(p *PalettePlan) error {
 		return err
 	}
 	var importance []float32
+	if ms, ok := w.stats.(MomentStats); ok && p.Input != "" {
+		if m := ms.SecondMoments(p.Input); m != nil {
+			if importance, err = p.Importance(m); err != nil {
+				return err
+			}
+		}
+	}
 	q, err := Palettize(data, p.Shape, p.Axis, p.ScaleAxis, p.Palette, importance, w.opts.Threads)
 	if err != nil {
 		return fmt.Errorf("weight %q: %w", p.Value, err)

@@ -130,6 +130,8 @@ type writer struct {
 	msImport bool
 	// palettes are the written palettized weights, with their reports.
 	palettes []*PalettePlan
+	// stats are the calibration statistics (nil without calibration).
+	stats Stats
 
 	prologue []*onnxpb.NodeProto
 	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
@@ -144,7 +146,7 @@ type writer struct {
 // become int32. stats supplies calibrated activation qparams and may be nil
 // when the plan has none to calibrate. Neither m nor plan is modified.
 func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, error) {
-	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{},
+	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{}, stats: stats,
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
 	w.out = proto.CloneOf(m.Proto)

@@ -15,8 +15,18 @@ import (
 // fixed range) for calibrate.Calibrate.
 func ToObserve(plan *Plan) []calibrate.TensorToObserve {
 	var out []calibrate.TensorToObserve
+	at := map[string]int{}
 	for _, t := range plan.Observed() {
+		at[t.Value] = len(out)
 		out = append(out, calibrate.TensorToObserve{Name: t.Value, Spec: t.Spec})
+	}
+	// The inputs of palettized weights: their second moments too.
+	for _, m := range momentRequests(plan) {
+		if i, ok := at[m.Name]; ok {
+			out[i].Moments = m.Moments
+		} else {
+			out = append(out, m)
+		}
 	}
 	return out
 }
@@ -66,6 +76,15 @@ func EngineCalibrator(engine string, ropts runtime.Options, data calibrate.Sourc
 		}
 		return StatsOf(st), nil
 	}
+}
+
+// SecondMoments is E[x²] per channel of an activation observed for
+// data-aware palettization, nil for others.
+func (c calibStats) SecondMoments(value string) []float32 {
+	if o := c.st.Tensor(value); o != nil {
+		return o.SecondMoments()
+	}
+	return nil
 }
 
 // Infinities is the number of ±Inf values the activation held during

@@ -2,6 +2,9 @@ package passes
 
 import (
 	"fmt"
+	"sort"
+
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -22,7 +25,7 @@ func planPalettes(plan *Plan, res *config.PaletteResolution) {
 			FloatType: int32(w.Node.Inputs[w.Input].DType())}
 		if w.Input == 1 && len(w.Node.Inputs) > 0 && w.Node.Inputs[0] != nil && !w.Node.Inputs[0].IsConst() {
 			p.Input = w.Node.Inputs[0].Name
-			p.InputAxis = w.InputAxis
+			p.InputAxis, p.ActivationAxis, p.Groups = w.InputAxis, w.ActivationAxis, w.Groups
 		}
 		plan.Palettes = append(plan.Palettes, p)
 		if t := plan.Tensor(w.Value); t != nil && t.Role == finalize.Weight {
@@ -39,4 +42,26 @@ func planPalettes(plan *Plan, res *config.PaletteResolution) {
 	if len(drop) > 0 {
 		plan.Remove(drop)
 	}
+}
+
+// momentRequests are the activations whose second moments data-aware
+// palettization reads, with their channel axes, sorted by name.
+func momentRequests(plan *Plan) []calibrate.TensorToObserve {
+	axes := map[string]int{}
+	for _, p := range plan.Palettes {
+		if p.Input != "" && p.InputAxis >= 0 {
+			axes[p.Input] = p.ActivationAxis
+		}
+	}
+	names := make([]string, 0, len(axes))
+	for n := range axes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]calibrate.TensorToObserve, len(names))
+	for i, n := range names {
+		a := axes[n]
+		out[i] = calibrate.TensorToObserve{Name: n, Moments: &a}
+	}
+	return out
 }

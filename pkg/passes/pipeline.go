@@ -218,7 +218,11 @@ func preparePass(_ context.Context, u *Unit) error {
 
 func calibratePass(ctx context.Context, u *Unit) error {
 	obs := u.Plan.Observed()
-	if len(obs) == 0 {
+	moments := len(momentRequests(u.Plan)) > 0
+	if len(obs) == 0 && (!moments || u.Calibrate == nil) {
+		if moments && u.Stats == nil {
+			u.Plan.Notes = append(u.Plan.Notes, "palettization is plain k-means: no calibration data for the data-aware mode")
+		}
 		return nil // weight-only or fixed ranges: nothing to observe
 	}
 	if u.Stats != nil {
