@@ -117,6 +117,7 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("x: &x {<<: *x}\n"))
 	f.Add([]byte("quantization_config:\n  preset: w4\n  without: {module_names: ['(']}\n"))
 	f.Add([]byte("quantization_spec:\n  a: &a {dtype: int8}\nquantization_config:\n  global_config:\n    op_input_spec: {0: *a, '*': null}\n"))
+	f.Add([]byte("kmeans_palettization_config:\n  global_config: {n_bits: 2, granularity: per_grouped_channel, group_size: 8, cluster_dim: 2}\n  module_name_configs:\n    fc: {lut_dtype: int8, op_type_config: {Gemm: null}}\n"))
 	for _, name := range PresetNames() {
 		b, _ := PresetYAML(name)
 		f.Add(b)
