@@ -5,9 +5,10 @@
 // the output SQNR against the float model on the evaluation samples
 // (built-in engine), for plain and data-aware palettization at each
 // n_bits and for the w4 preset (int4, blocks of 32, float32 scales: 5
-// bits per weight).
+// bits per weight). Bits are counted as stored: indices of up to 4 bits
+// take 4 (uint4), wider ones 8 (uint8).
 //
-//	go run ./bench/palettize -models resnet18,mobilenetv2,bert_encoder -bits 4,5 -group-size 8
+//	go run ./bench/palettize -models resnet18,mobilenetv2,bert_encoder -bits 2,4,6 -group-size 8
 package main
 
 import (
@@ -37,7 +38,7 @@ import (
 func main() {
 	shared := flag.String("shared", benchio.DefaultModels(), "shared model folder")
 	models := flag.String("models", "resnet18,mobilenetv2,digits_resnet,bert_encoder,gpt_decoder", "model folders")
-	bits := flag.String("bits", "4,5", "n_bits of the palettizations")
+	bits := flag.String("bits", "2,4,6", "n_bits of the palettizations")
 	group := flag.Int("group-size", 8, "channels per LUT (per_grouped_channel; 0: per tensor)")
 	samples := flag.Int("samples", 16, "calibration samples for the data-aware mode")
 	evalN := flag.Int("eval", 16, "evaluation samples")

@@ -320,15 +320,19 @@ func (q *Palettized) Dequantize() []float32 {
 	return out
 }
 
-// BitsPerWeight is the stored size over the weight's elements: indices of
-// log2(Entries) bits, the LUTs in their type (32-bit floats, or 8-bit codes
+// BitsPerWeight is the stored size over the weight's elements: indices as
+// stored (uint4 up to 16 entries, else uint8: a 2-bit index takes 4 bits,
+// a 5-bit one 8), the LUTs in their type (32-bit floats, or 8-bit codes
 // with a 32-bit scale per LUT), and 32-bit per-channel scales.
 func (q *Palettized) BitsPerWeight() float64 {
 	n := 1
 	for _, d := range q.Shape {
 		n *= d
 	}
-	bits := math.Log2(float64(q.Entries))
+	bits := 8.0
+	if q.Entries <= 16 {
+		bits = 4
+	}
 	total := bits * float64(len(q.Index))
 	if q.LUTDType == config.LUTFloat {
 		total += 32 * float64(len(q.LUT))
