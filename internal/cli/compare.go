@@ -194,6 +194,11 @@ func runCompare(cmd *cobra.Command, opts *compareOptions) error {
 			return err
 		}
 	}
+	if opts.PerLayer {
+		if r.Palettized, err = compare.PalettizedWeights(candModel); err != nil {
+			return err
+		}
+	}
 	printed := *r
 	if !opts.PerLayer {
 		printed.Layers, printed.Unpaired, printed.WeightDequantizers = nil, nil, 0

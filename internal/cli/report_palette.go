@@ -3,11 +3,11 @@ package cli
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -25,23 +25,9 @@ type reportPalette struct {
 	LUTEntries    int         `json:"lut_entries"`
 	ClusterDim    int         `json:"cluster_dim"`
 	BitsPerWeight float64     `json:"bits_per_weight"`
-	// SQNR is the weight's SQNR in dB; a JSON string "inf" when exact.
-	SQNR      jsonFloat `json:"weight_sqnr_db"`
-	DataAware bool      `json:"data_aware"`
-}
-
-// jsonFloat writes infinities as the strings "inf" and "-inf".
-type jsonFloat float64
-
-// MarshalJSON writes the number, or "inf"/"-inf".
-func (f jsonFloat) MarshalJSON() ([]byte, error) {
-	switch {
-	case math.IsInf(float64(f), 1):
-		return []byte(`"inf"`), nil
-	case math.IsInf(float64(f), -1):
-		return []byte(`"-inf"`), nil
-	}
-	return []byte(fmt.Sprintf("%.4f", float64(f))), nil
+	// SQNR is the weight's SQNR in dB ("inf" when exact).
+	SQNR      compare.DB `json:"weight_sqnr_db"`
+	DataAware bool       `json:"data_aware"`
 }
 
 // fileSizes are the bytes of the model before and after, external data
@@ -57,7 +43,7 @@ func reportPalettes(ps []*finalize.PalettePlan) []reportPalette {
 		r := p.Report
 		out = append(out, reportPalette{Value: p.Value, Nodes: p.Nodes, Rule: p.Rule, Palettization: p.Palette.String(),
 			Shape: p.Shape, LUTs: r.LUTs, LUTEntries: r.Entries, ClusterDim: r.ClusterDim,
-			BitsPerWeight: r.BitsPerWeight, SQNR: jsonFloat(r.SQNR), DataAware: r.DataAware})
+			BitsPerWeight: r.BitsPerWeight, SQNR: compare.DB(r.SQNR), DataAware: r.DataAware})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Value < out[j].Value })
 	return out

@@ -46,6 +46,9 @@ type Report struct {
 	// WeightDequantizers counts the DequantizeLinear nodes on constants,
 	// which the per-layer report does not cover (they are not activations).
 	WeightDequantizers int `json:"weight_dequantizers,omitempty"`
+	// Palettized lists the candidate's palettized weights (with
+	// --per-layer), from the candidate's metadata.
+	Palettized []PaletteWeight `json:"palettized,omitempty"`
 	// Gates holds the thresholds checked and Violations the ones that failed.
 	Gates      *Gates      `json:"gates,omitempty"`
 	Violations []Violation `json:"violations,omitempty"`

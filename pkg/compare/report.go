@@ -41,6 +41,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if len(r.Palettized) > 0 {
+		fmt.Fprintln(w)
+		if err := r.writePalettized(w); err != nil {
+			return err
+		}
+	}
 	if r.Gates != nil {
 		fmt.Fprintln(w)
 		if len(r.Violations) == 0 {

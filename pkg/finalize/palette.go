@@ -1,6 +1,7 @@
 package finalize
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -48,10 +49,51 @@ type PaletteReport struct {
 	// the per-channel scales, over the weight's elements.
 	BitsPerWeight float64 `json:"bits_per_weight"`
 	// SQNR of the palettized weight against the float one, in dB
-	// (+Inf when exact).
-	SQNR float64 `json:"sqnr_db"`
+	// (+Inf when exact, which JSON writes as Exact with no sqnr_db).
+	SQNR float64 `json:"-"`
 	// DataAware is set when the clustering was weighted by input moments.
 	DataAware bool `json:"data_aware"`
+}
+
+// MarshalJSON writes the SQNR as weight_sqnr_db, or exact: true when the
+// weight is rebuilt exactly (JSON has no infinity).
+func (r PaletteReport) MarshalJSON() ([]byte, error) {
+	type plain PaletteReport
+	out := struct {
+		plain
+		SQNR  *float64 `json:"weight_sqnr_db,omitempty"`
+		Exact bool     `json:"exact,omitempty"`
+	}{plain: plain(r)}
+	if math.IsInf(r.SQNR, 1) {
+		out.Exact = true
+	} else {
+		s := math.Round(r.SQNR*1e4) / 1e4
+		out.SQNR = &s
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *PaletteReport) UnmarshalJSON(b []byte) error {
+	type plain PaletteReport
+	var in struct {
+		plain
+		SQNR  *float64 `json:"weight_sqnr_db"`
+		Exact bool     `json:"exact"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*r = PaletteReport(in.plain)
+	switch {
+	case in.Exact:
+		r.SQNR = math.Inf(1)
+	case in.SQNR != nil:
+		r.SQNR = *in.SQNR
+	default:
+		return fmt.Errorf("palette report without weight_sqnr_db or exact")
+	}
+	return nil
 }
 
 // Palettized is a weight as indices into lookup tables, with what the ONNX

@@ -1,6 +1,7 @@
 package finalize
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -216,10 +217,35 @@ func (w *writer) writePalette(p *PalettePlan) error {
 	w.removed[p.Value] = true
 	rep := &PaletteReport{LUTs: q.LUTs, Entries: q.Entries, ClusterDim: cd, BitsPerWeight: q.BitsPerWeight(),
 		SQNR: SQNR(data, q.Dequantize()), DataAware: importance != nil}
+	if err := w.stampPalette(p.Value, rep); err != nil {
+		return err
+	}
 	c := *p
 	c.Report = rep
 	w.palettes = append(w.palettes, &c)
 	return nil
+}
+
+// PaletteMetadataKey is the node metadata_props key under which the node
+// that rebuilds a palettized weight records its PaletteReport as JSON, so
+// that `compare --per-layer` can list palettized weights from the model
+// alone.
+const PaletteMetadataKey = "coreaiq.palette"
+
+// stampPalette records rep on the prologue node that writes value.
+func (w *writer) stampPalette(value string, rep *PaletteReport) error {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	for i := len(w.prologue) - 1; i >= 0; i-- {
+		n := w.prologue[i]
+		if len(n.Output) == 1 && n.Output[0] == value {
+			n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(PaletteMetadataKey), Value: proto.String(string(b))})
+			return nil
+		}
+	}
+	return fmt.Errorf("weight %q: no node writes it", value)
 }
 
 func int64Tensor(v []int) *tensor.Tensor {
