@@ -17,13 +17,15 @@ const MaxExactKMeansPoints = 4096
 // cost never rises, so it stops far earlier, when no centroid moves.
 const maxLloydSteps = 500
 
-// Vector k-means stops when fewer than one assignment in
-// vectorSettledFraction changes in a step, or after maxVectorSteps steps:
-// a step costs n·k·d multiply-adds, and the last steps of Lloyd's
-// iteration move a handful of vectors between neighbouring centroids.
+// Vector k-means stops when no assignment changes, when a step lowers the
+// squared error by less than vectorSettled of it, or after maxVectorSteps
+// steps: a step costs n·k·d multiply-adds, and the last steps of Lloyd's
+// iteration move a few vectors between neighbouring centroids for a
+// vanishing gain (300 000 seeded normal 2-vectors, 16 centroids: 39 steps
+// to settle at 1e-4, 77 at 1e-5).
 const (
-	maxVectorSteps        = 100
-	vectorSettledFraction = 1000
+	maxVectorSteps = 100
+	vectorSettled  = 1e-4
 )
 
 // KMeans1D returns at most k centroids, ascending, minimising the weighted
@@ -240,7 +242,7 @@ func (p *points) lloyd(c []float32) []float32 {
 // deterministic: the vectors are projected on their principal direction
 // (power iteration from the all-ones vector) and the optimal 1-D clusters
 // of the projections give the first assignment; Lloyd's iteration then
-// runs until (almost) no assignment changes (maxVectorSteps). Assignment steps run on threads; sums
+// runs until it settles (maxVectorSteps). Assignment steps run on threads; sums
 // run in vector order, so the result does not depend on threads.
 func KMeansVectors(x []float32, d int, w []float32, k, threads int) (centroids []float32, assign []int32) {
 	n := len(x) / d
@@ -335,6 +337,15 @@ func KMeansVectors(x []float32, d int, w []float32, k, threads int) (centroids [
 	update()
 	changed := make([]bool, n)
 	norms := make([]float64, k)
+	best := make([]float64, n) // ‖c‖² − 2·x·c of each vector's centroid
+	var sumX2 float64          // Σ w·‖x‖², which turns Σ w·best into the error
+	for i := range n {
+		for j := range d {
+			v := float64(x[i*d+j])
+			sumX2 += weight(i) * v * v
+		}
+	}
+	prevErr := math.Inf(1)
 	for range maxVectorSteps {
 		// ‖x−c‖² ranks as ‖c‖² − 2·x·c.
 		for c := range k {
@@ -348,34 +359,38 @@ func KMeansVectors(x []float32, d int, w []float32, k, threads int) (centroids [
 		Parallel(threads, n, 4096, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				v := x[i*d : (i+1)*d]
-				best, arg := math.Inf(1), assign[i]
+				low, arg := math.Inf(1), assign[i]
 				for c := range k {
 					row := centroids[c*d : (c+1)*d]
 					var dot float64
 					for j, e := range v {
 						dot += float64(e) * float64(row[j])
 					}
-					if dist := norms[c] - 2*dot; dist < best {
-						best, arg = dist, int32(c)
+					if dist := norms[c] - 2*dot; dist < low {
+						low, arg = dist, int32(c)
 					}
 				}
 				changed[i] = arg != assign[i]
 				assign[i] = arg
+				best[i] = low
 			}
 		})
 		moved := 0
-		for _, c := range changed {
+		sqErr := sumX2 // summed in vector order: the same for any threads
+		for i, c := range changed {
 			if c {
 				moved++
 			}
+			sqErr += weight(i) * best[i]
 		}
 		if moved == 0 {
 			break
 		}
 		update()
-		if moved*vectorSettledFraction < n {
+		if prevErr-sqErr <= vectorSettled*sqErr {
 			break
 		}
+		prevErr = sqErr
 	}
 	return centroids, assign
 }
