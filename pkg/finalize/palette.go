@@ -185,6 +185,11 @@ func Palettize(data []float32, shape []int, axis, scaleAxis int, p *config.Palet
 	vecs := chans / cd
 	q.Index = make([]uint8, outer*vecs*inner)
 	q.LUT = make([]float32, q.LUTs*q.Entries*cd)
+	if q.LUTDType != config.LUTFloat {
+		q.LUTCodes = make([]int32, len(q.LUT))
+		q.LUTScales = make([]float32, q.LUTs)
+		q.LUTZeroPoints = make([]int32, q.LUTs)
+	}
 	errs := make([]error, q.LUTs)
 	kernels.Parallel(threads, q.LUTs, 1, func(lo, hi int) {
 		for g := lo; g < hi; g++ {
@@ -276,15 +281,11 @@ func nearestEntry(lut []float32, cd int, vec []float32) int {
 }
 
 // quantizeLUT stores LUT g as int8 (symmetric) or uint8 (asymmetric)
-// codes and replaces its values with the dequantized ones, computed as
+// codes (into slices Palettize allocates before the groups run) and
+// replaces its values with the dequantized ones, computed as
 // DequantizeLinear does.
 func (q *Palettized) quantizeLUT(g int) {
 	size := q.Entries * q.ClusterDim
-	if q.LUTCodes == nil {
-		q.LUTCodes = make([]int32, q.LUTs*size)
-		q.LUTScales = make([]float32, q.LUTs)
-		q.LUTZeroPoints = make([]int32, q.LUTs)
-	}
 	lut := q.LUT[g*size : (g+1)*size]
 	lo, hi := float32(0), float32(0)
 	for _, v := range lut {

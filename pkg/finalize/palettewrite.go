@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -19,6 +20,54 @@ type MomentStats interface {
 	// SecondMoments is E[x²] per channel of an activation, nil when the
 	// statistics have none for it.
 	SecondMoments(value string) []float32
+}
+
+// clustered is one palettized weight's data and clustering.
+type clustered struct {
+	data, importance []float32
+	q                *Palettized
+}
+
+// clusterPalettes clusters every palettized weight of the plan, the
+// weights spread over the threads (each with its share for its groups).
+func (w *writer) clusterPalettes() ([]*clustered, error) {
+	ps := w.plan.Palettes
+	out := make([]*clustered, len(ps))
+	errs := make([]error, len(ps))
+	threads := max(w.opts.Threads, 1)
+	inner := max(threads/max(len(ps), 1), 1)
+	kernels.Parallel(threads, len(ps), 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i], errs[i] = w.cluster(ps[i], inner)
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// cluster reads a weight, weighs it by its input's second moments when
+// the statistics have them (data-aware mode), and palettizes it.
+func (w *writer) cluster(p *PalettePlan, threads int) (*clustered, error) {
+	data, err := w.constData(p.Value)
+	if err != nil {
+		return nil, err
+	}
+	c := &clustered{data: data}
+	if ms, ok := w.stats.(MomentStats); ok && p.Input != "" {
+		if m := ms.SecondMoments(p.Input); m != nil {
+			if c.importance, err = p.Importance(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if c.q, err = Palettize(data, p.Shape, p.Axis, p.ScaleAxis, p.Palette, c.importance, threads); err != nil {
+		return nil, fmt.Errorf("weight %q: %w", p.Value, err)
+	}
+	return c, nil
 }
 
 // paletteOpset is the default-domain opset a palettized weight needs:
@@ -44,23 +93,8 @@ func paletteOpset(p *PalettePlan) int64 {
 //
 // with an int8/uint8 LUT first dequantized (DequantizeLinear per LUT,
 // then Reshape to rows of cluster_dim).
-func (w *writer) writePalette(p *PalettePlan) error {
-	data, err := w.constData(p.Value)
-	if err != nil {
-		return err
-	}
-	var importance []float32
-	if ms, ok := w.stats.(MomentStats); ok && p.Input != "" {
-		if m := ms.SecondMoments(p.Input); m != nil {
-			if importance, err = p.Importance(m); err != nil {
-				return err
-			}
-		}
-	}
-	q, err := Palettize(data, p.Shape, p.Axis, p.ScaleAxis, p.Palette, importance, w.opts.Threads)
-	if err != nil {
-		return fmt.Errorf("weight %q: %w", p.Value, err)
-	}
+func (w *writer) writePalette(p *PalettePlan, c *clustered) error {
+	data, importance, q := c.data, c.importance, c.q
 	ft := tensor.DType(p.FloatType)
 	if ft == tensor.Undefined {
 		ft = tensor.Float
@@ -220,9 +254,9 @@ func (w *writer) writePalette(p *PalettePlan) error {
 	if err := w.stampPalette(p.Value, rep); err != nil {
 		return err
 	}
-	c := *p
-	c.Report = rep
-	w.palettes = append(w.palettes, &c)
+	done := *p
+	done.Report = rep
+	w.palettes = append(w.palettes, &done)
 	return nil
 }
 

@@ -181,8 +181,12 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		c.Params = w.paramsOf(t)
 		final = append(final, &c)
 	}
-	for _, p := range plan.Palettes {
-		if err := w.writePalette(p); err != nil {
+	clusters, err := w.clusterPalettes()
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range plan.Palettes {
+		if err := w.writePalette(p, clusters[i]); err != nil {
 			return nil, err
 		}
 	}
