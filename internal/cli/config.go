@@ -61,7 +61,15 @@ func runConfigValidate(opts *configValidateOptions) error {
 			if err != nil {
 				return configUsageError(err)
 			}
-			for _, w := range res.Warnings {
+			warnings := res.Warnings
+			if cfg.Palette != nil {
+				pres, err := config.ResolvePalettization(cfg.Palette, model.Graph)
+				if err != nil {
+					return configUsageError(err)
+				}
+				warnings = append(warnings, pres.Warnings...)
+			}
+			for _, w := range warnings {
 				fmt.Fprintf(opts.IO.ErrOut, "warning: %s\n", w.Error())
 			}
 			checked = fmt.Sprintf("config (resolved against %s: %d nodes)", m, len(res.Nodes))
