@@ -10,6 +10,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -456,6 +457,16 @@ func weightClipping(s *spec.QuantizationSpec, opts PrepareOptions) WeightClippin
 // weightParams computes a weight's qparams per group from its data. The
 // observed range in the params is the data's, whatever the clipping.
 func weightParams(data []float32, shape []int, axis, block int, s *spec.QuantizationSpec, clip WeightClipping) (*Params, error) {
+	if _, ok := s.IntGrid(); ok && clip == ClipMSE {
+		n := tensor.NumElements(quant.ParamShape(shape, axis, block))
+		mins, maxs := make([]float32, n), make([]float32, n)
+		lo, hi := calibrate.WeightRanges(data, shape, axis, block, s, mins, maxs)
+		sc, zp, err := s.QParams(mins, maxs)
+		if err != nil {
+			return nil, err
+		}
+		return &Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: lo, Max: hi}}, nil
+	}
 	mins, maxs, err := finalize.GroupRanges(data, shape, axis, block)
 	if err != nil {
 		return nil, err
