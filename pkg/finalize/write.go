@@ -141,7 +141,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{},
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
-	w.out = proto.CloneOf(m.Proto)
+	w.out = onnxgraph.CloneSharingData(m.Proto)
 	w.collectNames()
 	if err := w.resolveParams(stats); err != nil {
 		return nil, err
