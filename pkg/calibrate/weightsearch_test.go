@@ -113,7 +113,7 @@ func TestSearchRangesMatchesGroupByGroup(t *testing.T) {
 // TestSearchNotWorseThanGridOnSharedModels compares the search with the
 // 202-candidate grid (WeightMSERange) on the weights of every shared model (every float
 // initializer of rank ≥ 2, blocked along its input axis: 0 for matrices,
-// 1 for convolution kernels), summed over each model; at most 64 groups
+// 1 for convolution kernels), summed over each model; at most 32 groups
 // of each tensor, evenly spaced, to keep the grid's cost in bounds.
 func TestSearchNotWorseThanGridOnSharedModels(t *testing.T) {
 	if testing.Short() {
@@ -160,7 +160,7 @@ func TestSearchNotWorseThanGridOnSharedModels(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					stride := max(1, len(groups)/64)
+					stride := max(1, len(groups)/32)
 					for k := 0; k < len(groups); k += stride {
 						grid[i] += gridSearchError(groups[k], mins[k], maxs[k], c.spec)
 						search[i] += searchError(groups[k], mins[k], maxs[k], c.spec)

@@ -26,7 +26,7 @@ func buildMatMulNBits(b *builder) (kernel, error) {
 	bits, block := int(b.int("bits", 4)), int(b.int("block_size", 0))
 	switch {
 	case k <= 0 || n <= 0:
-		return nil, fmt.Errorf("K = %d and N = %d must be positive", k, n)
+		return nil, fmt.Errorf("attributes K = %d and N = %d must be positive", k, n)
 	case bits != 2 && bits != 4 && bits != 8:
 		return nil, unsupportedf("MatMulNBits with %d bits is not supported (2, 4 or 8)", bits)
 	case block < 16 || block&(block-1) != 0:
@@ -63,7 +63,7 @@ func buildMatMulNBits(b *builder) (kernel, error) {
 		mu.Unlock()
 		a := in[0]
 		if a.DType != tensor.Float {
-			return nil, fmt.Errorf("A is %s, not float", a.DType)
+			return nil, fmt.Errorf("input A is %s, not float", a.DType)
 		}
 		out, err := matMul(rc, []*tensor.Tensor{a, w}, cache)
 		if err != nil {
@@ -94,7 +94,7 @@ func DequantizeNBits(k, n, bits, block int, b, scales, zeroPoints *tensor.Tensor
 	blob := block * bits / 8
 	bd, ok := b.Data.([]uint8)
 	if !ok || len(bd) != n*kb*blob {
-		return nil, fmt.Errorf("B is %s%v, want uint8 [%d, %d, %d]", b.DType, b.Shape, n, kb, blob)
+		return nil, fmt.Errorf("input B is %s%v, want uint8 [%d, %d, %d]", b.DType, b.Shape, n, kb, blob)
 	}
 	sc, err := scales.AsFloat32()
 	if err != nil || len(sc) != n*kb {
