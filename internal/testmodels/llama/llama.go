@@ -102,15 +102,24 @@ func (inline) tensor(name string, dt tensor.DType, dims []int64, raw []byte) (*o
 	return &onnxpb.TensorProto{Name: proto.String(name), Dims: dims, DataType: proto.Int32(int32(dt)), RawData: raw}, nil
 }
 
-// external appends raw data to one file, each tensor 64-byte aligned, and
-// keeps only the reference.
+// external appends the raw data of tensors of externalMin bytes or more
+// to one file, each 64-byte aligned, and keeps only the reference; smaller
+// ones stay inline, as ONNX's and torch's writers keep them (ONNX
+// Runtime's shape inference cannot read a Reshape's shape from external
+// data).
 type external struct {
 	w        *bufio.Writer
 	location string
 	offset   int64
 }
 
+// externalMin is the size from which a tensor goes to external data.
+const externalMin = 1024
+
 func (e *external) tensor(name string, dt tensor.DType, dims []int64, raw []byte) (*onnxpb.TensorProto, error) {
+	if len(raw) < externalMin {
+		return inline{}.tensor(name, dt, dims, raw)
+	}
 	if pad := (64 - e.offset%64) % 64; pad > 0 {
 		if _, err := e.w.Write(make([]byte, pad)); err != nil {
 			return nil, err

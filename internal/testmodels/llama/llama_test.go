@@ -154,6 +154,11 @@ func TestExternalDataMatchesInline(t *testing.T) {
 			t.Fatalf("%q differs between external and inline data", init.GetName())
 		}
 	}
+	for _, init := range ext.Proto.Graph.Initializer {
+		if small := len(init.GetRawData()) > 0; onnxgraph.IsExternal(init) == small {
+			t.Errorf("%q: external %v with %d inline bytes (tensors under %d bytes stay inline)", init.GetName(), onnxgraph.IsExternal(init), len(init.GetRawData()), externalMin)
+		}
+	}
 	again := filepath.Join(dir, "again.onnx")
 	if err := Write(c, again, true); err != nil {
 		t.Fatal(err)
