@@ -79,6 +79,7 @@ generate:
 	scripts/generate.sh
 	cd internal/asm/stats && $(GO) run . -out ../../../pkg/kernels/stats_amd64.s -stubs ../../../pkg/kernels/stats_stubs_amd64.go -pkg kernels
 	cd internal/asm/gemm && $(GO) run . -out ../../../pkg/kernels/gemm_amd64.s -stubs ../../../pkg/kernels/gemm_stubs_amd64.go -pkg kernels
+	cd internal/asm/quanterr && $(GO) run . -out ../../../pkg/kernels/quanterr_amd64.s -stubs ../../../pkg/kernels/quanterr_stubs_amd64.go -pkg kernels
 
 # check-generate fails when the committed generated code is not what the generator writes.
 check-generate: deps
@@ -93,6 +94,11 @@ check-generate: deps
 	done; rm -rf $$tmp
 	@tmp=$$(mktemp -d) && (cd internal/asm/gemm && $(GO) run . -out $$tmp/gemm_amd64.s -stubs $$tmp/gemm_stubs_amd64.go -pkg kernels) && \
 	for f in gemm_amd64.s gemm_stubs_amd64.go; do \
+		if ! diff -q -I '^// Code generated' $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
+			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
+	done; rm -rf $$tmp
+	@tmp=$$(mktemp -d) && (cd internal/asm/quanterr && $(GO) run . -out $$tmp/quanterr_amd64.s -stubs $$tmp/quanterr_stubs_amd64.go -pkg kernels) && \
+	for f in quanterr_amd64.s quanterr_stubs_amd64.go; do \
 		if ! diff -q -I '^// Code generated' $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
 			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
 	done; rm -rf $$tmp

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -259,6 +260,7 @@ func (s *pipelineSetup) resolveBatchSize() error {
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
 	u.Model, u.Config, u.Palette, u.Prepare, u.Algorithms = s.model, s.quant, s.palette, opts.Prepare, s.algorithms
 	u.Prepare.Target = s.target
+	u.Prepare.Progress = passes.NewWeightProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default()).Report
 	format, err := finalize.ParseFormat(opts.Format)
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
@@ -504,6 +506,11 @@ func writeReportTable(w io.Writer, r *report) error {
 	for _, t := range r.Passes {
 		fmt.Fprintf(tw, "pass %s\t%.3fs\n", t.Pass, t.Seconds)
 	}
+	if r.Counts["activation"] == 0 && r.Counts["weight"] > 0 {
+		// Weight-only: what was quantized, not every node without a weight.
+		writeWeightOnly(tw, r)
+		return tw.Flush()
+	}
 	for i, s := range r.Skipped {
 		if i == maxTableSkips && len(r.Skipped) > maxTableSkips+1 {
 			more := "the JSON report (--report) lists them all"
@@ -522,6 +529,36 @@ func writeReportTable(w io.Writer, r *report) error {
 		r.Deploy.write(w, r.reportPath)
 	}
 	return nil
+}
+
+// writeWeightOnly lists the quantized weights by spec (tensors, nodes)
+// and counts the nodes left in float, which the JSON report lists.
+func writeWeightOnly(tw io.Writer, r *report) {
+	type group struct{ tensors, nodes int }
+	groups := map[string]*group{}
+	var specs []string
+	for _, t := range r.Tensors {
+		if t.Role != "weight" {
+			continue
+		}
+		g := groups[t.Spec]
+		if g == nil {
+			g = &group{}
+			groups[t.Spec] = g
+			specs = append(specs, t.Spec)
+		}
+		g.tensors++
+		g.nodes += len(t.Nodes)
+	}
+	sort.Strings(specs)
+	for _, sp := range specs {
+		fmt.Fprintf(tw, "weights %s	%d tensors read by %d nodes\n", sp, groups[sp].tensors, groups[sp].nodes)
+	}
+	more := "the JSON report (--report) lists them"
+	if r.reportPath != "" {
+		more = r.reportPath + " lists them"
+	}
+	fmt.Fprintf(tw, "left in float	%d nodes without a quantized weight; %s\n", len(r.Skipped), more)
 }
 
 // maxTableSkips caps the skipped nodes the stderr summary lists; a large

@@ -239,8 +239,8 @@ func quantError(hist []float64, w float64, start, end, dst int) float64 {
 // full one: factors 1, 1−0.5/mseSteps, …, 0.5.
 const mseSteps = 100
 
-// WeightMSERange is the mse calculator of weights (and of every 4-bit or
-// narrower weight): the range, to hand to the spec's qparam formula, whose
+// WeightMSERange is the mse calculator of weights on a float grid (fp8,
+// fp4; integer grids use WeightRanges, held to this grid's error): the range, to hand to the spec's qparam formula, whose
 // quantize-dequantize round trip of the group g has the smallest squared
 // error. Weights have their data, so it searches on the values themselves,
 // where activations search their histogram (mseRange). The
@@ -284,27 +284,11 @@ func fitRange(lo, hi float32, s *spec.QuantizationSpec) (float32, float32, bool)
 	if s.QScheme == spec.Asymmetric {
 		return 0, 0, false
 	}
-	qmin, qmax, ok := s.QuantRange()
+	g, ok := s.IntGrid()
 	if !ok {
 		return 0, 0, false
 	}
-	sc, zp, err := s.QParams([]float32{lo}, []float32{hi})
-	if err != nil {
-		return 0, 0, false
-	}
-	up, down := float64(qmax)-float64(zp[0]), float64(qmin)-float64(zp[0])
-	var fit float64
-	if hi > 0 && up > 0 {
-		fit = max(fit, float64(hi)/up)
-	}
-	if lo < 0 && down < 0 {
-		fit = max(fit, float64(lo)/down)
-	}
-	if fit == 0 || float32(fit) == sc[0] {
-		return 0, 0, false
-	}
-	r := float32(fit * float64(qmax-qmin) / 2)
-	return -r, r, true
+	return fitGrid(lo, hi, g)
 }
 
 // roundTripError is the sum of squared differences between g and its

@@ -32,7 +32,7 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	if len(pairs) == 0 {
 		return m, nil, nil
 	}
-	out := proto.CloneOf(m.Proto)
+	out := onnxgraph.CloneSharingData(m.Proto)
 	g := out.Graph
 	inits := map[string]int{}
 	for i, t := range g.GetInitializer() {

@@ -115,6 +115,7 @@ type writer struct {
 	out    *onnxpb.ModelProto
 	opts   Options
 	params map[string]*Params // by value, roots and own params
+	owned  map[string]bool    // params copied from the plan (ownParams)
 	used   map[string]bool
 	notes  []string
 
@@ -149,7 +150,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{}, stats: stats,
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
-	w.out = proto.CloneOf(m.Proto)
+	w.out = onnxgraph.CloneSharingData(m.Proto)
 	w.collectNames()
 	if err := w.resolveParams(stats); err != nil {
 		return nil, err
@@ -268,7 +269,9 @@ func (w *writer) resolveParams(stats Stats) error {
 		}
 		switch {
 		case t.Params != nil:
-			w.params[t.Value] = t.Params.Clone()
+			// Shared with the plan until the writer changes them (ownParams):
+			// a billion-weight model's block params are hundreds of MB.
+			w.params[t.Value] = t.Params
 		case t.Fixed != nil:
 			p, err := paramsOfRange(t.Spec, *t.Fixed)
 			if err != nil {
@@ -310,6 +313,19 @@ func (w *writer) resolveParams(stats Stats) error {
 }
 
 // paramsOf returns the params t uses (its root's when shared).
+// ownParams returns the params of value for the writer to change: the
+// plan's are copied the first time, so that the plan is left as it was.
+func (w *writer) ownParams(value string) *Params {
+	if w.owned == nil {
+		w.owned = map[string]bool{}
+	}
+	if !w.owned[value] {
+		w.params[value] = w.params[value].Clone()
+		w.owned[value] = true
+	}
+	return w.params[value]
+}
+
 func (w *writer) paramsOf(t *TensorPlan) *Params {
 	if r := w.plan.Root(t); r != nil {
 		return w.params[r.Value]
@@ -350,6 +366,7 @@ func (w *writer) resolveBiases() error {
 			j := c % len(wp.Scales)
 			need := math.Abs(float64(v)*float64(beta)) / (sIn * int32Max)
 			if float64(wp.Scales[j]) < need {
+				wp = w.ownParams(w.plan.Root(wt).Value)
 				old := wp.Scales[j]
 				wp.Scales[j] = math.Nextafter32(float32(need), float32(math.Inf(1)))
 				w.notes = append(w.notes, fmt.Sprintf("weight %q: scale %d enlarged from %g to %g so that bias %q fits int32",
@@ -620,6 +637,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	} else {
 		if t.Spec.ScaleDType == spec.Float8E8M0FNU {
 			// The codes must be computed with the scale as stored.
+			p = w.ownParams(t.Value)
 			for i, s := range p.Scales {
 				p.Scales[i] = tensor.Float8E8M0ToFloat32(tensor.Float32ToFloat8E8M0(s, true, tensor.E8M0Up))
 			}

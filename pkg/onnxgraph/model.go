@@ -126,7 +126,9 @@ func (m *Model) Function(domain, opType string) *onnxpb.FunctionProto {
 // AllTensors calls fn for every TensorProto that holds data in the model:
 // initializers of every graph (subgraphs and training graphs included) and
 // tensor attributes of every node. Order is deterministic (file order).
-func (m *Model) AllTensors(fn func(t *onnxpb.TensorProto)) {
+func (m *Model) AllTensors(fn func(t *onnxpb.TensorProto)) { allTensors(m.Proto, fn) }
+
+func allTensors(mp *onnxpb.ModelProto, fn func(t *onnxpb.TensorProto)) {
 	var walkGraph func(g *onnxpb.GraphProto)
 	var walkNodes func(nodes []*onnxpb.NodeProto)
 	walkAttr := func(a *onnxpb.AttributeProto) {
@@ -167,12 +169,12 @@ func (m *Model) AllTensors(fn func(t *onnxpb.TensorProto)) {
 		}
 		walkNodes(g.GetNode())
 	}
-	walkGraph(m.Proto.GetGraph())
-	for _, ti := range m.Proto.GetTrainingInfo() {
+	walkGraph(mp.GetGraph())
+	for _, ti := range mp.GetTrainingInfo() {
 		walkGraph(ti.GetInitialization())
 		walkGraph(ti.GetAlgorithm())
 	}
-	for _, f := range m.Proto.GetFunctions() {
+	for _, f := range mp.GetFunctions() {
 		walkNodes(f.GetNode())
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -60,6 +62,8 @@ type PrepareOptions struct {
 	// their boundaries only; the values inside others are quantized like
 	// any value.
 	Patterns Patterns
+	// Progress, when set, is called after each weight is planned.
+	Progress func(WeightProgress)
 }
 
 // request is one node asking for a value to be quantized.
@@ -354,6 +358,20 @@ func (p *preparer) applyIntrinsic(t *TensorPlan, in opIntrinsic, prod *onnxgraph
 // planStates plans the constant inputs: weights with their spec and
 // qparams, and the int32 biases of compute ops.
 func (p *preparer) planStates() error {
+	var report func(v *onnxgraph.Value)
+	if p.opts.Progress != nil {
+		tensors, total := p.weightWork()
+		start, done, bytes := time.Now(), map[string]bool{}, int64(0)
+		report = func(v *onnxgraph.Value) {
+			if done[v.Name] || v.Const == nil {
+				return
+			}
+			done[v.Name] = true
+			bytes += constBytes(v)
+			p.opts.Progress(WeightProgress{Tensor: len(done), Tensors: tensors, Bytes: bytes, Total: total,
+				Name: v.Name, Elapsed: time.Since(start)})
+		}
+	}
 	for _, n := range p.g.Nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
@@ -377,9 +395,29 @@ func (p *preparer) planStates() error {
 			if err := p.planWeight(n, v, t.Spec, t.Rule); err != nil {
 				return err
 			}
+			if report != nil {
+				report(v)
+			}
 		}
 	}
 	return nil
+}
+
+// forEachWeight calls fn for each (node, weight) pair planStates plans as
+// a weight, in its order.
+func (p *preparer) forEachWeight(fn func(n *onnxgraph.Node, v *onnxgraph.Value)) {
+	for _, n := range p.g.Nodes {
+		nr := p.res.Node(n.Name)
+		r, ok := ruleOf(n)
+		if !ok || nr == nil {
+			continue
+		}
+		for _, t := range nr.Tensors {
+			if t.Role == config.RoleState && t.Spec != nil && !(r.kind == opCompute && t.Index == r.bias) {
+				fn(n, n.Inputs[t.Index])
+			}
+		}
+	}
 }
 
 func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.QuantizationSpec, rule config.Rule) error {
@@ -456,6 +494,16 @@ func weightClipping(s *spec.QuantizationSpec, opts PrepareOptions) WeightClippin
 // weightParams computes a weight's qparams per group from its data. The
 // observed range in the params is the data's, whatever the clipping.
 func weightParams(data []float32, shape []int, axis, block int, s *spec.QuantizationSpec, clip WeightClipping) (*Params, error) {
+	if _, ok := s.IntGrid(); ok && clip == ClipMSE {
+		n := tensor.NumElements(quant.ParamShape(shape, axis, block))
+		mins, maxs := make([]float32, n), make([]float32, n)
+		lo, hi := calibrate.WeightRanges(data, shape, axis, block, s, mins, maxs)
+		sc, zp, err := s.QParams(mins, maxs)
+		if err != nil {
+			return nil, err
+		}
+		return &Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: lo, Max: hi}}, nil
+	}
 	mins, maxs, err := finalize.GroupRanges(data, shape, axis, block)
 	if err != nil {
 		return nil, err

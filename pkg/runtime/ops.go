@@ -215,6 +215,9 @@ type builder struct {
 // is not supported.
 func (c *compiler) build(n *onnxgraph.Node) (kernel, error) {
 	if n.Domain != "" {
+		if build, ok := contribOps[n.Domain][n.OpType]; ok {
+			return build(&builder{c: c, n: n, opset: n.Opset()})
+		}
 		if f := c.model.Function(n.Proto.GetDomain(), n.OpType); f != nil {
 			return nil, unsupportedf("model-local functions are not supported")
 		}

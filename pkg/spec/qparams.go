@@ -67,6 +67,13 @@ func (s *QuantizationSpec) QParams(mins, maxs []float32) (scales []float32, zero
 	return scales, zeroPoints, nil
 }
 
+// QParam is QParams for one finite range lo ≤ hi, without allocating (the
+// weight range search evaluates it for every candidate of every block).
+// The caller checks the range; s must hold data (DType.IsData).
+func (s *QuantizationSpec) QParam(lo, hi float32) (scale float32, zeroPoint int32) {
+	return s.qparam(lo, hi)
+}
+
 func (s *QuantizationSpec) qparam(lo, hi float32) (float32, int32) {
 	minNeg, maxPos := min(lo, 0), max(hi, 0)
 	absmax := max(-minNeg, maxPos)
@@ -78,21 +85,50 @@ func (s *QuantizationSpec) qparam(lo, hi float32) (float32, int32) {
 		scale := max(absmax/float32(s.DType.MaxFinite()), ScaleFloor)
 		return roundScale(scaleDType, scale), 0
 	}
-	qmin, qmax, _ := s.QuantRange()
+	g, _ := s.IntGrid()
+	return g.QParam(lo, hi)
+}
+
+// IntGrid is an integer spec's qparam formula with the spec's constants
+// resolved once, for callers that evaluate it for many ranges.
+type IntGrid struct {
+	QMin, QMax int64
+	scheme     QScheme
+	scaleDType DType
+	// symZP is the zero point of symmetric schemes: 0 for signed types,
+	// (full qmax+1)/2 for unsigned.
+	symZP int64
+}
+
+// IntGrid resolves s's integer formula; ok is false for float types.
+func (s *QuantizationSpec) IntGrid() (g IntGrid, ok bool) {
+	qmin, qmax, ok := s.QuantRange()
+	if !ok {
+		return IntGrid{}, false
+	}
+	g = IntGrid{QMin: qmin, QMax: qmax, scheme: s.QScheme, scaleDType: s.ScaleDType}
+	if !s.DType.IsSigned() {
+		g.symZP = (s.fullMax() + 1) / 2
+	}
+	return g, true
+}
+
+// QParam is the scale and zero point of the range [lo, hi] (see QParams).
+func (g IntGrid) QParam(lo, hi float32) (float32, int32) {
+	minNeg, maxPos := min(lo, 0), max(hi, 0)
 	var scale float32
 	var zp int64
-	switch s.QScheme {
+	switch g.scheme {
 	case Asymmetric:
-		scale = max((maxPos-minNeg)/float32(qmax-qmin), ScaleFloor)
-		scale = roundScale(scaleDType, scale)
-		zp = qmin - int64(roundHalfEven(minNeg/scale))
-		zp = min(max(zp, qmin), qmax)
+		scale = max((maxPos-minNeg)/float32(g.QMax-g.QMin), ScaleFloor)
+		scale = roundScale(g.scaleDType, scale)
+		zp = g.QMin - int64(roundHalfEven(minNeg/scale))
+		zp = min(max(zp, g.QMin), g.QMax)
 	default: // Symmetric, SymmetricWithClipping (QSchemeAuto is symmetric)
-		scale = max(absmax/(float32(qmax-qmin)/2), ScaleFloor)
-		scale = roundScale(scaleDType, scale)
-		if !s.DType.IsSigned() {
-			zp = (s.fullMax() + 1) / 2
-		}
+		absmax := max(-minNeg, maxPos)
+		scale = max(absmax/(float32(g.QMax-g.QMin)/2), ScaleFloor)
+		scale = roundScale(g.scaleDType, scale)
+		zp = g.symZP
 	}
 	return scale, int32(zp)
 }
