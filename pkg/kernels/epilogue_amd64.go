@@ -125,6 +125,17 @@ func sigmoidRow(dst, src []float32, silu bool) {
 	}
 }
 
+// clipVec computes the first len(dst) &^ 7 elements of Clip in AVX2 and
+// returns how many; the caller has checked the bounds (clipVecOK).
+func clipVec(dst, src []float32, lo, hi float32) int {
+	n := len(dst) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	clipRowAVX2(&dst[0], &src[0], n, lo, hi)
+	return n
+}
+
 // binaryVec computes the first len(o) &^ 7 elements of Binary in AVX2
 // (bit-identical: one IEEE operation each) and returns how many.
 func binaryVec(op BinOp, o, a, b []float32) int {

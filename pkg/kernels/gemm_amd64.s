@@ -15980,6 +15980,35 @@ sigmoid_done:
 	VZEROUPPER
 	RET
 
+// func clipRowAVX2(dst *float32, src *float32, n int, lo float32, hi float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·clipRowAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        lo+24(FP), X0
+	MOVSS        hi+28(FP), X1
+	VBROADCASTSS X0, Y0
+	VBROADCASTSS X1, Y1
+
+clip_loop:
+	TESTQ     DX, DX
+	JZ        clip_done
+	VMOVUPS   (CX), Y2
+	VMAXPS    Y0, Y2, Y3
+	VMINPS    Y1, Y3, Y3
+	VCMPPS    $0x03, Y2, Y2, Y4
+	VBLENDVPS Y4, Y2, Y3, Y3
+	VMOVUPS   Y3, (AX)
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JMP       clip_loop
+
+clip_done:
+	VZEROUPPER
+	RET
+
 // func sumRowAVX2(x *float32, n int) float64
 // Requires: AVX, SSE2
 TEXT ·sumRowAVX2(SB), NOSPLIT, $0-24

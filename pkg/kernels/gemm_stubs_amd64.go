@@ -258,6 +258,9 @@ func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
 // sigmoidRowAVX2 sets dst[j] = Sigmoid32(src[j]), times src[j] when silu != 0, for j < n (a multiple of 8).
 func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 
+// clipRowAVX2 sets dst[j] = min(max(src[j], lo), hi) as Go computes it, for j < n (a multiple of 8) and bounds Clip accepts.
+func clipRowAVX2(dst *float32, src *float32, n int, lo float32, hi float32)
+
 // sumRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
 func sumRowAVX2(x *float32, n int) float64
 

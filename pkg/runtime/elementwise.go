@@ -562,11 +562,7 @@ func clipKernel(lo, hi float32, fromInputs bool) kernel {
 		if x, ok := t.Data.([]float32); ok {
 			out := rc.newFloatOut(t.Shape...)
 			o := out.Float32s()
-			kernels.Parallel(rc.threads, len(x), parGrain, func(a, b int) {
-				for i, v := range x[a:b] {
-					o[a+i] = min(max(v, lo), hi)
-				}
-			})
+			kernels.Parallel(rc.threads, len(x), parGrain, func(a, b int) { kernels.Clip(o[a:b], x[a:b], lo, hi) })
 			return []*tensor.Tensor{out}, nil
 		}
 		if !t.DType.IsInteger() {

@@ -82,6 +82,7 @@ func main() {
 	binary()
 	expSub()
 	sigmoid()
+	clip()
 	layerNorm()
 	Generate()
 }
