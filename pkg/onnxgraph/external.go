@@ -11,26 +11,39 @@ import (
 	"strings"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// checkExternalData validates every external reference up front, so that a
-// bad model fails at load rather than halfway through a run.
-func (m *Model) checkExternalData() error {
+// checkTensors validates every tensor's dims and data up front, external
+// references included (location, file size, length against the dims), so
+// that a bad model fails at load rather than halfway through a run, and
+// without reading any external data.
+func (m *Model) checkTensors() error {
 	var errs []error
 	m.AllTensors(func(t *onnxpb.TensorProto) {
-		if !IsExternal(t) {
+		if len(errs) >= maxTensorErrors {
 			return
 		}
-		ref, err := ExternalRefOf(t)
-		if err == nil {
-			_, err = m.openExternal(ref)
+		var length int64
+		if IsExternal(t) {
+			ref, err := ExternalRefOf(t)
+			if err == nil {
+				_, length, err = m.openExternal(ref)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("tensor %q: %w", t.GetName(), err))
+				return
+			}
 		}
-		if err != nil {
+		if err := tensor.CheckProto(t, length); err != nil {
 			errs = append(errs, err)
 		}
 	})
 	return errors.Join(errs...)
 }
+
+// maxTensorErrors caps the tensor errors one load reports.
+const maxTensorErrors = 10
 
 // checkLocation rejects locations that could reach outside the model's
 // directory: absolute paths, ".." components, and symbolic links.
@@ -63,28 +76,45 @@ func checkLocation(dir, loc string) (string, error) {
 	return full, nil
 }
 
-// openExternal checks ref and returns the file's path.
-func (m *Model) openExternal(ref ExternalRef) (string, error) {
+// openExternal checks ref and returns the file's path and the length of
+// the range ref names.
+func (m *Model) openExternal(ref ExternalRef) (string, int64, error) {
 	full, err := checkLocation(m.Dir, ref.Location)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	fi, err := os.Stat(full)
 	if err != nil {
-		return "", fmt.Errorf("external data %q: %w", ref.Location, err)
+		return "", 0, fmt.Errorf("external data %q: %w", ref.Location, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("external data %q is not a regular file", ref.Location)
+		return "", 0, fmt.Errorf("external data %q is not a regular file", ref.Location)
 	}
-	end := ref.Offset
-	if ref.Length >= 0 {
-		end += ref.Length
+	length, err := externalRange(ref, fi.Size())
+	if err != nil {
+		return "", 0, err
 	}
-	if end > fi.Size() {
-		return "", fmt.Errorf("external data %q is %d bytes; the model expects at least %d (offset %d, length %d)",
-			ref.Location, fi.Size(), end, ref.Offset, ref.Length)
+	return full, length, nil
+}
+
+// externalRange is the length of the range ref names in a file of size
+// bytes, or an error when the range does not lie inside the file. The
+// comparisons are written so that no sum can overflow.
+func externalRange(ref ExternalRef, size int64) (int64, error) {
+	if ref.Offset < 0 || ref.Length < -1 {
+		return 0, fmt.Errorf("external data %q: bad offset %d or length %d", ref.Location, ref.Offset, ref.Length)
 	}
-	return full, nil
+	if ref.Offset > size {
+		return 0, fmt.Errorf("external data %q is %d bytes; the offset %d lies past its end", ref.Location, size, ref.Offset)
+	}
+	if ref.Length < 0 {
+		return size - ref.Offset, nil
+	}
+	if ref.Length > size-ref.Offset {
+		return 0, fmt.Errorf("external data %q is %d bytes; offset %d and length %d run past its end",
+			ref.Location, size, ref.Offset, ref.Length)
+	}
+	return ref.Length, nil
 }
 
 // ReadExternal returns the bytes of a tensor stored as external data.
@@ -93,23 +123,20 @@ func (m *Model) ReadExternal(t *onnxpb.TensorProto) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	full, err := m.openExternal(ref)
+	full, length, err := m.openExternal(ref)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q: %w", t.GetName(), err)
+	}
+	// The range must be what the dims need before anything is allocated:
+	// the file may have changed since load.
+	if err := tensor.CheckProto(t, length); err != nil {
+		return nil, err
 	}
 	f, err := os.Open(full)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q: %w", t.GetName(), err)
 	}
 	defer f.Close()
-	length := ref.Length
-	if length < 0 {
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
-		length = fi.Size() - ref.Offset
-	}
 	buf := make([]byte, length)
 	if _, err := f.ReadAt(buf, ref.Offset); err != nil && !(errors.Is(err, io.EOF) && length == 0) {
 		return nil, fmt.Errorf("tensor %q: reading external data %q: %w", t.GetName(), ref.Location, err)

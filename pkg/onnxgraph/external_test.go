@@ -2,6 +2,7 @@ package onnxgraph
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -118,19 +119,30 @@ func TestExternalDataRejected(t *testing.T) {
 		name     string
 		location string
 		offset   int64
+		length   int64
 		setup    func(dir string)
 		want     string
 	}{
-		{"absolute", filepath.Join(outside, "secret.data"), 0, nil, "is an absolute path"},
-		{"parent", "../secret.data", 0, nil, "leaves the model's directory"},
-		{"nested parent", "sub/../../secret.data", 0, nil, "leaves the model's directory"},
-		{"symlink", "link.data", 0, func(dir string) {
+		{"absolute", filepath.Join(outside, "secret.data"), 0, 16, nil, "is an absolute path"},
+		{"parent", "../secret.data", 0, 16, nil, "leaves the model's directory"},
+		{"nested parent", "sub/../../secret.data", 0, 16, nil, "leaves the model's directory"},
+		{"symlink", "link.data", 0, 16, func(dir string) {
 			os.Symlink(filepath.Join(outside, "secret.data"), filepath.Join(dir, "link.data"))
 		}, "symbolic link"},
-		{"missing", "nowhere.data", 0, nil, "nowhere.data"},
-		{"short", "short.data", 8, func(dir string) {
-			os.WriteFile(filepath.Join(dir, "short.data"), make([]byte, 16), 0o644)
-		}, "is 16 bytes; the model expects at least 24"},
+		{"missing", "nowhere.data", 0, 16, nil, "nowhere.data"},
+		{"short", "short.data", 8, 16, fileOf(16), "is 16 bytes; offset 8 and length 16 run past its end"},
+		// offset+length overflows int64: the sum must never be formed.
+		{"overflowing length", "w.data", 1, math.MaxInt64, fileOf(64), "offset 1 and length 9223372036854775807 run past its end"},
+		{"offset past end", "w.data", 65, 0, fileOf(64), "the offset 65 lies past its end"},
+		{"length longer than the dims", "w.data", 0, 32, fileOf(64), "needs 16 bytes in its external data, has 32"},
+		{"length shorter than the dims", "w.data", 0, 8, fileOf(64), "needs 16 bytes in its external data, has 8"},
+		// A 2 GiB sparse file behind a 16-byte tensor, length "to the end":
+		// refused from its size, without reading it.
+		{"huge file to the end", "big.data", 0, -1, func(dir string) {
+			f, _ := os.Create(filepath.Join(dir, "big.data"))
+			f.Truncate(2 << 30)
+			f.Close()
+		}, "needs 16 bytes in its external data, has 2147483648"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,7 +151,7 @@ func TestExternalDataRejected(t *testing.T) {
 				tt.setup(dir)
 			}
 			path := filepath.Join(dir, "m.onnx")
-			if err := os.WriteFile(path, withExternal(t, tt.location, tt.offset, 16), 0o644); err != nil {
+			if err := os.WriteFile(path, withExternal(t, tt.location, tt.offset, tt.length), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			_, err := Load(path)
@@ -147,6 +159,15 @@ func TestExternalDataRejected(t *testing.T) {
 				t.Errorf("err = %v, want it to name %s and say %q", err, path, tt.want)
 			}
 		})
+	}
+}
+
+// fileOf returns a setup that writes n zero bytes to w.data or short.data.
+func fileOf(n int) func(dir string) {
+	return func(dir string) {
+		for _, name := range []string{"w.data", "short.data"} {
+			os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o644)
+		}
 	}
 }
 

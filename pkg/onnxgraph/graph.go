@@ -241,6 +241,9 @@ func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) 
 		return v
 	}
 	for _, init := range gp.GetInitializer() {
+		if v := g.values[init.GetName()]; v != nil && v.IsInitializer {
+			return nil, fmt.Errorf("graph %q has two initializers named %q", g.Name, init.GetName())
+		}
 		v := define(init.GetName())
 		v.Const, v.IsInitializer = init, true
 		g.Initializers = append(g.Initializers, v)
@@ -287,6 +290,13 @@ func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) 
 			if v.Producer != nil {
 				return nil, fmt.Errorf("value %q is produced by both %s and %s", out, v.Producer, n)
 			}
+			if v.IsInitializer || v.IsGraphInput {
+				what := "an initializer"
+				if !v.IsInitializer {
+					what = "a graph input"
+				}
+				return nil, fmt.Errorf("%s writes %q, which is also %s", n, out, what)
+			}
 			v.Producer = n
 			n.Outputs = append(n.Outputs, v)
 		}
@@ -299,7 +309,14 @@ func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) 
 		}
 	}
 	for _, vi := range gp.GetOutput() {
-		v := define(vi.GetName())
+		v := g.Value(vi.GetName())
+		if v == nil {
+			return nil, fmt.Errorf("graph %q declares the output %q, which no node produces and is neither an input nor an initializer", g.Name, vi.GetName())
+		}
+		if v.Graph != g {
+			// An outer-scope value passed through a subgraph's output.
+			v = define(vi.GetName())
+		}
 		v.IsGraphOutput = true
 		g.Outputs = append(g.Outputs, v)
 	}

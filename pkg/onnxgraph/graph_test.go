@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,6 +112,41 @@ func TestBadGraphs(t *testing.T) {
 		{"constant without value", func(b *testmodels.Builder) {
 			b.Node("Constant", "k", nil, []string{"y"})
 		}, `node "k" (Constant): the Constant node has no value attribute`},
+		{"duplicate initializers", func(b *testmodels.Builder) {
+			b.Init("w", []int64{1}, []float32{1}).Init("w", []int64{1}, []float32{2})
+			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
+		}, `graph "bad" has two initializers named "w"`},
+		{"no nodes, output never produced", func(b *testmodels.Builder) {},
+			`graph "bad" declares the output "y", which no node produces`},
+		{"node output named like an initializer", func(b *testmodels.Builder) {
+			b.Init("w", []int64{1}, []float32{1})
+			b.Node("Relu", "r", []string{"x"}, []string{"w"})
+			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
+		}, `node "r" (Relu) writes "w", which is also an initializer`},
+		{"node output named like a graph input", func(b *testmodels.Builder) {
+			b.Node("Relu", "r", []string{"x"}, []string{"x"})
+			b.Node("Identity", "i", []string{"x"}, []string{"y"})
+		}, `node "r" (Relu) writes "x", which is also a graph input`},
+		{"raw_data too short", func(b *testmodels.Builder) {
+			b.Init("w", []int64{2}, []float32{1, 2})
+			b.Model.Graph.Initializer[0].RawData = b.Model.Graph.Initializer[0].RawData[:4]
+			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
+		}, `tensor "w": float32 tensor of shape [2] needs 8 bytes in raw_data, has 4`},
+		{"10^12 dims", func(b *testmodels.Builder) {
+			b.Init("w", []int64{1}, []float32{1})
+			b.Model.Graph.Initializer[0].Dims = []int64{1000000, 1000000}
+			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
+		}, `tensor "w": float32 tensor of shape [1000000 1000000] needs 4000000000000 bytes in raw_data, has 4`},
+		{"negative dims", func(b *testmodels.Builder) {
+			b.Init("w", []int64{1}, []float32{1})
+			b.Model.Graph.Initializer[0].Dims = []int64{-4}
+			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
+		}, `tensor "w": negative dimension -4`},
+		{"overflowing dims", func(b *testmodels.Builder) {
+			b.Init("w", []int64{1}, []float32{1})
+			b.Model.Graph.Initializer[0].Dims = []int64{1 << 40, 1 << 40}
+			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
+		}, `tensor "w": shape [1099511627776 1099511627776] has more than 2^48 elements`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,6 +334,25 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		var fe *FileError
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: err = %v, want a FileError naming the file", name, err)
+		}
+	}
+}
+
+// TestLoadRefusesSpecialFiles: devices, FIFOs and directories are refused
+// before anything is read (reading /dev/zero would never end).
+func TestLoadRefusesSpecialFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo.onnx")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"/dev/zero": "is not a regular file (a character device)",
+		fifo:        "is not a regular file (a named pipe)",
+		t.TempDir(): "is not a regular file (a directory)",
+	} {
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Load(%s) = %v, want it to name the file and say %q", path, err, want)
 		}
 	}
 }

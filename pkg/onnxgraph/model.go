@@ -7,7 +7,6 @@ package onnxgraph
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -44,7 +43,7 @@ func (e *FileError) Unwrap() error { return e.Err }
 // inside the model's directory, files present and long enough) and read
 // when a tensor is decoded.
 func Load(path string) (*Model, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadRegularFile(path, MaxProtoSize)
 	if err != nil {
 		return nil, &FileError{Path: path, Err: err}
 	}
@@ -79,7 +78,7 @@ func FromProto(mp *onnxpb.ModelProto, dir string) (*Model, error) {
 	if err := m.Rebuild(); err != nil {
 		return nil, err
 	}
-	if err := m.checkExternalData(); err != nil {
+	if err := m.checkTensors(); err != nil {
 		return nil, err
 	}
 	return m, nil

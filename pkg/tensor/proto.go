@@ -65,22 +65,36 @@ func FromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
 	return t, nil
 }
 
-func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
+// layout is what a TensorProto declares about its elements, checked for
+// consistency without decoding them.
+type layout struct {
+	dt       DType
+	shape    []int
+	n        int
+	field    protoField
+	external bool
+}
+
+// layoutOf checks tp's dtype, dims and data fields against each other: the
+// field that holds the data is the one ONNX assigns to the dtype and its
+// length matches the dims. External data is checked by its length only.
+func layoutOf(tp *onnxpb.TensorProto) (layout, error) {
 	dt := DType(tp.GetDataType())
 	if !dt.Valid() {
-		return nil, fmt.Errorf("unknown data_type %d", tp.GetDataType())
+		return layout{}, fmt.Errorf("unknown data_type %d", tp.GetDataType())
 	}
 	dims := tp.GetDims()
 	n, err := numElementsChecked(dims)
 	if err != nil {
-		return nil, err
+		return layout{}, err
 	}
-	shape := make([]int, len(dims))
+	l := layout{dt: dt, shape: make([]int, len(dims)), n: n, field: fieldNone,
+		external: tp.GetDataLocation() == onnxpb.TensorProto_EXTERNAL}
 	for i, d := range dims {
-		shape[i] = int(d)
+		l.shape[i] = int(d)
 	}
 	if tp.Segment != nil {
-		return nil, errors.New("segmented tensors (TensorProto.segment) are not supported")
+		return l, errors.New("segmented tensors (TensorProto.segment) are not supported")
 	}
 
 	var present []protoField
@@ -98,11 +112,68 @@ func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
 			present = append(present, f.field)
 		}
 	}
-	external := tp.GetDataLocation() == onnxpb.TensorProto_EXTERNAL
-	if external {
+	if l.external {
 		if len(present) > 0 {
-			return nil, fmt.Errorf("data_location is EXTERNAL but %s is also set", present[0])
+			return l, fmt.Errorf("data_location is EXTERNAL but %s is also set", present[0])
 		}
+		if dt == String {
+			return l, errors.New("string tensor in external data; ONNX stores strings in string_data")
+		}
+		return l, nil
+	}
+	if len(present) > 1 {
+		return l, fmt.Errorf("both %s and %s hold data; ONNX allows one", present[0], present[1])
+	}
+	if len(present) == 1 {
+		l.field = present[0]
+	}
+	switch {
+	case l.field == fieldRaw:
+		if dt == String {
+			return l, errors.New("string tensor in raw_data; ONNX stores strings in string_data")
+		}
+		if want := dt.RawSize(n); len(tp.RawData) != want {
+			return l, sizeError(dt, l.shape, "raw_data", len(tp.RawData), want, "bytes")
+		}
+	case l.field == fieldNone:
+		if n != 0 {
+			return l, fmt.Errorf("%s tensor of shape %v has no data", dt, l.shape)
+		}
+	case l.field != typedField(dt):
+		return l, fmt.Errorf("%s tensor holds its data in %s; ONNX stores %s in %s", dt, l.field, dt, typedField(dt))
+	default:
+		if got, want := typedLen(tp, l.field), typedWant(dt, n); got != want {
+			return l, sizeError(dt, l.shape, l.field.String(), got, want, "values")
+		}
+	}
+	return l, nil
+}
+
+// CheckProto checks tp without decoding it: a known dtype, dimensions that
+// are not negative and do not overflow, and data that matches them.
+// externalLength is the number of bytes an external tensor's reference
+// covers (ignored for tensors stored in the model).
+func CheckProto(tp *onnxpb.TensorProto, externalLength int64) error {
+	l, err := layoutOf(tp)
+	if err == nil && l.external {
+		if want := int64(l.dt.RawSize(l.n)); externalLength != want {
+			err = sizeError(l.dt, l.shape, "its external data", int(externalLength), int(want), "bytes")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", tp.GetName(), err)
+	}
+	return nil
+}
+
+func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
+	l, err := layoutOf(tp)
+	if err != nil {
+		return nil, err
+	}
+	dt, shape, n := l.dt, l.shape, l.n
+	switch {
+	case l.external:
 		if ext == nil {
 			return nil, errors.New("data is external and no external data reader was given")
 		}
@@ -110,30 +181,46 @@ func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
 		if err != nil {
 			return nil, err
 		}
-		return decodeRaw(dt, shape, n, raw)
-	}
-	if len(present) > 1 {
-		return nil, fmt.Errorf("both %s and %s hold data; ONNX allows one", present[0], present[1])
-	}
-	field := fieldNone
-	if len(present) == 1 {
-		field = present[0]
-	}
-	switch {
-	case field == fieldRaw:
-		if dt == String {
-			return nil, errors.New("string tensor in raw_data; ONNX stores strings in string_data")
-		}
-		return decodeRaw(dt, shape, n, tp.RawData)
-	case field == fieldNone:
-		if n != 0 {
-			return nil, fmt.Errorf("%s tensor of shape %v has no data", dt, shape)
-		}
+		return decodeRaw(dt, shape, n, raw, "its external data")
+	case l.field == fieldRaw:
+		return decodeRaw(dt, shape, n, tp.RawData, "raw_data")
+	case l.field == fieldNone:
 		return &Tensor{DType: dt, Shape: shape, Data: makeSlice(dt, 0)}, nil
-	case field != typedField(dt):
-		return nil, fmt.Errorf("%s tensor holds its data in %s; ONNX stores %s in %s", dt, field, dt, typedField(dt))
 	}
-	return decodeTyped(tp, dt, shape, n, field)
+	return decodeTyped(tp, dt, shape, n, l.field)
+}
+
+// typedWant is the number of values of a typed field that n elements of dt
+// occupy: two per complex element, 4- and 2-bit types packed per int32.
+func typedWant(dt DType, n int) int {
+	switch {
+	case dt == Complex64 || dt == Complex128:
+		return 2 * n
+	case dt.Bits() == 4:
+		return (n + 1) / 2
+	case dt.Bits() == 2:
+		return (n + 3) / 4
+	}
+	return n
+}
+
+// typedLen is the number of values in a typed field.
+func typedLen(tp *onnxpb.TensorProto, field protoField) int {
+	switch field {
+	case fieldFloat:
+		return len(tp.FloatData)
+	case fieldInt32:
+		return len(tp.Int32Data)
+	case fieldString:
+		return len(tp.StringData)
+	case fieldInt64:
+		return len(tp.Int64Data)
+	case fieldDouble:
+		return len(tp.DoubleData)
+	case fieldUint64:
+		return len(tp.Uint64Data)
+	}
+	return 0
 }
 
 // sizeError describes a data field whose length does not match the dims.
@@ -142,9 +229,9 @@ func sizeError(dt DType, shape []int, field string, got, want int, unit string) 
 }
 
 // decodeRaw decodes little-endian raw bytes (raw_data or external data).
-func decodeRaw(dt DType, shape []int, n int, raw []byte) (*Tensor, error) {
+func decodeRaw(dt DType, shape []int, n int, raw []byte, field string) (*Tensor, error) {
 	if want := dt.RawSize(n); len(raw) != want {
-		return nil, sizeError(dt, shape, "raw_data", len(raw), want, "bytes")
+		return nil, sizeError(dt, shape, field, len(raw), want, "bytes")
 	}
 	t := &Tensor{DType: dt, Shape: shape}
 	switch dt {
@@ -176,32 +263,7 @@ func decodeRaw(dt DType, shape []int, n int, raw []byte) (*Tensor, error) {
 // decodeTyped decodes the typed field that ONNX assigns to dt.
 func decodeTyped(tp *onnxpb.TensorProto, dt DType, shape []int, n int, field protoField) (*Tensor, error) {
 	t := &Tensor{DType: dt, Shape: shape}
-	want := n
-	if dt == Complex64 || dt == Complex128 {
-		want = 2 * n
-	}
-	switch dt.Bits() {
-	case 4:
-		want = (n + 1) / 2
-	case 2:
-		want = (n + 3) / 4
-	}
-	var got int
-	switch field {
-	case fieldFloat:
-		got = len(tp.FloatData)
-	case fieldInt32:
-		got = len(tp.Int32Data)
-	case fieldString:
-		got = len(tp.StringData)
-	case fieldInt64:
-		got = len(tp.Int64Data)
-	case fieldDouble:
-		got = len(tp.DoubleData)
-	case fieldUint64:
-		got = len(tp.Uint64Data)
-	}
-	if got != want {
+	if got, want := typedLen(tp, field), typedWant(dt, n); got != want {
 		return nil, sizeError(dt, shape, field.String(), got, want, "values")
 	}
 	switch dt {
@@ -251,7 +313,7 @@ func decodeTyped(tp *onnxpb.TensorProto, dt DType, shape []int, n int, field pro
 		}
 		t.Data = d
 	default: // 4- and 2-bit types: one packed byte per int32
-		return decodeRaw(dt, shape, n, convertInts[uint8](tp.Int32Data))
+		return decodeRaw(dt, shape, n, convertInts[uint8](tp.Int32Data), "int32_data")
 	}
 	return t, nil
 }
