@@ -92,10 +92,16 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		return err
 	}
-	s, err := setupPipeline(&opts.quantizeOptions)
+	s, err := setupPipeline(&opts.quantizeOptions, nil, func(config.Settings) []output {
+		if opts.Output == "-" {
+			return nil
+		}
+		return []output{{Flag: "-o", Path: opts.Output}}
+	})
 	if err != nil {
 		return err
 	}
+	defer s.outputs.Discard()
 	if err := s.resolveBatchSize(); err != nil {
 		return err
 	}
@@ -143,7 +149,10 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 	if opts.Output == "" || opts.Output == "-" {
 		return stats.Write(opts.IO.Out)
 	}
-	return stats.WriteFile(opts.Output)
+	if err := stats.WriteFile(s.outputs.Staged(opts.Output)); err != nil {
+		return err
+	}
+	return s.outputs.Commit()
 }
 
 // openCalibrationData opens the settings' calibration data (or random

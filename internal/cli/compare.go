@@ -112,6 +112,12 @@ func parsePercent(s string) (float64, error) {
 
 func runCompare(cmd *cobra.Command, opts *compareOptions) error {
 	ctx := cmd.Context()
+	plan, err := planOutputs(append([]string{opts.Reference, opts.Candidate, opts.Labels}, dataEntryFiles(opts.Data)...),
+		output{Flag: "--html", Path: opts.HTML})
+	if err != nil {
+		return err
+	}
+	defer plan.Discard()
 	refModel, err := loadModel(opts.Reference)
 	if err != nil {
 		return err
@@ -190,7 +196,10 @@ func runCompare(cmd *cobra.Command, opts *compareOptions) error {
 		return &UsageError{Err: fmt.Errorf("--min-top1-agreement: %w", err)}
 	}
 	if opts.HTML != "" {
-		if err := r.WriteHTMLFile(opts.HTML); err != nil {
+		if err := r.WriteHTMLFile(plan.Staged(opts.HTML)); err != nil {
+			return err
+		}
+		if err := plan.Commit(); err != nil {
 			return err
 		}
 	}

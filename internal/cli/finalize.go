@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/passes"
@@ -47,10 +48,13 @@ func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Comma
 const RandomDataMetadataKey = "coreaiq.calibration_data"
 
 func runFinalize(ctx context.Context, opts *finalizeOptions) error {
-	s, err := setupPipeline(&opts.quantizeOptions)
+	s, err := setupPipeline(&opts.quantizeOptions, []string{opts.Stats}, func(st config.Settings) []output {
+		return []output{{"-o", outputPath(st), opts.IO.Out}, {"--report", st.Report, nil}}
+	})
 	if err != nil {
 		return err
 	}
+	defer s.outputs.Discard()
 	u := &passes.Unit{}
 	randomData := false
 	if opts.Stats != "" {
@@ -82,16 +86,19 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 		u.Result.Model.Proto.MetadataProps = append(u.Result.Model.Proto.MetadataProps,
 			&onnxpb.StringStringEntryProto{Key: &key, Value: &value})
 	}
-	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
+	if err := u.Result.Model.Save(s.outputs.Staged(out), onnxgraph.SaveOptions{}); err != nil {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
 	rep.RandomData = randomData
 	rep.reportPath = s.settings.Report
 	if s.settings.Report != "" {
-		if err := writeReportFile(s.settings.Report, rep); err != nil {
+		if err := writeReportFile(s.outputs.Staged(s.settings.Report), rep); err != nil {
 			return err
 		}
+	}
+	if err := s.outputs.Commit(); err != nil {
+		return err
 	}
 	return writeReportTable(opts.IO.ErrOut, rep)
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
 )
@@ -30,26 +31,35 @@ func NewCmdPrepare(streams *IO, runF func(*quantizeOptions) error) *cobra.Comman
 }
 
 func runPrepare(ctx context.Context, opts *quantizeOptions) error {
-	s, err := setupPipeline(opts)
-	if err != nil {
-		return err
-	}
-	u := &passes.Unit{}
-	if _, err := runPipeline(ctx, opts, s, u, "prepare"); err != nil {
-		return err
-	}
 	// The plan goes where -o says, never to the config's output: (the
 	// quantized model's path).
 	out := ""
 	if opts.Settings.Output != nil {
 		out = *opts.Settings.Output
 	}
-	if out == "" {
+	s, err := setupPipeline(opts, nil, func(config.Settings) []output {
+		if out == "-" {
+			return nil
+		}
+		return []output{{Flag: "-o", Path: out}}
+	})
+	if err != nil {
+		return err
+	}
+	defer s.outputs.Discard()
+	u := &passes.Unit{}
+	if _, err := runPipeline(ctx, opts, s, u, "prepare"); err != nil {
+		return err
+	}
+	if out == "" || out == "-" {
 		return u.Plan.WriteJSON(opts.IO.Out)
 	}
 	var b bytesBuffer
 	if err := u.Plan.WriteJSON(&b); err != nil {
 		return err
 	}
-	return onnxgraph.WriteFileAtomic(out, b.Bytes())
+	if err := onnxgraph.WriteFileAtomic(s.outputs.Staged(out), b.Bytes()); err != nil {
+		return err
+	}
+	return s.outputs.Commit()
 }

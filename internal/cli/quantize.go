@@ -149,9 +149,16 @@ type pipelineSetup struct {
 	// batchFrom names where an explicit calibration batch size came from
 	// ("" when it is the default).
 	batchFrom string
+	// outputs are the command's checked outputs (outputs.go); Discard them
+	// when the command ends.
+	outputs *outputPlan
 }
 
-func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
+// setupPipeline resolves the settings, checks the command's outputs
+// against its inputs before anything heavy runs (outputs names them from
+// the settings; it may be nil), then loads the model. extraInputs are
+// files the command reads besides the config, model and data.
+func setupPipeline(opts *quantizeOptions, extraInputs []string, outputs func(config.Settings) []output) (_ *pipelineSetup, err error) {
 	var cfg *config.Config
 	if opts.Config != "" {
 		var err error
@@ -166,11 +173,26 @@ func setupPipeline(opts *quantizeOptions) (*pipelineSetup, error) {
 	if st.Model == "" {
 		return nil, Usagef("no model: give --model or a config with `model:`")
 	}
+	var plan *outputPlan
+	defer func() {
+		if err != nil {
+			plan.Discard()
+		}
+	}()
+	if outputs != nil {
+		inputs := append([]string{opts.Config, st.Model}, extraInputs...)
+		if plan, err = planOutputs(append(inputs, settingsInputFiles(st)...), outputs(st)...); err != nil {
+			return nil, err
+		}
+	}
 	m, err := loadModel(st.Model)
+	if err == nil {
+		err = plan.checkInputs(modelInputFiles(m))
+	}
 	if err != nil {
 		return nil, err
 	}
-	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings)}
+	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings), outputs: plan}
 	if s.target, err = config.LookupTarget(st.Target); err != nil {
 		return nil, &UsageError{Err: err}
 	}
@@ -292,10 +314,13 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 }
 
 func runQuantize(ctx context.Context, opts *quantizeOptions) error {
-	s, err := setupPipeline(opts)
+	s, err := setupPipeline(opts, nil, func(st config.Settings) []output {
+		return []output{{"-o", outputPath(st), opts.IO.Out}, {"--report", st.Report, nil}, {"--profile-out", opts.Profile.Out, nil}}
+	})
 	if err != nil {
 		return err
 	}
+	defer s.outputs.Discard()
 	if err := s.resolveBatchSize(); err != nil {
 		return err
 	}
@@ -333,10 +358,12 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	out := outputPath(s.settings)
-	if err := u.Result.Model.Save(out, onnxgraph.SaveOptions{}); err != nil {
+	if err := u.Result.Model.Save(s.outputs.Staged(out), onnxgraph.SaveOptions{}); err != nil {
 		return err
 	}
-	if err := opts.Profile.finish(opts.IO.ErrOut, prof); err != nil {
+	profile := opts.Profile
+	profile.Out = s.outputs.Staged(profile.Out)
+	if err := profile.finish(opts.IO.ErrOut, prof); err != nil {
 		return err
 	}
 	rep := newReport(s, u, timings, out)
@@ -348,9 +375,12 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		}
 	}
 	if s.settings.Report != "" {
-		if err := writeReportFile(s.settings.Report, rep); err != nil {
+		if err := writeReportFile(s.outputs.Staged(s.settings.Report), rep); err != nil {
 			return err
 		}
+	}
+	if err := s.outputs.Commit(); err != nil {
+		return err
 	}
 	if err := writeReportTable(opts.IO.ErrOut, rep); err != nil {
 		return err

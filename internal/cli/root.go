@@ -60,6 +60,7 @@ type globalOptions struct {
 // Main runs the CLI with the process's arguments and returns the exit code.
 func Main() int {
 	streams := &IO{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr, IsTerminal: isTerminal(os.Stderr)}
+	cleanupOnSignal()
 	return Run(context.Background(), streams, os.Args[1:])
 }
 

@@ -147,6 +147,19 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 		return err
 	}
 	defer sess.Close()
+	if err := os.MkdirAll(opts.OutputDir, 0o755); err != nil {
+		return Usagef("--output-dir: %v", err)
+	}
+	var outFiles []output
+	for _, o := range sess.Outputs() {
+		outFiles = append(outFiles, output{Flag: "--output-dir", Path: filepath.Join(opts.OutputDir, OutputFileName(o.Name))})
+	}
+	outFiles = append(outFiles, output{Flag: "--profile-out", Path: opts.Profile.Out})
+	plan, err := planOutputs(append(append(modelInputFiles(m), opts.Inputs...), dataEntryFiles(opts.Inputs)...), outFiles...)
+	if err != nil {
+		return err
+	}
+	defer plan.Discard()
 	inputs, err := readRunInputs(opts.Inputs, sess.Inputs())
 	if err != nil {
 		return err
@@ -196,11 +209,10 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 		}
 		fmt.Fprintln(opts.IO.ErrOut, string(b))
 	}
-	if err := opts.Profile.finish(opts.IO.ErrOut, prof); err != nil {
+	profile := opts.Profile
+	profile.Out = plan.Staged(profile.Out)
+	if err := profile.finish(opts.IO.ErrOut, prof); err != nil {
 		return err
-	}
-	if err := os.MkdirAll(opts.OutputDir, 0o755); err != nil {
-		return fmt.Errorf("output directory: %w", err)
 	}
 	for _, o := range sess.Outputs() {
 		t := outs[o.Name]
@@ -208,11 +220,11 @@ func runRun(cmd *cobra.Command, opts *runOptions) error {
 			return fmt.Errorf("output %q was not computed", o.Name)
 		}
 		path := filepath.Join(opts.OutputDir, OutputFileName(o.Name))
-		if err := npy.WriteNPYFile(path, t); err != nil {
+		if err := npy.WriteNPYFile(plan.Staged(path), t); err != nil {
 			return fmt.Errorf("output %q: %w", o.Name, err)
 		}
 	}
-	return nil
+	return plan.Commit()
 }
 
 // namingModel prefixes an engine's error with the model path, unless the

@@ -41,6 +41,15 @@ func NewCmdStats(streams *IO, runF func(*statsMergeOptions) error) *cobra.Comman
 }
 
 func runStatsMerge(opts *statsMergeOptions) error {
+	var out []output
+	if opts.Output != "-" {
+		out = append(out, output{Flag: "-o", Path: opts.Output})
+	}
+	plan, err := planOutputs(opts.Inputs, out...)
+	if err != nil {
+		return err
+	}
+	defer plan.Discard()
 	var all []*calibrate.Stats
 	for _, p := range opts.Inputs {
 		s, err := calibrate.ReadFile(p)
@@ -53,8 +62,11 @@ func runStatsMerge(opts *statsMergeOptions) error {
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	if opts.Output == "" {
+	if opts.Output == "" || opts.Output == "-" {
 		return m.Write(opts.IO.Out)
 	}
-	return m.WriteFile(opts.Output)
+	if err := m.WriteFile(plan.Staged(opts.Output)); err != nil {
+		return err
+	}
+	return plan.Commit()
 }
