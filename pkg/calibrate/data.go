@@ -52,6 +52,10 @@ type RandomSource struct {
 	samples int
 }
 
+// MaxSampleElements is the largest sample (elements of one input, without
+// the batch axis) random data makes: 2^28, 1 GiB of float32.
+const MaxSampleElements = 1 << 28
+
 // NewRandomSource checks that every input has a fixed shape apart from the
 // batch axis.
 func NewRandomSource(inputs []runtime.IOInfo, samples int) (*RandomSource, error) {
@@ -59,10 +63,15 @@ func NewRandomSource(inputs []runtime.IOInfo, samples int) (*RandomSource, error
 		if len(in.Shape) == 0 {
 			return nil, fmt.Errorf("input %q: random data needs a known shape with a batch axis", in.Name)
 		}
+		n := int64(1)
 		for i, d := range in.Shape[1:] {
 			if d < 0 {
 				return nil, fmt.Errorf("input %q: dimension %d is symbolic; random data needs a fixed shape", in.Name, i+1)
 			}
+			if d > 0 && n > MaxSampleElements/d {
+				return nil, fmt.Errorf("input %q: a sample of shape %v holds more than %d elements, the most random data makes", in.Name, in.Shape[1:], int64(MaxSampleElements))
+			}
+			n *= d
 		}
 		switch in.DType {
 		case tensor.Float, tensor.Int64, tensor.Int32:

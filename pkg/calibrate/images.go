@@ -6,6 +6,7 @@ import (
 	"image/color"
 	_ "image/jpeg" // decoders registered with image.Decode
 	_ "image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	_ "golang.org/x/image/webp"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -174,14 +176,17 @@ func (s *ImageSource) Batch(start, end int) (map[string]*tensor.Tensor, error) {
 // load decodes, converts, resizes and crops one image to 8-bit pixels with
 // interleaved channels.
 func (s *ImageSource) load(path string) (pix []uint8, w, h int, err error) {
+	if err := onnxgraph.CheckRegularFile(path); err != nil {
+		return nil, 0, 0, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer f.Close()
-	img, _, err := image.Decode(f)
+	img, err := decodeImage(f, path)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("%s: %w", path, err)
+		return nil, 0, 0, err
 	}
 	c := s.im.Channels()
 	pix, w, h = toPixels(img, c)
@@ -211,6 +216,43 @@ func (s *ImageSource) load(path string) (pix []uint8, w, h int, err error) {
 		pix, w, h = out, cw, ch
 	}
 	return pix, w, h, nil
+}
+
+// MaxImagePixels is the largest image calibration decodes: 64 megapixels
+// (8192×8192), about 256 MB once decoded to RGBA. The header is read
+// first, so a file that claims more is refused before any pixel memory is
+// allocated.
+const MaxImagePixels = 64 << 20
+
+// decodeImage decodes an image after checking its header's size against
+// MaxImagePixels. Errors name path.
+func decodeImage(r io.ReadSeeker, path string) (image.Image, error) {
+	cfg, format, err := image.DecodeConfig(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := checkImageSize(cfg.Width, cfg.Height); err != nil {
+		return nil, fmt.Errorf("%s: the %s header says %w", path, format, err)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	img, _, err := image.Decode(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return img, nil
+}
+
+// checkImageSize refuses sizes that are empty or over MaxImagePixels.
+func checkImageSize(w, h int) error {
+	switch {
+	case w <= 0 || h <= 0:
+		return fmt.Errorf("%d×%d pixels: an empty image", w, h)
+	case int64(w)*int64(h) > MaxImagePixels:
+		return fmt.Errorf("%d×%d pixels, over the limit of %d megapixels", w, h, MaxImagePixels>>20)
+	}
+	return nil
 }
 
 // store writes one image's pixels into t at element offset off, in the

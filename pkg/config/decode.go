@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -11,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 )
 
@@ -74,12 +74,21 @@ var (
 // LoadFile reads and validates a config file. Errors are an ErrorList:
 // every problem at once, each with file:line:col, sorted by line.
 func LoadFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := onnxgraph.ReadRegularFile(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return Parse(data, path)
 }
+
+// MaxFileSize is the largest config file read: 1 MiB, far more than any
+// per-layer config of a large model needs, and small enough that parsing
+// stays a fraction of a second.
+const MaxFileSize = 1 << 20
+
+// maxReported caps the errors one config reports; the last entry says how
+// many more there were.
+const maxReported = 50
 
 // Parse decodes and validates a config held in memory; file names it in
 // messages and its directory anchors relative paths.
@@ -159,7 +168,14 @@ func Parse(data []byte, file string) (*Config, error) {
 	}
 	cfg.Notices = sortDiagnostics(d.notices)
 	if len(d.errs) > 0 {
-		return nil, ErrorList(sortDiagnostics(d.errs))
+		errs := sortDiagnostics(d.errs)
+		if len(errs) > maxReported {
+			last := errs[maxReported-1]
+			more := &Diagnostic{File: last.File, Line: last.Line, Col: last.Col,
+				Msg: fmt.Sprintf("... and %d more errors", len(errs)-maxReported+1)}
+			errs = append(errs[:maxReported-1:maxReported-1], more)
+		}
+		return nil, ErrorList(errs)
 	}
 	return cfg, nil
 }

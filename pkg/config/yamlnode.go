@@ -182,7 +182,7 @@ func isMergeKey(k *yaml.Node) bool {
 func (d *decoder) visit(n *yaml.Node) bool {
 	d.visits++
 	if d.visits == maxVisits {
-		d.errorf(n, "", "config too large: anchors expand to more than %d entries", maxVisits)
+		d.errorf(n, "", "config too large: more than %d entries once anchors are expanded", maxVisits)
 	}
 	return d.visits < maxVisits
 }
