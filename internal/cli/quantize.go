@@ -189,6 +189,9 @@ func setupPipeline(opts *quantizeOptions, extraInputs []string, outputs func(con
 	if err == nil {
 		err = plan.checkInputs(modelInputFiles(m))
 	}
+	if err == nil {
+		err = checkModelForPipeline(m, opts.Opset)
+	}
 	if err != nil {
 		return nil, err
 	}

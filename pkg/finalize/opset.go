@@ -8,6 +8,30 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 )
 
+// MaxOpset is the newest default-domain opset coreaiq writes: the last
+// one irForOpset and the table of operator changes know.
+const MaxOpset = 25
+
+// minQDQOpset is the first opset with QuantizeLinear and DequantizeLinear.
+const minQDQOpset = 10
+
+// CheckOpset checks a pinned output opset (0: none) against a model
+// importing modelOpset, before any work: it may not lower the model's
+// opset, and must lie between the first Q/DQ opset and MaxOpset.
+func CheckOpset(modelOpset, pinned int64) error {
+	switch {
+	case pinned == 0:
+		return nil
+	case pinned < 0 || pinned > MaxOpset:
+		return fmt.Errorf("opset %d: coreaiq writes opsets %d to %d", pinned, minQDQOpset, MaxOpset)
+	case pinned < minQDQOpset:
+		return fmt.Errorf("opset %d is too low: QuantizeLinear and DequantizeLinear need opset %d or later", pinned, minQDQOpset)
+	case pinned < modelOpset:
+		return fmt.Errorf("opset %d is below the model's opset %d; coreaiq does not lower opsets", pinned, modelOpset)
+	}
+	return nil
+}
+
 // irForOpset is the IR version of the ONNX release that introduced each
 // default-domain opset (docs/Versioning.md): the lowest IR a model
 // importing that opset can declare.

@@ -483,8 +483,8 @@ func (w *writer) chooseOpset() error {
 	}
 	target := max(cur, needStd)
 	if w.opts.Opset > 0 {
-		if w.opts.Opset < cur {
-			return fmt.Errorf("opset %d is below the model's opset %d; coreaiq does not lower opsets", w.opts.Opset, cur)
+		if err := CheckOpset(cur, w.opts.Opset); err != nil {
+			return err
 		}
 		target = w.opts.Opset
 		if target < needStd {
