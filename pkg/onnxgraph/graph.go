@@ -281,6 +281,9 @@ func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) 
 		}
 		g.byName[n.Name] = n
 		nodes[i] = n
+		if err := checkAttrTypes(n); err != nil {
+			return nil, err
+		}
 		for _, out := range np.GetOutput() {
 			if out == "" {
 				n.Outputs = append(n.Outputs, nil)

@@ -142,6 +142,18 @@ func TestBadGraphs(t *testing.T) {
 			b.Model.Graph.Initializer[0].Dims = []int64{-4}
 			b.Node("Add", "a", []string{"x", "w"}, []string{"y"})
 		}, `tensor "w": negative dimension -4`},
+		{"Softmax axis as a string", func(b *testmodels.Builder) {
+			b.Node("Softmax", "sm", []string{"x"}, []string{"y"}, &onnxpb.AttributeProto{Name: proto.String("axis"),
+				Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte("1")})
+		}, `node "sm" (Softmax): attribute "axis" must be INT, the model gives STRING`},
+		{"Softmax axis as floats", func(b *testmodels.Builder) {
+			b.Node("Softmax", "sm", []string{"x"}, []string{"y"}, &onnxpb.AttributeProto{Name: proto.String("axis"),
+				Type: onnxpb.AttributeProto_FLOATS.Enum(), Floats: []float32{1}})
+		}, `node "sm" (Softmax): attribute "axis" must be INT, the model gives FLOATS`},
+		{"Gemm transB as a float, type unset", func(b *testmodels.Builder) {
+			b.Init("w", []int64{1, 1}, []float32{2})
+			b.Node("Gemm", "g", []string{"x", "w"}, []string{"y"}, &onnxpb.AttributeProto{Name: proto.String("transB"), F: proto.Float32(1)})
+		}, `node "g" (Gemm): attribute "transB" must be INT, the model gives FLOAT`},
 		{"overflowing dims", func(b *testmodels.Builder) {
 			b.Init("w", []int64{1}, []float32{1})
 			b.Model.Graph.Initializer[0].Dims = []int64{1 << 40, 1 << 40}
