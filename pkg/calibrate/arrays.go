@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
@@ -150,10 +151,18 @@ func OpenNPY(inputs []runtime.IOInfo, files map[string]string) (_ *NPYSource, er
 			s.Close()
 		}
 	}()
+	for _, name := range slices.Sorted(mapKeys(files)) {
+		if name != "" && !slices.ContainsFunc(inputs, func(in runtime.IOInfo) bool { return in.Name == name }) {
+			return nil, fmt.Errorf("calibration data %s for %q, which is not a model input (inputs: %s)", files[name], name, inputNames(inputs))
+		}
+	}
 	for _, in := range inputs {
 		path, ok := files[in.Name]
 		if !ok {
 			return nil, fmt.Errorf("input %q: no calibration data (give --data %s=FILE.npy)", in.Name, in.Name)
+		}
+		if err := onnxgraph.CheckRegularFile(path); err != nil {
+			return nil, fmt.Errorf("input %q: %w", in.Name, err)
 		}
 		f, err := os.Open(path)
 		if err != nil {
@@ -172,11 +181,6 @@ func OpenNPY(inputs []runtime.IOInfo, files map[string]string) (_ *NPYSource, er
 			return nil, err
 		}
 	}
-	for _, name := range slices.Sorted(mapKeys(files)) {
-		if !slices.Contains(s.names, name) {
-			return nil, fmt.Errorf("calibration data for %q, which is not a model input (inputs: %s)", name, strings.Join(s.names, ", "))
-		}
-	}
 	return s, nil
 }
 
@@ -184,6 +188,9 @@ func OpenNPY(inputs []runtime.IOInfo, files map[string]string) (_ *NPYSource, er
 // keys are the model's input names. Members are read in place, one batch at
 // a time: the archive is never loaded whole.
 func OpenNPZ(inputs []runtime.IOInfo, path string) (_ *NPYSource, err error) {
+	if err := onnxgraph.CheckRegularFile(path); err != nil {
+		return nil, err
+	}
 	zr, err := zip.OpenReader(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: not an .npz archive: %w", path, err)

@@ -122,14 +122,18 @@ func TestOpenNPYRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	sess := &fakeSession{}
-	for name, files := range map[string]map[string]string{
-		"shape":   {"x": bad},
-		"missing": {"z": bad},
+	for name, tt := range map[string]struct {
+		files map[string]string
+		want  string
+	}{
+		"shape":      {map[string]string{"x": bad}, `input "x"`},
+		"not inputs": {map[string]string{"z": bad}, `calibration data ` + bad + ` for "z", which is not a model input (inputs: x)`},
+		"missing":    {map[string]string{"x": bad, "z": bad}, `for "z", which is not a model input (inputs: x)`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := OpenNPY(sess.Inputs(), files)
-			if err == nil || !strings.Contains(err.Error(), `input "x"`) {
-				t.Fatalf("got %v", err)
+			_, err := OpenNPY(sess.Inputs(), tt.files)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
 			}
 		})
 	}

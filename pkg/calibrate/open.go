@@ -36,10 +36,8 @@ func Open(inputs []runtime.IOInfo, data []string, images *config.Images) (_ Sour
 	}()
 	npyFiles := map[string]string{}
 	for _, d := range data {
-		name, file, named := strings.Cut(d, "=")
-		if !named {
-			name, file = "", d
-		}
+		name, file := config.SplitDataEntry(d)
+		named := name != ""
 		if st, err := os.Stat(file); err == nil && st.IsDir() {
 			if named {
 				return nil, fmt.Errorf("--data %q: a directory feeds every input (input_N.pb by index); drop %q", d, name+"=")

@@ -188,6 +188,25 @@ func (c *Config) path(p string) string {
 	return filepath.Join(c.Dir, p)
 }
 
+// SplitDataEntry splits a calibration data entry, FILE or NAME=FILE, into
+// the input name ("" when none is given) and the file.
+func SplitDataEntry(entry string) (name, file string) {
+	if name, file, ok := strings.Cut(entry, "="); ok {
+		return name, file
+	}
+	return "", entry
+}
+
+// dataPath resolves the FILE part of a calibration data entry against the
+// config's directory, keeping its NAME= prefix.
+func (c *Config) dataPath(entry string) string {
+	name, file := SplitDataEntry(entry)
+	if name == "" && !strings.Contains(entry, "=") {
+		return c.path(file)
+	}
+	return name + "=" + c.path(file)
+}
+
 // decoder turns yaml.Nodes into config types, collecting every error.
 type decoder struct {
 	file    string
@@ -243,11 +262,11 @@ func (d *decoder) calibration(cfg *Config, n *yaml.Node) {
 			if v != nil && v.Kind == yaml.SequenceNode {
 				for _, item := range v.Content {
 					if s, ok := d.str(item, "calibration.data item"); ok {
-						list = append(list, cfg.path(s))
+						list = append(list, cfg.dataPath(s))
 					}
 				}
 			} else if s, ok := d.str(e.val, "calibration.data (a path or a list of paths)"); ok {
-				list = []string{cfg.path(s)}
+				list = []string{cfg.dataPath(s)}
 			}
 			cfg.FileSettings.Data = list
 			cal["data"] = list

@@ -278,7 +278,7 @@ func TestPresets(t *testing.T) {
 func TestSettings(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.yaml")
-	text := "model: m.onnx\nengine: ort\ncalibration:\n  data: [a.npy, /abs/b.npy]\n  samples: 64\n  batch_size: 4\n"
+	text := "model: m.onnx\nengine: ort\ncalibration:\n  data: [a.npy, /abs/b.npy, 'images=calib.npy']\n  samples: 64\n  batch_size: 4\n"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,8 @@ func TestSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Model != filepath.Join(dir, "m.onnx") || s.Engine != "ort" || s.Samples != 64 || s.BatchSize != 4 ||
-		len(s.Data) != 2 || s.Data[0] != filepath.Join(dir, "a.npy") || s.Data[1] != "/abs/b.npy" {
+		len(s.Data) != 3 || s.Data[0] != filepath.Join(dir, "a.npy") || s.Data[1] != "/abs/b.npy" ||
+		s.Data[2] != "images="+filepath.Join(dir, "calib.npy") {
 		t.Errorf("file settings = %+v", s)
 	}
 	t.Setenv("COREAIQ_CALIBRATION_SAMPLES", "32")
