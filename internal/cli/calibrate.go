@@ -121,6 +121,7 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 			return err
 		}
 		defer src.Close()
+		s.warnShortData(opts.IO.ErrOut, src, s.settings.Samples)
 		if src.Random() {
 			slog.Warn("calibrating with random data: the ranges say nothing about real inputs; the stats file is marked random_data")
 		}

@@ -152,6 +152,9 @@ type pipelineSetup struct {
 	// outputs are the command's checked outputs (outputs.go); Discard them
 	// when the command ends.
 	outputs *outputPlan
+	// samplesFrom names where an explicit sample count came from ("" when
+	// it is the default).
+	samplesFrom string
 }
 
 // setupPipeline resolves the settings, checks the command's outputs
@@ -195,7 +198,8 @@ func setupPipeline(opts *quantizeOptions, extraInputs []string, outputs func(con
 	if err != nil {
 		return nil, err
 	}
-	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings), outputs: plan}
+	s := &pipelineSetup{settings: st, model: m, batchFrom: batchSource(cfg, opts.Settings), outputs: plan,
+		samplesFrom: samplesSource(cfg, opts.Settings)}
 	if s.target, err = config.LookupTarget(st.Target); err != nil {
 		return nil, &UsageError{Err: err}
 	}
@@ -246,6 +250,29 @@ func batchSource(cfg *config.Config, given config.Overrides) string {
 		return cfg.File + ": calibration.batch_size"
 	}
 	return ""
+}
+
+// samplesSource names where an explicit calibration sample count came
+// from, as batchSource does for the batch size.
+func samplesSource(cfg *config.Config, given config.Overrides) string {
+	switch {
+	case given.Samples != nil:
+		return "--samples"
+	case os.Getenv("COREAIQ_CALIBRATION_SAMPLES") != "":
+		return "COREAIQ_CALIBRATION_SAMPLES"
+	case cfg != nil && cfg.FileSettings.Samples > 0:
+		return cfg.File + ": calibration.samples"
+	}
+	return ""
+}
+
+// warnShortData says on stderr when the data holds fewer samples than
+// were asked for explicitly: calibration then uses what there is.
+func (s *pipelineSetup) warnShortData(w io.Writer, src calibrate.Source, asked int) {
+	if s.samplesFrom != "" && src != nil && !src.Random() && src.Samples() < asked {
+		fmt.Fprintf(w, "warning: %s asks for %d samples; the calibration data holds %d, which are all used\n",
+			s.samplesFrom, asked, src.Samples())
+	}
 }
 
 // resolveBatchSize fits the calibration batch to a model whose inputs fix
@@ -347,6 +374,7 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	if err != nil {
 		return err
 	}
+	s.warnShortData(opts.IO.ErrOut, source, calibSamples)
 	if source != nil {
 		u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
 			Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
@@ -538,6 +566,13 @@ func writeReportTable(w io.Writer, r *report) error {
 	writePaletteSummary(tw, r)
 	for _, t := range r.Passes {
 		fmt.Fprintf(tw, "pass %s\t%.3fs\n", t.Pass, t.Seconds)
+	}
+	for i, n := range r.Notes {
+		if i == maxTableSkips && len(r.Notes) > maxTableSkips+1 {
+			fmt.Fprintf(tw, "note: ... and %d more in the JSON report (--report)\n", len(r.Notes)-i)
+			break
+		}
+		fmt.Fprintf(tw, "note: %s\n", n)
 	}
 	if r.Counts["activation"] == 0 && r.Counts["weight"] > 0 {
 		// Weight-only: what was quantized, not every node without a weight.
