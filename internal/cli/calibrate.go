@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,7 +43,9 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 			"names) or a directory in the ONNX test data layout (input_N.pb, or test_data_set_*\n" +
 			"directories); image files come from the config's calibration.images block.\n" +
 			"--shard i/n calibrates the i-th of n slices of the samples; `coreaiq stats merge`\n" +
-			"joins the shards exactly.",
+			"joins the shards into exactly what one run gives. Min/max and histogram statistics\n" +
+			"shard; a moving average (the moving_average_minmax calculator) is refused, since it\n" +
+			"depends on the order and boundaries of every batch.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
@@ -138,6 +141,9 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		if u.Calibrate == nil && u.Plan != nil && len(u.Plan.Observed()) > 0 {
 			return Usagef("%v: no calibration data: give --data (calibration.data or calibration.images in the config), or --random-data for a smoke test", err)
+		}
+		if errors.Is(err, calibrate.ErrNotMergeable) {
+			return &UsageError{Err: err}
 		}
 		return err
 	}

@@ -25,7 +25,8 @@ func NewCmdStats(streams *IO, runF func(*statsMergeOptions) error) *cobra.Comman
 		Short: "Merge the stats of calibration shards into one file",
 		Long: "Merge stats files made by `coreaiq calibrate --shard i/n` from the same model.\n" +
 			"Min/max and histograms merge exactly (the result equals one pass over all the\n" +
-			"data); moving averages merge as the batch-weighted mean of the shards.",
+			"data, whatever the batch size); moving averages are refused, since no merge of\n" +
+			"shards gives what one pass does.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Inputs = args

@@ -70,6 +70,11 @@ func Calibrate(ctx context.Context, session runtime.Session, tensors []TensorToO
 		if err != nil {
 			return nil, err
 		}
+		if opts.Shards > 1 {
+			if err := o.checkMergeable(); err != nil {
+				return nil, fmt.Errorf("--shard %d/%d: %w", opts.Shard, opts.Shards, err)
+			}
+		}
 		obs[t.Name] = o
 		names = append(names, t.Name)
 		stats.Tensors = append(stats.Tensors, o)

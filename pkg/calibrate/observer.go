@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -243,12 +244,14 @@ func (o *Observer) Observe(t *tensor.Tensor) error {
 
 // Merge folds the state of p, an observer of the same tensor over other
 // data (another shard), into o. Min/max and histograms merge exactly: the
-// result is what one pass over both data sets gives. A moving average
-// depends on the order of the batches, so one pass cannot be reproduced;
-// shards merge as the batch-weighted mean of their running values,
-// (na·a + nb·b)/(na + nb) in float64, and MergedShards records that it
-// happened.
+// result is what one pass over both data sets gives, whatever the batch
+// boundaries. A moving average depends on the order and the boundaries of
+// every batch, so shards of it cannot be merged into what one pass gives:
+// Merge refuses them (ErrNotMergeable).
 func (o *Observer) Merge(p *Observer) error {
+	if err := o.checkMergeable(); err != nil {
+		return err
+	}
 	if o.Name != p.Name || o.Kind != p.Kind || o.Calculator != p.Calculator || o.AveragingConstant != p.AveragingConstant {
 		return fmt.Errorf("tensor %q: cannot merge %s/%s with %q %s/%s", o.Name, o.Kind, o.Calculator, p.Name, p.Kind, p.Calculator)
 	}
@@ -282,29 +285,18 @@ func (o *Observer) Merge(p *Observer) error {
 	for c := range o.Min {
 		o.Min[c], o.Max[c] = min(o.Min[c], p.Min[c]), max(o.Max[c], p.Max[c])
 	}
-	if o.Kind == KindMovingAverage {
-		if len(p.AvgMin) != len(o.AvgMin) || len(p.AvgMax) != len(o.AvgMax) {
-			return fmt.Errorf("tensor %q: moving averages of different lengths", o.Name)
-		}
-		na, nb := float64(o.Batches), float64(p.Batches)
-		for c := range o.AvgMin {
-			o.AvgMin[c] = weightedMean(o.AvgMin[c], p.AvgMin[c], na, nb)
-			o.AvgMax[c] = weightedMean(o.AvgMax[c], p.AvgMax[c], na, nb)
-		}
-	}
 	return o.addCounts(p)
 }
 
-// weightedMean merges running values; an uninitialised side (±Inf) yields
-// the other.
-func weightedMean(a, b Float, na, nb float64) Float {
-	switch {
-	case math.IsInf(float64(a), 0):
-		return b
-	case math.IsInf(float64(b), 0):
-		return a
+// ErrNotMergeable marks statistics that shards cannot reproduce exactly.
+var ErrNotMergeable = errors.New("cannot be merged exactly")
+
+// checkMergeable refuses a moving-average observer: see Merge.
+func (o *Observer) checkMergeable() error {
+	if o.Kind == KindMovingAverage {
+		return fmt.Errorf("tensor %q (%s calculator): a moving average depends on the order and boundaries of every batch, so its shards %w; calibrate it in one run, or give it a min/max or histogram calculator", o.Name, o.Calculator, ErrNotMergeable)
 	}
-	return Float((na*float64(a) + nb*float64(b)) / (na + nb))
+	return nil
 }
 
 func (o *Observer) addCounts(p *Observer) error {
