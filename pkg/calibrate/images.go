@@ -119,7 +119,34 @@ func OpenImages(inputs []runtime.IOInfo, im *config.Images) (*ImageSource, error
 	if len(s.files) == 0 {
 		return nil, fmt.Errorf("%s: no image files (%s) in %s", where, strings.Join(imageExts, ", "), im.Dir+im.Glob)
 	}
+	// Every header is read now, so that a bad or oversized file is refused
+	// before calibration starts rather than in the middle of it.
+	for _, path := range s.files {
+		if err := checkImageHeader(path); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	}
 	return s, nil
+}
+
+// checkImageHeader reads one image's header and checks its size.
+func checkImageHeader(path string) error {
+	if err := onnxgraph.CheckRegularFile(path); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cfg, format, err := image.DecodeConfig(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := checkImageSize(cfg.Width, cfg.Height); err != nil {
+		return fmt.Errorf("%s: the %s header says %w", path, format, err)
+	}
+	return nil
 }
 
 func inputNames(inputs []runtime.IOInfo) string {
