@@ -2,8 +2,6 @@ package calibrate
 
 import (
 	"bytes"
-	"encoding/binary"
-	"hash/crc32"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -13,34 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
-
-// pngHeaderOnly is a PNG whose IHDR claims w×h RGB pixels, followed by an
-// empty IEND: a few dozen bytes that decode to a huge image.
-func pngHeaderOnly(w, h uint32) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := func(typ string, data []byte) {
-		binary.Write(&b, binary.BigEndian, uint32(len(data)))
-		crc := crc32.NewIEEE()
-		crc.Write([]byte(typ))
-		crc.Write(data)
-		b.WriteString(typ)
-		b.Write(data)
-		binary.Write(&b, binary.BigEndian, crc.Sum32())
-	}
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8], ihdr[9] = 8, 2 // 8-bit RGB
-	chunk("IHDR", ihdr)
-	chunk("IDAT", nil)
-	chunk("IEND", nil)
-	return b.Bytes()
-}
 
 // TestImageSizeLimit: an image whose header claims more than
 // MaxImagePixels is refused from its header, before any pixel memory is
@@ -51,9 +26,9 @@ func TestImageSizeLimit(t *testing.T) {
 		data []byte
 		want string
 	}{
-		{"1000000×1000000 in a tiny PNG", pngHeaderOnly(1000000, 1000000), "the png header says 1000000×1000000 pixels, over the limit of 64 megapixels"},
-		{"20000×20000", pngHeaderOnly(20000, 20000), "the png header says 20000×20000 pixels, over the limit of 64 megapixels"},
-		{"zero width", pngHeaderOnly(0, 10), "png: invalid format"},
+		{"1000000×1000000 in a tiny PNG", testmodels.PNGClaiming(1000000, 1000000), "the png header says 1000000×1000000 pixels, over the limit of 64 megapixels"},
+		{"20000×20000", testmodels.PNGClaiming(20000, 20000), "the png header says 20000×20000 pixels, over the limit of 64 megapixels"},
+		{"zero width", testmodels.PNGClaiming(0, 10), "png: invalid format"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,8 +53,8 @@ func TestImageSizeLimit(t *testing.T) {
 // fail with an error naming the file; never a panic, never a decode of
 // what the header says is too large.
 func FuzzImageHeader(f *testing.F) {
-	f.Add(pngHeaderOnly(1000000, 1000000))
-	f.Add(pngHeaderOnly(3, 2))
+	f.Add(testmodels.PNGClaiming(1000000, 1000000))
+	f.Add(testmodels.PNGClaiming(3, 2))
 	small := image.NewNRGBA(image.Rect(0, 0, 3, 2))
 	small.Set(1, 1, color.NRGBA{R: 200, A: 255})
 	var pb, jb bytes.Buffer
