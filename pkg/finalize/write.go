@@ -454,6 +454,21 @@ func floatTypeOf(t *TensorPlan) tensor.DType {
 	return tensor.DType(t.FloatType)
 }
 
+// qdqFloatType is the float type of t's Q/DQ pair. An activation of
+// float16 or bfloat16 is cast to float32 around its QuantizeLinear →
+// DequantizeLinear: ONNX Runtime fuses Q/DQ pairs around Concat, Add, Mul
+// and pools into QLinear* nodes that take float32 scales only, and refuses
+// the whole model when the scales are float16. Behind a Cast the pair is
+// no fusion's pattern and runs as written. Weights keep their type: their
+// DequantizeLinear feeds the op directly.
+func qdqFloatType(t *TensorPlan) tensor.DType {
+	ft := floatTypeOf(t)
+	if t.Role == Activation && (ft == tensor.Float16 || ft == tensor.BFloat16) {
+		return tensor.Float
+	}
+	return ft
+}
+
 // chooseOpset picks the output opset: the model's, raised as far as the
 // content needs, or the pinned one, with com.microsoft Q/DQ for int4 and
 // 16-bit types below opset 21.
@@ -465,7 +480,7 @@ func (w *writer) chooseOpset() error {
 		if _, nb := w.nbits[t.Value]; nb {
 			continue // a contrib op input, not a Q/DQ
 		}
-		o, ms := needs(t, floatTypeOf(t), w.opts)
+		o, ms := needs(t, qdqFloatType(t), w.opts)
 		if o > needStd {
 			needStd, why = o, fmt.Sprintf("tensor %q (%s)", t.Value, t.SpecString())
 		}
@@ -694,7 +709,8 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 	if v == nil {
 		return fmt.Errorf("activation %q: no such value in the model", t.Value)
 	}
-	scale, zp, err := w.qparamInits(t, floatTypeOf(t), true)
+	qType := qdqFloatType(t)
+	scale, zp, err := w.qparamInits(t, qType, true)
 	if err != nil {
 		return err
 	}
@@ -709,14 +725,30 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 		qIn, dqOut = w.name(t.Value+"_QuantizeLinear_Input"), t.Value
 		w.rename["out:"+t.Value] = qIn
 	}
+	var pre, post []*onnxpb.NodeProto
+	if ft := floatTypeOf(t); qType != ft {
+		castIn, castOut := w.name(t.Value+"_Cast_Float"), w.name(t.Value+"_DequantizeLinear_Float")
+		pre = append(pre, w.castNode(t.Value+"_CastToFloat", qIn, castIn, tensor.Float, t))
+		post = append(post, w.castNode(t.Value+"_CastBack", castOut, dqOut, ft, t))
+		qIn, dqOut = castIn, castOut
+	}
 	q := w.node("QuantizeLinear", t.Value+"_QuantizeLinear", []string{qIn, scale, zp}, []string{qOut}, t)
 	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", []string{qOut, scale, zp}, []string{dqOut}, t)
+	nodes := append(append(append(pre, q), dq), post...)
 	if v.Producer == nil {
-		w.prologue = append(w.prologue, q, dq)
+		w.prologue = append(w.prologue, nodes...)
 	} else {
-		w.after[t.Value] = append(w.after[t.Value], q, dq)
+		w.after[t.Value] = append(w.after[t.Value], nodes...)
 	}
 	return nil
+}
+
+// castNode casts in to dt as part of t's Q/DQ (default domain, whatever
+// domain t's Q/DQ take).
+func (w *writer) castNode(name, in, out string, dt tensor.DType, t *TensorPlan) *onnxpb.NodeProto {
+	n := w.node("Cast", name, []string{in}, []string{out}, t, attrInt("to", int64(dt)))
+	n.Domain = nil
+	return n
 }
 
 // assemble rebuilds the main graph's node and initializer lists: weight
