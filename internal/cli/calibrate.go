@@ -166,7 +166,7 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 // inputs when asked) for the model: the one path calibrate and quantize
 // share, so that both observe the same samples.
 // calibrationDataHelp describes --data for the commands that calibrate.
-const calibrationDataHelp = "calibration data, batch on axis 0: FILE.npy (one-input model), NAME=FILE.npy, FILE.npz or a test_data_set directory (repeatable)"
+const calibrationDataHelp = "calibration data, batch on axis 0 unless :axis=K says otherwise: FILE.npy (one-input model), NAME=FILE.npy[:axis=K], FILE.npz or a test_data_set directory (repeatable)"
 
 func openCalibrationData(s *pipelineSetup, random bool) (calibrate.Source, error) {
 	inputs := modelInputs(s.model)

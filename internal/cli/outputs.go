@@ -310,8 +310,8 @@ func dataEntryFiles(entries []string) []string {
 	var out []string
 	for _, d := range entries {
 		out = append(out, d)
-		if _, file, ok := strings.Cut(d, "="); ok {
-			out = append(out, file)
+		if e, err := config.ParseDataEntry(d); err == nil {
+			out = append(out, e.File)
 		}
 	}
 	return out

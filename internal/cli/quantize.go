@@ -282,15 +282,27 @@ func (s *pipelineSetup) warnShortData(w io.Writer, src calibrate.Source, asked i
 // shape error in the middle of calibration.
 func (s *pipelineSetup) resolveBatchSize() error {
 	fixedBy := ""
+	axes := map[string]int{}
+	for _, d := range s.settings.Data {
+		if e, err := config.ParseDataEntry(d); err == nil {
+			axes[e.Name] = e.Axis
+		}
+	}
+	if len(s.model.Graph.Inputs) == 1 {
+		if axis, ok := axes[""]; ok {
+			axes[s.model.Graph.Inputs[0].Name] = axis
+		}
+	}
 	for _, v := range s.model.Graph.Inputs {
 		if v.IsInitializer {
 			continue // an initializer listed as an input (IR < 4)
 		}
+		axis := axes[v.Name]
 		dims, ok := v.Shape()
-		if !ok || len(dims) == 0 || dims[0].Size <= 0 {
+		if !ok || len(dims) <= axis || dims[axis].Size <= 0 {
 			continue
 		}
-		fixed := int(dims[0].Size)
+		fixed := int(dims[axis].Size)
 		switch {
 		case s.batchFrom != "" && s.settings.BatchSize != fixed:
 			return Usagef("input %q of %s has a fixed batch size of %d, but %s sets the calibration batch size to %d: leave it unset or make it %d",
@@ -301,7 +313,7 @@ func (s *pipelineSetup) resolveBatchSize() error {
 			}
 			s.settings.BatchSize, fixedBy = fixed, v.Name
 		case fixedBy != "" && s.settings.BatchSize != fixed:
-			return Usagef("inputs %q and %q of %s fix different batch sizes (%d and %d) on axis 0", fixedBy, v.Name, s.settings.Model, s.settings.BatchSize, fixed)
+			return Usagef("inputs %q and %q of %s fix different batch sizes (%d and %d) on their batch axes", fixedBy, v.Name, s.settings.Model, s.settings.BatchSize, fixed)
 		}
 	}
 	return nil

@@ -458,3 +458,40 @@ quantization_config:
     op_state_spec:
       weight: { dtype: int8, qscheme: symmetric, granularity: { type: per_channel }, qparam_calculator: static }
 `
+
+// TestBatchAxis: an input whose samples lie along axis 1 (a recurrent
+// state [layers, batch, hidden]) is given as NAME=FILE.npy:axis=1, on the
+// command line or in the config; without it the message says how.
+func TestBatchAxis(t *testing.T) {
+	setup := func(t *testing.T, dir string) {
+		b := testmodels.New("stateful", 13)
+		b.Input("x", tensor.Float, "N", 4).Input("state", tensor.Float, 2, "N", 4).Output("y", tensor.Float, 2, "N", 4)
+		b.Node("Add", "add", []string{"state", "x"}, []string{"s"})
+		b.Node("Relu", "relu", []string{"s"}, []string{"y"})
+		writeModel(t, dir, "state.onnx", b)
+		x := make([]float32, 6*4)
+		st := make([]float32, 2*6*4)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		for i := range st {
+			st[i] = float32(i%5) - 2
+		}
+		must(t, npy.WriteNPYFile(filepath.Join(dir, "x.npy"), tensor.FromFloat32(x, 6, 4)))
+		must(t, npy.WriteNPYFile(filepath.Join(dir, "h.npy"), tensor.FromFloat32(st, 2, 6, 4)))
+		must(t, os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("model: state.onnx\ncalibration:\n  data: [x=x.npy, 'state=h.npy:axis=1']\n  batch_size: 4\n"), 0o644))
+	}
+	runBadInputs(t, []badInput{
+		{name: "axis 1 on the command line", setup: setup,
+			args: []string{"quantize", "--model", "state.onnx", "--data", "x=x.npy", "--data", "state=h.npy:axis=1", "--batch-size", "4", "-o", "q.onnx"},
+			code: 0, outputs: []string{"q.onnx"}},
+		{name: "axis 1 in the config", setup: setup, args: []string{"quantize", "--config", "c.yaml", "-o", "q.onnx"},
+			code: 0, outputs: []string{"q.onnx"}},
+		{name: "no axis given", setup: setup,
+			args: []string{"quantize", "--model", "state.onnx", "--data", "x=x.npy", "--data", "state=h.npy", "-o", "q.onnx"}, code: 2,
+			want: []string{`input "state": h.npy has 2 samples on axis 0, other inputs have 6 (if its samples lie along another axis, say which: --data state=FILE.npy:axis=K)`}},
+		{name: "an axis the array does not have", setup: setup,
+			args: []string{"quantize", "--model", "state.onnx", "--data", "x=x.npy", "--data", "state=h.npy:axis=3", "-o", "q.onnx"}, code: 2,
+			want: []string{`input "state": h.npy has shape [2 6 4], no axis 3 to take samples along`}},
+	})
+}

@@ -24,6 +24,11 @@ type array struct {
 	where string // the file (and member) for messages
 	h     *npy.Header
 	row   int64 // bytes per sample
+	// axis is the batch axis (0 unless the entry gave one). With axis k a
+	// sample is a slice along k, read as one run per index of the axes
+	// before k; inner is the bytes of one sample's run.
+	axis  int
+	inner int64
 
 	ra  io.ReaderAt // random access: the data starts at off
 	off int64
@@ -40,14 +45,28 @@ func (a *array) check(in runtime.IOInfo, size int64) error {
 	if len(h.Shape) == 0 {
 		return fmt.Errorf("input %q: %s is a scalar; calibration data has the batch on axis 0", in.Name, a.where)
 	}
+	if a.axis >= len(h.Shape) {
+		return fmt.Errorf("input %q: %s has shape %v, no axis %d to take samples along", in.Name, a.where, h.Shape, a.axis)
+	}
 	if h.FortranOrder && tensor.NumElements(h.Shape[1:]) > 1 {
 		return fmt.Errorf("input %q: %s is in Fortran order; save it with np.ascontiguousarray", in.Name, a.where)
 	}
-	if err := checkInput(in, h.DType, h.Shape[1:], a.where); err != nil {
+	if a.axis > 0 {
+		if a.ra == nil {
+			return fmt.Errorf("input %q: %s is compressed; a batch axis needs a plain .npy file", in.Name, a.where)
+		}
+		if len(in.Shape) > a.axis {
+			// Compare with the batch moved to the front, as for axis 0.
+			in.Shape = append(append([]int64{in.Shape[a.axis]}, in.Shape[:a.axis]...), in.Shape[a.axis+1:]...)
+		}
+	}
+	sample := append(slices.Clone(h.Shape[:a.axis]), h.Shape[a.axis+1:]...)
+	if err := checkInput(in, h.DType, sample, a.where); err != nil {
 		return err
 	}
-	a.row = int64(h.DType.RawSize(tensor.NumElements(h.Shape[1:])))
-	if need := a.row * int64(h.Shape[0]); size >= 0 && size < need {
+	a.row = int64(h.DType.RawSize(tensor.NumElements(sample)))
+	a.inner = int64(h.DType.RawSize(tensor.NumElements(h.Shape[a.axis+1:])))
+	if need := a.row * int64(h.Shape[a.axis]); size >= 0 && size < need {
 		return fmt.Errorf("input %q: %s is truncated: %d bytes of data, the header needs %d", in.Name, a.where, size, need)
 	}
 	return nil
@@ -55,13 +74,23 @@ func (a *array) check(in runtime.IOInfo, size int64) error {
 
 // read returns samples [start, end).
 func (a *array) read(start, end int) (*tensor.Tensor, error) {
-	shape := append([]int{end - start}, a.h.Shape[1:]...)
+	shape := slices.Clone(a.h.Shape)
+	shape[a.axis] = end - start
 	t := tensor.New(a.h.DType, shape...)
 	b := tensor.ByteView(t.Data)
 	var err error
-	if a.ra != nil {
+	switch {
+	case a.axis > 0:
+		// One run of end-start samples per index of the outer axes.
+		run, n := int64(end-start)*a.inner, int64(a.h.Shape[a.axis])
+		for o := range int64(tensor.NumElements(a.h.Shape[:a.axis])) {
+			if _, err = a.ra.ReadAt(b[o*run:(o+1)*run], a.off+(o*n+int64(start))*a.inner); err != nil {
+				break
+			}
+		}
+	case a.ra != nil:
 		_, err = a.ra.ReadAt(b, a.off+int64(start)*a.row)
-	} else {
+	default:
 		err = a.readStream(b, start)
 	}
 	if err != nil {
@@ -129,10 +158,14 @@ func (s *NPYSource) add(in runtime.IOInfo, a *array, size int64) error {
 	if err := a.check(in, size); err != nil {
 		return err
 	}
-	if s.samples >= 0 && a.h.Shape[0] != s.samples {
-		return fmt.Errorf("input %q: %s has %d samples, other inputs have %d", in.Name, a.where, a.h.Shape[0], s.samples)
+	if n := a.h.Shape[a.axis]; s.samples >= 0 && n != s.samples {
+		hint := ""
+		if a.axis == 0 && len(a.h.Shape) > 1 && slices.Contains(a.h.Shape[1:], s.samples) {
+			hint = fmt.Sprintf(" (if its samples lie along another axis, say which: --data %s=FILE.npy:axis=K)", in.Name)
+		}
+		return fmt.Errorf("input %q: %s has %d samples on axis %d, other inputs have %d%s", in.Name, a.where, n, a.axis, s.samples, hint)
 	}
-	s.samples = a.h.Shape[0]
+	s.samples = a.h.Shape[a.axis]
 	s.arrays[in.Name] = a
 	s.names = append(s.names, in.Name)
 	return nil
@@ -141,9 +174,15 @@ func (s *NPYSource) add(in runtime.IOInfo, a *array, size int64) error {
 // OpenNPY opens one .npy file per model input: files maps input names to
 // paths; a single unnamed file (key "") feeds a model with one input. Each
 // file is checked against the model's inputs before any data is read.
-func OpenNPY(inputs []runtime.IOInfo, files map[string]string) (_ *NPYSource, err error) {
+func OpenNPY(inputs []runtime.IOInfo, files map[string]string) (*NPYSource, error) {
+	return OpenNPYAxes(inputs, files, nil)
+}
+
+// OpenNPYAxes is OpenNPY with a batch axis per input name (missing: 0).
+func OpenNPYAxes(inputs []runtime.IOInfo, files map[string]string, axes map[string]int) (_ *NPYSource, err error) {
 	if p, ok := files[""]; ok && len(files) == 1 && len(inputs) == 1 {
 		files = map[string]string{inputs[0].Name: p}
+		axes = map[string]int{inputs[0].Name: axes[""]}
 	}
 	s := &NPYSource{arrays: map[string]*array{}, samples: -1}
 	defer func() {
@@ -177,7 +216,7 @@ func OpenNPY(inputs []runtime.IOInfo, files map[string]string) (_ *NPYSource, er
 		if err != nil {
 			return nil, err
 		}
-		if err := s.add(in, &array{where: path, h: h, ra: f, off: h.DataOffset}, st.Size()-h.DataOffset); err != nil {
+		if err := s.add(in, &array{where: path, h: h, ra: f, off: h.DataOffset, axis: axes[in.Name]}, st.Size()-h.DataOffset); err != nil {
 			return nil, err
 		}
 	}

@@ -34,10 +34,18 @@ func Open(inputs []runtime.IOInfo, data []string, images *config.Images) (_ Sour
 			}
 		}
 	}()
-	npyFiles := map[string]string{}
+	npyFiles, axes := map[string]string{}, map[string]int{}
 	for _, d := range data {
-		name, file := config.SplitDataEntry(d)
+		entry, err := config.ParseDataEntry(d)
+		if err != nil {
+			return nil, err
+		}
+		name, file := entry.Name, entry.File
 		named := name != ""
+		if entry.Axis != 0 && !strings.EqualFold(filepath.Ext(file), ".npy") {
+			return nil, fmt.Errorf("--data %q: a batch axis applies to .npy files only", d)
+		}
+		axes[name] = entry.Axis
 		if st, err := os.Stat(file); err == nil && st.IsDir() {
 			if named {
 				return nil, fmt.Errorf("--data %q: a directory feeds every input (input_N.pb by index); drop %q", d, name+"=")
@@ -81,7 +89,7 @@ func Open(inputs []runtime.IOInfo, data []string, images *config.Images) (_ Sour
 		if _, ok := npyFiles[""]; ok && len(npyFiles) > 1 {
 			return nil, errors.New("--data: mix of named (NAME=FILE.npy) and unnamed .npy files")
 		}
-		s, err := OpenNPY(inputs, npyFiles)
+		s, err := OpenNPYAxes(inputs, npyFiles, axes)
 		if err != nil {
 			return nil, err
 		}
@@ -93,6 +101,13 @@ func Open(inputs []runtime.IOInfo, data []string, images *config.Images) (_ Sour
 			return nil, err
 		}
 		sources = append(sources, s)
+	}
+	if len(sources) > 1 {
+		for name, axis := range axes {
+			if axis != 0 {
+				return nil, fmt.Errorf("--data %s=...:axis=%d: data with the batch on another axis than 0 cannot be joined with other sources", name, axis)
+			}
+		}
 	}
 	switch len(sources) {
 	case 0:

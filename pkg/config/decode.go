@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -188,23 +189,59 @@ func (c *Config) path(p string) string {
 	return filepath.Join(c.Dir, p)
 }
 
-// SplitDataEntry splits a calibration data entry, FILE or NAME=FILE, into
-// the input name ("" when none is given) and the file.
-func SplitDataEntry(entry string) (name, file string) {
-	if name, file, ok := strings.Cut(entry, "="); ok {
-		return name, file
+// DataEntry is one calibration data entry, [NAME=]FILE[:axis=K]: the
+// input it feeds ("" for a one-input model or a file that names its
+// inputs), the file, and the axis the samples lie along in a .npy file (0
+// unless given: a recurrent state [layers, batch, hidden] has it on 1).
+type DataEntry struct {
+	Name, File string
+	Axis       int
+}
+
+var axisSuffix = regexp.MustCompile(`:axis=(-?[0-9]+)$`)
+
+// ParseDataEntry reads [NAME=]FILE[:axis=K].
+func ParseDataEntry(entry string) (DataEntry, error) {
+	var e DataEntry
+	if m := axisSuffix.FindStringSubmatchIndex(entry); m != nil {
+		axis, err := strconv.Atoi(entry[m[2]:m[3]])
+		if err != nil || axis < 0 {
+			return e, fmt.Errorf("data %q: the batch axis must be 0 or more", entry)
+		}
+		e.Axis, entry = axis, entry[:m[0]]
 	}
-	return "", entry
+	if name, file, ok := strings.Cut(entry, "="); ok {
+		e.Name, e.File = name, file
+	} else {
+		e.File = entry
+	}
+	if e.File == "" {
+		return e, fmt.Errorf("data %q names no file", entry)
+	}
+	return e, nil
+}
+
+// String writes the entry back in the form ParseDataEntry reads.
+func (e DataEntry) String() string {
+	s := e.File
+	if e.Name != "" {
+		s = e.Name + "=" + s
+	}
+	if e.Axis != 0 {
+		s += ":axis=" + strconv.Itoa(e.Axis)
+	}
+	return s
 }
 
 // dataPath resolves the FILE part of a calibration data entry against the
-// config's directory, keeping its NAME= prefix.
-func (c *Config) dataPath(entry string) string {
-	name, file := SplitDataEntry(entry)
-	if name == "" && !strings.Contains(entry, "=") {
-		return c.path(file)
+// config's directory, keeping its NAME= prefix and axis.
+func (c *Config) dataPath(entry string) (string, error) {
+	e, err := ParseDataEntry(entry)
+	if err != nil {
+		return entry, err
 	}
-	return name + "=" + c.path(file)
+	e.File = c.path(e.File)
+	return e.String(), nil
 }
 
 // decoder turns yaml.Nodes into config types, collecting every error.
@@ -262,11 +299,19 @@ func (d *decoder) calibration(cfg *Config, n *yaml.Node) {
 			if v != nil && v.Kind == yaml.SequenceNode {
 				for _, item := range v.Content {
 					if s, ok := d.str(item, "calibration.data item"); ok {
-						list = append(list, cfg.dataPath(s))
+						p, err := cfg.dataPath(s)
+						if err != nil {
+							d.errorf(item, "", "calibration.%v", err)
+						}
+						list = append(list, p)
 					}
 				}
 			} else if s, ok := d.str(e.val, "calibration.data (a path or a list of paths)"); ok {
-				list = []string{cfg.dataPath(s)}
+				p, err := cfg.dataPath(s)
+				if err != nil {
+					d.errorf(e.val, "", "calibration.%v", err)
+				}
+				list = []string{p}
 			}
 			cfg.FileSettings.Data = list
 			cal["data"] = list
