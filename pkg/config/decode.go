@@ -211,6 +211,9 @@ func ParseDataEntry(entry string) (DataEntry, error) {
 		e.Axis, entry = axis, entry[:m[0]]
 	}
 	if name, file, ok := strings.Cut(entry, "="); ok {
+		if name == "" {
+			return e, fmt.Errorf("data %q: no input name before \"=\"", entry)
+		}
 		e.Name, e.File = name, file
 	} else {
 		e.File = entry
@@ -227,7 +230,7 @@ func (e DataEntry) String() string {
 	if e.Name != "" {
 		s = e.Name + "=" + s
 	}
-	if e.Axis != 0 {
+	if e.Axis != 0 || axisSuffix.MatchString(s) {
 		s += ":axis=" + strconv.Itoa(e.Axis)
 	}
 	return s

@@ -50,3 +50,21 @@ func TestLoadFileLimits(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseDataEntry: any entry parses or fails with an error; what
+// parses writes back to a string that parses to the same entry.
+func FuzzParseDataEntry(f *testing.F) {
+	for _, s := range []string{"calib.npy", "images=calib.npy", "state=h.npy:axis=1", "a=b=c.npy", ":axis=2", "x=:axis=-1", "d/e.npy:axis=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e, err := ParseDataEntry(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseDataEntry(e.String())
+		if err != nil || back != e {
+			t.Fatalf("%q → %+v → %q → %+v, %v", s, e, e.String(), back, err)
+		}
+	})
+}
