@@ -56,6 +56,8 @@ func runBadInputs(t *testing.T, cases []badInput) {
 			t.Chdir(dir)
 			before := snapshot(t, dir)
 			code, _, stderr := runCLI(t, tc.args...)
+			first, _, _ := strings.Cut(stderr, "\n")
+			t.Logf("coreaiq %s\nexit %d: %s", strings.Join(tc.args, " "), code, first)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
 			}
