@@ -186,10 +186,11 @@ func copyToStdout(path string, w io.Writer) error {
 	return err
 }
 
-// Staged is the path to write the output given as path; "" for "".
+// Staged is the path to write the output given as path; "" for "", and
+// path itself when nothing was planned (p nil).
 func (p *outputPlan) Staged(path string) string {
-	if path == "" {
-		return ""
+	if path == "" || p == nil {
+		return path
 	}
 	s, ok := p.staged[path]
 	if !ok {

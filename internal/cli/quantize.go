@@ -532,7 +532,8 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 	r.Deploy = lintModel(s.target, u.Model, u.Result.Model, u.Plan)
 	r.Algorithms = u.Layers
 	if r.Palettes = reportPalettes(u.Result.Palettes); r.Palettes != nil {
-		r.Size = &fileSizes{Before: modelBytes(s.settings.Model, s.model), After: modelBytes(out, u.Result.Model)}
+		// The model is still in its staging directory (outputs.go).
+		r.Size = &fileSizes{Before: modelBytes(s.settings.Model, s.model), After: modelBytes(s.outputs.Staged(out), u.Result.Model)}
 	}
 	return r
 }
