@@ -130,6 +130,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdQuantize(streams, nil),
 		NewCmdCalibrate(streams, nil),
 		NewCmdBench(streams, nil),
+		NewCmdSensitivity(streams, nil),
 	)
 	root.SetFlagErrorFunc(flagUsageError)
 	usageArgs(root)

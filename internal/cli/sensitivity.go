@@ -1,0 +1,287 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/compare"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/kernels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+)
+
+type sensitivityOptions struct {
+	quantizeOptions
+	Group   string
+	Out     string
+	Table   string
+	NoCache bool
+}
+
+// defaultSensitivityEvalSamples is the number of held-out samples the
+// analysis measures on when --eval-samples is not given.
+const defaultSensitivityEvalSamples = 4
+
+// NewCmdSensitivity builds `coreaiq sensitivity`: the output error each
+// group of quantization points causes, quantized alone and left in float.
+func NewCmdSensitivity(streams *IO, runF func(*sensitivityOptions) error) *cobra.Command {
+	opts := &sensitivityOptions{quantizeOptions: quantizeOptions{IO: streams}}
+	cmd := &cobra.Command{
+		Use:   "sensitivity --config FILE [--model PATH] [--data PATH ...] [--group node|module] [-o FILE]",
+		Short: "Rank groups of quantization points by the output error they cause",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return runSensitivity(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Config, "config", "", "config file (tool settings and quantization config)")
+	optString(f, &opts.Settings.Model, "model", "", "", "model to analyse (default: the config's model)")
+	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config and algorithms): "+strings.Join(config.PresetNames(), ", "))
+	f.StringSliceVar(&opts.Algorithms, "algorithms", nil, "turn on post-training algorithms with their defaults, on top of the config's algorithms block: "+strings.Join(config.AlgorithmNames(), ", "))
+	addPrepareFlags(f, &opts.Prepare)
+	addTargetFlag(f, &opts.Settings)
+	addCalibrationFlags(f, &opts.Settings, "calibration samples to use (the held-out samples excluded)")
+	optString(f, &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine for calibration and measurement: go (built-in) or ort")
+	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
+	f.IntVar(&opts.EvalSamples, "eval-samples", defaultSensitivityEvalSamples, "hold out the last N calibration samples and measure on them")
+	f.StringVar(&opts.Group, "group", string(compare.GroupByNode), "group quantization points by node (the points of one node) or module (its module scope)")
+	f.StringVarP(&opts.Out, "output", "o", "", "also write the ranking as JSON here")
+	f.StringVar(&opts.Table, "format", "table", "stdout format: table or json")
+	f.BoolVar(&opts.NoCache, "no-cache", false, "measure again even when a cached result exists")
+	return cmd
+}
+
+func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	grouping, err := compare.ParseGroupBy(opts.Group)
+	if err != nil {
+		return Usagef("--group: %v", err)
+	}
+	if opts.Table != "table" && opts.Table != "json" {
+		return Usagef("--format %q: want table or json", opts.Table)
+	}
+	if opts.EvalSamples < 1 {
+		return Usagef("--eval-samples %d: the analysis needs at least one held-out sample", opts.EvalSamples)
+	}
+	s, err := setupPipeline(&opts.quantizeOptions)
+	if err != nil {
+		return err
+	}
+	if err := s.resolveBatchSize(); err != nil {
+		return err
+	}
+	if len(s.settings.Data) == 0 && s.settings.Images == nil {
+		return Usagef("no calibration data: give --data (calibration.data or calibration.images in the config)")
+	}
+	source, err := openCalibrationData(s, false)
+	if err != nil {
+		return err
+	}
+	defer source.Close()
+	eval, calibSamples, err := newQuantizeEval(opts.EvalSamples, nil, source, s.settings.Samples)
+	if err != nil {
+		return err
+	}
+	opts.Format = "qdq"
+	u := &passes.Unit{}
+	u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
+		Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
+	u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, source,
+		calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
+	if _, err := runPipeline(ctx, &opts.quantizeOptions, s, u, "prepare"); err != nil {
+		return err
+	}
+
+	var cachePath string
+	if !opts.NoCache {
+		key, err := sensitivityKey(s, u, opts, grouping, calibSamples, eval, source)
+		if err != nil {
+			return err
+		}
+		if dir, err := os.UserCacheDir(); err == nil {
+			cachePath = filepath.Join(dir, "coreaiq", "sensitivity", key+".json")
+		} else {
+			slog.Warn("no user cache directory: the result is not cached", "err", err)
+		}
+	}
+	if cachePath != "" {
+		if b, err := os.ReadFile(cachePath); err == nil {
+			var r compare.Sensitivity
+			if err := json.Unmarshal(b, &r); err != nil {
+				slog.Warn("unreadable cached sensitivity result: measuring again", "path", cachePath, "err", err)
+			} else {
+				fmt.Fprintf(opts.IO.ErrOut, "sensitivity: cached result %s (--no-cache measures again)\n", cachePath)
+				return writeSensitivity(opts, &r)
+			}
+		}
+	}
+
+	if _, err := passes.Run(ctx, u, passes.RunOptions{}); err != nil {
+		var list config.ErrorList
+		if errors.As(err, &list) {
+			return configUsageError(err)
+		}
+		return err
+	}
+	batch := s.settings.BatchSize
+	if batch <= 0 {
+		batch = fixedBatch(modelInputs(s.model))
+	}
+	data, err := compare.SourceBatches(source, eval.start, eval.end, batch)
+	if err != nil {
+		return err
+	}
+	prog := newSensitivityProgress(opts.IO)
+	r, err := compare.Analyze(ctx, compare.SensitivityInput{
+		Float: s.model, Prepared: u.Model, Plan: u.Plan, Stats: u.Stats, Write: u.Write,
+		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: grouping, Progress: prog.report,
+	})
+	prog.done()
+	if err != nil {
+		return err
+	}
+	if cachePath != "" {
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(cachePath), 0o755); err != nil {
+			return err
+		}
+		if err := onnxgraph.WriteFileAtomic(cachePath, append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	return writeSensitivity(opts, r)
+}
+
+// sensitivityKey hashes everything the analysis depends on: the model's
+// bytes, the prepared plan (the resolved config with its weight qparams),
+// the algorithms, the data of every sample used, the sample split, the
+// grouping, the engine and its kernel set.
+func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, grouping compare.GroupBy,
+	calibSamples int, eval *quantizeEval, src calibrate.Source) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "coreaiq sensitivity 1\n")
+	model, err := fileSHA256(s.settings.Model)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(h, "model %s\n", model)
+	if err := u.Plan.WriteJSON(h); err != nil {
+		return "", err
+	}
+	alg, err := json.Marshal(struct {
+		Algorithms *config.Algorithms
+		Prepare    passes.PrepareOptions
+	}{s.algorithms, opts.Prepare})
+	if err != nil {
+		return "", err
+	}
+	h.Write(alg)
+	fmt.Fprintf(h, "\ncalibrate %d batch %d eval %d-%d group %s engine %s kernels %s opset %d\n",
+		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), opts.Opset)
+	// Samples past the calibration ones and before the held-out ones are
+	// not read, so only the used ones are hashed.
+	for _, r := range [][2]int{{0, calibSamples}, {eval.start, eval.end}} {
+		for lo := r[0]; lo < r[1]; lo += 16 {
+			b, err := src.Batch(lo, min(lo+16, r[1]))
+			if err != nil {
+				return "", err
+			}
+			names := make([]string, 0, len(b))
+			for n := range b {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			for _, n := range names {
+				t := b[n]
+				fmt.Fprintf(h, "%s %v %v\n", n, t.DType, t.Shape)
+				if err := binary.Write(h, binary.LittleEndian, t.Data); err != nil {
+					fmt.Fprintf(h, "%v\n", t.Data)
+				}
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func writeSensitivity(opts *sensitivityOptions, r *compare.Sensitivity) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if opts.Out != "" {
+		if err := onnxgraph.WriteFileAtomic(opts.Out, b); err != nil {
+			return err
+		}
+	}
+	if opts.Table == "json" {
+		_, err := opts.IO.Out.Write(b)
+		return err
+	}
+	return writeSensitivityTable(opts.IO.Out, r)
+}
+
+func writeSensitivityTable(w io.Writer, r *compare.Sensitivity) error {
+	fmt.Fprintf(w, "output SQNR on %d held-out samples, all points quantized: %s dB\n", r.Samples, r.AllQuantized)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "rank\t%s\tpoints\tonly this (dB)\tall but this (dB)\tgain (dB)\n", r.Grouping)
+	for i, g := range r.Groups {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", i+1, g.Group, g.Points, g.OnlySQNR, g.ExceptSQNR, g.Gain)
+	}
+	return tw.Flush()
+}
+
+// sensitivityProgress shows the analysis's progress: a bar redrawn in
+// place on a terminal, a log record per group elsewhere.
+type sensitivityProgress struct {
+	io    *IO
+	drawn bool
+}
+
+func newSensitivityProgress(streams *IO) *sensitivityProgress {
+	return &sensitivityProgress{io: streams}
+}
+
+func (p *sensitivityProgress) report(done, total int, g compare.GroupSensitivity) {
+	if !p.io.IsTerminal {
+		slog.Info("sensitivity", "group", g.Group, "done", done, "total", total,
+			"only_this_db", g.OnlySQNR.String(), "all_but_this_db", g.ExceptSQNR.String())
+		return
+	}
+	const width = 30
+	filled := done * width / total
+	fmt.Fprintf(p.io.ErrOut, "\rsensitivity %s%s %d/%d groups ", strings.Repeat("█", filled), strings.Repeat("░", width-filled), done, total)
+	p.drawn = true
+}
+
+func (p *sensitivityProgress) done() {
+	if p.drawn {
+		fmt.Fprintln(p.io.ErrOut)
+	}
+}

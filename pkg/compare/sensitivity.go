@@ -1,0 +1,262 @@
+package compare
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"math"
+	"sort"
+
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// GroupBy is how quantization points are gathered into the groups a
+// sensitivity analysis toggles together.
+type GroupBy string
+
+// The groupings: the points of one node, or of one module scope.
+const (
+	GroupByNode   GroupBy = "node"
+	GroupByModule GroupBy = "module"
+)
+
+// ParseGroupBy reads a --group value.
+func ParseGroupBy(s string) (GroupBy, error) {
+	switch g := GroupBy(s); g {
+	case GroupByNode, GroupByModule:
+		return g, nil
+	}
+	return "", fmt.Errorf("unknown grouping %q: want node or module", s)
+}
+
+// Group is a set of quantization points switched on or off together.
+type Group struct {
+	Name   string   `json:"name"`
+	Values []string `json:"values"`
+}
+
+// Groups gathers the plan's points by node or module scope. A point belongs
+// to the first node it is quantized for; a point that shares qparams goes
+// with the root of its sharing group, and a bias with its weight, so that
+// each group can be dropped from the plan on its own. Groups and their
+// values are sorted by name.
+func Groups(m *onnxgraph.Model, plan *finalize.Plan, by GroupBy) []Group {
+	var owner func(t *finalize.TensorPlan, depth int) string
+	owner = func(t *finalize.TensorPlan, depth int) string {
+		if t.Role == finalize.Bias && depth < 2 {
+			if w := plan.Tensor(t.Weight); w != nil {
+				return owner(w, depth+1)
+			}
+		}
+		if r := plan.Root(t); r != nil && r != t && depth < 2 {
+			return owner(r, depth+1)
+		}
+		if len(t.Nodes) == 0 {
+			return t.Value
+		}
+		node := t.Nodes[0]
+		if by == GroupByModule {
+			if n := m.Graph.Node(node); n != nil && n.Module != "" {
+				return n.Module
+			}
+		}
+		return node
+	}
+	byName := map[string][]string{}
+	for _, t := range plan.Tensors {
+		g := owner(t, 0)
+		byName[g] = append(byName[g], t.Value)
+	}
+	out := make([]Group, 0, len(byName))
+	for name, vals := range byName {
+		sort.Strings(vals)
+		out = append(out, Group{Name: name, Values: vals})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// SubPlan is a copy of plan holding only the points keep accepts, less
+// those that cannot be written without a dropped one: a bias whose input or
+// weight is gone, a point sharing the qparams of a dropped root.
+func SubPlan(plan *finalize.Plan, keep func(value string) bool) *finalize.Plan {
+	sub := &finalize.Plan{Stage: plan.Stage, Skipped: plan.Skipped, Notes: plan.Notes}
+	for _, t := range plan.Tensors {
+		if keep(t.Value) {
+			sub.Tensors = append(sub.Tensors, t)
+		}
+	}
+	for {
+		drop := map[string]bool{}
+		for _, t := range sub.Tensors {
+			switch {
+			case t.Role == finalize.Bias && (sub.Tensor(t.Input) == nil || sub.Tensor(t.Weight) == nil):
+				drop[t.Value] = true
+			case t.SharedWith != "" && sub.Tensor(t.SharedWith) == nil:
+				drop[t.Value] = true
+			}
+		}
+		if len(drop) == 0 {
+			return sub
+		}
+		sub.Remove(drop)
+	}
+}
+
+// Sensitivity is the result of a sensitivity analysis.
+type Sensitivity struct {
+	// Grouping is node or module.
+	Grouping GroupBy `json:"grouping"`
+	// Samples is the number of held-out samples measured.
+	Samples int `json:"samples"`
+	// AllQuantized is the output SQNR with every point quantized.
+	AllQuantized DB `json:"all_quantized_sqnr_db"`
+	// Groups are ranked worst first: by OnlySQNR ascending, then name.
+	Groups []GroupSensitivity `json:"groups"`
+}
+
+// GroupSensitivity is the output error caused by one group.
+type GroupSensitivity struct {
+	Group  string `json:"group"`
+	Points int    `json:"points"`
+	// OnlySQNR is the output SQNR with only this group quantized.
+	OnlySQNR DB `json:"only_this_quantized_sqnr_db"`
+	// ExceptSQNR is the output SQNR with everything quantized but this
+	// group, and Gain is ExceptSQNR − the all-quantized SQNR: what leaving
+	// the group in float buys.
+	ExceptSQNR DB `json:"all_but_this_quantized_sqnr_db"`
+	Gain       DB `json:"gain_db"`
+}
+
+// SensitivityInput is what Analyze measures: the float reference model, the
+// prepared model the plan was made for (BatchNormalization folded), the
+// calibrated plan and its statistics, and the held-out data.
+type SensitivityInput struct {
+	Float    *onnxgraph.Model
+	Prepared *onnxgraph.Model
+	Plan     *finalize.Plan
+	Stats    finalize.Stats
+	Write    finalize.Options
+	// Data yields the held-out batches; it is called once.
+	Data     iter.Seq2[Batch, error]
+	Engine   string
+	Threads  int
+	Grouping GroupBy
+	// Progress, when set, is called after each group is measured.
+	Progress func(done, total int, g GroupSensitivity)
+}
+
+// Analyze measures each group's effect on the model's outputs: the SQNR
+// of the worst output when only the group is quantized, and when all but
+// the group is. The float outputs are computed once and the calibration
+// statistics are reused for every candidate.
+func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
+	ref, err := runtime.Open(in.Engine, in.Float, runtime.Options{Threads: in.Threads})
+	if err != nil {
+		return nil, fmt.Errorf("float model: %w", err)
+	}
+	defer ref.Close()
+	var batches []Batch
+	var wants []map[string]*tensor.Tensor
+	for b, err := range in.Data {
+		if err != nil {
+			return nil, err
+		}
+		want, err := ref.Run(ctx, b, runtime.RunOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("float model: %w", err)
+		}
+		batches, wants = append(batches, b), append(wants, want)
+	}
+	if len(batches) == 0 {
+		return nil, fmt.Errorf("no held-out samples to measure on")
+	}
+	outputs := ref.Outputs()
+	measure := func(plan *finalize.Plan) (DB, error) {
+		res, err := finalize.Write(in.Prepared, plan, in.Stats, in.Write)
+		if err != nil {
+			return 0, err
+		}
+		cand, err := runtime.Open(in.Engine, res.Model, runtime.Options{Threads: in.Threads})
+		if err != nil {
+			return 0, err
+		}
+		defer cand.Close()
+		stats := make([]Stats, len(outputs))
+		for i, b := range batches {
+			got, err := cand.Run(ctx, b, runtime.RunOptions{})
+			if err != nil {
+				return 0, err
+			}
+			for j, o := range outputs {
+				w, g := wants[i][o.Name], got[o.Name]
+				if w == nil || g == nil {
+					return 0, fmt.Errorf("output %q missing", o.Name)
+				}
+				if !w.DType.IsFloat() {
+					continue // integer outputs (indices, counts) have no SQNR
+				}
+				x, err := w.AsFloat32()
+				if err != nil {
+					return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				}
+				y, err := g.AsFloat32()
+				if err != nil {
+					return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				}
+				if err := stats[j].Add(x, y); err != nil {
+					return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				}
+			}
+		}
+		worst := DB(math.Inf(1))
+		for i := range stats {
+			if stats[i].N > 0 || stats[i].NonFinite > 0 {
+				worst = min(worst, stats[i].SQNR())
+			}
+		}
+		return worst, nil
+	}
+	all, err := measure(in.Plan)
+	if err != nil {
+		return nil, fmt.Errorf("all points quantized: %w", err)
+	}
+	r := &Sensitivity{Grouping: in.Grouping, AllQuantized: all}
+	for _, b := range batches {
+		r.Samples += batchRows(b)
+	}
+	groups := Groups(in.Prepared, in.Plan, in.Grouping)
+	for i, g := range groups {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		members := map[string]bool{}
+		for _, v := range g.Values {
+			members[v] = true
+		}
+		only, err := measure(SubPlan(in.Plan, func(v string) bool { return members[v] }))
+		if err != nil {
+			return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
+		}
+		except, err := measure(SubPlan(in.Plan, func(v string) bool { return !members[v] }))
+		if err != nil {
+			return nil, fmt.Errorf("group %q left in float: %w", g.Name, err)
+		}
+		gs := GroupSensitivity{Group: g.Name, Points: len(g.Values), OnlySQNR: only, ExceptSQNR: except, Gain: except - all}
+		r.Groups = append(r.Groups, gs)
+		if in.Progress != nil {
+			in.Progress(i+1, len(groups), gs)
+		}
+	}
+	sort.SliceStable(r.Groups, func(i, j int) bool {
+		a, b := r.Groups[i], r.Groups[j]
+		if a.OnlySQNR != b.OnlySQNR {
+			return a.OnlySQNR < b.OnlySQNR
+		}
+		return a.Group < b.Group
+	})
+	return r, nil
+}
