@@ -194,14 +194,15 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, 
 	if err := u.Plan.WriteJSON(h); err != nil {
 		return "", err
 	}
-	alg, err := json.Marshal(struct {
-		Algorithms *config.Algorithms
-		Prepare    passes.PrepareOptions
-	}{s.algorithms, opts.Prepare})
+	alg, err := json.Marshal(s.algorithms)
 	if err != nil {
 		return "", err
 	}
 	h.Write(alg)
+	// The prepare options as given; the target is hashed by name.
+	p := u.Prepare
+	p.Target = nil
+	fmt.Fprintf(h, "\nprepare %+v target %s", p, s.target.Name)
 	fmt.Fprintf(h, "\ncalibrate %d batch %d eval %d-%d group %s engine %s kernels %s opset %d\n",
 		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), opts.Opset)
 	// Samples past the calibration ones and before the held-out ones are

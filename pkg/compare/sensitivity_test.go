@@ -1,0 +1,70 @@
+package compare
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+)
+
+// TestSubPlan checks that a subset of a plan keeps only points that can be
+// written without the dropped ones.
+func TestSubPlan(t *testing.T) {
+	plan := &finalize.Plan{Tensors: []*finalize.TensorPlan{
+		{Value: "x", Role: finalize.Activation, Nodes: []string{"conv"}},
+		{Value: "w", Role: finalize.Weight, Nodes: []string{"conv"}},
+		{Value: "b", Role: finalize.Bias, Nodes: []string{"conv"}, Input: "x", Weight: "w"},
+		{Value: "cat", Role: finalize.Activation, Nodes: []string{"concat"}},
+		{Value: "a", Role: finalize.Activation, Nodes: []string{"concat"}, SharedWith: "cat"},
+		{Value: "a2", Role: finalize.Activation, Nodes: []string{"concat"}, SharedWith: "a"},
+	}}
+	tests := []struct {
+		name string
+		keep []string
+		want []string
+	}{
+		{name: "everything", keep: []string{"x", "w", "b", "cat", "a", "a2"}, want: []string{"x", "w", "b", "cat", "a", "a2"}},
+		{name: "bias without its input", keep: []string{"w", "b"}, want: []string{"w"}},
+		{name: "bias without its weight", keep: []string{"x", "b"}, want: []string{"x"}},
+		{name: "sharing chain without its root", keep: []string{"x", "a", "a2"}, want: []string{"x"}},
+		{name: "sharing chain with its root", keep: []string{"cat", "a", "a2"}, want: []string{"cat", "a", "a2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sub := SubPlan(plan, func(v string) bool { return slices.Contains(tt.keep, v) })
+			var got []string
+			for _, p := range sub.Tensors {
+				got = append(got, p.Value)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("kept %v, want %v", got, tt.want)
+			}
+			if len(plan.Tensors) != 6 {
+				t.Fatalf("the source plan changed: %d tensors", len(plan.Tensors))
+			}
+		})
+	}
+}
+
+// TestGroups checks that a bias goes with its weight's node and a point
+// sharing qparams with its root's, whichever node they are planned for.
+func TestGroups(t *testing.T) {
+	plan := &finalize.Plan{Tensors: []*finalize.TensorPlan{
+		{Value: "x", Role: finalize.Activation, Nodes: []string{"conv0", "conv1"}},
+		{Value: "w1", Role: finalize.Weight, Nodes: []string{"conv1"}},
+		{Value: "b1", Role: finalize.Bias, Nodes: []string{"conv1"}, Input: "x", Weight: "w1"},
+		{Value: "cat", Role: finalize.Activation, Nodes: []string{"concat"}},
+		{Value: "y", Role: finalize.Activation, Nodes: []string{"conv2"}, SharedWith: "cat"},
+		{Value: "loose", Role: finalize.Activation},
+	}}
+	got := Groups(nil, plan, GroupByNode)
+	want := []Group{
+		{Name: "concat", Values: []string{"cat", "y"}},
+		{Name: "conv0", Values: []string{"x"}},
+		{Name: "conv1", Values: []string{"b1", "w1"}},
+		{Name: "loose", Values: []string{"loose"}},
+	}
+	if !slices.EqualFunc(got, want, func(a, b Group) bool { return a.Name == b.Name && slices.Equal(a.Values, b.Values) }) {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+}
