@@ -109,8 +109,9 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	u := &passes.Unit{}
 	u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
 		Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
+	calProg := calibrate.NewProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default())
 	u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, source,
-		calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
+		calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize, Progress: calProg.Report}, nil)
 	if _, err := runPipeline(ctx, &opts.quantizeOptions, s, u, "prepare"); err != nil {
 		return err
 	}
@@ -139,7 +140,9 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 		}
 	}
 
-	if _, err := passes.Run(ctx, u, passes.RunOptions{}); err != nil {
+	_, err = passes.Run(ctx, u, passes.RunOptions{})
+	calProg.Done()
+	if err != nil {
 		var list config.ErrorList
 		if errors.As(err, &list) {
 			return configUsageError(err)
