@@ -164,3 +164,24 @@ func TestSensitivityUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSensitivityDeterministic checks that the ranking is the same bytes
+// at any engine thread count (which is why the cache key leaves it out).
+func TestSensitivityDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "fragile.onnx", fragileModel())
+	data := fragileData(t, dir)
+	var want string
+	for _, threads := range []string{"1", "2", "5"} {
+		code, stdout, stderr := runCLI(t, "sensitivity", "--model", model, "--data", data, "--preset", "w8a8",
+			"--no-cache", "--format", "json", "--threads", threads)
+		if code != 0 {
+			t.Fatalf("--threads %s: exit %d: %s", threads, code, stderr)
+		}
+		if want == "" {
+			want = stdout
+		} else if stdout != want {
+			t.Errorf("--threads %s output differs:\n%s\nwant:\n%s", threads, stdout, want)
+		}
+	}
+}
