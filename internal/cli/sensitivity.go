@@ -166,19 +166,27 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	if err != nil {
 		return err
 	}
+	// The figures are printed from their JSON form (DB rounds to 4
+	// decimals), the form the cache keeps, so that a cached run prints the
+	// same bytes as the run that measured.
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
 	if cachePath != "" {
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
 		if err := os.MkdirAll(filepath.Dir(cachePath), 0o755); err != nil {
 			return err
 		}
-		if err := onnxgraph.WriteFileAtomic(cachePath, append(b, '\n')); err != nil {
+		if err := onnxgraph.WriteFileAtomic(cachePath, b); err != nil {
 			return err
 		}
 	}
-	return writeSensitivity(opts, r)
+	var rounded compare.Sensitivity
+	if err := json.Unmarshal(b, &rounded); err != nil {
+		return err
+	}
+	return writeSensitivity(opts, &rounded)
 }
 
 // sensitivityKey hashes everything the analysis depends on: the model's
