@@ -205,6 +205,12 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, 
 	if err := u.Plan.WriteJSON(h); err != nil {
 		return "", err
 	}
+	// The plan's JSON leaves out palettization settings.
+	for _, p := range u.Plan.Palettes {
+		if p.Palette != nil {
+			fmt.Fprintf(h, "palette %s %+v\n", p.Value, *p.Palette)
+		}
+	}
 	alg, err := json.Marshal(s.algorithms)
 	if err != nil {
 		return "", err
@@ -212,7 +218,7 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, 
 	h.Write(alg)
 	// The prepare options as given; the target is hashed by name.
 	p := u.Prepare
-	p.Target = nil
+	p.Target, p.Progress = nil, nil
 	fmt.Fprintf(h, "\nprepare %+v target %s", p, s.target.Name)
 	fmt.Fprintf(h, "\ncalibrate %d batch %d eval %d-%d group %s engine %s kernels %s opset %d\n",
 		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), opts.Opset)

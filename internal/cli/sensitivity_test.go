@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,6 +183,50 @@ func TestSensitivityDeterministic(t *testing.T) {
 			want = stdout
 		} else if stdout != want {
 			t.Errorf("--threads %s output differs:\n%s\nwant:\n%s", threads, stdout, want)
+		}
+	}
+}
+
+// TestSensitivityPalettes checks that palettized weights are points of
+// their node's group and that the palettization settings are part of the
+// cache key.
+func TestSensitivityPalettes(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "fragile.onnx", fragileModel())
+	data := fragileData(t, dir)
+	tests := []struct {
+		bits       int
+		wantCached bool
+	}{
+		{bits: 2, wantCached: false},
+		{bits: 2, wantCached: true},
+		{bits: 3, wantCached: false},
+	}
+	for _, tt := range tests {
+		cfg := filepath.Join(dir, "p.yaml")
+		text := "quantization_config:\n  preset: w8a8\nkmeans_palettization_config:\n  global_config: {n_bits: " + string(rune('0'+tt.bits)) + ", weight_threshold: 0}\n"
+		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runCLI(t, "sensitivity", "--config", cfg, "--model", model, "--data", data, "--format", "json")
+		if code != 0 {
+			t.Fatalf("%d bits: exit %d: %s", tt.bits, code, stderr)
+		}
+		if cached := strings.Contains(stderr, "cached result"); cached != tt.wantCached {
+			t.Errorf("%d bits: cache used: %v, want %v", tt.bits, cached, tt.wantCached)
+		}
+		var r compare.Sensitivity
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatal(err)
+		}
+		values := map[string][]string{}
+		for _, g := range r.Groups {
+			values[g.Group] = g.Values
+		}
+		// The palettized weight replaces the int8 one; its bias stays float.
+		if got := values["/tiny/Gemm"]; !slices.Equal(got, []string{"tiny.weight"}) {
+			t.Errorf("%d bits: groups %v: want /tiny/Gemm holding the palettized tiny.weight", tt.bits, values)
 		}
 	}
 }

@@ -38,7 +38,8 @@ type Group struct {
 	Values []string `json:"values"`
 }
 
-// Groups gathers the plan's points by node or module scope. A point belongs
+// Groups gathers the plan's points (palettized weights among them) by node
+// or module scope. A point belongs
 // to the first node it is quantized for; a point that shares qparams goes
 // with the root of its sharing group, and a bias with its weight, so that
 // each group can be dropped from the plan on its own. Groups and their
@@ -70,6 +71,10 @@ func Groups(m *onnxgraph.Model, plan *finalize.Plan, by GroupBy) []Group {
 		g := owner(t, 0)
 		byName[g] = append(byName[g], t.Value)
 	}
+	for _, p := range plan.Palettes {
+		g := owner(&finalize.TensorPlan{Value: p.Value, Nodes: p.Nodes}, 0)
+		byName[g] = append(byName[g], p.Value)
+	}
 	out := make([]Group, 0, len(byName))
 	for name, vals := range byName {
 		sort.Strings(vals)
@@ -87,6 +92,13 @@ func SubPlan(plan *finalize.Plan, keep func(value string) bool) *finalize.Plan {
 	for _, t := range plan.Tensors {
 		if keep(t.Value) {
 			sub.Tensors = append(sub.Tensors, t)
+		}
+	}
+	for _, p := range plan.Palettes {
+		if keep(p.Value) {
+			c := *p
+			c.Report = nil // Write fills it in
+			sub.Palettes = append(sub.Palettes, &c)
 		}
 	}
 	for {
@@ -122,6 +134,8 @@ type Sensitivity struct {
 type GroupSensitivity struct {
 	Group  string `json:"group"`
 	Points int    `json:"points"`
+	// Values are the group's points, by value name.
+	Values []string `json:"values"`
 	// OnlySQNR is the output SQNR with only this group quantized.
 	OnlySQNR DB `json:"only_this_quantized_sqnr_db"`
 	// ExceptSQNR is the output SQNR with everything quantized but this
@@ -245,7 +259,7 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		if err != nil {
 			return nil, fmt.Errorf("group %q left in float: %w", g.Name, err)
 		}
-		gs := GroupSensitivity{Group: g.Name, Points: len(g.Values), OnlySQNR: only, ExceptSQNR: except, Gain: except - all}
+		gs := GroupSensitivity{Group: g.Name, Points: len(g.Values), Values: g.Values, OnlySQNR: only, ExceptSQNR: except, Gain: except - all}
 		r.Groups = append(r.Groups, gs)
 		if in.Progress != nil {
 			in.Progress(i+1, len(groups), gs)

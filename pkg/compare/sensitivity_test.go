@@ -17,13 +17,13 @@ func TestSubPlan(t *testing.T) {
 		{Value: "cat", Role: finalize.Activation, Nodes: []string{"concat"}},
 		{Value: "a", Role: finalize.Activation, Nodes: []string{"concat"}, SharedWith: "cat"},
 		{Value: "a2", Role: finalize.Activation, Nodes: []string{"concat"}, SharedWith: "a"},
-	}}
+	}, Palettes: []*finalize.PalettePlan{{Value: "lut", Nodes: []string{"gemm"}, Report: &finalize.PaletteReport{}}}}
 	tests := []struct {
 		name string
 		keep []string
 		want []string
 	}{
-		{name: "everything", keep: []string{"x", "w", "b", "cat", "a", "a2"}, want: []string{"x", "w", "b", "cat", "a", "a2"}},
+		{name: "everything", keep: []string{"x", "w", "b", "cat", "a", "a2", "lut"}, want: []string{"x", "w", "b", "cat", "a", "a2", "lut"}},
 		{name: "bias without its input", keep: []string{"w", "b"}, want: []string{"w"}},
 		{name: "bias without its weight", keep: []string{"x", "b"}, want: []string{"x"}},
 		{name: "sharing chain without its root", keep: []string{"x", "a", "a2"}, want: []string{"x"}},
@@ -35,6 +35,12 @@ func TestSubPlan(t *testing.T) {
 			var got []string
 			for _, p := range sub.Tensors {
 				got = append(got, p.Value)
+			}
+			for _, p := range sub.Palettes {
+				got = append(got, p.Value)
+				if p.Report != nil || p == plan.Palettes[0] {
+					t.Errorf("palette %q is the source plan's, with its report", p.Value)
+				}
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("kept %v, want %v", got, tt.want)
@@ -56,12 +62,12 @@ func TestGroups(t *testing.T) {
 		{Value: "cat", Role: finalize.Activation, Nodes: []string{"concat"}},
 		{Value: "y", Role: finalize.Activation, Nodes: []string{"conv2"}, SharedWith: "cat"},
 		{Value: "loose", Role: finalize.Activation},
-	}}
+	}, Palettes: []*finalize.PalettePlan{{Value: "lut", Nodes: []string{"conv1"}}}}
 	got := Groups(nil, plan, GroupByNode)
 	want := []Group{
 		{Name: "concat", Values: []string{"cat", "y"}},
 		{Name: "conv0", Values: []string{"x"}},
-		{Name: "conv1", Values: []string{"b1", "w1"}},
+		{Name: "conv1", Values: []string{"b1", "lut", "w1"}},
 		{Name: "loose", Values: []string{"loose"}},
 	}
 	if !slices.EqualFunc(got, want, func(a, b Group) bool { return a.Name == b.Name && slices.Equal(a.Values, b.Values) }) {
