@@ -86,10 +86,13 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	if opts.EvalSamples < 1 {
 		return Usagef("--eval-samples %d: the analysis needs at least one held-out sample", opts.EvalSamples)
 	}
-	s, err := setupPipeline(&opts.quantizeOptions)
+	s, err := setupPipeline(&opts.quantizeOptions, nil, func(config.Settings) []output {
+		return []output{{Flag: "-o", Path: opts.Out}}
+	})
 	if err != nil {
 		return err
 	}
+	defer s.outputs.Discard()
 	if err := s.resolveBatchSize(); err != nil {
 		return err
 	}
@@ -105,6 +108,7 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	if err != nil {
 		return err
 	}
+	s.warnShortData(opts.IO.ErrOut, source, calibSamples)
 	opts.Format = "qdq"
 	u := &passes.Unit{}
 	u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
@@ -135,7 +139,7 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 				slog.Warn("unreadable cached sensitivity result: measuring again", "path", cachePath, "err", err)
 			} else {
 				fmt.Fprintf(opts.IO.ErrOut, "sensitivity: cached result %s (--no-cache measures again)\n", cachePath)
-				return writeSensitivity(opts, &r)
+				return writeSensitivity(opts, s.outputs, &r)
 			}
 		}
 	}
@@ -186,7 +190,7 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	if err := json.Unmarshal(b, &rounded); err != nil {
 		return err
 	}
-	return writeSensitivity(opts, &rounded)
+	return writeSensitivity(opts, s.outputs, &rounded)
 }
 
 // sensitivityKey hashes everything the analysis depends on: the model's
@@ -247,14 +251,19 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, 
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func writeSensitivity(opts *sensitivityOptions, r *compare.Sensitivity) error {
+// writeSensitivity writes the ranking to stdout and to -o (through the
+// command's checked outputs).
+func writeSensitivity(opts *sensitivityOptions, outputs *outputPlan, r *compare.Sensitivity) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
 	b = append(b, '\n')
 	if opts.Out != "" {
-		if err := onnxgraph.WriteFileAtomic(opts.Out, b); err != nil {
+		if err := onnxgraph.WriteFileAtomic(outputs.Staged(opts.Out), b); err != nil {
+			return err
+		}
+		if err := outputs.Commit(); err != nil {
 			return err
 		}
 	}

@@ -155,6 +155,7 @@ func TestSensitivityUsageErrors(t *testing.T) {
 		{name: "all samples held out", args: []string{"--data", data, "--eval-samples", "24"}, wantErr: "--eval-samples"},
 		{name: "no data", args: nil, wantErr: "--data"},
 		{name: "unknown flag", args: []string{"--data", data, "--bogus"}, wantErr: "bogus"},
+		{name: "-o onto the model", args: []string{"--data", data, "-o", model}, wantErr: "-o"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
