@@ -17,6 +17,7 @@
 //   - narrow float codes (float8, float4): x/scale + zp rounded to the nearest
 //     even code by the format's codec, saturating to ±max when asked; NaN is
 //     the format's NaN (float4, which has none: tensor.Float32ToFloat4E2M1);
+//     −0 stays −0;
 //   - dequantization: (q − zp)·scale, the difference taken exactly in
 //     integers, then one float32 multiplication.
 package quant
@@ -94,9 +95,13 @@ func Dequantize(q, zp int64, scale float32) float32 {
 
 // Float quantizes one value to the code of a narrow float type:
 // encode(x/scale + zp), rounding to the nearest even code, saturating
-// to the largest finite value when asked (ONNX's default).
+// to the largest finite value when asked (ONNX's default). A zero point of
+// 0 adds nothing, so that −0 keeps its sign, as in ONNX Runtime.
 func Float(dt tensor.DType, x, scale, zp float32, saturate bool) uint8 {
-	v := x/scale + zp
+	v := x / scale
+	if zp != 0 {
+		v += zp
+	}
 	switch dt {
 	case tensor.Float8E4M3FN:
 		return tensor.Float32ToFloat8E4M3FN(v, saturate)
