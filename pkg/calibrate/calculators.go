@@ -307,8 +307,9 @@ func roundTripError(g []float32, scale float32, zp int32, s *spec.QuantizationSp
 	if err != nil || !quant.IsNarrowFloat(dt) {
 		return math.Inf(1)
 	}
+	enc := quant.FloatEncoder(dt, true)
 	for _, x := range g {
-		d := float64(x) - float64(quant.DequantizeFloat(dt, quant.Float(dt, x, scale, 0, true), scale, 0))
+		d := float64(x) - float64(quant.DequantizeFloat(dt, enc(x, scale, 0), scale, 0))
 		e += d * d
 	}
 	return e

@@ -17,6 +17,7 @@
 //   - narrow float codes (float8, float4): x/scale + zp rounded to the nearest
 //     even code by the format's codec, saturating to ±max when asked; NaN is
 //     the format's NaN (float4, which has none: tensor.Float32ToFloat4E2M1);
+//     −0 stays −0;
 //   - dequantization: (q − zp)·scale, the difference taken exactly in
 //     integers, then one float32 multiplication.
 package quant
@@ -94,24 +95,33 @@ func Dequantize(q, zp int64, scale float32) float32 {
 
 // Float quantizes one value to the code of a narrow float type:
 // encode(x/scale + zp), rounding to the nearest even code, saturating
-// to the largest finite value when asked (ONNX's default).
+// to the largest finite value when asked (ONNX's default). A zero point of
+// 0 adds nothing, so that −0 keeps its sign, as in ONNX Runtime.
 func Float(dt tensor.DType, x, scale, zp float32, saturate bool) uint8 {
-	v := x/scale + zp
-	switch dt {
-	case tensor.Float8E4M3FN:
-		return tensor.Float32ToFloat8E4M3FN(v, saturate)
-	case tensor.Float8E4M3FNUZ:
-		return tensor.Float32ToFloat8E4M3FNUZ(v, saturate)
-	case tensor.Float8E5M2:
-		return tensor.Float32ToFloat8E5M2(v, saturate)
-	case tensor.Float8E5M2FNUZ:
-		return tensor.Float32ToFloat8E5M2FNUZ(v, saturate)
-	case tensor.Float4E2M1:
-		return tensor.Float32ToFloat4E2M1(v)
-	case tensor.Float8E8M0:
-		return tensor.Float32ToFloat8E8M0(v, saturate, tensor.E8M0Up)
+	return FloatEncoder(dt, saturate)(x, scale, zp)
+}
+
+// FloatEncoder returns Float for one type and saturation, for loops over
+// many values.
+func FloatEncoder(dt tensor.DType, saturate bool) func(x, scale, zp float32) uint8 {
+	if !IsNarrowFloat(dt) {
+		panic(fmt.Sprintf("quant.Float: %s is not a narrow float type", dt))
 	}
-	panic(fmt.Sprintf("quant.Float: %s is not a narrow float type", dt))
+	return func(x, scale, zp float32) uint8 {
+		v, c := [1]float32{floatArg(x, scale, zp)}, [1]uint8{}
+		_ = tensor.Float32sToFloat8(dt, c[:], v[:], saturate) // dt is checked above
+		return c[0]
+	}
+}
+
+// floatArg is what a narrow float code encodes, x/scale + zp; a zero point
+// of 0 adds nothing, so that −0 keeps its sign.
+func floatArg(x, scale, zp float32) float32 {
+	v := x / scale
+	if zp != 0 {
+		v += zp
+	}
+	return v
 }
 
 // DequantizeFloat maps a narrow float code back to its value,
@@ -172,14 +182,18 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 	if err != nil {
 		return nil, err
 	}
-	codes := out.Data.([]uint8)
+	// The values first, then the whole tensor through the codec.
+	v := make([]float32, len(x))
 	l.Each(len(x), func(i, g int) {
 		var z float32
 		if zps != nil {
 			z = zps[g]
 		}
-		codes[i] = Float(dt, x[i], scales[g], z, saturate)
+		v[i] = floatArg(x[i], scales[g], z)
 	})
+	if err := tensor.Float32sToFloat8(dt, out.Data.([]uint8), v, saturate); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -28,6 +28,8 @@ var (
 	nan    = float32(math.NaN())
 	negNaN = math.Float32frombits(0xffc00000)
 	inf    = float32(math.Inf(1))
+	// negZero is −0.
+	negZero = float32(math.Copysign(0, -1))
 )
 
 // Cases are ties, saturation, NaN and ±Inf for every integer and narrow
@@ -50,6 +52,8 @@ var Cases = []Case{
 	// float8 e4m3fn: 1 is 0x38, steps of 1/8 up to 2, ±448 0x7e/0xfe, NaN 0x7f/0xff.
 	{"float8 e4m3fn ties", tensor.Float8E4M3FN, 1, 0, false, []float32{1.0625, 1.1875, -1.0625, 0.5}, []int64{0x38, 0x3a, 0xb8, 0x30}},
 	{"float8 e4m3fn saturation", tensor.Float8E4M3FN, 1, 0, false, []float32{448, 464, 1000, -1000, inf, -inf, nan, negNaN}, []int64{0x7e, 0x7e, 0x7e, 0xfe, 0x7e, 0xfe, 0x7f, 0xff}},
+	// A zero point of +0 adds nothing: −0 keeps its sign, as in ONNX Runtime.
+	{"float8 e4m3fn signed zero", tensor.Float8E4M3FN, 1, 0, false, []float32{negZero, 0}, []int64{0x80, 0}},
 	{"float8 e4m3fn scale", tensor.Float8E4M3FN, 0.5, 0, false, []float32{0.5, 224, 300}, []int64{0x38, 0x7e, 0x7e}},
 	{"float8 e4m3fn no saturation", tensor.Float8E4M3FN, 1, 0, true, []float32{1000, -1000, inf, 448}, []int64{0x7f, 0xff, 0x7f, 0x7e}},
 	// float8 e5m2: 1 is 0x3c, steps of 1/4 up to 2, ±57344 0x7b/0xfb, ±Inf 0x7c/0xfc.
