@@ -172,3 +172,11 @@ func AttrGraph(name string, g *onnxpb.GraphProto) *onnxpb.AttributeProto {
 func AttrTensor(name string, t *onnxpb.TensorProto) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_TENSOR.Enum(), T: t}
 }
+
+// TensorMeta adds metadata_props entries (key, value pairs) to an
+// initializer.
+func TensorMeta(t *onnxpb.TensorProto, kv ...string) {
+	for i := 0; i+1 < len(kv); i += 2 {
+		t.MetadataProps = append(t.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(kv[i]), Value: proto.String(kv[i+1])})
+	}
+}
