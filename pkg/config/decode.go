@@ -61,7 +61,9 @@ type FileSettings struct {
 var (
 	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config", algorithmsKey, "kmeans_palettization_config"}
 	calibrationKeys = []string{"data", "images", "samples", "batch_size"}
-	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "preset", "only_for", "without"}
+	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "module_name_object_type_order_configs",
+		"preset", "only_for", "without", "execution_mode"}
+	orderedKeys = []string{"module_name", "object_type", "index", "config"}
 	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
 		"module_input_spec", "module_output_spec", "module_state_spec", "qat_schedule", "preset"}
 	opKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec"}
@@ -376,7 +378,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 	if isNullOrEmpty(n) || !d.wantMapping(n, path) {
 		return qc
 	}
-	var global, onlyFor, without, types, names *entry
+	var global, onlyFor, without, types, names, ordered, mode *entry
 	for _, e := range d.mapping(n) {
 		e := e
 		switch e.key.Value {
@@ -386,6 +388,10 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 			} else if p := d.presetRef(e.val); p != nil {
 				qc = p
 			}
+		case "execution_mode":
+			mode = &e
+		case "module_name_object_type_order_configs":
+			ordered = &e
 		case "global_config":
 			global = &e
 		case "only_for":
@@ -403,10 +409,23 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 	// Setters apply in the guide's chaining order: the preset, then
 	// global_config, then only_for/without, then the explicit module entries
 	// (which override entries only_for/without made for the same key).
+	if mode != nil {
+		qc.ExecutionModeRule = d.rule(mode.key, path+".execution_mode")
+		if s, ok := d.str(mode.val, "execution_mode"); ok {
+			switch s {
+			case "graph":
+				qc.ExecutionMode = Graph
+			case "eager":
+				qc.ExecutionMode = Eager
+			default:
+				d.errorf(mode.val, didYouMean(s, []string{"graph", "eager"}), "execution_mode %q: want graph or eager", s)
+			}
+		}
+	}
 	if global != nil {
 		qc.GlobalRule = d.rule(global.key, path+".global_config")
 		qc.Global = nil
-		if !isNullOrEmpty(global.val) && d.wantMapping(global.val, "global_config") {
+		if !isNull(global.val) && d.wantMapping(global.val, "global_config") {
 			qc.Global = t.module(d, global.val, qc.GlobalRule)
 		}
 	}
@@ -422,7 +441,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 		}
 		for _, t := range nms {
-			if re := d.moduleRegex(t); re != nil {
+			if re, ok := d.moduleRegex(t); ok {
 				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 			}
 		}
@@ -434,7 +453,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 		}
 		for _, t := range nms {
-			if re := d.moduleRegex(t); re != nil {
+			if re, ok := d.moduleRegex(t); ok {
 				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 			}
 		}
@@ -443,7 +462,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 		for _, e := range d.mapping(types.val) {
 			r := d.rule(e.key, joinPath(path+".module_type_configs", e.key.Value))
 			var mc *ModuleConfig
-			if !isNullOrEmpty(e.val) && d.wantMapping(e.val, r.Path) {
+			if !isNull(e.val) && d.wantMapping(e.val, r.Path) {
 				mc = t.module(d, e.val, r)
 			}
 			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: e.key.Value, Config: mc, Rule: r})
@@ -452,17 +471,90 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 	if names != nil && !isNull(names.val) && d.wantMapping(names.val, "module_name_configs") {
 		for _, e := range d.mapping(names.val) {
 			r := d.rule(e.key, joinPath(path+".module_name_configs", e.key.Value))
-			re := d.moduleRegex(e.key)
+			re, ok := d.moduleRegex(e.key)
 			var mc *ModuleConfig
-			if !isNullOrEmpty(e.val) && d.wantMapping(e.val, r.Path) {
+			if !isNull(e.val) && d.wantMapping(e.val, r.Path) {
 				mc = t.module(d, e.val, r)
 			}
-			if re != nil {
+			if ok {
 				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: e.key.Value, Re: re, Config: mc, Rule: r})
 			}
 		}
 	}
+	if ordered != nil {
+		qc.Ordered = d.orderedEntries(ordered, path+".module_name_object_type_order_configs")
+	}
 	return qc
+}
+
+// orderedEntries decodes module_name_object_type_order_configs: a list of
+// {module_name, object_type, index, config}, torch.ao's
+// set_module_name_object_type_order. An item repeating an earlier
+// (module_name, object_type, index) replaces it.
+func (d *decoder) orderedEntries(e *entry, path string) []*OrderedEntry {
+	v := deref(e.val)
+	if isNull(v) {
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode {
+		d.errorf(e.val, "", "%s: want a list of {module_name, object_type, index, config}, got %s", path, kindName(e.val))
+		return nil
+	}
+	var out []*OrderedEntry
+	for i, item := range v.Content {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		if !d.wantMapping(item, ipath) {
+			continue
+		}
+		oe := &OrderedEntry{Rule: d.rule(deref(item), ipath), Index: -1}
+		var cfg *yaml.Node
+		hasCfg, ok := false, true
+		for _, f := range d.mapping(item) {
+			switch f.key.Value {
+			case "module_name":
+				oe.Module, _ = d.str(f.val, ipath+".module_name")
+			case "object_type":
+				t, good := d.str(f.val, ipath+".object_type")
+				if good && !validOpTypeKey(t) {
+					d.errorf(f.val, didYouMean(t, opTypeKeys()), "unknown op type %q: want an ONNX op type, a torch functional name (linear, add) or aten/torch name", t)
+					good = false
+				}
+				oe.Type, oe.OpType = t, opTypeOfKey(t)
+				ok = ok && good
+			case "index":
+				n, good := d.integer(f.val, ipath+".index")
+				if good && n < 0 {
+					d.errorf(f.val, "", "%s.index must be 0 or more, got %d", ipath, n)
+					good = false
+				}
+				oe.Index = n
+				ok = ok && good
+			case "config":
+				cfg, hasCfg = f.val, true
+			default:
+				d.unknownKey(f.key, ipath, orderedKeys)
+				ok = false
+			}
+		}
+		if oe.Type == "" || oe.Index < 0 || !hasCfg {
+			d.errorf(item, "", "%s needs object_type, index and config (module_name defaults to the root, \"\")", ipath)
+			continue
+		}
+		oe.Config = d.opConfig(cfg, oe.Rule)
+		if !ok {
+			continue
+		}
+		replaced := false
+		for j, old := range out {
+			if old.Module == oe.Module && old.OpType == oe.OpType && old.Index == oe.Index {
+				out[j], replaced = oe, true
+			}
+		}
+		if !replaced {
+			out = append(out, oe)
+		}
+	}
+	return out
 }
 
 // setEntry is set_module_type/set_module_name: a key already present gets
@@ -518,24 +610,44 @@ func (d *decoder) targets(n *yaml.Node, what string) (types, names []*yaml.Node)
 	return types, names
 }
 
-// moduleRegex compiles a module_name_configs key, anchored to match a whole
-// module name.
-func (d *decoder) moduleRegex(k *yaml.Node) *regexp.Regexp {
-	re, err := compileAnchored(k.Value)
+// moduleRegex compiles a module_name_configs key: nil for a plain module
+// name (see namePattern). ok is false when the regex does not compile.
+func (d *decoder) moduleRegex(k *yaml.Node) (*regexp.Regexp, bool) {
+	re, err := namePattern(k.Value)
 	if err != nil {
 		d.errorf(k, "", "module name pattern %q does not compile: %v", k.Value, err)
-		return nil
+		return nil, false
 	}
-	return re
+	return re, true
 }
 
-// compileAnchored compiles a name pattern so that it must match a whole
-// name. The error describes the pattern as written, not the anchored form.
+// compileAnchored compiles a regex that must match a whole name (the
+// algorithms block's exclude lists). The error describes the pattern as
+// written, not the anchored form.
 func compileAnchored(pattern string) (*regexp.Regexp, error) {
 	if _, err := regexp.Compile(pattern); err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 	}
 	return regexp.Compile(`^(?:` + pattern + `)$`)
+}
+
+// plainName matches keys that are names, not regexes: letters, digits and
+// the characters module paths and node names use. In a plain name "." is a
+// dot, not a wildcard.
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_.:/-]*$`)
+
+// namePattern compiles a name key. A plain name gives nil: it is compared
+// as a string. Any other key is a regex matched at the start of a name, as
+// torch.ao's re.match does ("foo.*" matches "foo.bar.conv0"; add "$" to
+// match a whole name). The error describes the pattern as written.
+func namePattern(pattern string) (*regexp.Regexp, error) {
+	if plainName.MatchString(pattern) {
+		return nil, nil
+	}
+	if _, err := regexp.Compile(pattern); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+	}
+	return regexp.Compile(`^(?:` + pattern + `)`)
 }
 
 // presetRef resolves `preset: NAME` to a copy of the preset's config.
@@ -544,7 +656,7 @@ func (d *decoder) presetRef(n *yaml.Node) *QuantizerConfig {
 	if !ok {
 		return nil
 	}
-	p, err := Preset(name)
+	p, err := Preset(presetAlias(name))
 	if err != nil {
 		d.errorf(n, didYouMean(name, PresetNames()), "unknown preset %q (presets: %s)", name, strings.Join(PresetNames(), ", "))
 		return nil
@@ -612,7 +724,7 @@ func (d *decoder) opTypeEntries(n *yaml.Node, path string, op func(*yaml.Node, R
 			continue
 		}
 		or := d.rule(oe.key, joinPath(path, oe.key.Value))
-		out = append(out, &OpEntry{Key: oe.key.Value, Config: op(oe.val, or), Rule: or})
+		out = append(out, &OpEntry{Key: oe.key.Value, Type: opTypeOfKey(oe.key.Value), Config: op(oe.val, or), Rule: or})
 	}
 	return out
 }
@@ -624,7 +736,7 @@ func (d *decoder) opNameEntries(n *yaml.Node, path string, op func(*yaml.Node, R
 	}
 	var out []*OpEntry
 	for _, oe := range d.mapping(n) {
-		re, err := compileAnchored(oe.key.Value)
+		re, err := namePattern(oe.key.Value)
 		if err != nil {
 			d.errorf(oe.key, "", "op name pattern %q does not compile: %v", oe.key.Value, err)
 			continue
@@ -637,7 +749,7 @@ func (d *decoder) opNameEntries(n *yaml.Node, path string, op func(*yaml.Node, R
 
 // opConfig decodes an OpQuantizerConfig; null or empty disables the op (nil).
 func (d *decoder) opConfig(n *yaml.Node, r Rule) *OpConfig {
-	if isNullOrEmpty(n) || !d.wantMapping(n, r.Path) {
+	if isNull(n) || !d.wantMapping(n, r.Path) {
 		return nil
 	}
 	oc := defaultOpConfig(r)
@@ -708,6 +820,10 @@ func (d *decoder) specMap(e entry, r Rule, kind tensorKind, indices bool) *SpecM
 				d.errorf(k, "", "%s key: want \"*\", an index or a name, got %s", e.key.Value, kindName(k))
 				continue
 			}
+			if !strings.HasPrefix(e.key.Value, "module_") && !validTensorName(k.Value) {
+				d.errorf(k, didYouMean(k.Value, knownTensorNames()), "%s key %q names no tensor of any op: want \"*\", an index, a torch argument name (input, other, weight, bias), an ONNX input name (X, A, B) or input_<i>/output_<i>", e.key.Value, k.Value)
+				continue
+			}
 			se.Name = k.Value
 			if m.Kind == KeysIndices {
 				d.errorf(k, "", "%s mixes index and name keys; use one kind (with \"*\")", e.key.Value)
@@ -715,7 +831,7 @@ func (d *decoder) specMap(e entry, r Rule, kind tensorKind, indices bool) *SpecM
 			}
 			m.Kind = KeysNames
 		}
-		if !isNullOrEmpty(te.val) {
+		if !isNull(te.val) {
 			se.Spec = d.spec(te.val, se.Rule.Path)
 			if se.Spec != nil && kind == tensorActivation {
 				switch g := se.Spec.Granularity; {

@@ -82,10 +82,10 @@ func TestResolveErrors(t *testing.T) {
 	tests := []struct{ name, text, want string }{
 		{"per_channel state without default axis",
 			"quantization_config:\n  global_config:\n    op_state_spec:\n      \"*\": {dtype: int8, granularity: {type: per_channel}}\n",
-			`c.yaml:4:7: node "/blk/Add" (Add) state 1 "c": per_channel without axis: Add has no default axis for this tensor (rank 2); set granularity.axis`},
+			`c.yaml:4:7: node "/blk/Add" (Add) other "c": per_channel without axis: Add has no default axis for this tensor (rank 2); set granularity.axis`},
 		{"axis out of range for the tensor",
 			"quantization_config:\n  global_config:\n    op_state_spec:\n      \"*\": {dtype: int8, granularity: {type: per_channel, axis: -3}}\n",
-			`c.yaml:4:7: node "/blk/Add" (Add) state 1 "c": granularity axis -3 is out of range for a tensor of rank 2`},
+			`c.yaml:4:7: node "/blk/Add" (Add) other "c": granularity axis -3 is out of range for a tensor of rank 2`},
 		{"activation axis out of range",
 			"quantization_config:\n  global_config:\n    op_output_spec:\n      0: {dtype: int8, granularity: {type: per_channel, axis: 2}}\n",
 			`c.yaml:4:7: node "/blk/Add" (Add) output 0 "y": granularity axis 2 is out of range for a tensor of rank 2`},

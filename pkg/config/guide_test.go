@@ -1,10 +1,14 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels/torchexport"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 )
 
 func mustParse(t *testing.T, name, text string) *Config {
@@ -25,8 +29,34 @@ func mustResolve(t *testing.T, cfg *QuantizerConfig, dynamo bool) *Resolution {
 	return res
 }
 
+// torchExport loads testdata/torch/guide_<variant>.onnx, the guide-shaped
+// model as torch's dynamo or TorchScript exporter writes it.
+func torchExport(t testing.TB, variant string) *onnxgraph.Model {
+	t.Helper()
+	m, err := onnxgraph.Load(filepath.Join("testdata", "torch", "guide_"+variant+".onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestTorchExportsAreGenerated: the committed export files are what
+// internal/testmodels/torchexport writes (go generate ./pkg/config).
+func TestTorchExportsAreGenerated(t *testing.T) {
+	for variant, dynamo := range map[string]bool{"dynamo": true, "torchscript": false} {
+		got, err := os.ReadFile(filepath.Join("testdata", "torch", "guide_"+variant+".onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, torchexport.GuideNet(dynamo)) {
+			t.Errorf("testdata/torch/guide_%s.onnx is stale: run go generate ./pkg/config", variant)
+		}
+	}
+}
+
 // TestGuideExamples: every YAML example of the guide parses, validates and
-// resolves on the guide model, in both its TorchScript and dynamo exports.
+// resolves to a golden plan on the guide-shaped model, in both its
+// TorchScript and dynamo exports.
 func TestGuideExamples(t *testing.T) {
 	files, err := filepath.Glob("testdata/guide/*.yaml")
 	if err != nil || len(files) < 11 {
@@ -40,7 +70,10 @@ func TestGuideExamples(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := mustResolve(t, cfg.Quant, variant == "dynamo")
+				res, err := Resolve(cfg.Quant, torchExport(t, variant).Graph)
+				if err != nil {
+					t.Fatal(err)
+				}
 				checkGolden(t, name+"."+variant+".txt", dump(res))
 			})
 		}

@@ -64,6 +64,14 @@ func guideSteps() []guideStep {
 	}
 }
 
+// guideTargets are the aten targets dynamo records for the guide steps.
+var guideTargets = map[string]string{
+	"Conv": "aten.conv2d.default", "Relu": "aten.relu.default", "ConvTranspose": "aten.conv_transpose2d.input",
+	"GlobalAveragePool": "aten.adaptive_avg_pool2d.default", "Flatten": "aten.flatten.using_ints", "Gemm": "aten.linear.default",
+	"MatMul": "aten.linear.default", "Gather": "aten.embedding.default", "Mul": "aten.mul.Tensor", "Softmax": "aten._softmax.default",
+	"Add": "aten.add.Tensor", "Concat": "aten.cat.default",
+}
+
 // guideModel builds the guide test model, with TorchScript scoped names or
 // (dynamo) FX-style names plus name_scopes/class_hierarchy metadata.
 func guideModel(t testing.TB, dynamo bool) *onnxgraph.Model {
@@ -75,6 +83,7 @@ func guideModel(t testing.TB, dynamo bool) *onnxgraph.Model {
 	b.RandomInit("fc.weight", 0.3, 16, 4).RandomInit("fc.bias", 0.1, 16)
 	b.RandomInit("proj.weight", 0.3, 16, 16)
 	b.RandomInit("embed.weight", 0.3, 10, 16)
+	fxCount := map[string]int{}
 	for i, s := range guideSteps() {
 		name := s.name
 		if dynamo && name != "linear_23" {
@@ -91,8 +100,14 @@ func guideModel(t testing.TB, dynamo bool) *onnxgraph.Model {
 		}
 		n := b.Node(s.op, name, s.in, s.out, attrs...)
 		if dynamo {
-			names := append(append([]string{""}, s.modules...), strings.ToLower(s.op))
-			classes := append(append([]string{"__main__.Net"}, s.classes...), "aten."+strings.ToLower(s.op))
+			target := guideTargets[s.op]
+			fx := strings.Split(target, ".")[1]
+			if k := fxCount[fx]; k > 0 {
+				fx = fmt.Sprintf("%s_%d", fx, k)
+			}
+			fxCount[strings.Split(target, ".")[1]]++
+			names := append(append([]string{""}, s.modules...), fx)
+			classes := append(append([]string{"__main__.Net"}, s.classes...), target)
 			testmodels.Meta(n, onnxgraph.MetaNameScopes, pyList(names), onnxgraph.MetaClassHierarchy, pyList(classes))
 		}
 	}
@@ -117,7 +132,8 @@ func dump(res *Resolution) string {
 	var b strings.Builder
 	for _, nr := range res.Nodes {
 		n := nr.Node
-		fmt.Fprintf(&b, "%s (%s) module=%q scope=%q\n  config %s\n  op     %s\n", n.Name, n.OpType, n.Module, nr.Scope, nr.ModuleRule, nr.OpRule)
+		fmt.Fprintf(&b, "%s (%s) module=%q scope=%q\n  call   %s %s (graph %q, eager %q)\n  config %s\n  op     %s\n", n.Name, n.OpType, n.Module, nr.Scope,
+			nr.Call.Type, strings.Join(nr.Names, " | "), nr.Call.GraphName, nr.Call.EagerName, nr.ModuleRule, nr.OpRule)
 		for _, t := range nr.Tensors {
 			what := "-"
 			if t.Spec != nil {

@@ -42,9 +42,16 @@ var onnxOpSet = func() map[string]bool {
 
 // opAlias maps a torch functional name (the guide's op type keys) onto ONNX
 // nodes. match, when set, narrows the op types by the node's inputs.
+// args and states name the op's torch arguments in order, activations and
+// constants apart, for an op exported as several ONNX nodes (a Linear on a
+// 3-D input is MatMul + Add): its external activation inputs take args by
+// first use, its constant inputs take states in the order the nodes read
+// them. Unset, they are "input", "other" and no state names.
 type opAlias struct {
-	ops   []string
-	match func(n *onnxgraph.Node) bool
+	ops    []string
+	match  func(n *onnxgraph.Node) bool
+	args   []string
+	states []string
 }
 
 func constInput(i int) func(n *onnxgraph.Node) bool {
@@ -63,17 +70,19 @@ func weightRank(rank int) func(n *onnxgraph.Node) bool {
 	}
 }
 
+var weightBias = []string{"weight", "bias"}
+
 var opAliases = map[string]opAlias{
 	"linear": {ops: []string{"Gemm", "MatMul"}, match: func(n *onnxgraph.Node) bool {
 		return n.OpType == "Gemm" || constInput(1)(n)
-	}},
-	"conv1d":                       {ops: []string{"Conv"}, match: weightRank(3)},
-	"conv2d":                       {ops: []string{"Conv"}, match: weightRank(4)},
-	"conv3d":                       {ops: []string{"Conv"}, match: weightRank(5)},
-	"conv_transpose1d":             {ops: []string{"ConvTranspose"}, match: weightRank(3)},
-	"conv_transpose2d":             {ops: []string{"ConvTranspose"}, match: weightRank(4)},
-	"conv_transpose3d":             {ops: []string{"ConvTranspose"}, match: weightRank(5)},
-	"embedding":                    {ops: []string{"Gather"}, match: constInput(0)},
+	}, states: weightBias},
+	"conv1d":                       {ops: []string{"Conv"}, match: weightRank(3), states: weightBias},
+	"conv2d":                       {ops: []string{"Conv"}, match: weightRank(4), states: weightBias},
+	"conv3d":                       {ops: []string{"Conv"}, match: weightRank(5), states: weightBias},
+	"conv_transpose1d":             {ops: []string{"ConvTranspose"}, match: weightRank(3), states: weightBias},
+	"conv_transpose2d":             {ops: []string{"ConvTranspose"}, match: weightRank(4), states: weightBias},
+	"conv_transpose3d":             {ops: []string{"ConvTranspose"}, match: weightRank(5), states: weightBias},
+	"embedding":                    {ops: []string{"Gather"}, match: constInput(0), states: []string{"weight"}},
 	"matmul":                       {ops: []string{"MatMul"}},
 	"bmm":                          {ops: []string{"MatMul"}},
 	"mm":                           {ops: []string{"MatMul"}},
@@ -84,8 +93,8 @@ var opAliases = map[string]opAlias{
 	"mul":                          {ops: []string{"Mul"}},
 	"div":                          {ops: []string{"Div"}},
 	"pow":                          {ops: []string{"Pow"}},
-	"concat":                       {ops: []string{"Concat"}},
-	"cat":                          {ops: []string{"Concat"}},
+	"concat":                       {ops: []string{"Concat"}, args: []string{"tensors"}},
+	"cat":                          {ops: []string{"Concat"}, args: []string{"tensors"}},
 	"max_pool1d":                   {ops: []string{"MaxPool"}},
 	"max_pool2d":                   {ops: []string{"MaxPool"}},
 	"max_pool3d":                   {ops: []string{"MaxPool"}},
@@ -95,11 +104,11 @@ var opAliases = map[string]opAlias{
 	"adaptive_avg_pool1d":          {ops: []string{"GlobalAveragePool"}},
 	"adaptive_avg_pool2d":          {ops: []string{"GlobalAveragePool"}},
 	"adaptive_avg_pool3d":          {ops: []string{"GlobalAveragePool"}},
-	"layer_norm":                   {ops: []string{"LayerNormalization"}},
-	"batch_norm":                   {ops: []string{"BatchNormalization"}},
-	"group_norm":                   {ops: []string{"GroupNormalization"}},
-	"instance_norm":                {ops: []string{"InstanceNormalization"}},
-	"rms_norm":                     {ops: []string{"RMSNormalization"}},
+	"layer_norm":                   {ops: []string{"LayerNormalization"}, states: weightBias},
+	"batch_norm":                   {ops: []string{"BatchNormalization"}, states: []string{"weight", "bias", "running_mean", "running_var"}},
+	"group_norm":                   {ops: []string{"GroupNormalization"}, states: weightBias},
+	"instance_norm":                {ops: []string{"InstanceNormalization"}, states: weightBias},
+	"rms_norm":                     {ops: []string{"RMSNormalization"}, states: []string{"weight"}},
 	"relu":                         {ops: []string{"Relu"}},
 	"gelu":                         {ops: []string{"Gelu"}},
 	"sigmoid":                      {ops: []string{"Sigmoid"}},
@@ -138,7 +147,7 @@ var opAliases = map[string]opAlias{
 	"rsqrt":                        {ops: []string{"Reciprocal"}},
 	"abs":                          {ops: []string{"Abs"}},
 	"neg":                          {ops: []string{"Neg"}},
-	"where":                        {ops: []string{"Where"}},
+	"where":                        {ops: []string{"Where"}, args: []string{"condition", "input", "other"}},
 	"gather":                       {ops: []string{"Gather"}},
 	"index_select":                 {ops: []string{"Gather"}},
 	"dropout":                      {ops: []string{"Dropout"}},
@@ -167,6 +176,15 @@ func opTypeKeys() []string {
 	return keys
 }
 
+// opTypeOfKey is the op type an op_type_config key stands for: the torch
+// op type of a torch/aten name, else the key itself.
+func opTypeOfKey(key string) string {
+	if t, ok := torchOpType(key); ok {
+		return t
+	}
+	return key
+}
+
 // validOpTypeKey reports whether key names ONNX nodes: an ONNX op type, a
 // torch alias, or "domain.OpType" for a custom domain.
 func validOpTypeKey(key string) bool {
@@ -174,6 +192,12 @@ func validOpTypeKey(key string) bool {
 		return true
 	}
 	if _, ok := opAliases[key]; ok {
+		return true
+	}
+	if _, ok := opSynonyms[key]; ok {
+		return true
+	}
+	if _, ok := torchOpType(key); ok {
 		return true
 	}
 	i := strings.LastIndex(key, ".")
@@ -247,15 +271,155 @@ var opSchemas = map[string]struct{ in, out []string }{
 	"Where":              {[]string{"condition", "X", "Y"}, []string{"output"}},
 }
 
+// torchArgNames names the inputs of an ONNX node exported from one torch op
+// by the op's torch arguments, by ONNX input position (so that the guide's
+// op_input_spec/op_state_spec keys such as input, other, weight and bias
+// work). A position may have synonyms: torch.where's older (condition, x, y)
+// and aten's self. Ops not listed take "input" for input 0, "other" for
+// input 1. A Gather on a constant table (embedding) is handled by
+// nodeTorchArgs: its ONNX inputs are (weight, input).
+var torchArgNames = map[string][][]string{
+	"Conv":                  {{"input"}, {"weight"}, {"bias"}},
+	"ConvTranspose":         {{"input"}, {"weight"}, {"bias"}},
+	"Gemm":                  {{"input"}, {"weight"}, {"bias"}},
+	"MatMul":                {{"input", "self"}, {"other", "mat2"}},
+	"Add":                   {{"input", "self"}, {"other"}},
+	"Sub":                   {{"input", "self"}, {"other"}},
+	"Mul":                   {{"input", "self"}, {"other"}},
+	"Div":                   {{"input", "self"}, {"other"}},
+	"Pow":                   {{"input", "self"}, {"exponent"}},
+	"Max":                   {{"input", "self"}, {"other"}},
+	"Min":                   {{"input", "self"}, {"other"}},
+	"Where":                 {{"condition"}, {"input", "x", "self"}, {"other", "y"}},
+	"Concat":                {{"tensors"}},
+	"Clip":                  {{"input", "self"}, {"min"}, {"max"}},
+	"Reshape":               {{"input", "self"}, {"shape"}},
+	"Split":                 {{"input", "self"}, {"split_size_or_sections"}},
+	"Gather":                {{"input", "self"}, {"index"}},
+	"LayerNormalization":    {{"input"}, {"weight"}, {"bias"}},
+	"GroupNormalization":    {{"input"}, {"weight"}, {"bias"}},
+	"InstanceNormalization": {{"input"}, {"weight"}, {"bias"}},
+	"RMSNormalization":      {{"input"}, {"weight"}},
+	"BatchNormalization":    {{"input"}, {"weight"}, {"bias"}, {"running_mean"}, {"running_var"}},
+	"PRelu":                 {{"input"}, {"weight"}},
+}
+
+// nodeTorchArgs returns the torch argument names of input i of a node that
+// is a whole torch op by itself.
+func nodeTorchArgs(n *onnxgraph.Node, i int) []string {
+	if n.Domain != "" {
+		return nil
+	}
+	if n.OpType == "Gather" && constInput(0)(n) {
+		return [][]string{{"weight"}, {"input"}}[min(i, 1)]
+	}
+	if names, ok := torchArgNames[n.OpType]; ok {
+		return names[min(i, len(names)-1)]
+	}
+	if i == 0 {
+		return []string{"input", "self"}
+	}
+	if i == 1 {
+		return []string{"other"}
+	}
+	return nil
+}
+
+// outputNames are the torch names every op's output 0 answers to.
+var outputNames = []string{"output", "out"}
+
+// knownTensorNames lists every name key an op_*_spec or module_*_spec may
+// use on some op, for validation and hints: ONNX schema names, torch
+// argument names, state names.
+func knownTensorNames() []string {
+	set := map[string]bool{}
+	for _, s := range opSchemas {
+		for _, n := range append(append([]string(nil), s.in...), s.out...) {
+			set[n] = true
+		}
+	}
+	for _, list := range torchArgNames {
+		for _, names := range list {
+			for _, n := range names {
+				set[n] = true
+			}
+		}
+	}
+	for _, a := range opAliases {
+		for _, n := range append(append([]string(nil), a.args...), a.states...) {
+			set[n] = true
+		}
+	}
+	for _, n := range append([]string{"input", "other", "self"}, outputNames...) {
+		set[n] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// validTensorName reports whether key may name a tensor slot: a known name
+// or input_<i>/output_<i>.
+func validTensorName(key string) bool {
+	for _, p := range []string{"input_", "output_"} {
+		if rest, ok := strings.CutPrefix(key, p); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			return true
+		}
+	}
+	for _, n := range knownTensorNames() {
+		if n == key {
+			return true
+		}
+	}
+	return false
+}
+
+// torchOpType is the op type a torch op name stands for, by the guide's
+// rule (the part after the last period) extended to aten targets, whose
+// last part is the overload: "torch.add" and "torch.nn.functional.add" are
+// add, "aten.linear.default" and "torch.ops.aten.linear.default" are
+// linear. A leading underscore of an aten op is dropped (aten._softmax is
+// softmax). ok is false for a key that is not a torch name.
+func torchOpType(key string) (string, bool) {
+	k := strings.TrimPrefix(key, "torch.ops.")
+	if rest, ok := strings.CutPrefix(k, "aten."); ok {
+		name, _, _ := strings.Cut(rest, ".")
+		return strings.TrimLeft(name, "_"), name != ""
+	}
+	if strings.HasPrefix(k, "torch.") {
+		name := k[strings.LastIndex(k, ".")+1:]
+		return name, name != ""
+	}
+	return "", false
+}
+
+// opSynonyms are torch op names that stand for the same op as another key.
+var opSynonyms = map[string][]string{
+	"cat":              {"concat"},
+	"concat":           {"cat"},
+	"clamp":            {"clip"},
+	"clip":             {"clamp"},
+	"split_with_sizes": {"split"},
+	"view":             {"reshape"},
+	"reshape":          {"view"},
+}
+
 // tensorNames are the names an op_input_spec/op_output_spec key may use for
-// tensor i of n: the schema name and the generic "input_<i>"/"output_<i>".
-func tensorNames(n *onnxgraph.Node, output bool, i int) []string {
+// tensor i of n: "input_<pos>"/"output_<pos>" for its position pos in the
+// op call, and the ONNX schema name when n is the whole call.
+func tensorNames(n *onnxgraph.Node, output bool, i, pos int, whole bool) []string {
 	prefix := "input_"
 	if output {
 		prefix = "output_"
 	}
-	names := []string{fmt.Sprintf("%s%d", prefix, i)}
-	if s, ok := opSchemas[n.OpType]; ok && n.Domain == "" {
+	var names []string
+	if pos >= 0 {
+		names = append(names, fmt.Sprintf("%s%d", prefix, pos))
+	}
+	if s, ok := opSchemas[n.OpType]; ok && n.Domain == "" && whole {
 		list := s.in
 		if output {
 			list = s.out

@@ -60,12 +60,41 @@ quantization_config:
   module_type_configs:
     torch.nn.modules.linear.Linear: {op_input_spec: {"*": *i4}}
 `, true, "node_Relu_1", "input 0", "uint8"},
-		{"first matching name regex wins", specs + `
+		{"a module name beats an earlier regex", specs + `
 quantization_config:
   module_name_configs:
     "model\\..*": {op_input_spec: {"*": *i4}}
     "model.selfattention.layer.0": {op_input_spec: {"*": *i16}}
+`, false, "/model/selfattention/layer.0/Softmax", "input 0", "int16"},
+		{"first matching regex wins", specs + `
+quantization_config:
+  module_name_configs:
+    "model\\.self.*": {op_input_spec: {"*": *i4}}
+    "model\\..*": {op_input_spec: {"*": *i16}}
 `, false, "/model/selfattention/layer.0/Softmax", "input 0", "int4"},
+		{"a regex matches a prefix", specs + `
+quantization_config:
+  module_name_configs:
+    "mod.*l": {op_input_spec: {"*": *i4}}
+`, false, "/model/selfattention/layer.0/Softmax", "input 0", "int4"},
+		{"a plain name's dot is a dot", specs + `
+quantization_config:
+  module_name_configs:
+    "model.selfattention.layer_0": {op_input_spec: {"*": *i4}}
+`, false, "/model/selfattention/layer.0/Softmax", "input 0", "int8"},
+		{"a module name covers its children over their type", specs + `
+quantization_config:
+  module_type_configs:
+    torch.nn.modules.conv.ConvTranspose2d: {op_state_spec: {weight: *i4}}
+  module_name_configs:
+    decoder: null
+`, true, "node_ConvTranspose_2", "weight", "none"},
+		{"a child's name beats its parent's name", specs + `
+quantization_config:
+  module_name_configs:
+    decoder: null
+    decoder.deconv1: {op_state_spec: {weight: *i4}}
+`, true, "node_ConvTranspose_2", "weight", "int4"},
 		{"inner module config beats the outer one", specs + `
 quantization_config:
   module_name_configs:
@@ -83,7 +112,7 @@ quantization_config:
     op_type_config:
       MatMul: {op_input_spec: {"*": *i4}}
     op_name_config:
-      "linear_2.": {op_input_spec: {"*": *i16}}
+      "linear_2[0-9]": {op_input_spec: {"*": *i16}}
 `, false, "linear_23", "input 0", "int16"},
 		{"op type beats module defaults", specs + `
 quantization_config:

@@ -70,6 +70,21 @@ func PresetConfig(name string) (*Config, error) {
 	return cfg, nil
 }
 
+// presetAliases are the guide's preset names for the embedded presets.
+var presetAliases = map[string]string{
+	"W_INT8_A_INT8": "w8a8",
+	"W_MXFP4_A_FP8": "mxfp4",
+}
+
+// presetAlias maps a guide preset name (W_INT8_A_INT8) onto the embedded
+// preset; other names are returned unchanged.
+func presetAlias(name string) string {
+	if p, ok := presetAliases[name]; ok {
+		return p
+	}
+	return name
+}
+
 // Preset returns the quantization config of a preset. Its rules name the
 // file "preset:NAME" with the preset's own line numbers.
 func Preset(name string) (*QuantizerConfig, error) {

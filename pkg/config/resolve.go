@@ -50,6 +50,12 @@ func (r *Resolution) Node(name string) *NodeResolution { return r.byName[name] }
 // NodeResolution is the resolved config of one node.
 type NodeResolution struct {
 	Node *onnxgraph.Node
+	// Call is the torch op call the node belongs to: its op type, and the
+	// graph-mode and eager names op_name_config keys may use.
+	Call *OpCall
+	// Names are the op names the node answers to in the config's
+	// execution mode: the ONNX node name first.
+	Names []string
 	// Scope is the module whose config entry applies ("" for the global
 	// config or an entry matching the root module).
 	Scope string
@@ -95,6 +101,13 @@ type TensorResolution struct {
 	// or field that disabled or omitted the tensor).
 	Rule   Rule
 	Reason string
+	// Explicit is set when the deciding entry names this tensor (by index
+	// or name, not "*" or a default): op_state_spec {bias: null} keeps a
+	// bias in float instead of the default int32 bias.
+	Explicit bool
+	// Boundary is set when a module_*_spec decided: module specs apply
+	// whether or not the op has a quantization rule.
+	Boundary bool
 }
 
 // Label names the slot: "input 0", "weight", "state 3", "output 0".
@@ -126,8 +139,31 @@ func (t *TensorResolution) Label() string {
 // specs without an axis on a tensor that has no default axis, and axes out
 // of range for the tensor.
 func Resolve(cfg *QuantizerConfig, g *onnxgraph.Graph) (*Resolution, error) {
-	r := &resolver{cfg: cfg, g: g, types: moduleTypes(g), eff: map[string]*effective{},
-		usedEntries: map[*ModuleEntry]bool{}, usedOps: map[*OpEntry]bool{}, applied: map[*ModuleConfig]bool{}}
+	return ResolveWith(cfg, g, ResolveOptions{})
+}
+
+// ResolveOptions tell the resolution what the quantizer supports.
+type ResolveOptions struct {
+	// Quantizable reports whether prepare quantizes slot (role, index) of
+	// n when an op-level spec asks for it. Op-level specs on other slots
+	// are listed as not quantized, with the reason, and a config entry
+	// that reaches only such ops is warned about. nil means every slot.
+	Quantizable func(n *onnxgraph.Node, role Role, index int) bool
+}
+
+// ResolveWith is Resolve with options.
+func ResolveWith(cfg *QuantizerConfig, g *onnxgraph.Graph, opts ResolveOptions) (*Resolution, error) {
+	r := &resolver{cfg: cfg, g: g, opts: opts, types: moduleTypes(g), eff: map[string]*effective{},
+		usedEntries: map[*ModuleEntry]bool{}, usedOps: map[*OpEntry]bool{}, applied: map[*ModuleConfig]bool{},
+		usedSpec: map[*SpecEntry]bool{}, maps: map[*SpecMap]string{}, opNodes: map[*OpEntry][]*NodeResolution{},
+		slots: map[*onnxgraph.Node][]slot{}}
+	r.calls, r.callOf = opCalls(g)
+	for _, c := range r.calls {
+		for n, s := range c.slots() {
+			r.slots[n] = s
+		}
+	}
+	r.orderedOf = orderedCalls(cfg.Ordered, r.calls)
 	res := &Resolution{byName: map[string]*NodeResolution{}}
 	for _, n := range g.Nodes {
 		nr := r.node(n)
@@ -138,6 +174,7 @@ func Resolve(cfg *QuantizerConfig, g *onnxgraph.Graph) (*Resolution, error) {
 	for _, nr := range res.Nodes {
 		for _, t := range nr.Tensors {
 			r.finish(nr.Node, t)
+			r.supported(nr.Node, t)
 		}
 	}
 	res.Warnings = sortDiagnostics(r.warnings(res))
@@ -150,6 +187,14 @@ func Resolve(cfg *QuantizerConfig, g *onnxgraph.Graph) (*Resolution, error) {
 type resolver struct {
 	cfg         *QuantizerConfig
 	g           *onnxgraph.Graph
+	opts        ResolveOptions
+	calls       []*OpCall
+	callOf      map[*onnxgraph.Node]*OpCall
+	slots       map[*onnxgraph.Node][]slot
+	orderedOf   map[*OpCall]*OrderedEntry
+	usedSpec    map[*SpecEntry]bool
+	maps        map[*SpecMap]string
+	opNodes     map[*OpEntry][]*NodeResolution
 	types       map[string]string
 	eff         map[string]*effective
 	usedEntries map[*ModuleEntry]bool
@@ -210,66 +255,165 @@ func parentModule(m string) string {
 	return ""
 }
 
-// effectiveFor finds the module config of module m (see Resolve).
+// effectiveFor finds the module config of module m, torch.ao's order:
+// a module_name_configs name equal to m or to its nearest ancestor (a
+// module name entry covers the module's children), else the first regex
+// matching m or its nearest ancestor, else a module_type_configs entry for
+// the class of m or of its nearest ancestor, else global_config.
 func (r *resolver) effectiveFor(m string) *effective {
 	if e, ok := r.eff[m]; ok {
 		return e
 	}
+	var chain []string
+	for x := m; x != ""; x = parentModule(x) {
+		chain = append(chain, x)
+	}
+	found := func(x string, me *ModuleEntry) *effective {
+		r.usedEntries[me] = true
+		return &effective{scope: x, cfg: me.Config, rule: me.Rule, own: x == m}
+	}
 	var e *effective
-	for _, me := range r.cfg.ModuleNames {
-		if me.Re.MatchString(m) {
-			e = &effective{scope: m, cfg: me.Config, rule: me.Rule, own: true}
-			r.usedEntries[me] = true
-			break
+	for _, x := range chain {
+		for _, me := range r.cfg.ModuleNames {
+			if e == nil && me.Re == nil && me.Key == x {
+				e = found(x, me)
+			}
 		}
 	}
-	if t := r.types[m]; e == nil && t != "" {
+	for _, x := range chain {
+		for _, me := range r.cfg.ModuleNames {
+			if e == nil && me.Re != nil && me.Re.MatchString(x) {
+				e = found(x, me)
+			}
+		}
+	}
+	for _, x := range chain {
 		for _, me := range r.cfg.ModuleTypes {
-			if me.Key == t {
-				e = &effective{scope: m, cfg: me.Config, rule: me.Rule, own: true}
-				r.usedEntries[me] = true
-				break
+			if e == nil && classMatches(me.Key, r.types[x]) {
+				e = found(x, me)
 			}
 		}
 	}
 	if e == nil {
-		if m == "" {
-			e = &effective{scope: "", cfg: r.cfg.Global, rule: r.cfg.GlobalRule, own: true}
-		} else {
-			e = r.effectiveFor(parentModule(m))
-		}
+		e = &effective{scope: "", cfg: r.cfg.Global, rule: r.cfg.GlobalRule, own: m == ""}
 	}
 	r.eff[m] = e
 	return e
 }
 
+// classMatches reports whether a module_type_configs key names class: the
+// fully qualified class name, or for a key without a dot (the guide's
+// mymodelSelfAttention) the class name after the module path.
+func classMatches(key, class string) bool {
+	if class == "" {
+		return false
+	}
+	return key == class || (!strings.Contains(key, ".") && strings.HasSuffix(class, "."+key))
+}
+
+// orderedCalls assigns module_name_object_type_order_configs entries to
+// calls: the index-th call (in execution order) of the op type directly in
+// the module.
+func orderedCalls(entries []*OrderedEntry, calls []*OpCall) map[*OpCall]*OrderedEntry {
+	out := map[*OpCall]*OrderedEntry{}
+	for _, oe := range entries {
+		k := 0
+		for _, c := range calls {
+			if c.Module != oe.Module || !callIsType(c, oe.OpType) {
+				continue
+			}
+			if k == oe.Index {
+				out[c] = oe
+			}
+			k++
+		}
+	}
+	return out
+}
+
+// callIsType reports whether an op type key (already normalised) names
+// call c: one of its torch op types, or the ONNX op type of its nodes.
+func callIsType(c *OpCall, key string) bool {
+	for _, t := range c.Types {
+		if t == key {
+			return true
+		}
+	}
+	for _, n := range c.Nodes {
+		if opTypeTier(key, n) == 3 {
+			return true
+		}
+	}
+	return false
+}
+
+// opEntryTier says how well an op_type_config entry matches node n of call
+// c: 3 the exact ONNX op type of n, 2 the call's torch op type, 1 another
+// torch op the call may be, 0 no match. Higher tiers win; within a tier
+// the first entry in the file wins.
+func opEntryTier(oe *OpEntry, n *onnxgraph.Node, c *OpCall) int {
+	if opTypeTier(oe.Key, n) == 3 {
+		return 3
+	}
+	for i, t := range c.Types {
+		if t == oe.Type {
+			if i == 0 {
+				return 2
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// opNameMatches reports whether an op_name_config entry names one of names.
+func opNameMatches(oe *OpEntry, names []string) bool {
+	for _, name := range names {
+		if (oe.Re == nil && oe.Key == name) || (oe.Re != nil && oe.Re.MatchString(name)) {
+			return true
+		}
+	}
+	return false
+}
+
 // node resolves one node's op-level specs.
 func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 	ef := r.effectiveFor(n.Module)
-	nr := &NodeResolution{Node: n, Scope: ef.scope, ModuleRule: ef.rule, OpRule: ef.rule}
+	c := r.callOf[n]
+	nr := &NodeResolution{Node: n, Call: c, Names: c.Names(n, r.cfg.ExecutionMode), Scope: ef.scope, ModuleRule: ef.rule, OpRule: ef.rule}
 	var oc *OpConfig
 	disabled, reason := false, ""
-	if ef.cfg == nil {
+	if oe := r.orderedOf[c]; oe != nil {
+		nr.OpRule, oc = oe.Rule, oe.Config
+		if oc == nil {
+			disabled, reason = true, "op config is null"
+		}
+	} else if ef.cfg == nil {
 		disabled, reason = true, "module config is null"
 	} else {
 		r.applied[ef.cfg] = true
 		var chosen *OpEntry
 		for _, oe := range ef.cfg.OpNames {
-			if oe.Re.MatchString(n.Name) {
+			if chosen == nil && oe.Re == nil && opNameMatches(oe, nr.Names) {
 				chosen = oe
-				break
+			}
+		}
+		for _, oe := range ef.cfg.OpNames {
+			if chosen == nil && oe.Re != nil && opNameMatches(oe, nr.Names) {
+				chosen = oe
 			}
 		}
 		if chosen == nil {
 			best := 0
 			for _, oe := range ef.cfg.OpTypes {
-				if t := opTypeTier(oe.Key, n); t > best {
+				if t := opEntryTier(oe, n, c); t > best {
 					chosen, best = oe, t
 				}
 			}
 		}
 		if chosen != nil {
 			r.usedOps[chosen] = true
+			r.opNodes[chosen] = append(r.opNodes[chosen], nr)
 			nr.OpRule = chosen.Rule
 			oc = chosen.Config
 			if oc == nil {
@@ -280,30 +424,39 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 		}
 	}
 	nr.Op = oc
+	slots := r.slots[n]
+	internal := fmt.Sprintf("inside the %s op (%d ONNX nodes): the tensors between its nodes are not quantized", c.Type, len(c.Nodes))
 	for i, v := range n.Inputs {
 		if v == nil {
 			continue
 		}
+		sl := slots[i]
 		t := &TensorResolution{Role: RoleInput, Index: i, Value: v.Name}
 		group, field := (*SpecMap)(nil), "op_input_spec"
 		var names []string
 		if v.IsConst() {
 			t.Role, t.Key = RoleState, stateName(n, i)
+			if len(c.Nodes) > 1 || t.Key == "" {
+				t.Key = firstName(sl.names)
+			}
 			field = "op_state_spec"
-			names = []string{t.Key}
+			names = append([]string{t.Key}, sl.names...)
 			if oc != nil {
 				group = oc.State
 			}
 		} else {
-			names = tensorNames(n, false, i)
+			names = append(tensorNames(n, false, i, sl.index, len(c.Nodes) == 1), sl.names...)
 			if oc != nil {
 				group = oc.Input
 			}
 		}
-		if disabled {
+		switch {
+		case sl.internal:
+			t.Rule, t.Reason = nr.OpRule, internal
+		case disabled:
 			t.Rule, t.Reason = nr.OpRule, reason
-		} else {
-			lookup(t, group, field, i, names)
+		default:
+			r.lookup(t, group, field, sl.index, names)
 		}
 		nr.Tensors = append(nr.Tensors, t)
 	}
@@ -312,25 +465,42 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 			continue
 		}
 		t := &TensorResolution{Role: RoleOutput, Index: i, Value: v.Name}
-		if disabled {
+		switch {
+		case c.internal(v):
+			t.Rule, t.Reason = nr.OpRule, internal
+		case disabled:
 			t.Rule, t.Reason = nr.OpRule, reason
-		} else {
-			lookup(t, oc.Output, "op_output_spec", i, tensorNames(n, true, i))
+		default:
+			names := tensorNames(n, true, i, i, true)
+			if i == 0 {
+				names = append(names, outputNames...)
+			}
+			r.lookup(t, oc.Output, "op_output_spec", i, names)
 		}
 		nr.Tensors = append(nr.Tensors, t)
 	}
 	return nr
 }
 
+func firstName(names []string) string {
+	if len(names) > 0 {
+		return names[0]
+	}
+	return ""
+}
+
 // lookup sets t from group (op_input_spec, ...): an entry for its index or
 // a name, else "*".
-func lookup(t *TensorResolution, group *SpecMap, field string, index int, names []string) {
+func (r *resolver) lookup(t *TensorResolution, group *SpecMap, field string, index int, names []string) {
 	if t.Role == RoleState {
 		index = -1
 	}
+	if group != nil {
+		r.maps[group] = field
+	}
 	switch e, ok := group.Lookup(index, names...); {
 	case group.Disabled:
-		t.Spec, t.Rule, t.Reason = nil, group.Rule, field+" is null"
+		t.Spec, t.Rule, t.Reason, t.Explicit = nil, group.Rule, field+" is null", true
 	case !ok:
 		what := fmt.Sprintf("%s %d", t.Role, t.Index)
 		if t.Role == RoleState {
@@ -340,11 +510,28 @@ func lookup(t *TensorResolution, group *SpecMap, field string, index int, names 
 			}
 		}
 		t.Spec, t.Rule, t.Reason = nil, group.Rule, fmt.Sprintf("%s has no key for %s", field, what)
-	case e.Spec == nil:
-		t.Spec, t.Rule, t.Reason = nil, e.Rule, fmt.Sprintf("%s[%s] is null", field, e.Key())
 	default:
-		t.Spec, t.Rule, t.Reason = e.Spec, e.Rule, ""
+		r.usedSpec[e] = true
+		t.Explicit = !e.Star && !e.Implicit
+		if e.Spec == nil {
+			t.Spec, t.Rule, t.Reason = nil, e.Rule, fmt.Sprintf("%s[%s] is null", field, e.Key())
+		} else {
+			t.Spec, t.Rule, t.Reason = e.Spec, e.Rule, ""
+		}
 	}
+}
+
+// supported drops op-level specs on slots the quantizer does not quantize
+// (ResolveOptions.Quantizable), saying why.
+func (r *resolver) supported(n *onnxgraph.Node, t *TensorResolution) {
+	if t.Spec == nil || t.Boundary || r.opts.Quantizable == nil || r.opts.Quantizable(n, t.Role, t.Index) {
+		return
+	}
+	what := fmt.Sprintf("%s %d", t.Role, t.Index)
+	if t.Role == RoleState {
+		what = "this state tensor"
+	}
+	t.Spec, t.Reason = nil, fmt.Sprintf("%s has no quantization rule for %s; op-level specs reach only what `coreaiq ops` lists (module_*_spec reach any op)", n.OpType, what)
 }
 
 // boundaries applies module_input_spec, module_output_spec and
@@ -352,7 +539,7 @@ func lookup(t *TensorResolution, group *SpecMap, field string, index int, names 
 func (r *resolver) boundaries(res *Resolution) {
 	seen := map[string]*effective{}
 	for _, e := range r.eff {
-		if e.own && e.cfg != nil && e.cfg.hasBoundary() {
+		if e.cfg != nil && e.cfg.hasBoundary() {
 			seen[e.scope] = e
 		}
 	}
@@ -397,13 +584,25 @@ func (r *resolver) boundaries(res *Resolution) {
 				}
 			}
 		}
+		if s == "" {
+			// The root's inputs are the forward's arguments: the graph
+			// inputs, in their order.
+			ins = nil
+			for _, v := range r.g.Inputs {
+				if seenIn[v] {
+					ins = append(ins, v)
+				}
+			}
+		}
 		override := func(t *TensorResolution, group *SpecMap, field string, index int, names []string) {
+			r.maps[group] = field
 			if !group.Disabled {
 				if _, ok := group.Lookup(index, names...); !ok {
 					return
 				}
 			}
-			lookup(t, group, field, index, names)
+			r.lookup(t, group, field, index, names)
+			t.Boundary = true
 		}
 		for i, v := range ins {
 			for _, c := range v.Consumers {
@@ -497,9 +696,7 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 		out = append(out, &Diagnostic{File: rule.File, Line: max(rule.Line, 1), Col: max(rule.Col, 1), Msg: fmt.Sprintf(format, args...), Hint: hint})
 	}
 	modules, classes := allModules(r.g), sortedValues(r.types)
-	var nodeNames []string
 	for _, n := range r.g.Nodes {
-		nodeNames = append(nodeNames, n.Name)
 		if len(n.Subgraphs) > 0 {
 			warn(r.cfg.GlobalRule, "", "%s has subgraphs; nodes inside If/Loop/Scan bodies are not resolved and stay in float", n)
 		}
@@ -523,6 +720,10 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 	for mc := range r.applied {
 		applied = append(applied, mc)
 	}
+	var opNames []string
+	for _, nr := range res.Nodes {
+		opNames = append(opNames, nr.Names...)
+	}
 	for _, mc := range applied {
 		for _, oe := range mc.OpTypes {
 			if !r.usedOps[oe] {
@@ -531,11 +732,59 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 		}
 		for _, oe := range mc.OpNames {
 			if !r.usedOps[oe] {
-				warn(oe.Rule, didYouMean(oe.Key, nodeNames), "%s matches no node where that config applies", oe.Rule.Path)
+				warn(oe.Rule, didYouMean(oe.Key, opNames), "%s matches no node where that config applies (op names in %s mode: ONNX node names and %s)",
+					oe.Rule.Path, r.cfg.ExecutionMode, map[ExecutionMode]string{Graph: "graph-mode FX names such as linear_1", Eager: "eager names such as submodule_a.add_1"}[r.cfg.ExecutionMode])
+			}
+		}
+		for _, list := range [][]*OpEntry{mc.OpTypes, mc.OpNames} {
+			for _, oe := range list {
+				if oe.Config != nil && r.usedOps[oe] && !r.reaches(r.opNodes[oe]) {
+					warn(oe.Rule, "", "%s: specs not applied: %s has no quantization rule (coreaiq ops lists the supported ops)", oe.Rule.Path, r.opNodes[oe][0].Node.OpType)
+				}
 			}
 		}
 	}
+	used := map[*OrderedEntry]bool{}
+	for _, oe := range r.orderedOf {
+		used[oe] = true
+	}
+	for _, oe := range r.cfg.Ordered {
+		if !used[oe] {
+			warn(oe.Rule, "", "%s: module %q runs no %s call number %d", oe.Rule.Path, oe.Module, oe.Type, oe.Index)
+		}
+	}
+	for m, field := range r.maps {
+		for _, e := range m.Entries {
+			if e.Star || e.Implicit || r.usedSpec[e] {
+				continue
+			}
+			why := ""
+			if strings.HasPrefix(field, "module_") && e.Index >= 0 {
+				why = ": a module's inputs and outputs are the distinct tensors crossing its boundary, numbered in order of first use (the graph inputs' order for the root), so a tensor passed as several arguments (q, k and v in self-attention) is one input"
+			}
+			warn(e.Rule, "", "%s key %s matches no tensor where it applies%s", field, e.Key(), why)
+		}
+	}
+	if r.cfg.ExecutionMode == Eager {
+		warn(r.cfg.ExecutionModeRule, "", "execution_mode eager: op_name_config keys use eager names (module.op_N); Q/DQ placement stays as in graph mode, since the ONNX model is a static graph (one Q/DQ pair per tensor, shared qparams through MaxPool and reshapes)")
+	}
 	return out
+}
+
+// reaches reports whether an op entry's nodes have a slot the quantizer
+// quantizes.
+func (r *resolver) reaches(nodes []*NodeResolution) bool {
+	if r.opts.Quantizable == nil {
+		return true
+	}
+	for _, nr := range nodes {
+		for _, t := range nr.Tensors {
+			if r.opts.Quantizable(nr.Node, t.Role, t.Index) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // allModules lists every module of g, ancestors included, sorted.

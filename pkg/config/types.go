@@ -45,15 +45,54 @@ type QuantizerConfig struct {
 	// ModuleTypes are module_type_configs in file order; keys are exact
 	// class names (torch.nn.modules.linear.Linear).
 	ModuleTypes []*ModuleEntry
-	// ModuleNames are module_name_configs in file order; keys are regexes
-	// that must match a whole module name. The first match wins.
+	// ModuleNames are module_name_configs in file order. A key made of
+	// name characters only is a module name; any other key is a regex
+	// matched at the start of a module name (torch.ao's re.match).
 	ModuleNames []*ModuleEntry
+	// Ordered are module_name_object_type_order_configs: the index-th call
+	// of an op type directly in a module (torch.ao's
+	// set_module_name_object_type_order). They outrank everything else.
+	Ordered []*OrderedEntry
+	// ExecutionMode picks which op names op_name_config keys use besides
+	// ONNX node names: graph-mode FX names (default) or eager names.
+	ExecutionMode ExecutionMode
+	// ExecutionModeRule locates execution_mode, when the file sets it.
+	ExecutionModeRule Rule
+}
+
+// ExecutionMode is coreai-opt's execution_mode.
+type ExecutionMode uint8
+
+// The execution modes.
+const (
+	Graph ExecutionMode = iota
+	Eager
+)
+
+func (m ExecutionMode) String() string {
+	if m == Eager {
+		return "eager"
+	}
+	return "graph"
+}
+
+// OrderedEntry is one module_name_object_type_order_configs item.
+type OrderedEntry struct {
+	Module string
+	// Type is the op type key as written and OpType its torch op type.
+	Type   string
+	OpType string
+	Index  int
+	// Config is nil when the entry disables the op.
+	Config *OpConfig
+	Rule   Rule
 }
 
 // ModuleEntry is one module_type_configs or module_name_configs entry.
 type ModuleEntry struct {
 	Key string
-	// Re is the compiled key of a module_name_configs entry.
+	// Re is the compiled key of a module_name_configs entry that is a
+	// regex; nil for a plain module name.
 	Re *regexp.Regexp
 	// Config is nil when the entry disables the module (null or empty).
 	Config *ModuleConfig
@@ -87,7 +126,11 @@ type ModuleConfig struct {
 // OpEntry is one op_type_config or op_name_config entry.
 type OpEntry struct {
 	Key string
-	// Re is the compiled key of an op_name_config entry.
+	// Type is the op type an op_type_config key stands for: the key, or
+	// the torch op type of torch.add / aten.linear.default.
+	Type string
+	// Re is the compiled key of an op_name_config entry that is a regex;
+	// nil for a plain op name.
 	Re *regexp.Regexp
 	// Config is nil when the entry disables the op.
 	Config *OpConfig
@@ -136,6 +179,8 @@ type SpecEntry struct {
 	// Spec is nil when the key disables its tensor.
 	Spec *spec.QuantizationSpec
 	Rule Rule
+	// Implicit marks the guide's default entries, which no text states.
+	Implicit bool
 }
 
 // Key is the entry's key as written.
@@ -204,7 +249,7 @@ func defaultModuleConfig(r Rule) *ModuleConfig {
 func defaultSpecMap(parent Rule, field, key string, s *spec.QuantizationSpec) *SpecMap {
 	r := parent
 	r.Path = joinPath(parent.Path, field) + " (default)"
-	e := &SpecEntry{Index: -1, Spec: s, Rule: r}
+	e := &SpecEntry{Index: -1, Spec: s, Rule: r, Implicit: true}
 	kind := KeysStar
 	if key == "*" {
 		e.Star = true
