@@ -64,7 +64,7 @@ var (
 	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "module_name_object_type_order_configs",
 		"preset", "only_for", "without", "execution_mode"}
 	orderedKeys = []string{"module_name", "object_type", "index", "config"}
-	moduleKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
+	moduleKeys  = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
 		"module_input_spec", "module_output_spec", "module_state_spec", "qat_schedule", "preset"}
 	opKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec"}
 	specKeys    = []string{"dtype", "qscheme", "granularity", "qparam_calculator", "qparam_calculator_cls", "scale_dtype"}
