@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/passes"
 )
 
 type configValidateOptions struct {
@@ -57,7 +58,7 @@ func runConfigValidate(opts *configValidateOptions) error {
 			if err != nil {
 				return err
 			}
-			res, err := config.Resolve(cfg.Quant, model.Graph)
+			res, err := passes.Resolve(cfg.Quant, model.Graph)
 			if err != nil {
 				return configUsageError(err)
 			}

@@ -27,12 +27,34 @@ type inspectConfigDoc struct {
 
 type resolvedNode struct {
 	passes.NodeInfo
+	// Call is the torch op the node belongs to and every op name it
+	// answers to.
+	Call callDoc `json:"call"`
 	// ModuleRule locates the module config entry that applies.
 	ModuleRule config.Rule `json:"module_rule"`
 	// Quantization lists the quantized tensor slots of the node.
 	Quantization []tensorSpecDoc `json:"quantization"`
 	// NotQuantized lists the other slots with the reason.
 	NotQuantized []tensorSpecDoc `json:"not_quantized"`
+}
+
+type callDoc struct {
+	// OpType is the torch op type op_type_config keys match ("linear").
+	OpType string `json:"op_type"`
+	// Nodes are the ONNX nodes of the call (MatMul and its bias Add).
+	Nodes []string `json:"nodes"`
+	// GraphName and EagerName are the op_name_config names in graph and
+	// eager execution mode.
+	GraphName string `json:"graph_name,omitempty"`
+	EagerName string `json:"eager_name"`
+}
+
+func newCallDoc(c *config.OpCall) callDoc {
+	d := callDoc{OpType: c.Type, GraphName: c.GraphName, EagerName: c.EagerName}
+	for _, n := range c.Nodes {
+		d.Nodes = append(d.Nodes, n.Name)
+	}
+	return d
 }
 
 type tensorSpecDoc struct {
@@ -70,7 +92,7 @@ func runInspectConfig(opts *inspectOptions, m *onnxgraph.Model, s *passes.ModelS
 	if err != nil {
 		return err
 	}
-	res, err := config.Resolve(cfg.Quant, m.Graph)
+	res, err := passes.Resolve(cfg.Quant, m.Graph)
 	if err != nil {
 		return configUsageError(err)
 	}
@@ -91,7 +113,7 @@ func runInspectConfig(opts *inspectOptions, m *onnxgraph.Model, s *passes.ModelS
 	case "json", "yaml":
 		doc := inspectConfigDoc{ModelSummary: s, Config: opts.Config, Nodes: []resolvedNode{}}
 		for i, nr := range res.Nodes {
-			rn := resolvedNode{NodeInfo: s.Nodes[i], ModuleRule: nr.ModuleRule, Quantization: []tensorSpecDoc{}, NotQuantized: []tensorSpecDoc{}}
+			rn := resolvedNode{NodeInfo: s.Nodes[i], Call: newCallDoc(nr.Call), ModuleRule: nr.ModuleRule, Quantization: []tensorSpecDoc{}, NotQuantized: []tensorSpecDoc{}}
 			for _, t := range nr.Tensors {
 				td := tensorSpecDoc{Role: t.Role.String(), Index: t.Index, Tensor: t.Value, Key: t.Key, Rule: t.Rule, Reason: t.Reason}
 				if t.Spec != nil {
@@ -120,11 +142,25 @@ func runInspectConfig(opts *inspectOptions, m *onnxgraph.Model, s *passes.ModelS
 	return writePaletteTable(opts.IO.Out, opts.Config, pres)
 }
 
-// writeResolutionTable lists, per node, each quantized tensor's spec and
-// the rule (file:line and YAML path) that chose it.
+// writeResolutionTable lists the op names each node answers to, then, per
+// node, each quantized tensor's spec and the rule (file:line and YAML path)
+// that chose it.
 func writeResolutionTable(w io.Writer, file string, res *config.Resolution) error {
-	fmt.Fprintf(w, "\nquantization (config %s)\n", file)
+	fmt.Fprintf(w, "\nop names (op_name_config keys: the ONNX name, the graph-mode name, or with execution_mode: eager the eager name)\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  node\top type\tgraph mode\teager mode")
+	for _, nr := range res.Nodes {
+		graph := nr.Call.GraphName
+		if graph == "" {
+			graph = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", nr.Node.Name, nr.Call.Type, graph, nr.Call.EagerName)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nquantization (config %s)\n", file)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  node\ttensor\tvalue\tspec\trule")
 	skipped := 0
 	for _, nr := range res.Nodes {

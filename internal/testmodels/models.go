@@ -5,6 +5,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"strings"
 )
 
 //go:generate go run ./gen ../../testdata/models
@@ -86,7 +87,7 @@ func DynamoMLP() *Builder {
 		n := b.Node(s.op, s.name, s.in, []string{s.out})
 		Meta(n,
 			"pkg.torch.onnx.name_scopes", "['', '"+s.module+"', '"+s.fx+"']",
-			"pkg.torch.onnx.class_hierarchy", "['__main__.Net', '"+s.class+"', 'aten."+s.fx+".default']",
+			"pkg.torch.onnx.class_hierarchy", "['__main__.Net', '"+s.class+"', 'aten."+strings.TrimSuffix(s.fx, "_1")+".default']",
 		)
 	}
 	return b

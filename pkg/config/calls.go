@@ -113,6 +113,8 @@ func (c *OpCall) slots() map[*onnxgraph.Node][]slot {
 				s[i] = slot{index: -1}
 				if states < len(a.states) {
 					s[i].names = []string{a.states[states]}
+				} else if name := stateName(n, i); name != "" {
+					s[i].names = []string{name}
 				}
 				states++
 			default:

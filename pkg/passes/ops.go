@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/spec"
@@ -93,6 +94,29 @@ var opRules = map[string]opRule{
 	"Identity":     {kind: opShared, inputs: []int{0}, bias: -1},
 	"Dropout":      {kind: opShared, inputs: []int{0}, bias: -1},
 	"SpaceToDepth": {kind: opShared, inputs: []int{0}, bias: -1},
+}
+
+// Resolve applies cfg to g knowing the op rules: op-level specs on slots
+// prepare does not quantize are listed as not quantized, with the reason,
+// so that inspect and prepare agree.
+func Resolve(cfg *config.QuantizerConfig, g *onnxgraph.Graph) (*config.Resolution, error) {
+	return config.ResolveWith(cfg, g, config.ResolveOptions{Quantizable: quantizable})
+}
+
+// quantizable reports whether prepare quantizes slot (role, index) of n
+// for an op-level spec.
+func quantizable(n *onnxgraph.Node, role config.Role, index int) bool {
+	r, ok := ruleOf(n)
+	if !ok {
+		return false
+	}
+	switch role {
+	case config.RoleInput:
+		return r.quantizesInput(index)
+	case config.RoleOutput:
+		return r.quantizesOutput(index)
+	}
+	return true
 }
 
 func (r opRule) quantizesInput(i int) bool {

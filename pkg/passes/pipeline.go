@@ -194,7 +194,7 @@ func preparePass(_ context.Context, u *Unit) error {
 	if err := runWeightAlgorithms(u); err != nil {
 		return err
 	}
-	res, err := config.Resolve(u.Config, u.Model.Graph)
+	res, err := Resolve(u.Config, u.Model.Graph)
 	if err != nil {
 		return err
 	}

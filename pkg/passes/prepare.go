@@ -145,22 +145,23 @@ func (p *preparer) run() error {
 			}
 		}
 	}
-	// Collect activation requests, producer side first.
+	// Collect activation requests, producer side first. Module boundary
+	// specs apply whether or not the op has a rule.
 	for _, n := range p.g.Nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
-		if !ok || nr == nil || p.place.floatWhy[n.Name] != "" {
+		if nr == nil || p.place.floatWhy[n.Name] != "" {
 			continue
 		}
 		for _, t := range nr.Tensors {
-			if t.Spec == nil || t.Role == config.RoleState {
+			if t.Spec == nil || t.Role == config.RoleState || (!ok && !t.Boundary) {
 				continue
 			}
 			if p.inside[t.Value] != nil {
 				continue
 			}
 			wanted[t.Value] = true
-			if t.Role == config.RoleOutput && r.quantizesOutput(t.Index) && !p.fused[t.Value] && !p.place.floatOutput[n.Name] {
+			if t.Role == config.RoleOutput && (t.Boundary || r.quantizesOutput(t.Index)) && !p.fused[t.Value] && !p.place.floatOutput[n.Name] {
 				p.request(t.Value, request{spec: t.Spec, rule: t.Rule, node: n.Name})
 			}
 		}
@@ -168,11 +169,11 @@ func (p *preparer) run() error {
 	for _, n := range p.g.Nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
-		if !ok || nr == nil || p.place.floatWhy[n.Name] != "" {
+		if nr == nil || p.place.floatWhy[n.Name] != "" {
 			continue
 		}
 		for _, t := range nr.Tensors {
-			if t.Spec == nil || t.Role != config.RoleInput || !r.quantizesInput(t.Index) || p.inside[t.Value] != nil {
+			if t.Spec == nil || t.Role != config.RoleInput || (!t.Boundary && (!ok || !r.quantizesInput(t.Index))) || p.inside[t.Value] != nil {
 				continue
 			}
 			if p.fused[t.Value] {
@@ -536,6 +537,10 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 // qparams; otherwise the bias keeps the spec the config gave it (or stays
 // float), with a note saying why.
 func (p *preparer) planBias(n *onnxgraph.Node, v *onnxgraph.Value, t *config.TensorResolution) error {
+	if t.Spec == nil && t.Explicit {
+		p.note("bias %q of %s: left in float, as %s asks", v.Name, n, t.Rule)
+		return nil
+	}
 	why := p.biasBlocker(n, v)
 	if why == "" {
 		in, w := p.plan.Tensor(n.Inputs[0].Name), p.plan.Tensor(n.Inputs[1].Name)
