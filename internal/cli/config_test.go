@@ -118,3 +118,16 @@ func TestInspectConfigResNet18(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsCommand lists the supported op types with their keys and axes.
+func TestOpsCommand(t *testing.T) {
+	code, out, _ := runCLI(t, "ops")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	testutil.Golden(t, "testdata/config/ops.golden", []byte(out))
+	code, out, _ = runCLI(t, "ops", "--format", "json")
+	if code != ExitOK || !strings.Contains(out, `"op_type": "ConvTranspose"`) || !strings.Contains(out, `"weight_axes": "per_channel 1, per_block 0"`) {
+		t.Errorf("ops --format json: exit %d\n%s", code, out)
+	}
+}

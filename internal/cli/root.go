@@ -124,6 +124,7 @@ func NewRootCmd(streams *IO) *cobra.Command {
 		NewCmdCompare(streams, nil),
 		NewCmdConfig(streams, nil),
 		NewCmdPresets(streams, nil),
+		NewCmdOps(streams, nil),
 		NewCmdStats(streams, nil),
 		NewCmdPrepare(streams, nil),
 		NewCmdFinalize(streams, nil),

@@ -517,3 +517,61 @@ func defaultAxis(n *onnxgraph.Node, input int, rank int, g spec.GranularityType)
 	}
 	return 0, false
 }
+
+// OpNames describes how the config language names one ONNX op type, for
+// `coreaiq ops`.
+type OpNames struct {
+	// TorchTypes are the op_type_config keys besides the ONNX op type.
+	TorchTypes []string
+	// Inputs are the key names of each input position: torch argument
+	// names, then the ONNX schema name.
+	Inputs [][]string
+	// WeightAxes are the default per_channel and per_block axes of the
+	// weight, as the guide's tables translated to ONNX layouts; "" when the
+	// op has no weight.
+	WeightAxes string
+}
+
+// weightAxesText states defaultAxis for each op with a weight.
+var weightAxesText = map[string]string{
+	"Conv":          "per_channel 0, per_block 1",
+	"ConvTranspose": "per_channel 1, per_block 0",
+	"Gemm":          "per_channel 0, per_block 1 (transB=1, a Linear); 1 and 0 with transB=0",
+	"MatMul":        "per_channel rank−1, per_block rank−2",
+	"Gather":        "per_channel 0, per_block 1 (embedding table)",
+}
+
+// NamesOf returns how configs name op type op and its tensors; inputs is
+// the number of input positions to describe.
+func NamesOf(op string, inputs int) OpNames {
+	var o OpNames
+	for key, a := range opAliases {
+		for _, x := range a.ops {
+			if x == op {
+				o.TorchTypes = append(o.TorchTypes, key)
+			}
+		}
+	}
+	sort.Strings(o.TorchTypes)
+	schema := opSchemas[op]
+	for i := 0; i < inputs; i++ {
+		var names []string
+		if list, ok := torchArgNames[op]; ok {
+			names = append(names, list[min(i, len(list)-1)]...)
+		} else if i < 2 {
+			names = append(names, []string{"input", "other"}[i])
+		}
+		if len(schema.in) > 0 {
+			names = append(names, schema.in[min(i, len(schema.in)-1)])
+		}
+		var uniq []string
+		for _, n := range names {
+			if !contains(uniq, n) {
+				uniq = append(uniq, n)
+			}
+		}
+		o.Inputs = append(o.Inputs, uniq)
+	}
+	o.WeightAxes = weightAxesText[op]
+	return o
+}

@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -94,6 +95,36 @@ var opRules = map[string]opRule{
 	"Identity":     {kind: opShared, inputs: []int{0}, bias: -1},
 	"Dropout":      {kind: opShared, inputs: []int{0}, bias: -1},
 	"SpaceToDepth": {kind: opShared, inputs: []int{0}, bias: -1},
+}
+
+// OpSupport is what prepare quantizes on one ONNX op type.
+type OpSupport struct {
+	OpType string
+	// Kind is "compute" (weight, int32 bias), "generic" (own qparams per
+	// tensor) or "shared" (the output shares the input's qparams).
+	Kind string
+	// Inputs are the activation input positions quantized; nil means all.
+	Inputs []int
+	// AllOutputs is set when every output is quantized, not output 0 only.
+	AllOutputs bool
+	// Bias is the input position of the int32 bias, -1 for none.
+	Bias int
+	// FixedRange is the known output range, "" when calibrated.
+	FixedRange string
+}
+
+// SupportedOps lists the op types prepare quantizes, sorted.
+func SupportedOps() []OpSupport {
+	var out []OpSupport
+	for op, r := range opRules {
+		s := OpSupport{OpType: op, Kind: [...]string{"compute", "generic", "shared"}[r.kind], Inputs: r.inputs, AllOutputs: r.allOutputs, Bias: r.bias}
+		if r.fixed != nil {
+			s.FixedRange = fmt.Sprintf("[%g, %g]", r.fixed.Min, r.fixed.Max)
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].OpType < out[j].OpType })
+	return out
 }
 
 // Resolve applies cfg to g knowing the op rules: op-level specs on slots
