@@ -118,13 +118,26 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("quantization_config:\n  preset: w4\n  without: {module_names: ['(']}\n"))
 	f.Add([]byte("quantization_spec:\n  a: &a {dtype: int8}\nquantization_config:\n  global_config:\n    op_input_spec: {0: *a, '*': null}\n"))
 	f.Add([]byte("kmeans_palettization_config:\n  global_config: {n_bits: 2, granularity: per_grouped_channel, group_size: 8, cluster_dim: 2}\n  module_name_configs:\n    fc: {lut_dtype: int8, op_type_config: {Gemm: null}}\n"))
+	f.Add([]byte("quantization_config:\n  execution_mode: eager\n  module_name_object_type_order_configs:\n    - {module_name: submodule_a, object_type: torch.add, index: 1, config: {}}\n"))
+	f.Add([]byte("quantization_config:\n  module_name_configs:\n    'sub.*_[ab]': {op_type_config: {aten.linear.default: {op_state_spec: {bias: null}}}}\n    decoder: null\n"))
 	for _, name := range PresetNames() {
 		b, _ := PresetYAML(name)
 		f.Add(b)
 	}
+	models := []*onnxgraph.Model{torchExport(f, "dynamo"), torchExport(f, "torchscript")}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, err := Parse(data, "fuzz.yaml")
+		cfg, err := Parse(data, "fuzz.yaml")
 		if err == nil {
+			// A valid config resolves on the torch exports without
+			// panicking; errors are positioned.
+			for _, m := range models {
+				if _, err := Resolve(cfg.Quant, m.Graph); err != nil {
+					var list ErrorList
+					if !errors.As(err, &list) {
+						t.Fatalf("resolve error is not an ErrorList: %v", err)
+					}
+				}
+			}
 			return
 		}
 		var list ErrorList
