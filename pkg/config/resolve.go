@@ -451,10 +451,10 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 			}
 		}
 		switch {
-		case sl.internal:
-			t.Rule, t.Reason = nr.OpRule, internal
 		case disabled:
 			t.Rule, t.Reason = nr.OpRule, reason
+		case sl.internal:
+			t.Rule, t.Reason = nr.OpRule, internal
 		default:
 			r.lookup(t, group, field, sl.index, names)
 		}
@@ -466,10 +466,10 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 		}
 		t := &TensorResolution{Role: RoleOutput, Index: i, Value: v.Name}
 		switch {
-		case c.internal(v):
-			t.Rule, t.Reason = nr.OpRule, internal
 		case disabled:
 			t.Rule, t.Reason = nr.OpRule, reason
+		case c.internal(v):
+			t.Rule, t.Reason = nr.OpRule, internal
 		default:
 			names := tensorNames(n, true, i, i, true)
 			if i == 0 {

@@ -458,6 +458,11 @@ func (e *exporter) gelu(m mod, in string) string {
 	}
 	var v string
 	for _, s := range steps {
+		for j := range s.in {
+			if s.in[j] == "" {
+				s.in[j] = v
+			}
+		}
 		v = e.op(m, "", nil, s)
 	}
 	return v
