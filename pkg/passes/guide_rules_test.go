@@ -1,12 +1,16 @@
 package passes
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testmodels/torchexport"
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -17,7 +21,12 @@ import (
 // prepares it.
 func guidePlan(t *testing.T, m *onnxgraph.Model, text string) (*config.Resolution, *Plan) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(text), "g.yaml")
+	return guidePlanNamed(t, m, "g.yaml", text)
+}
+
+func guidePlanNamed(t *testing.T, m *onnxgraph.Model, file, text string) (*config.Resolution, *Plan) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(text), file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,5 +153,32 @@ func TestExplicitBiasNull(t *testing.T) {
 	_, plan = guidePlan(t, m, "quantization_config:\n  global_config:\n    op_type_config:\n      conv2d: {op_state_spec: {weight: {dtype: int8, granularity: per_channel}, bias: null}}\n")
 	if tp := plan.Tensor("conv1.bias"); tp != nil {
 		t.Errorf("bias: null: conv1.bias planned as %s (rule %s)", tp.Role, tp.Rule)
+	}
+}
+
+// TestGuideExamplePlans: every example of the guide (configs/guide)
+// prepares to a golden plan on the guide-shaped model as torch's dynamo and
+// TorchScript exporters write it.
+func TestGuideExamplePlans(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(testutil.RepoRoot(), "configs", "guide", "*.yaml"))
+	if err != nil || len(files) < 11 {
+		t.Fatalf("want the guide's 11 examples, found %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		for _, variant := range []string{"dynamo", "torchscript"} {
+			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+			t.Run(name+"/"+variant, func(t *testing.T) {
+				text, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, plan := guidePlanNamed(t, torchExport(t, variant == "dynamo"), "configs/guide/"+filepath.Base(f), string(text))
+				var b bytes.Buffer
+				if err := plan.Dump(&b); err != nil {
+					t.Fatal(err)
+				}
+				testutil.Golden(t, filepath.Join("testdata", "guide", name+"."+variant+".txt"), b.Bytes())
+			})
+		}
 	}
 }
