@@ -656,7 +656,7 @@ func (d *decoder) presetRef(n *yaml.Node) *QuantizerConfig {
 	if !ok {
 		return nil
 	}
-	p, err := Preset(presetAlias(name))
+	p, err := Preset(name)
 	if err != nil {
 		d.errorf(n, didYouMean(name, PresetNames()), "unknown preset %q (presets: %s)", name, strings.Join(PresetNames(), ", "))
 		return nil

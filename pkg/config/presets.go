@@ -46,6 +46,7 @@ func Presets() []PresetInfo {
 // PresetYAML returns the text of a preset: a config file holding
 // quantization_spec and quantization_config.
 func PresetYAML(name string) ([]byte, error) {
+	name = presetAlias(name)
 	if strings.ContainsAny(name, "/\\.") {
 		return nil, fmt.Errorf("unknown preset %q", name)
 	}
@@ -92,7 +93,7 @@ func Preset(name string) (*QuantizerConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := Parse(b, "preset:"+name)
+	cfg, err := Parse(b, "preset:"+presetAlias(name))
 	if err != nil {
 		return nil, fmt.Errorf("preset %s: %w", name, err)
 	}
