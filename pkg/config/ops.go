@@ -204,35 +204,13 @@ func validOpTypeKey(key string) bool {
 	return i > 0 && i < len(key)-1
 }
 
-// opTypeTier says how well key matches node n: 0 no match, 3 the exact
-// ONNX op type, 2 an alias with an input condition (linear, conv2d,
-// embedding), 1 a plain alias. Higher tiers win; within a tier the first
-// entry in the file wins.
-func opTypeTier(key string, n *onnxgraph.Node) int {
+// exactOpType reports whether key is n's ONNX op type ("domain.OpType"
+// outside the default domain).
+func exactOpType(key string, n *onnxgraph.Node) bool {
 	if n.Domain != "" {
-		if key == n.Domain+"."+n.OpType {
-			return 3
-		}
-		return 0
+		return key == n.Domain+"."+n.OpType
 	}
-	if key == n.OpType {
-		return 3
-	}
-	a, ok := opAliases[key]
-	if !ok {
-		return 0
-	}
-	for _, op := range a.ops {
-		if op == n.OpType {
-			if a.match == nil {
-				return 1
-			}
-			if a.match(n) {
-				return 2
-			}
-		}
-	}
-	return 0
+	return key == n.OpType
 }
 
 // opSchemas names the inputs and outputs of common ops (the ONNX schema

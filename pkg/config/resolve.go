@@ -119,18 +119,24 @@ func (t *TensorResolution) Label() string {
 }
 
 // Resolve applies the config to every node of g with the guide's
-// precedence:
+// precedence (torch.ao's, which it builds on):
 //
-//   - a module's config is its own module_name_configs match (first regex
-//     in file order matching the whole name), else its own
-//     module_type_configs match (exact class name), else its parent
-//     module's; the root module gets global_config. So a null at one level
-//     is re-enabled by a more specific level, and module_name_configs >
-//     module_type_configs > global_config;
-//   - inside that config, a node takes the first op_name_config regex
-//     matching its whole name, else the best op_type_config entry (exact
-//     ONNX op type > conditional alias such as linear/conv2d/embedding >
-//     plain alias, then file order), else the module's op_*_spec;
+//   - a module_name_object_type_order_configs entry for the call (the
+//     index-th call of its op type directly in the module) wins outright;
+//   - else a module's config is the module_name_configs name equal to the
+//     module or its nearest ancestor, else the first regex (matched at the
+//     start of the name) matching the module or its nearest ancestor, else
+//     the module_type_configs entry of the module's or its nearest
+//     ancestor's class, else global_config; so a name entry covers the
+//     module's children and outranks their types, and a more specific
+//     level re-enables what a null disabled;
+//   - inside that config, a node takes the op_name_config entry naming it
+//     (plain names before regexes, which go in file order; a node answers
+//     to its ONNX name and its call's graph-mode or eager name), else the
+//     best op_type_config entry (its exact ONNX op type > its call's torch
+//     op type > another torch op the call may be, then file order), else
+//     the module's op_*_spec. An op config covers the whole call: the
+//     tensors between the nodes of a decomposed op are not quantized;
 //   - the module_*_spec of every configured module then override the op
 //     specs of the tensors crossing that module's boundary (outer modules
 //     first, so the innermost wins).
@@ -205,11 +211,11 @@ type resolver struct {
 
 // effective is the module config that applies to a module.
 type effective struct {
+	// scope is the module the entry matched: the module itself or the
+	// ancestor it inherits the config from.
 	scope string
 	cfg   *ModuleConfig
 	rule  Rule
-	// own is set when the entry matched this module itself (not inherited).
-	own bool
 }
 
 // moduleTypes maps module names to classes: from dynamo's scope and class
@@ -270,7 +276,7 @@ func (r *resolver) effectiveFor(m string) *effective {
 	}
 	found := func(x string, me *ModuleEntry) *effective {
 		r.usedEntries[me] = true
-		return &effective{scope: x, cfg: me.Config, rule: me.Rule, own: x == m}
+		return &effective{scope: x, cfg: me.Config, rule: me.Rule}
 	}
 	var e *effective
 	for _, x := range chain {
@@ -295,7 +301,7 @@ func (r *resolver) effectiveFor(m string) *effective {
 		}
 	}
 	if e == nil {
-		e = &effective{scope: "", cfg: r.cfg.Global, rule: r.cfg.GlobalRule, own: m == ""}
+		e = &effective{scope: "", cfg: r.cfg.Global, rule: r.cfg.GlobalRule}
 	}
 	r.eff[m] = e
 	return e
@@ -340,7 +346,7 @@ func callIsType(c *OpCall, key string) bool {
 		}
 	}
 	for _, n := range c.Nodes {
-		if opTypeTier(key, n) == 3 {
+		if exactOpType(key, n) {
 			return true
 		}
 	}
@@ -352,7 +358,7 @@ func callIsType(c *OpCall, key string) bool {
 // torch op the call may be, 0 no match. Higher tiers win; within a tier
 // the first entry in the file wins.
 func opEntryTier(oe *OpEntry, n *onnxgraph.Node, c *OpCall) int {
-	if opTypeTier(oe.Key, n) == 3 {
+	if exactOpType(oe.Key, n) {
 		return 3
 	}
 	for i, t := range c.Types {

@@ -105,11 +105,11 @@ type ModuleConfig struct {
 	// (op_input_spec, op_output_spec, op_state_spec), with the guide's
 	// defaults filled in when the field is omitted.
 	OpInput, OpOutput, OpState *SpecMap
-	// OpTypes is op_type_config in file order (keys validated: ONNX op types
-	// or torch aliases).
+	// OpTypes is op_type_config in file order (keys validated: ONNX op
+	// types, torch op types, torch/aten names).
 	OpTypes []*OpEntry
-	// OpNames is op_name_config in file order (keys are regexes matching a
-	// whole node name).
+	// OpNames is op_name_config in file order: plain op names, or regexes
+	// matched at the start of a name.
 	OpNames []*OpEntry
 	// ModuleInput, ModuleOutput and ModuleState are the module boundary
 	// specs; empty (not disabled) when omitted.
