@@ -610,6 +610,19 @@ func (r *resolver) boundaries(res *Resolution) {
 			r.lookup(t, group, field, index, names)
 			t.Boundary = true
 		}
+		if call := r.functionCall(s); call != nil {
+			// A module exported as a local function is one call whose
+			// inputs are the forward's arguments in order: a tensor
+			// passed twice (q, k and v in self-attention) has an index
+			// per argument.
+			for _, t := range res.byName[call.Name].Tensors {
+				if t.Role == RoleInput {
+					v := call.Inputs[t.Index]
+					override(t, mc.ModuleInput, "module_input_spec", t.Index, []string{v.Name})
+				}
+			}
+			ins = nil
+		}
 		for i, v := range ins {
 			for _, c := range v.Consumers {
 				if !inS(c) {
@@ -640,6 +653,27 @@ func (r *resolver) boundaries(res *Resolution) {
 			}
 		}
 	}
+}
+
+// functionCall returns the node calling a local function when it is the
+// only node of module m (a module exported as a function), else nil.
+func (r *resolver) functionCall(m string) *onnxgraph.Node {
+	if m == "" {
+		return nil
+	}
+	var only *onnxgraph.Node
+	for _, n := range r.g.Nodes {
+		if n.Module == m || strings.HasPrefix(n.Module, m+".") {
+			if only != nil {
+				return nil
+			}
+			only = n
+		}
+	}
+	if only == nil || r.g.Model.Function(only.Proto.GetDomain(), only.OpType) == nil {
+		return nil
+	}
+	return only
 }
 
 // finish checks a chosen spec against its tensor and fills in the

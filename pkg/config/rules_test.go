@@ -1,8 +1,16 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // TestGuideRules checks each rule of the guide (and of torch.ao, which the
@@ -291,5 +299,46 @@ func TestGuideRuleErrors(t *testing.T) {
 				t.Errorf("error = %v, want it to contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestModuleInputsOfLocalFunction: a module exported as a local function
+// keeps the forward's argument order, so mha(h, h, h) has inputs 0, 1, 2.
+func TestModuleInputsOfLocalFunction(t *testing.T) {
+	b := testmodels.New("functions", 17)
+	b.Model.OpsetImport = append(b.Model.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String("pkg.torch"), Version: proto.Int64(1)})
+	b.Model.Functions = append(b.Model.Functions, &onnxpb.FunctionProto{
+		Name: proto.String("MultiheadAttention"), Domain: proto.String("pkg.torch"),
+		Input: []string{"q", "k", "v"}, Output: []string{"o"},
+		Node: []*onnxpb.NodeProto{
+			{OpType: proto.String("MatMul"), Input: []string{"q", "k"}, Output: []string{"s"}},
+			{OpType: proto.String("MatMul"), Input: []string{"s", "v"}, Output: []string{"o"}},
+		},
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(17)}},
+	})
+	b.Input("h", tensor.Float, 4, 4).Output("y", tensor.Float, 4, 4)
+	n := b.Node("MultiheadAttention", "/mha/MultiheadAttention", []string{"h", "h", "h"}, []string{"y"})
+	n.Domain = proto.String("pkg.torch")
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mustParse(t, "f.yaml", `
+quantization_config:
+  module_name_configs:
+    mha:
+      module_input_spec: {0: {dtype: int8}, 1: {dtype: int16}, 2: {dtype: uint8, qscheme: asymmetric}}
+`)
+	res, err := Resolve(cfg.Quant, m.Graph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"int8", "int16", "uint8"} {
+		if got := specAt(t, res, "/mha/MultiheadAttention", fmt.Sprintf("input %d", i)); got != want {
+			t.Errorf("input %d = %s, want %s", i, got, want)
+		}
+	}
+	if len(res.Warnings) != 0 {
+		t.Errorf("warnings: %v", res.Warnings)
 	}
 }
