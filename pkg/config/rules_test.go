@@ -342,3 +342,61 @@ quantization_config:
 		t.Errorf("warnings: %v", res.Warnings)
 	}
 }
+
+// TestTorchOpType: the guide's rule (the part after the last period),
+// with aten's overload and leading underscore dropped.
+func TestTorchOpType(t *testing.T) {
+	tests := []struct {
+		key, want string
+		ok        bool
+	}{
+		{"torch.add", "add", true},
+		{"torch.nn.functional.max_pool2d", "max_pool2d", true},
+		{"aten.linear.default", "linear", true},
+		{"torch.ops.aten.add.Tensor", "add", true},
+		{"aten._softmax.default", "softmax", true},
+		{"linear", "", false},
+		{"com.microsoft.FusedMatMul", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := torchOpType(tt.key)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("torchOpType(%q) = %q, %v; want %q, %v", tt.key, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestNamePattern: plain names are compared as strings, other keys are
+// regexes matched at the start of a name.
+func TestNamePattern(t *testing.T) {
+	tests := []struct {
+		key, name string
+		plain     bool
+		match     bool
+	}{
+		{"model.layer.0", "model.layer.0", true, true},
+		{"model.layer.0", "modelXlayerX0", true, false},
+		{"/fc/MatMul", "/fc/MatMul", true, true},
+		{"foo.*", "foo.bar.conv0", false, true},
+		{"foo.*bar.*conv[0-9]+", "foo.bar.conv0", false, true},
+		{"bar.*", "foo.bar", false, false},
+		{"foo$", "foo.bar", false, false},
+	}
+	for _, tt := range tests {
+		re, err := namePattern(tt.key)
+		if err != nil {
+			t.Fatalf("namePattern(%q): %v", tt.key, err)
+		}
+		if (re == nil) != tt.plain {
+			t.Errorf("namePattern(%q): plain = %v, want %v", tt.key, re == nil, tt.plain)
+			continue
+		}
+		match := tt.key == tt.name
+		if re != nil {
+			match = re.MatchString(tt.name)
+		}
+		if match != tt.match {
+			t.Errorf("%q on %q: match = %v, want %v", tt.key, tt.name, match, tt.match)
+		}
+	}
+}
