@@ -33,6 +33,9 @@ type OpCall struct {
 	// EagerName is the eager-mode name: the module path and the op type,
 	// numbered within the module in execution order ("submodule_a.add_1").
 	EagerName string
+	// stateNames name the constant inputs of an inferred decomposition by
+	// node (the LayerNorm's Mul reads the weight, its last Add the bias).
+	stateNames map[*onnxgraph.Node]string
 }
 
 // Names lists the op names the call's node n answers to in execution mode
@@ -111,7 +114,11 @@ func (c *OpCall) slots() map[*onnxgraph.Node][]slot {
 				s[i] = slot{index: -1, internal: true}
 			case v.IsConst():
 				s[i] = slot{index: -1}
-				if states < len(a.states) {
+				if name, ok := c.stateNames[n]; ok {
+					if name != "" {
+						s[i].names = []string{name}
+					}
+				} else if states < len(a.states) {
 					s[i].names = []string{a.states[states]}
 				} else if name := stateName(n, i); name != "" {
 					s[i].names = []string{name}
@@ -173,6 +180,13 @@ func opCalls(g *onnxgraph.Graph) (calls []*OpCall, byNode map[*onnxgraph.Node]*O
 			c.Nodes = append(c.Nodes, add)
 			c.Types = []string{"linear"}
 			byNode[add] = c
+		} else if d, nodes := decomposed(n, byNode); d != nil {
+			c.Nodes, c.Types = nodes, []string{d.typ}
+			c.stateNames = map[*onnxgraph.Node]string{}
+			for i, m := range nodes {
+				byNode[m] = c
+				c.stateNames[m] = d.states[i]
+			}
 		}
 		c.Type = c.Types[0]
 		byNode[n] = c
@@ -261,4 +275,81 @@ var preferredTorchName = map[string]string{
 	"MatMul": "matmul", "Concat": "cat", "Clip": "clamp", "Reshape": "reshape", "Transpose": "transpose",
 	"Split": "split", "Resize": "interpolate", "ReduceMean": "mean", "GlobalAveragePool": "adaptive_avg_pool2d",
 	"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d", "Gather": "gather",
+}
+
+// decomposition is an op that exporters without op metadata write as a
+// chain of ONNX nodes, each reading the previous one's output: TorchScript
+// at opsets without Gelu (20) or LayerNormalization (17).
+type decomposition struct {
+	typ string
+	ops []string
+	// states name the constant input of each step ("" for a constant that
+	// is no torch argument, such as the 0.5 of GELU).
+	states []string
+}
+
+var decompositions = []decomposition{
+	// 0.5 · x · (1 + erf(x / √2))
+	{typ: "gelu", ops: []string{"Div", "Erf", "Add", "Mul", "Mul"}, states: []string{"", "", "", "", ""}},
+	// (x − mean) / √(var + eps) · weight + bias
+	{typ: "layer_norm", ops: []string{"ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"},
+		states: []string{"", "", "", "", "", "", "", "weight", "bias"}},
+}
+
+// decomposed matches a decomposition starting at n: each next step is a
+// consumer of the previous step's output in n's module, and every value
+// produced inside the chain but the last is read only inside it.
+func decomposed(n *onnxgraph.Node, taken map[*onnxgraph.Node]*OpCall) (*decomposition, []*onnxgraph.Node) {
+	for i := range decompositions {
+		d := &decompositions[i]
+		if nodes := matchChain(n, d.ops, taken); nodes != nil {
+			return d, nodes
+		}
+	}
+	return nil, nil
+}
+
+func matchChain(n *onnxgraph.Node, ops []string, taken map[*onnxgraph.Node]*OpCall) []*onnxgraph.Node {
+	if n.Domain != "" || n.OpType != ops[0] {
+		return nil
+	}
+	nodes := []*onnxgraph.Node{n}
+	for _, op := range ops[1:] {
+		prev := nodes[len(nodes)-1]
+		if len(prev.Outputs) != 1 || prev.Outputs[0] == nil {
+			return nil
+		}
+		var next *onnxgraph.Node
+		for _, c := range prev.Outputs[0].Consumers {
+			if c.Domain == "" && c.OpType == op && c.Module == n.Module && taken[c] == nil && !containsNode(nodes, c) {
+				next = c
+				break
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		nodes = append(nodes, next)
+	}
+	for _, m := range nodes[:len(nodes)-1] {
+		v := m.Outputs[0]
+		if v.IsGraphOutput {
+			return nil
+		}
+		for _, c := range v.Consumers {
+			if !containsNode(nodes, c) {
+				return nil
+			}
+		}
+	}
+	return nodes
+}
+
+func containsNode(list []*onnxgraph.Node, n *onnxgraph.Node) bool {
+	for _, m := range list {
+		if m == n {
+			return true
+		}
+	}
+	return false
 }
