@@ -253,8 +253,8 @@ var opSchemas = map[string]struct{ in, out []string }{
 // by the op's torch arguments, by ONNX input position (so that the guide's
 // op_input_spec/op_state_spec keys such as input, other, weight and bias
 // work). A position may have synonyms: torch.where's older (condition, x, y)
-// and aten's self. Ops not listed take "input" for input 0, "other" for
-// input 1. A Gather on a constant table (embedding) is handled by
+// and aten's self. Ops not listed name input 0 "input" and leave the others
+// (axes, shapes) to index keys. A Gather on a constant table (embedding) is handled by
 // nodeTorchArgs: its ONNX inputs are (weight, input).
 var torchArgNames = map[string][][]string{
 	"Conv":                  {{"input"}, {"weight"}, {"bias"}},
@@ -296,9 +296,6 @@ func nodeTorchArgs(n *onnxgraph.Node, i int) []string {
 	}
 	if i == 0 {
 		return []string{"input", "self"}
-	}
-	if i == 1 {
-		return []string{"other"}
 	}
 	return nil
 }
@@ -536,8 +533,8 @@ func NamesOf(op string, inputs int) OpNames {
 		var names []string
 		if list, ok := torchArgNames[op]; ok {
 			names = append(names, list[min(i, len(list)-1)]...)
-		} else if i < 2 {
-			names = append(names, []string{"input", "other"}[i])
+		} else if i == 0 {
+			names = append(names, "input")
 		}
 		if len(schema.in) > 0 {
 			names = append(names, schema.in[min(i, len(schema.in)-1)])
