@@ -38,6 +38,12 @@ func place(g *onnxgraph.Graph, res *config.Resolution, t *config.Target) *placem
 	small := reducedValues(g)
 	for _, n := range g.Nodes {
 		nr := res.Node(n.Name)
+		if nr != nil && biasOfIntegerLinear(n, nr, integer) {
+			// The bias Add of a linear call runs in the MatMul's integer
+			// kernel (MatMulIntegerToFloat takes the bias).
+			integer[n.Name] = true
+			continue
+		}
 		if nr == nil || !quantizesActivations(nr) {
 			continue // weight-only or not quantized: the config decides alone
 		}
@@ -89,6 +95,13 @@ func place(g *onnxgraph.Graph, res *config.Resolution, t *config.Target) *placem
 		}
 	}
 	return pl
+}
+
+// biasOfIntegerLinear reports whether n is the bias Add of a linear call
+// (MatMul + Add) whose MatMul runs in integer.
+func biasOfIntegerLinear(n *onnxgraph.Node, nr *config.NodeResolution, integer map[string]bool) bool {
+	c := nr.Call
+	return c != nil && c.Type == "linear" && len(c.Nodes) == 2 && c.Nodes[1] == n && integer[c.Nodes[0].Name]
 }
 
 // quantizesActivations reports whether the config gives any non-constant
