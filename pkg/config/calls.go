@@ -283,8 +283,10 @@ var preferredTorchName = map[string]string{
 type decomposition struct {
 	typ string
 	ops []string
-	// states name the constant input of each step ("" for a constant that
-	// is no torch argument, such as the 0.5 of GELU).
+	// states name the constant input of each step ("" for none: the
+	// weight and bias of a decomposed LayerNorm stay unnamed, so the
+	// default op_state_spec leaves them in float, as prepare's patterns
+	// do).
 	states []string
 }
 
@@ -293,7 +295,7 @@ var decompositions = []decomposition{
 	{typ: "gelu", ops: []string{"Div", "Erf", "Add", "Mul", "Mul"}, states: []string{"", "", "", "", ""}},
 	// (x − mean) / √(var + eps) · weight + bias
 	{typ: "layer_norm", ops: []string{"ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"},
-		states: []string{"", "", "", "", "", "", "", "weight", "bias"}},
+		states: []string{"", "", "", "", "", "", "", "", ""}},
 }
 
 // decomposed matches a decomposition starting at n: each next step is a

@@ -155,6 +155,9 @@ type ResolveOptions struct {
 	// are listed as not quantized, with the reason, and a config entry
 	// that reaches only such ops is warned about. nil means every slot.
 	Quantizable func(n *onnxgraph.Node, role Role, index int) bool
+	// QuantizeInside resolves the tensors between the nodes of a
+	// decomposed op like any other (prepare's patterns turned off).
+	QuantizeInside bool
 }
 
 // ResolveWith is Resolve with options.
@@ -459,7 +462,7 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 		switch {
 		case disabled:
 			t.Rule, t.Reason = nr.OpRule, reason
-		case sl.internal:
+		case sl.internal && !r.opts.QuantizeInside:
 			t.Rule, t.Reason = nr.OpRule, internal
 		default:
 			r.lookup(t, group, field, sl.index, names)
@@ -474,7 +477,7 @@ func (r *resolver) node(n *onnxgraph.Node) *NodeResolution {
 		switch {
 		case disabled:
 			t.Rule, t.Reason = nr.OpRule, reason
-		case c.internal(v):
+		case c.internal(v) && !r.opts.QuantizeInside:
 			t.Rule, t.Reason = nr.OpRule, internal
 		default:
 			names := tensorNames(n, true, i, i, true)

@@ -131,11 +131,6 @@ quantization_config:
     op_type_config: {gelu: null}
 `, "torchscript", "/model/act/Erf", "output 0", "none"},
 		{"4", "no Q/DQ inside a decomposed layer_norm (TorchScript)", "", "torchscript", "/model/norm/Sub", "output 0", "none"},
-		{"4", "weight of a decomposed layer_norm (TorchScript)", specs + `
-quantization_config:
-  global_config:
-    op_type_config: {layer_norm: {op_state_spec: {weight: *i16}}}
-`, "torchscript", "/model/norm/Mul", "weight", "int16"},
 		// 5. Tensor keys are torch argument names.
 		{"5", "conv2d input", specs + `
 quantization_config:

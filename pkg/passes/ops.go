@@ -131,7 +131,13 @@ func SupportedOps() []OpSupport {
 // prepare does not quantize are listed as not quantized, with the reason,
 // so that inspect and prepare agree.
 func Resolve(cfg *config.QuantizerConfig, g *onnxgraph.Graph) (*config.Resolution, error) {
-	return config.ResolveWith(cfg, g, config.ResolveOptions{Quantizable: quantizable})
+	return resolveFor(cfg, g, PrepareOptions{})
+}
+
+// resolveFor is Resolve for prepare with opts: with patterns turned off,
+// the tensors inside a decomposed op are resolved like any other.
+func resolveFor(cfg *config.QuantizerConfig, g *onnxgraph.Graph, opts PrepareOptions) (*config.Resolution, error) {
+	return config.ResolveWith(cfg, g, config.ResolveOptions{Quantizable: quantizable, QuantizeInside: opts.Patterns == PatternsNone})
 }
 
 // quantizable reports whether prepare quantizes slot (role, index) of n

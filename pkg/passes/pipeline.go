@@ -194,7 +194,7 @@ func preparePass(_ context.Context, u *Unit) error {
 	if err := runWeightAlgorithms(u); err != nil {
 		return err
 	}
-	res, err := Resolve(u.Config, u.Model.Graph)
+	res, err := resolveFor(u.Config, u.Model.Graph, u.Prepare)
 	if err != nil {
 		return err
 	}
