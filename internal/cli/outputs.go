@@ -113,7 +113,7 @@ func checkDestination(o output, inputs []inputFile) (string, error) {
 			}
 		}
 		if !fi.Mode().IsRegular() {
-			return "", Usagef("%s %s is %s; coreaiq writes regular files only", o.Flag, o.Path, describeMode(fi.Mode()))
+			return "", Usagef("%s %s is %s; coreaiq writes regular files only", o.Flag, o.Path, onnxgraph.DescribeFileMode(fi.Mode()))
 		}
 		// Write through a link to the file it names.
 		if real, err := filepath.EvalSymlinks(dest); err == nil {
@@ -316,23 +316,6 @@ func dataEntryFiles(entries []string) []string {
 		}
 	}
 	return out
-}
-
-// describeMode names the kind of a file that is not a regular one.
-func describeMode(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return "not a regular file (" + m.String() + ")"
 }
 
 func unwrapPathError(err error) error {

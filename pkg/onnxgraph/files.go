@@ -25,7 +25,7 @@ func ReadRegularFile(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, describeMode(fi.Mode()))
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, DescribeFileMode(fi.Mode()))
 	}
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", path, fi.Size(), limit)
@@ -48,13 +48,14 @@ func CheckRegularFile(path string) error {
 		return err
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s)", path, describeMode(fi.Mode()))
+		return fmt.Errorf("%s is not a regular file (%s)", path, DescribeFileMode(fi.Mode()))
 	}
 	return nil
 }
 
-// describeMode names the kind of a file that is not a regular one.
-func describeMode(m os.FileMode) string {
+// DescribeFileMode names the kind of a file that is not a regular one
+// ("a named pipe", "a character device", …), for messages that refuse it.
+func DescribeFileMode(m os.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "a directory"

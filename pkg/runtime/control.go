@@ -48,13 +48,9 @@ func buildIf(b *builder) (kernel, error) {
 // A Loop with neither M nor cond has no end and is refused.
 func buildLoop(b *builder) (kernel, error) {
 	n := b.n
-	body := n.Subgraphs["body"]
-	if body == nil {
-		return nil, fmt.Errorf("the node needs a body")
-	}
-	p, err := b.c.compileGraph(body, n.OuterInputs, nil)
+	p, err := compileBody(b)
 	if err != nil {
-		return nil, fmt.Errorf("body: %w", err)
+		return nil, err
 	}
 	nIn := len(n.Inputs)
 	carried := nIn - 2
@@ -126,13 +122,9 @@ func buildLoop(b *builder) (kernel, error) {
 //	outputs: s, and each y stacked along its output axis (in its direction)
 func buildScan(b *builder) (kernel, error) {
 	n := b.n
-	body := n.Subgraphs["body"]
-	if body == nil {
-		return nil, fmt.Errorf("the node needs a body")
-	}
-	p, err := b.c.compileGraph(body, n.OuterInputs, nil)
+	p, err := compileBody(b)
 	if err != nil {
-		return nil, fmt.Errorf("body: %w", err)
+		return nil, err
 	}
 	nIn := len(n.Inputs)
 	m := int(b.int("num_scan_inputs", 0))
@@ -262,4 +254,18 @@ func boolScalar(v bool) *tensor.Tensor {
 	t := tensor.New(tensor.Bool)
 	t.Data.([]bool)[0] = v
 	return t
+}
+
+// compileBody compiles the "body" subgraph of a Loop or Scan node, which
+// reads values of the enclosing graphs by name.
+func compileBody(b *builder) (*program, error) {
+	body := b.n.Subgraphs["body"]
+	if body == nil {
+		return nil, fmt.Errorf("the node needs a body")
+	}
+	p, err := b.c.compileGraph(body, b.n.OuterInputs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	return p, nil
 }
