@@ -231,3 +231,41 @@ func TestOver2GiB(t *testing.T) {
 		}
 	}
 }
+
+// TestSaveInlinesSmallExternalTensors: a tensor under the threshold that the
+// source kept in external data (as some exporters write every tensor) is
+// written inline, since ONNX Runtime plans some inputs (a Reshape's shape)
+// from inline data only; the data file gets the model file's mode.
+func TestSaveInlinesSmallExternalTensors(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "all-external.onnx")
+	if err := mustModel(t, bigModel()).Save(src, SaveOptions{External: ExternalAlways, Threshold: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tiny := m.Graph.Value("tiny"); tiny == nil || !IsExternal(tiny.Const) {
+		t.Fatal("the source should hold tiny in external data")
+	}
+	out := filepath.Join(dir, "out.onnx")
+	if err := m.Save(out, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back.AllTensors(func(tp *onnxpb.TensorProto) {
+		small := len(tp.GetRawData()) > 0 && len(tp.GetRawData()) < 1024
+		if IsExternal(tp) == (tp.GetName() == "tiny") || tp.GetName() == "tiny" && !small {
+			t.Errorf("tensor %q: external %v, want external only from 1 KiB", tp.GetName(), IsExternal(tp))
+		}
+	})
+	for _, p := range []string{out, out + ".data"} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v (%v), want 0644", p, st.Mode().Perm(), err)
+		}
+	}
+}

@@ -134,8 +134,10 @@ func (m *Model) save(path string, opts SaveOptions, external bool) (err error) {
 				return
 			}
 		}
-		toExternal := external && t.RawData != nil && len(raw) >= opts.Threshold ||
-			external && IsExternal(t)
+		// Small tensors go inline even when the source kept them outside:
+		// ONNX Runtime reads some inputs (a Reshape's shape, a Slice's
+		// starts) only from inline data when it plans the graph.
+		toExternal := external && (t.RawData != nil || IsExternal(t)) && len(raw) >= opts.Threshold
 		if !toExternal && !IsExternal(t) {
 			return
 		}
@@ -175,6 +177,11 @@ func (m *Model) save(path string, opts SaveOptions, external bool) (err error) {
 			return err
 		}
 		name := dataTmp.Name()
+		// The data file is as readable as the model it belongs to
+		// (WriteFileAtomic's mode), not CreateTemp's owner-only 0600.
+		if err := os.Chmod(name, 0o644); err != nil {
+			return err
+		}
 		dataTmp = nil
 		if err := os.Rename(name, filepath.Join(dir, filepath.FromSlash(opts.Location))); err != nil {
 			os.Remove(name)
