@@ -24,6 +24,10 @@ type Algorithms struct {
 	// BiasCorrection folds the mean output error that weight quantization
 	// causes, measured on calibration data, into each layer's bias.
 	BiasCorrection *BiasCorrection
+	// GPTQ rounds MatMul and Gemm weights column by column, spreading each
+	// column's rounding error onto the columns not yet rounded, weighted by
+	// the layer's input statistics on calibration data.
+	GPTQ *GPTQ
 	// Rule locates the block.
 	Rule Rule
 }
@@ -62,10 +66,24 @@ type BiasCorrection struct {
 	Samples int
 }
 
+// GPTQ configures gptq.
+type GPTQ struct {
+	AlgorithmCommon
+	// Samples caps the calibration samples it reads (default 128).
+	Samples int
+	// Damp is added to the Hessian's diagonal as a fraction of its mean
+	// diagonal (default 0.01): it keeps the Cholesky factorization stable
+	// when input features are (nearly) collinear.
+	Damp float64
+}
+
 // Default algorithm settings.
 const (
 	DefaultCLEIterations        = 20
 	DefaultAlgorithmSamples     = 128
+	DefaultGPTQDamp             = 0.01
+	algorithmDampKey            = "damp"
+	gptqName                    = "gptq"
 	algorithmsKey               = "algorithms"
 	algorithmExcludeKey         = "exclude"
 	algorithmCLEIterationsKey   = "iterations"
@@ -99,6 +117,15 @@ var algorithmTable = map[string]algorithmDecoder{
 				Samples: d.positive(s[algorithmSamplesKey], algorithmsKey+"."+biasCorrectionAlgorithmName+"."+algorithmSamplesKey, DefaultAlgorithmSamples)}
 		},
 	},
+	gptqName: {
+		keys: []string{algorithmSamplesKey, algorithmDampKey},
+		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
+			path := algorithmsKey + "." + gptqName + "."
+			a.GPTQ = &GPTQ{AlgorithmCommon: c,
+				Samples: d.positive(s[algorithmSamplesKey], path+algorithmSamplesKey, DefaultAlgorithmSamples),
+				Damp:    d.fraction(s[algorithmDampKey], path+algorithmDampKey, DefaultGPTQDamp)}
+		},
+	},
 }
 
 // AlgorithmNames lists the algorithms, sorted.
@@ -125,6 +152,22 @@ func (d *decoder) positive(n *yaml.Node, what string, def int) int {
 		return def
 	}
 	return i
+}
+
+// fraction reads an optional number in (0, 1], def when absent.
+func (d *decoder) fraction(n *yaml.Node, what string, def float64) float64 {
+	if n == nil {
+		return def
+	}
+	f, ok := d.number(n, what)
+	if !ok {
+		return def
+	}
+	if !(f > 0 && f <= 1) {
+		d.errorf(n, "", "%s must be in (0, 1], got %g", what, f)
+		return def
+	}
+	return f
 }
 
 // algorithms decodes the algorithms block. Each key is an algorithm;
@@ -233,6 +276,8 @@ func (a *Algorithms) enabled(name string) bool {
 		return a.CrossLayerEqualization != nil
 	case biasCorrectionAlgorithmName:
 		return a.BiasCorrection != nil
+	case gptqName:
+		return a.GPTQ != nil
 	}
 	return false
 }

@@ -18,14 +18,33 @@ const biasCorrectionName = "bias_correction"
 
 // runDataAlgorithms runs the algorithms that need calibration data and the
 // planned weight qparams, before finalize writes the weights.
+// GPTQ runs first: bias correction then folds the mean error of the
+// weights finalize will write.
 func runDataAlgorithms(ctx context.Context, u *Unit) error {
-	if u.Algorithms == nil || u.Algorithms.BiasCorrection == nil {
+	if u.Algorithms == nil {
 		return nil
 	}
-	if u.Data == nil || u.Data.Source == nil {
-		return fmt.Errorf("%s (%s) needs calibration data", biasCorrectionName, u.Algorithms.BiasCorrection.Rule.Location())
+	needData := func(name string, r config.Rule) error {
+		if u.Data == nil || u.Data.Source == nil {
+			return fmt.Errorf("%s (%s) needs calibration data", name, r.Location())
+		}
+		return nil
 	}
-	return correctBiases(ctx, u, u.Algorithms.BiasCorrection)
+	if g := u.Algorithms.GPTQ; g != nil {
+		if err := needData(gptqAlgorithmName, g.Rule); err != nil {
+			return err
+		}
+		if err := runGPTQ(ctx, u, g); err != nil {
+			return err
+		}
+	}
+	if b := u.Algorithms.BiasCorrection; b != nil {
+		if err := needData(biasCorrectionName, b.Rule); err != nil {
+			return err
+		}
+		return correctBiases(ctx, u, b)
+	}
+	return nil
 }
 
 // biasLayer is one Conv or Gemm whose bias absorbs its mean error.
@@ -229,6 +248,9 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 	dq, err := finalize.FakeQuantize(w, shape, wt.Axis, wt.BlockSize, wt.Spec, wt.Params)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: weight %q: %w", n, n.Inputs[1].Name, err)
+	}
+	if orig, ok := u.roundedWeights[n.Inputs[1].Name]; ok {
+		w = orig // the error is against the float weight, before GPTQ rounded it
 	}
 	b, _, err := constFloats(u.Model, n.Inputs[2])
 	if err != nil {

@@ -56,6 +56,9 @@ type Unit struct {
 	// ownsModel is set once Model is a private copy that the algorithms
 	// may edit.
 	ownsModel bool
+	// roundedWeights are the float weights GPTQ replaced by rounded ones,
+	// by value name, for bias correction's error.
+	roundedWeights map[string][]float32
 	// pendingWeightReports are weights changed before prepare, reported
 	// once their spec is planned.
 	pendingWeightReports []pendingWeightReport
