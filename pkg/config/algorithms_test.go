@@ -51,6 +51,34 @@ func TestAlgorithmsBlock(t *testing.T) {
 	}
 }
 
+func TestGPTQSettings(t *testing.T) {
+	tests := []struct {
+		name, text string
+		samples    int
+		damp       float64
+	}{
+		{name: "defaults", text: "algorithms:\n  gptq: true\n", samples: DefaultAlgorithmSamples, damp: DefaultGPTQDamp},
+		{name: "settings", text: "algorithms:\n  gptq: {samples: 32, damp: 0.1, exclude: [lm_head]}\n", samples: 32, damp: 0.1},
+		{name: "integer damp", text: "algorithms:\n  gptq: {damp: 1}\n", samples: DefaultAlgorithmSamples, damp: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.text), "a.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := cfg.Algorithms.GPTQ
+			if g == nil || g.Samples != tt.samples || g.Damp != tt.damp || !cfg.Algorithms.Any() {
+				t.Fatalf("got %+v, want samples %d damp %g", g, tt.samples, tt.damp)
+			}
+		})
+	}
+	a := &Algorithms{}
+	if err := a.EnableAlgorithms([]string{"gptq"}); err != nil || a.GPTQ == nil || a.GPTQ.Damp != DefaultGPTQDamp {
+		t.Errorf("--algorithms gptq: %v, %+v", err, a.GPTQ)
+	}
+}
+
 func TestEnableAlgorithms(t *testing.T) {
 	cfg, err := Parse([]byte("algorithms:\n  bias_correction: {samples: 8}\n"), "a.yaml")
 	if err != nil {

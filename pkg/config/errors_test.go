@@ -44,6 +44,8 @@ func TestBadConfigs(t *testing.T) {
 		{"only_for as a list", "quantization_config:\n  preset: w4\n  only_for: [torch.nn.modules.linear.Linear]\n"},
 		{"unknown algorithm", "algorithms:\n  cross_layer_equalisation: true\n"},
 		{"bad algorithm settings", "algorithms:\n  bias_correction: {samples: 0, exclude: [\"(\"], iterations: 3}\n  cross_layer_equalization: yes please\n"},
+		{"bad gptq settings", "algorithms:\n  gptq: {damp: 0, samples: -2, block_size: 128}\n"},
+		{"gptq damp not a number", "algorithms:\n  gptq: {damp: high}\n"},
 		{"many errors sorted", "engine: gpu\nquantization_spec:\n  a: {dtype: int9}\nquantization_config:\n  global_confg: {}\n"},
 	}
 	var b strings.Builder
