@@ -213,7 +213,7 @@ func TestReadmeQuantize(t *testing.T) {
 // every shared model with the built-in engine and 4 calibration samples,
 // without --batch-size: mnist-cntk-op8 fixes its batch at 1 and must get
 // it, and squeezenet1.0 (opset 7) must be raised to the opset its preset
-// needs through the version adapters. The int4 presets (w4, w4a8) skip the
+// needs through the version adapters. The int4 presets (w4, w4-accurate, w4a8) skip the
 // four largest models: their MSE weight-range search alone takes 5–20 s
 // per model there, and the small models cover the same code.
 func TestPresetConfigsRun(t *testing.T) {
@@ -230,7 +230,7 @@ func TestPresetConfigsRun(t *testing.T) {
 	slow := map[string]bool{"resnet18": true, "mobilenetv2": true, "bert_encoder": true, "gpt_decoder": true}
 	// The lowest opset each preset needs: per-channel int8 13, fp8 19,
 	// int4 per block 21, fp4 23.
-	minOpset := map[string]int64{"w8a8": 13, "accurate": 13, "w8": 13, "ort-x86": 13, "fp8": 19, "w4": 21, "w4a8": 21, "mxfp4": 23}
+	minOpset := map[string]int64{"w8a8": 13, "accurate": 13, "w8": 13, "ort-x86": 13, "fp8": 19, "w4": 21, "w4-accurate": 21, "w4a8": 21, "mxfp4": 23}
 	models := 0
 	for _, e := range entries {
 		if !e.IsDir() {

@@ -269,7 +269,7 @@ quantization_config:
 // TestPresets: every preset parses, resolves on the guide model, and
 // configs/presets holds a config equal to it.
 func TestPresets(t *testing.T) {
-	want := []string{"accurate", "fp8", "mxfp4", "ort-x86", "w4", "w4a8", "w8", "w8a8"}
+	want := []string{"accurate", "fp8", "mxfp4", "ort-x86", "w4", "w4-accurate", "w4a8", "w8", "w8a8"}
 	if got := PresetNames(); len(got) != len(want) {
 		t.Fatalf("presets = %v, want %v", got, want)
 	}

@@ -215,7 +215,7 @@ func sqnr(ref, got []float32) float64 {
 func TestQuantizedModelRuns(t *testing.T) {
 	// Bounds are loose on purpose: they catch broken scales, axes or
 	// packing (which give SQNR near or below 0 dB), not small changes.
-	minSQNR := map[string]float64{"w8a8": 30, "accurate": 30, "ort-x86": 30, "w8": 35, "w4a8": 10, "w4": 10, "fp8": 18, "mxfp4": 7}
+	minSQNR := map[string]float64{"w8a8": 30, "accurate": 30, "ort-x86": 30, "w8": 35, "w4a8": 10, "w4": 10, "w4-accurate": 10, "fp8": 18, "mxfp4": 7}
 	for _, model := range goldenModels {
 		for _, preset := range config.PresetNames() {
 			want, ok := minSQNR[preset]
