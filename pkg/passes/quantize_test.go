@@ -136,10 +136,24 @@ func quantize(t *testing.T, m *onnxgraph.Model, preset string, opts PrepareOptio
 	if len(synthetic) > 0 && synthetic[0] {
 		u.Calibrate = syntheticStats
 	}
+	if pc.Algorithms.Any() {
+		u.Data = &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: randomSource{m}, BatchSize: 1}
+	}
 	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
 		t.Fatalf("%s: %v", preset, err)
 	}
 	return u
+}
+
+// randomSource is calibration data for the data-aware algorithms of a
+// preset: two batches of randomInputs (seeds 0 and 1), one per sample.
+type randomSource struct{ m *onnxgraph.Model }
+
+func (s randomSource) Samples() int { return 2 }
+func (s randomSource) Random() bool { return true }
+func (s randomSource) Close() error { return nil }
+func (s randomSource) Batch(start, _ int) (map[string]*tensor.Tensor, error) {
+	return randomInputs(s.m, uint64(start)), nil
 }
 
 var goldenModels = []string{"mlp.onnx", "cnn.onnx", "dynamo.onnx", "attention.onnx", "convtranspose.onnx"}
