@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 
+	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/passes"
 )
@@ -180,6 +182,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stats", "merge"}, "requires at least 1 arg(s), only received 0"},
 		{[]string{"run", "m.onnx", "--threads", "-1"}, "--threads -1: want 0 (one per CPU) or more"},
 		{[]string{"--log-level", "loud", "version"}, `--log-level "loud"`},
+		{[]string{"quantize", "--model", filepath.Join(testutil.RepoRoot(), "examples", "digits", "model.onnx"),
+			"--preset", "w4-accurate", "-o", filepath.Join(t.TempDir(), "q.onnx")}, "gptq (preset:w4-accurate:15) needs calibration data"},
+		{[]string{"quantize", "--model", filepath.Join(testutil.RepoRoot(), "examples", "digits", "model.onnx"),
+			"--preset", "w8", "--algorithms", "bias_correction", "-o", filepath.Join(t.TempDir(), "q.onnx")}, "bias_correction (--algorithms) needs calibration data"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			code, _, stderr := runCLI(t, c.args...)

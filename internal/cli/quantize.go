@@ -350,6 +350,10 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 		if errors.As(err, &list) {
 			return timings, configUsageError(err)
 		}
+		var missing *passes.MissingDataError
+		if errors.As(err, &missing) {
+			return timings, &UsageError{Err: err}
+		}
 		return timings, err
 	}
 	return timings, nil

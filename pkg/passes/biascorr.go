@@ -16,6 +16,17 @@ import (
 
 const biasCorrectionName = "bias_correction"
 
+// MissingDataError reports an algorithm that needs calibration data in a
+// run that has none: the user's configuration, not a runtime failure.
+type MissingDataError struct {
+	Algorithm string
+	Rule      config.Rule
+}
+
+func (e *MissingDataError) Error() string {
+	return fmt.Sprintf("%s (%s) needs calibration data: give --data (calibration.data or calibration.images in the config)", e.Algorithm, e.Rule.Location())
+}
+
 // runDataAlgorithms runs the algorithms that need calibration data and the
 // planned weight qparams, before finalize writes the weights.
 // GPTQ runs first: bias correction then folds the mean error of the
@@ -26,7 +37,7 @@ func runDataAlgorithms(ctx context.Context, u *Unit) error {
 	}
 	needData := func(name string, r config.Rule) error {
 		if u.Data == nil || u.Data.Source == nil {
-			return fmt.Errorf("%s (%s) needs calibration data", name, r.Location())
+			return &MissingDataError{Algorithm: name, Rule: r}
 		}
 		return nil
 	}
