@@ -120,11 +120,43 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 		return err
 	}
 
-	var cachePath string
-	if !opts.NoCache {
-		key, err := sensitivityKey(s, u, opts, grouping, calibSamples, eval, source)
+	r, err := cachedSensitivity(ctx, opts.IO, s, u, sensitivitySplit{grouping, calibSamples, eval, source, opts.Opset}, opts.NoCache, func() error {
+		_, err := passes.Run(ctx, u, passes.RunOptions{})
+		calProg.Done()
 		if err != nil {
-			return err
+			var list config.ErrorList
+			if errors.As(err, &list) {
+				return configUsageError(err)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return writeSensitivity(opts, s.outputs, r)
+}
+
+// sensitivitySplit is what a sensitivity analysis measures besides the
+// pipeline: the grouping, the calibration and held-out samples, the opset.
+type sensitivitySplit struct {
+	grouping     compare.GroupBy
+	calibSamples int
+	eval         *quantizeEval
+	source       calibrate.Source
+	opset        int64
+}
+
+// cachedSensitivity is the sensitivity analysis of u's plan, read from the
+// user's cache when an earlier run measured the same inputs (noCache
+// measures again) and cached otherwise. finish, when set, runs the passes
+// u still needs; it is skipped on a cache hit.
+func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *passes.Unit, sp sensitivitySplit, noCache bool, finish func() error) (*compare.Sensitivity, error) {
+	var cachePath string
+	if !noCache {
+		key, err := sensitivityKey(s, u, sp)
+		if err != nil {
+			return nil, err
 		}
 		if dir, err := os.UserCacheDir(); err == nil {
 			cachePath = filepath.Join(dir, "coreaiq", "sensitivity", key+".json")
@@ -138,67 +170,62 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 			if err := json.Unmarshal(b, &r); err != nil {
 				slog.Warn("unreadable cached sensitivity result: measuring again", "path", cachePath, "err", err)
 			} else {
-				fmt.Fprintf(opts.IO.ErrOut, "sensitivity: cached result %s (--no-cache measures again)\n", cachePath)
-				return writeSensitivity(opts, s.outputs, &r)
+				fmt.Fprintf(streams.ErrOut, "sensitivity: cached result %s (--no-cache measures again)\n", cachePath)
+				return &r, nil
 			}
 		}
 	}
-
-	_, err = passes.Run(ctx, u, passes.RunOptions{})
-	calProg.Done()
-	if err != nil {
-		var list config.ErrorList
-		if errors.As(err, &list) {
-			return configUsageError(err)
+	if finish != nil {
+		if err := finish(); err != nil {
+			return nil, err
 		}
-		return err
 	}
 	batch := s.settings.BatchSize
 	if batch <= 0 {
 		batch = fixedBatch(modelInputs(s.model))
 	}
-	data, err := compare.SourceBatches(source, eval.start, eval.end, batch)
+	data, err := compare.SourceBatches(sp.source, sp.eval.start, sp.eval.end, batch)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	prog := newSensitivityProgress(opts.IO)
+	prog := newSensitivityProgress(streams)
 	r, err := compare.Analyze(ctx, compare.SensitivityInput{
 		Float: s.model, Prepared: u.Model, Plan: u.Plan, Stats: u.Stats, Write: u.Write,
-		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: grouping, Progress: prog.report,
+		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Progress: prog.report,
 	})
 	prog.done()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The figures are printed from their JSON form (DB rounds to 4
-	// decimals), the form the cache keeps, so that a cached run prints the
-	// same bytes as the run that measured.
+	// The figures are used in their JSON form (DB rounds to 4 decimals),
+	// the form the cache keeps, so that a cached run prints the same bytes
+	// and makes the same choices as the run that measured.
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b = append(b, '\n')
 	if cachePath != "" {
 		if err := os.MkdirAll(filepath.Dir(cachePath), 0o755); err != nil {
-			return err
+			return nil, err
 		}
 		if err := onnxgraph.WriteFileAtomic(cachePath, b); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var rounded compare.Sensitivity
 	if err := json.Unmarshal(b, &rounded); err != nil {
-		return err
+		return nil, err
 	}
-	return writeSensitivity(opts, s.outputs, &rounded)
+	return &rounded, nil
 }
 
 // sensitivityKey hashes everything the analysis depends on: the model's
 // bytes, the prepared plan (the resolved config with its weight qparams),
 // the algorithms, the data of every sample used, the sample split, the
 // grouping, the engine and its kernel set.
-func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, grouping compare.GroupBy,
-	calibSamples int, eval *quantizeEval, src calibrate.Source) (string, error) {
+func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (string, error) {
+	grouping, calibSamples, eval, src := sp.grouping, sp.calibSamples, sp.eval, sp.source
 	h := sha256.New()
 	fmt.Fprintf(h, "coreaiq sensitivity 1\n")
 	model, err := fileSHA256(s.settings.Model)
@@ -225,7 +252,7 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, opts *sensitivityOptions, 
 	p.Target, p.Progress = nil, nil
 	fmt.Fprintf(h, "\nprepare %+v target %s", p, s.target.Name)
 	fmt.Fprintf(h, "\ncalibrate %d batch %d eval %d-%d group %s engine %s kernels %s opset %d\n",
-		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), opts.Opset)
+		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), sp.opset)
 	// Samples past the calibration ones and before the held-out ones are
 	// not read, so only the used ones are hashed.
 	for _, r := range [][2]int{{0, calibSamples}, {eval.start, eval.end}} {

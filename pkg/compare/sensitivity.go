@@ -163,19 +163,27 @@ type SensitivityInput struct {
 	Progress func(done, total int, g GroupSensitivity)
 }
 
-// Analyze measures each group's effect on the model's outputs: the SQNR
-// of the worst output when only the group is quantized, and when all but
-// the group is. The float outputs are computed once and the calibration
-// statistics are reused for every candidate.
-func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
-	ref, err := runtime.Open(in.Engine, in.Float, runtime.Options{Threads: in.Threads})
+// Measurer measures candidate models against the float model on fixed
+// held-out batches: the float outputs are computed once.
+type Measurer struct {
+	engine  string
+	threads int
+	batches []Batch
+	wants   []map[string]*tensor.Tensor
+	outputs []runtime.IOInfo
+	// Samples is the number of held-out samples measured on.
+	Samples int
+}
+
+// NewMeasurer runs the float model once on data (called once).
+func NewMeasurer(ctx context.Context, engine string, threads int, float *onnxgraph.Model, data iter.Seq2[Batch, error]) (*Measurer, error) {
+	ref, err := runtime.Open(engine, float, runtime.Options{Threads: threads})
 	if err != nil {
 		return nil, fmt.Errorf("float model: %w", err)
 	}
 	defer ref.Close()
-	var batches []Batch
-	var wants []map[string]*tensor.Tensor
-	for b, err := range in.Data {
+	m := &Measurer{engine: engine, threads: threads, outputs: ref.Outputs()}
+	for b, err := range data {
 		if err != nil {
 			return nil, err
 		}
@@ -183,65 +191,80 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		if err != nil {
 			return nil, fmt.Errorf("float model: %w", err)
 		}
-		batches, wants = append(batches, b), append(wants, want)
+		m.batches, m.wants = append(m.batches, b), append(m.wants, want)
+		m.Samples += batchRows(b)
 	}
-	if len(batches) == 0 {
+	if len(m.batches) == 0 {
 		return nil, fmt.Errorf("no held-out samples to measure on")
 	}
-	outputs := ref.Outputs()
+	return m, nil
+}
+
+// Measure is the SQNR of the candidate's worst float output on the
+// held-out batches (+Inf when no output is a float).
+func (m *Measurer) Measure(ctx context.Context, model *onnxgraph.Model) (DB, error) {
+	cand, err := runtime.Open(m.engine, model, runtime.Options{Threads: m.threads})
+	if err != nil {
+		return 0, err
+	}
+	defer cand.Close()
+	stats := make([]Stats, len(m.outputs))
+	for i, b := range m.batches {
+		got, err := cand.Run(ctx, b, runtime.RunOptions{})
+		if err != nil {
+			return 0, err
+		}
+		for j, o := range m.outputs {
+			w, g := m.wants[i][o.Name], got[o.Name]
+			if w == nil || g == nil {
+				return 0, fmt.Errorf("output %q missing", o.Name)
+			}
+			if !w.DType.IsFloat() {
+				continue // integer outputs (indices, counts) have no SQNR
+			}
+			x, err := w.AsFloat32()
+			if err != nil {
+				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+			}
+			y, err := g.AsFloat32()
+			if err != nil {
+				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+			}
+			if err := stats[j].Add(x, y); err != nil {
+				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+			}
+		}
+	}
+	worst := DB(math.Inf(1))
+	for i := range stats {
+		if stats[i].N > 0 || stats[i].NonFinite > 0 {
+			worst = min(worst, stats[i].SQNR())
+		}
+	}
+	return worst, nil
+}
+
+// Analyze measures each group's effect on the model's outputs: the SQNR
+// of the worst output when only the group is quantized, and when all but
+// the group is. The float outputs are computed once and the calibration
+// statistics are reused for every candidate.
+func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
+	m, err := NewMeasurer(ctx, in.Engine, in.Threads, in.Float, in.Data)
+	if err != nil {
+		return nil, err
+	}
 	measure := func(plan *finalize.Plan) (DB, error) {
 		res, err := finalize.Write(in.Prepared, plan, in.Stats, in.Write)
 		if err != nil {
 			return 0, err
 		}
-		cand, err := runtime.Open(in.Engine, res.Model, runtime.Options{Threads: in.Threads})
-		if err != nil {
-			return 0, err
-		}
-		defer cand.Close()
-		stats := make([]Stats, len(outputs))
-		for i, b := range batches {
-			got, err := cand.Run(ctx, b, runtime.RunOptions{})
-			if err != nil {
-				return 0, err
-			}
-			for j, o := range outputs {
-				w, g := wants[i][o.Name], got[o.Name]
-				if w == nil || g == nil {
-					return 0, fmt.Errorf("output %q missing", o.Name)
-				}
-				if !w.DType.IsFloat() {
-					continue // integer outputs (indices, counts) have no SQNR
-				}
-				x, err := w.AsFloat32()
-				if err != nil {
-					return 0, fmt.Errorf("output %q: %w", o.Name, err)
-				}
-				y, err := g.AsFloat32()
-				if err != nil {
-					return 0, fmt.Errorf("output %q: %w", o.Name, err)
-				}
-				if err := stats[j].Add(x, y); err != nil {
-					return 0, fmt.Errorf("output %q: %w", o.Name, err)
-				}
-			}
-		}
-		worst := DB(math.Inf(1))
-		for i := range stats {
-			if stats[i].N > 0 || stats[i].NonFinite > 0 {
-				worst = min(worst, stats[i].SQNR())
-			}
-		}
-		return worst, nil
+		return m.Measure(ctx, res.Model)
 	}
 	all, err := measure(in.Plan)
 	if err != nil {
 		return nil, fmt.Errorf("all points quantized: %w", err)
 	}
-	r := &Sensitivity{Grouping: in.Grouping, AllQuantized: all}
-	for _, b := range batches {
-		r.Samples += batchRows(b)
-	}
+	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all}
 	groups := Groups(in.Prepared, in.Plan, in.Grouping)
 	for i, g := range groups {
 		if err := ctx.Err(); err != nil {
