@@ -52,6 +52,8 @@ type quantizeOptions struct {
 	MinSpeedup float64
 	// Profile times the calibration runs (quantize only).
 	Profile profileFlags
+	// Search is quantize's accuracy target (search.go).
+	Search searchOptions
 }
 
 // addPrepareFlags adds the flags that tune the prepare pass; every command
@@ -114,6 +116,7 @@ func NewCmdQuantize(streams *IO, runF func(*quantizeOptions) error) *cobra.Comma
 	optString(f, &opts.Settings.Report, "report", "", "", "write a JSON report here")
 	addEvalFlags(f, opts)
 	addQuantizeBenchFlags(f, opts)
+	addSearchFlags(f, &opts.Search)
 	opts.Profile.add(f)
 	return cmd
 }
@@ -361,7 +364,8 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 
 func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	s, err := setupPipeline(opts, nil, func(st config.Settings) []output {
-		return []output{{"-o", outputPath(st), opts.IO.Out}, {"--report", st.Report, nil}, {"--profile-out", opts.Profile.Out, nil}}
+		return []output{{"-o", outputPath(st), opts.IO.Out}, {"--report", st.Report, nil}, {"--profile-out", opts.Profile.Out, nil},
+			{"--emit-config", opts.Search.EmitConfig, nil}}
 	})
 	if err != nil {
 		return err
@@ -370,7 +374,6 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	if err := s.resolveBatchSize(); err != nil {
 		return err
 	}
-	u := &passes.Unit{}
 	var source calibrate.Source
 	if len(s.settings.Data) > 0 || s.settings.Images != nil {
 		// The data path calibrate uses (calibrate.go), so that quantize and
@@ -382,6 +385,16 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		defer src.Close()
 		source = src
 	}
+	if opts.Search.TargetSQNR != nil {
+		switch {
+		case source == nil:
+			return Usagef("--target-sqnr needs calibration data (--data) to hold samples out of")
+		case opts.Search.Budget < 1:
+			return Usagef("--search-budget %d: want 1 or more", opts.Search.Budget)
+		case opts.EvalSamples == 0:
+			opts.EvalSamples = defaultSensitivityEvalSamples
+		}
+	}
 	eval, calibSamples, err := newQuantizeEval(opts.EvalSamples, opts.MinSQNR, source, s.settings.Samples)
 	if err != nil {
 		return err
@@ -391,18 +404,39 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	s.warnShortData(opts.IO.ErrOut, source, calibSamples)
-	if source != nil {
-		u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
-			Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
-		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
-			calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
+	// newUnit is a pipeline calibrating on the calibration samples; the
+	// accuracy search quantizes its candidates with more of them.
+	newUnit := func(prof *runtime.Profile) *passes.Unit {
+		u := &passes.Unit{}
+		if source != nil {
+			u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
+				Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
+			u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
+				calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
+		}
+		return u
 	}
+	u := newUnit(prof)
 	timings, err := runPipeline(ctx, opts, s, u, "")
 	if err != nil {
 		if source == nil && u.Plan != nil && len(u.Plan.Observed()) > 0 {
 			return Usagef("%v: give --data (calibration.data in the config), or use a weight-only preset (--preset w8 or w4)", err)
 		}
 		return err
+	}
+	var search *searchResult
+	if opts.Search.TargetSQNR != nil || opts.Search.EmitConfig != "" {
+		sp := sensitivitySplit{grouping: compare.GroupByNode, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset}
+		search, err = searchAccuracy(ctx, opts, s, u, func() *passes.Unit { return newUnit(nil) }, sp)
+		if err != nil {
+			return err
+		}
+		u = search.Unit
+		if opts.Search.EmitConfig != "" {
+			if err := onnxgraph.WriteFileAtomic(s.outputs.Staged(opts.Search.EmitConfig), search.Config); err != nil {
+				return err
+			}
+		}
 	}
 	out := outputPath(s.settings)
 	if err := u.Result.Model.Save(s.outputs.Staged(out), onnxgraph.SaveOptions{}); err != nil {
@@ -434,6 +468,9 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	if err := quantizeBench(ctx, opts, source, s.model, out, u.Result.Model); err != nil {
 		return err
+	}
+	if search != nil && opts.Search.TargetSQNR != nil && !search.Met && gateErr == nil {
+		gateErr = searchGateError(*opts.Search.TargetSQNR, search)
 	}
 	return gateErr
 }

@@ -650,6 +650,15 @@ func namePattern(pattern string) (*regexp.Regexp, error) {
 	return regexp.Compile(`^(?:` + pattern + `)`)
 }
 
+// OpNameKey is the op_name_config key that names exactly the op called
+// name: the name itself when it is plain, else a regex matching only it.
+func OpNameKey(name string) string {
+	if plainName.MatchString(name) {
+		return name
+	}
+	return regexp.QuoteMeta(name) + "$"
+}
+
 // presetRef resolves `preset: NAME` to a copy of the preset's config.
 func (d *decoder) presetRef(n *yaml.Node) *QuantizerConfig {
 	name, ok := d.str(n, "preset")
