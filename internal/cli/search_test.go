@@ -75,57 +75,83 @@ func TestSearchPromotesFragileNode(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
 	model := writeModel(t, dir, "outlier.onnx", outlierInputModel())
 	data := outlierData(t, dir)
-	out, emitted := filepath.Join(dir, "searched.onnx"), filepath.Join(dir, "searched.yaml")
-	code, _, stderr := runCLI(t, append([]string{"quantize", "--model", model, "--preset", "w8a8",
-		"--target-sqnr", "20", "-o", out, "--emit-config", emitted}, data...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	text, err := os.ReadFile(emitted)
+	preset, err := config.PresetYAML("w8a8")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse(text, emitted)
-	if err != nil {
-		t.Fatalf("emitted config does not parse: %v\n%s", err, text)
+	// A user's config: the preset written out, with settings of its own
+	// that the emitted config keeps.
+	user := filepath.Join(dir, "user.yaml")
+	userText := "# the team's settings\nthreads: 1 # fits the runner\n" + string(preset)
+	if err := os.WriteFile(user, []byte(userText), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	var keys []string
-	for _, e := range cfg.Quant.Global.OpNames {
-		keys = append(keys, e.Key)
-		if e.Config != nil {
-			t.Errorf("op_name_config %q is not null", e.Key)
-		}
+	tests := []struct {
+		name     string
+		args     []string
+		wantKept string
+	}{
+		{name: "preset", args: []string{"--preset", "w8a8"}, wantKept: "qparam_calculator"},
+		{name: "config", args: []string{"--config", user}, wantKept: "threads: 1 # fits the runner"},
 	}
-	if strings.Join(keys, ",") != "/first/Gemm" {
-		t.Fatalf("promoted %v, want only /first/Gemm; stderr:\n%s\nconfig:\n%s", keys, stderr, text)
-	}
-	if !strings.Contains(string(text), "/first/Gemm: null # left in float: +") {
-		t.Errorf("the entry carries no gain comment:\n%s", text)
-	}
-	if !strings.Contains(stderr, "search 1/8: /first/Gemm in float") || strings.Contains(stderr, "search 2/") {
-		t.Errorf("want one evaluation, of /first/Gemm; stderr:\n%s", stderr)
-	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, emitted := filepath.Join(dir, tt.name+".onnx"), filepath.Join(dir, tt.name+".yaml")
+			args := append([]string{"quantize", "--model", model, "--target-sqnr", "20", "-o", out, "--emit-config", emitted}, tt.args...)
+			code, _, stderr := runCLI(t, append(args, data...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			text, err := os.ReadFile(emitted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(text), tt.wantKept) {
+				t.Errorf("the emitted config lost %q:\n%s", tt.wantKept, text)
+			}
+			cfg, err := config.Parse(text, emitted)
+			if err != nil {
+				t.Fatalf("emitted config does not parse: %v\n%s", err, text)
+			}
+			var keys []string
+			for _, e := range cfg.Quant.Global.OpNames {
+				keys = append(keys, e.Key)
+				if e.Config != nil {
+					t.Errorf("op_name_config %q is not null", e.Key)
+				}
+			}
+			if strings.Join(keys, ",") != "/first/Gemm" {
+				t.Fatalf("promoted %v, want only /first/Gemm; stderr:\n%s\nconfig:\n%s", keys, stderr, text)
+			}
+			if !strings.Contains(string(text), "/first/Gemm: null # left in float: +") {
+				t.Errorf("the entry carries no gain comment:\n%s", text)
+			}
+			if !strings.Contains(stderr, "search 1/8: /first/Gemm in float") || strings.Contains(stderr, "search 2/") {
+				t.Errorf("want one evaluation, of /first/Gemm; stderr:\n%s", stderr)
+			}
 
-	// The emitted config holds the calibration sample count, so quantize
-	// without held-out samples calibrates on the same ones.
-	again := filepath.Join(dir, "again.onnx")
-	code, _, stderr = runCLI(t, append([]string{"quantize", "--config", emitted, "--model", model, "-o", again}, data...)...)
-	if code != 0 {
-		t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
-	}
-	want, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(again)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
-	}
-	if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
-		t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
+			// The emitted config holds the calibration sample count, so quantize
+			// without held-out samples calibrates on the same ones.
+			again := filepath.Join(dir, tt.name+".again.onnx")
+			code, _, stderr = runCLI(t, append([]string{"quantize", "--config", emitted, "--model", model, "-o", again}, data...)...)
+			if code != 0 {
+				t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
+			}
+			if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
+				t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
+			}
+		})
 	}
 }
 
