@@ -81,6 +81,8 @@ func TestQuantizeOptions(t *testing.T) {
 		{[]string{"--op-intrinsics", "--concat-share=true"}, quantizeOptions{Format: "qdq"}},
 		{[]string{"--eval-samples", "8", "--min-sqnr", "20.5"}, quantizeOptions{Format: "qdq", EvalSamples: 8, MinSQNR: ptr(20.5)}},
 		{[]string{"--min-sqnr", "0"}, quantizeOptions{Format: "qdq", MinSQNR: ptr(0.0)}},
+		{[]string{"--target-sqnr", "30", "--search-budget", "3", "--emit-config", "c.yaml"},
+			quantizeOptions{Format: "qdq", Search: searchOptions{TargetSQNR: ptr(30.0), Budget: ptr(3), EmitConfig: "c.yaml"}}},
 	}, func(o *quantizeOptions, s *IO) { o.IO = s })
 }
 

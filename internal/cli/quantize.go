@@ -389,8 +389,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		switch {
 		case source == nil:
 			return Usagef("--target-sqnr needs calibration data (--data) to hold samples out of")
-		case opts.Search.Budget < 1:
-			return Usagef("--search-budget %d: want 1 or more", opts.Search.Budget)
+		case opts.Search.budget() < 1:
+			return Usagef("--search-budget %d: want 1 or more", opts.Search.budget())
 		case opts.EvalSamples == 0:
 			opts.EvalSamples = defaultSensitivityEvalSamples
 		}

@@ -22,8 +22,8 @@ type searchOptions struct {
 	// samples, nil for no search.
 	TargetSQNR *float64
 	// Budget is the number of candidate models the search may quantize
-	// and measure after the sensitivity analysis.
-	Budget int
+	// and measure after the sensitivity analysis (nil: the default).
+	Budget *int
 	// EmitConfig is where the config that reproduces the written model
 	// goes ("" for none).
 	EmitConfig string
@@ -36,8 +36,16 @@ const defaultSearchBudget = 8
 
 func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
 	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, leave in float the nodes whose float copy gains most (sensitivity analysis, re-measured one promotion at a time) until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
-	f.IntVar(&o.Budget, "search-budget", defaultSearchBudget, "candidate models --target-sqnr may quantize and measure after its sensitivity analysis")
+	optInt(f, &o.Budget, "search-budget", defaultSearchBudget, "candidate models --target-sqnr may quantize and measure after its sensitivity analysis")
 	f.StringVar(&o.EmitConfig, "emit-config", "", "write the config (the given one, or the preset written out, plus an op_name_config null entry per node left in float) with which quantize --config FILE writes the same model")
+}
+
+// budget is --search-budget or its default.
+func (o *searchOptions) budget() int {
+	if o.Budget == nil {
+		return defaultSearchBudget
+	}
+	return *o.Budget
 }
 
 // promotion is a node the search left in float.
@@ -119,7 +127,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			return ranked[i].Group < ranked[j].Group
 		})
 		for _, g := range ranked {
-			if res.Reached >= target || res.Evaluations >= so.Budget {
+			if res.Reached >= target || res.Evaluations >= so.budget() {
 				break
 			}
 			if err := ctx.Err(); err != nil {
@@ -147,7 +155,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				verdict = "dropped: no better"
 			}
 			fmt.Fprintf(errOut, "search %d/%d: %s in float (sensitivity gain %s dB): worst output %s dB, %s\n",
-				res.Evaluations, so.Budget, g.Group, g.Gain, got, verdict)
+				res.Evaluations, so.budget(), g.Group, g.Gain, got, verdict)
 		}
 	}
 	res.Met = res.Reached >= target
