@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 
@@ -176,8 +177,12 @@ func quantizeFromConfig(ctx context.Context, opts *quantizeOptions, s *pipelineS
 	if err := cs.algorithms.EnableAlgorithms(opts.Algorithms); err != nil {
 		return nil, Usagef("--algorithms: %v", err)
 	}
+	// The run's notices and warnings were printed for the first model;
+	// a candidate's differ only by the entries the search added.
+	quiet := *opts
+	quiet.IO = &IO{In: opts.IO.In, Out: opts.IO.Out, ErrOut: io.Discard}
 	u := newUnit()
-	if _, err := runPipeline(ctx, opts, &cs, u, ""); err != nil {
+	if _, err := runPipeline(ctx, &quiet, &cs, u, ""); err != nil {
 		return nil, err
 	}
 	return u, nil
