@@ -449,6 +449,9 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	rep := newReport(s, u, timings, out)
 	rep.reportPath = s.settings.Report
+	if search != nil && opts.Search.TargetSQNR != nil {
+		rep.Search = search.report(*opts.Search.TargetSQNR)
+	}
 	var gateErr error
 	if eval != nil {
 		if rep.Eval, gateErr = eval.run(ctx, opts.IO.ErrOut, s.settings.Engine, s.settings.Threads, s.settings.BatchSize, s.model, u.Result.Model, source); rep.Eval == nil {
@@ -519,6 +522,8 @@ type report struct {
 	Algorithms []passes.LayerReport `json:"algorithms,omitempty"`
 	// Eval is the comparison on --eval-samples held-out samples.
 	Eval *compare.Report `json:"eval,omitempty"`
+	// Search is the --target-sqnr search's trace.
+	Search *searchReport `json:"search,omitempty"`
 	// Deploy is the deployability lint for the target (lint.go).
 	Deploy *deployability `json:"deployability,omitempty"`
 	// Palettes are the palettized weights (kmeans_palettization_config).

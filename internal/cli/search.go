@@ -57,6 +57,38 @@ type promotion struct {
 	Gain, SQNR compare.DB
 }
 
+// searchStep is one candidate the search measured.
+type searchStep struct {
+	Node string     `json:"node"`
+	Gain compare.DB `json:"sensitivity_gain_db"`
+	// SQNR is the candidate's worst output; Kept is whether it became
+	// the model the next candidates build on.
+	SQNR compare.DB `json:"sqnr_db"`
+	Kept bool       `json:"kept"`
+}
+
+// searchReport is the search in the --report JSON.
+type searchReport struct {
+	TargetSQNR compare.DB   `json:"target_sqnr_db"`
+	Start      compare.DB   `json:"start_sqnr_db"`
+	Reached    compare.DB   `json:"reached_sqnr_db"`
+	Met        bool         `json:"met"`
+	Promoted   []string     `json:"left_in_float"`
+	Trace      []searchStep `json:"trace"`
+}
+
+func (r *searchResult) report(target float64) *searchReport {
+	rep := &searchReport{TargetSQNR: compare.DB(target), Start: r.Start, Reached: r.Reached, Met: r.Met,
+		Promoted: []string{}, Trace: r.Trace}
+	for _, p := range r.Promoted {
+		rep.Promoted = append(rep.Promoted, p.Node)
+	}
+	if rep.Trace == nil {
+		rep.Trace = []searchStep{}
+	}
+	return rep
+}
+
 // searchResult is the outcome of the accuracy search.
 type searchResult struct {
 	// Unit is the pipeline of the model to write.
@@ -68,6 +100,8 @@ type searchResult struct {
 	Start, Reached compare.DB
 	Evaluations    int
 	Met            bool
+	// Trace is every candidate measured, in order.
+	Trace []searchStep
 }
 
 // searchAccuracy runs the accuracy search on the quantized pipeline u:
@@ -149,6 +183,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			}
 			res.Evaluations++
 			verdict := "kept"
+			res.Trace = append(res.Trace, searchStep{Node: g.Group, Gain: g.Gain, SQNR: got, Kept: got > res.Reached})
 			if got > res.Reached {
 				try[len(try)-1].SQNR = got
 				res.Promoted, res.Reached, res.Unit = try, got, cand

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,9 +164,9 @@ func TestSearchTargetNotMet(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
 	model := writeModel(t, dir, "outlier.onnx", outlierInputModel())
 	data := outlierData(t, dir)
-	out, emitted := filepath.Join(dir, "best.onnx"), filepath.Join(dir, "best.yaml")
+	out, emitted, report := filepath.Join(dir, "best.onnx"), filepath.Join(dir, "best.yaml"), filepath.Join(dir, "best.json")
 	code, _, stderr := runCLI(t, append([]string{"quantize", "--model", model, "--preset", "w8a8",
-		"--target-sqnr", "200", "--search-budget", "1", "-o", out, "--emit-config", emitted}, data...)...)
+		"--target-sqnr", "200", "--search-budget", "1", "-o", out, "--emit-config", emitted, "--report", report}, data...)...)
 	if code != ExitGate {
 		t.Fatalf("exit %d, want %d: %s", code, ExitGate, stderr)
 	}
@@ -182,6 +184,19 @@ func TestSearchTargetNotMet(t *testing.T) {
 	}
 	if !strings.Contains(string(text), "/first/Gemm: null") {
 		t.Errorf("the best model's promotion is not in the config:\n%s", text)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Search *searchReport }
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Search
+	if s == nil || s.Met || len(s.Trace) != 1 || s.Trace[0].Node != "/first/Gemm" || !s.Trace[0].Kept ||
+		!slices.Equal(s.Promoted, []string{"/first/Gemm"}) || s.Reached <= s.Start || s.Reached != s.Trace[0].SQNR {
+		t.Errorf("report's search: %+v, want one kept step, /first/Gemm, raising the SQNR, target not met", s)
 	}
 }
 
