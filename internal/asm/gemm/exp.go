@@ -55,14 +55,7 @@ func expConstsData() Mem {
 func expSub() {
 	TEXT("expSubRowAVX2", NOSPLIT, "func(dst, src *float32, n int, m float32) float64")
 	Doc("expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.")
-	consts := expConstsData()
-	bc := func(i int) VecVirtual {
-		v := YMM()
-		VMOVUPS(consts.Offset(32*i), v)
-		return v
-	}
-	log2e, c1, c2 := bc(0), bc(1), bc(2)
-	one, lo, hi := bc(9), bc(10), bc(11)
+	r := loadExpRegs()
 	pd := Load(Param("dst"), GP64())
 	ps := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
@@ -85,33 +78,7 @@ func expSub() {
 	x := YMM()
 	VMOVUPS(Mem{Base: ps}, x)
 	VSUBPS(m, x, x)
-	VMINPS(x, hi, x) // min(hi, x); NaN x is the second source and stays
-	under := YMM()
-	VCMPPS(U8(1), lo, x, under) // x < lo, false for NaN
-	k := YMM()
-	VMULPS(log2e, x, k)
-	VROUNDPS(U8(0), k, k) // nearest
-	t := YMM()
-	VMULPS(c1, k, t)
-	VSUBPS(t, x, x)
-	VMULPS(c2, k, t)
-	VSUBPS(t, x, x) // r
-	p := bc(3)
-	for i := 4; i <= 8; i++ {
-		VMULPS(x, p, p)
-		VADDPS(consts.Offset(32*i), p, p)
-	}
-	z := YMM()
-	VMULPS(x, x, z)
-	VMULPS(z, p, p)
-	VADDPS(x, p, p)
-	VADDPS(one, p, p)
-	e := YMM()
-	VCVTPS2DQ(k, e)
-	VPADDD(bias, e, e)
-	VPSLLD(U8(23), e, e)
-	VMULPS(e, p, p)
-	VANDNPS(p, under, p)
+	p := r.exp(x, bias)
 	VMOVUPS(p, Mem{Base: pd})
 	d := YMM()
 	VCVTPS2PD(p.AsX(), d)
@@ -127,6 +94,64 @@ func expSub() {
 
 	Label("exp_done")
 	returnSum(acc)
+}
+
+// expRegs holds what an e^x evaluation reads in registers: the expConsts
+// data block, the reduction constants and the clamp bounds.
+type expRegs struct {
+	consts                     Mem
+	log2e, c1, c2, one, lo, hi VecVirtual
+}
+
+// loadExpRegs loads the constants expRegs.exp reads on every vector.
+func loadExpRegs() *expRegs {
+	r := &expRegs{consts: expConstsData()}
+	r.log2e, r.c1, r.c2 = r.load(0), r.load(1), r.load(2)
+	r.one, r.lo, r.hi = r.load(9), r.load(10), r.load(11)
+	return r
+}
+
+// load loads constant i of expConsts into a new register.
+func (r *expRegs) load(i int) VecVirtual {
+	v := YMM()
+	VMOVUPS(r.consts.Offset(32*i), v)
+	return v
+}
+
+// exp returns e^x lane by lane (x is overwritten), bias holding 127 in
+// each lane: x clamped above at hi (NaN stays NaN: VMINPS returns its
+// second source, the value, when it is NaN), x = k·ln2 + r, e^r = 1 + r +
+// r²·P(r), times 2^k built in the exponent bits, and +0 where x < lo.
+// pkg/kernels' Go loops run the same operations in the same order, no FMA.
+func (r *expRegs) exp(x, bias VecVirtual) VecVirtual {
+	VMINPS(x, r.hi, x)
+	under := YMM()
+	VCMPPS(U8(1), r.lo, x, under) // x < lo, false for NaN
+	k := YMM()
+	VMULPS(r.log2e, x, k)
+	VROUNDPS(U8(0), k, k) // nearest even
+	t := YMM()
+	VMULPS(r.c1, k, t)
+	VSUBPS(t, x, x)
+	VMULPS(r.c2, k, t)
+	VSUBPS(t, x, x) // r
+	p := r.load(3)
+	for i := 4; i <= 8; i++ {
+		VMULPS(x, p, p)
+		VADDPS(r.consts.Offset(32*i), p, p)
+	}
+	z := YMM()
+	VMULPS(x, x, z)
+	VMULPS(z, p, p)
+	VADDPS(x, p, p)
+	VADDPS(r.one, p, p)
+	e := YMM()
+	VCVTPS2DQ(k, e)
+	VPADDD(bias, e, e)
+	VPSLLD(U8(23), e, e)
+	VMULPS(e, p, p)
+	VANDNPS(p, under, p)
+	return p
 }
 
 // returnSum returns the sum of the 8 float64 lanes of acc, lane by lane
