@@ -49,32 +49,12 @@ func TestMatMulNBitsMatchesQDQ(t *testing.T) {
 			return batchOf(s.ref, 0, k)
 		}})
 	}
-	// The w4 preset (symmetric: MatMulNBits' implicit zero point 8) and
-	// asymmetric uint4 blocks of 16 (packed zero points).
-	asym, err := config.Parse([]byte(`quantization_spec:
-  weight: &weight
-    dtype: uint4
-    qscheme: asymmetric
-    granularity: { type: per_block, block_size: 16 }
-quantization_config:
-  global_config:
-    op_input_spec: null
-    op_output_spec: null
-    op_state_spec:
-      weight: *weight
-`), "asym.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w4, err := config.Preset("w4")
-	if err != nil {
-		t.Fatal(err)
-	}
+	configs := nbitsConfigs(t)
 	for _, c := range cases {
 		for _, q := range []struct {
 			name string
 			cfg  *config.QuantizerConfig
-		}{{"w4", w4}, {"uint4-asymmetric", asym.Quant}} {
+		}{{"w4", configs["w4"]}, {"uint4-asymmetric", configs["uint4-asymmetric"]}} {
 			t.Run(c.name+"/"+q.name, func(t *testing.T) {
 				m := c.model(t)
 				cfg := q.cfg
