@@ -303,11 +303,8 @@ type convKernel struct {
 	attrs *convAttrs
 	// want is the SgemmConv way the session asks for (Options.ConvWay).
 	want kernels.ConvWay
-	mu   sync.Mutex
-	// packedFor is the weight tensor packed holds; constant weights are
-	// the same tensor at every run.
-	packedFor *tensor.Tensor
-	packed    []*kernels.PackedA
+	// weights are the packed weight panels of each group.
+	weights packedAGroups
 	// plan is SgemmConv's plan for the geometry and packed weights seen
 	// last: a model's runs ask for the same ones every time.
 	plan atomic.Pointer[convPlanEntry]
@@ -402,19 +399,11 @@ func convLabel(g *kernels.ConvGeom, way string) string {
 
 var colPool = sync.Pool{New: func() any { return new([]float32) }}
 
+// packedWeights returns the mg × kk weights of each of grp groups packed.
 func (cv *convKernel) packedWeights(w *tensor.Tensor, grp, mg, kk int) []*kernels.PackedA {
-	cv.mu.Lock()
-	defer cv.mu.Unlock()
-	if cv.packedFor == w {
-		return cv.packed
-	}
-	wd := w.Float32s()
-	ps := make([]*kernels.PackedA, grp)
-	for gi := range ps {
-		ps[gi] = kernels.PackA(false, mg, kk, 1, wd[gi*mg*kk:], kk)
-	}
-	cv.packedFor, cv.packed = w, ps
-	return ps
+	return cv.weights.get(w, grp, func(wd []float32, gi int) *kernels.PackedA {
+		return kernels.PackA(false, mg, kk, 1, wd[gi*mg*kk:], kk)
+	})
 }
 
 // bnPost is an inference BatchNormalization applied after a Conv's bias:
@@ -632,7 +621,7 @@ func buildConvTranspose(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	packs := &transposedWeights{}
+	packs := &packedAGroups{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
@@ -713,7 +702,10 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		cg := c / grp
 		kk := mg * g.KernelSize()
 		is, os := g.OutSize(), g.InSize() // input positions, output positions
-		packed := packs.get(in[1], grp, cg, kk)
+		// Wᵀ (kk × cg) of each group.
+		packed := packs.get(in[1], grp, func(wd []float32, gi int) *kernels.PackedA {
+			return kernels.PackA(true, kk, cg, 1, wd[gi*cg*kk:], kk)
+		})
 		colp := colPool.Get().(*[]float32)
 		defer colPool.Put(colp)
 		if cap(*colp) < kk*is {
@@ -741,30 +733,6 @@ func buildConvTranspose(b *builder) (kernel, error) {
 		}
 		return one(out), nil
 	}, nil
-}
-
-// transposedWeights are a ConvTranspose's weights packed for the GEMM,
-// Wᵀ per group, while the weight tensor is the same.
-type transposedWeights struct {
-	mu     sync.Mutex
-	of     *tensor.Tensor
-	packed []*kernels.PackedA
-}
-
-// get returns the packed Wᵀ (kk × cg) of each of grp groups of w.
-func (t *transposedWeights) get(w *tensor.Tensor, grp, cg, kk int) []*kernels.PackedA {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.of == w {
-		return t.packed
-	}
-	wd := w.Float32s()
-	ps := make([]*kernels.PackedA, grp)
-	for gi := range ps {
-		ps[gi] = kernels.PackA(true, kk, cg, 1, wd[gi*cg*kk:], kk)
-	}
-	t.of, t.packed = w, ps
-	return ps
 }
 
 func buildPool(isMax bool) func(b *builder) (kernel, error) {

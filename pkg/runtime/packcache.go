@@ -35,3 +35,29 @@ func (c *packCache) get(t *tensor.Tensor, pack func() []*kernels.PackedB) []*ker
 	c.src, c.packs = t, pack()
 	return c.packs
 }
+
+// packedAGroups keeps a weight's packed left-hand panels, one per group,
+// while the weight tensor is the same: constant weights are the same tensor
+// at every run, so they are packed once.
+type packedAGroups struct {
+	mu     sync.Mutex
+	of     *tensor.Tensor
+	packed []*kernels.PackedA
+}
+
+// get returns the panels of w's grp groups, made by pack from w's data the
+// first time w is seen.
+func (c *packedAGroups) get(w *tensor.Tensor, grp int, pack func(wd []float32, group int) *kernels.PackedA) []*kernels.PackedA {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.of == w {
+		return c.packed
+	}
+	wd := w.Float32s()
+	ps := make([]*kernels.PackedA, grp)
+	for gi := range ps {
+		ps[gi] = pack(wd, gi)
+	}
+	c.of, c.packed = w, ps
+	return ps
+}
