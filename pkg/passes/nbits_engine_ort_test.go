@@ -30,7 +30,7 @@ func TestEngineMatMulNBitsMatchesORT(t *testing.T) {
 				nb := writeFormat(t, m, cfg, finalize.FormatORTNBits)
 				in := c.input(m)
 				want := runORT(t, lib, nb, in, ort.SessionOptions{IntraOpThreads: 1})
-				got := runEngine(t, nb, in)
+				got := runGo(t, nb, in)
 				for name, w := range want {
 					a, err := w.AsFloat32()
 					if err != nil {

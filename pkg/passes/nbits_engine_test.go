@@ -80,7 +80,8 @@ func writeFormat(t *testing.T, m *onnxgraph.Model, cfg *config.QuantizerConfig, 
 	return u.Result.Model
 }
 
-func runEngine(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
+// runGo runs m on in with the built-in engine, one thread.
+func runGo(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
 	t.Helper()
 	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
 	if err != nil {
@@ -113,7 +114,7 @@ func TestEngineRunsMatMulNBits(t *testing.T) {
 					t.Fatal("no MatMulNBits written")
 				}
 				in := c.input(m)
-				want, got := runEngine(t, qdq, in), runEngine(t, nb, in)
+				want, got := runGo(t, qdq, in), runGo(t, nb, in)
 				for name, w := range want {
 					a, err := w.AsFloat32()
 					if err != nil {

@@ -29,21 +29,6 @@ func ortLibrary(t *testing.T) *ort.Library {
 	return l
 }
 
-// runGo runs m on in with the built-in engine.
-func runGo(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
-	t.Helper()
-	gs, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatalf("built-in engine: %v", err)
-	}
-	defer gs.Close()
-	out, err := gs.Run(context.Background(), in, runtime.RunOptions{})
-	if err != nil {
-		t.Fatalf("built-in engine: %v", err)
-	}
-	return out
-}
-
 // runORT runs m on in with ONNX Runtime.
 func runORT(t *testing.T, lib *ort.Library, m *onnxgraph.Model, in map[string]*tensor.Tensor, so ort.SessionOptions) map[string]*tensor.Tensor {
 	t.Helper()
