@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -328,22 +329,6 @@ func attrInt(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
 }
 
-func valueInfo(name string, dt tensor.DType, dims ...any) *onnxpb.ValueInfoProto {
-	shape := &onnxpb.TensorShapeProto{}
-	for _, d := range dims {
-		dim := &onnxpb.TensorShapeProto_Dimension{}
-		switch d := d.(type) {
-		case int:
-			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: int64(d)}
-		case string:
-			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: d}
-		}
-		shape.Dim = append(shape.Dim, dim)
-	}
-	return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{
-		Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(dt)), Shape: shape}}}}
-}
-
 // rmsNorm is x / sqrt(mean(x²) + eps) · w, decomposed as torch exports it.
 func (b *builder) rmsNorm(scope, x, w, eps string) string {
 	two := b.scalar(scope+".pow_exponent", 2)
@@ -376,7 +361,7 @@ func dots(s string) string {
 func (b *builder) graph() {
 	c := b.c
 	h, nh, hd := int64(c.Hidden), int64(c.Heads), int64(c.HeadDim())
-	b.g.Input = append(b.g.Input, valueInfo("input_ids", tensor.Int64, "batch", "sequence"))
+	b.g.Input = append(b.g.Input, testmodels.ValueInfo("input_ids", tensor.Int64, "batch", "sequence"))
 
 	// Shapes and positions: past length P, sequence S, total T = P + S.
 	ids := "input_ids"
@@ -389,7 +374,7 @@ func (b *builder) graph() {
 	if c.KVCache {
 		for i := range c.Layers {
 			for _, kv := range []string{"key", "value"} {
-				b.g.Input = append(b.g.Input, valueInfo(fmt.Sprintf("past_key_values.%d.%s", i, kv), b.ft, "batch", c.Heads, "past_sequence", c.HeadDim()))
+				b.g.Input = append(b.g.Input, testmodels.ValueInfo(fmt.Sprintf("past_key_values.%d.%s", i, kv), b.ft, "batch", c.Heads, "past_sequence", c.HeadDim()))
 			}
 		}
 		pastShape := b.op("Shape", "/model", "past_key_values.0.key")
@@ -452,7 +437,7 @@ func (b *builder) graph() {
 			for _, kv := range [][2]string{{"key", k}, {"value", v}} {
 				name := fmt.Sprintf("present.%d.%s", i, kv[0])
 				b.g.Node = append(b.g.Node, &onnxpb.NodeProto{Name: proto.String(att + "/present_" + kv[0]), OpType: proto.String("Identity"), Input: []string{kv[1]}, Output: []string{name}})
-				b.g.Output = append(b.g.Output, valueInfo(name, b.ft, "batch", c.Heads, "total_sequence", c.HeadDim()))
+				b.g.Output = append(b.g.Output, testmodels.ValueInfo(name, b.ft, "batch", c.Heads, "total_sequence", c.HeadDim()))
 			}
 		}
 		kt := b.opA("Transpose", att, []*onnxpb.AttributeProto{attrInts("perm", 0, 1, 3, 2)}, k)
@@ -478,5 +463,5 @@ func (b *builder) graph() {
 		logits = b.linear("lm_head", y, c.Hidden, c.Vocab)
 	}
 	b.g.Node = append(b.g.Node, &onnxpb.NodeProto{Name: proto.String("/lm_head/output"), OpType: proto.String("Identity"), Input: []string{logits}, Output: []string{"logits"}})
-	b.g.Output = append([]*onnxpb.ValueInfoProto{valueInfo("logits", b.ft, "batch", "sequence", c.Vocab)}, b.g.Output...)
+	b.g.Output = append([]*onnxpb.ValueInfoProto{testmodels.ValueInfo("logits", b.ft, "batch", "sequence", c.Vocab)}, b.g.Output...)
 }
