@@ -124,11 +124,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		return res, err
 	}
 	target := compare.DB(*so.TargetSQNR)
-	batch := s.settings.BatchSize
-	if batch <= 0 {
-		batch = fixedBatch(modelInputs(s.model))
-	}
-	data, err := compare.SourceBatches(sp.source, sp.eval.start, sp.eval.end, batch)
+	data, err := sp.heldOut(s)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -151,6 +152,16 @@ type sensitivitySplit struct {
 // user's cache when an earlier run measured the same inputs (noCache
 // measures again) and cached otherwise. finish, when set, runs the passes
 // u still needs; it is skipped on a cache hit.
+// heldOut reads the held-out samples in batches of the run's batch size
+// (the model's fixed batch when none is set).
+func (sp sensitivitySplit) heldOut(s *pipelineSetup) (iter.Seq2[compare.Batch, error], error) {
+	batch := s.settings.BatchSize
+	if batch <= 0 {
+		batch = fixedBatch(modelInputs(s.model))
+	}
+	return compare.SourceBatches(sp.source, sp.eval.start, sp.eval.end, batch)
+}
+
 func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *passes.Unit, sp sensitivitySplit, noCache bool, finish func() error) (*compare.Sensitivity, error) {
 	var cachePath string
 	if !noCache {
@@ -180,11 +191,7 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 			return nil, err
 		}
 	}
-	batch := s.settings.BatchSize
-	if batch <= 0 {
-		batch = fixedBatch(modelInputs(s.model))
-	}
-	data, err := compare.SourceBatches(sp.source, sp.eval.start, sp.eval.end, batch)
+	data, err := sp.heldOut(s)
 	if err != nil {
 		return nil, err
 	}
