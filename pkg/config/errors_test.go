@@ -105,7 +105,7 @@ func TestResolveErrors(t *testing.T) {
 
 func TestDidYouMean(t *testing.T) {
 	for in, want := range map[string]string{"granulatiry": "granularity", "int7": "int8", "xyzzy": "", "per_chanel": "per_channel"} {
-		cands := append(append([]string{}, specKeys...), "int8", "per_channel")
+		cands := append(specFields.names(), "int8", "per_channel")
 		if got := didYouMean(in, cands); got != want {
 			t.Errorf("didYouMean(%q) = %q, want %q", in, got, want)
 		}
