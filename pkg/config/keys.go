@@ -79,9 +79,9 @@ var (
 		{"target", "deployment runtime whose integer kernels decide placement and default specs", enum(TargetNames()...), DefaultTarget},
 		{"calibration", "calibration data: .npy/.npz files or an images block", orNull(ref("calibration")), nil},
 		{"quantization_spec", "named quantization specs, anchored (&name) and used through aliases (*name)", orNull(mapOf(str(), ref("quantizationSpec"))), nil},
-		{"quantization_config", "coreai-opt's QuantizerConfig: what is quantized and how", orNull(ref("quantizationConfig")), nil},
+		{"quantization_config", "coreai-opt's QuantizerConfig: what is quantized and how (absent or empty: the w8a8 preset)", orEmpty(ref("quantizationConfig")), nil},
 		{algorithmsKey, "post-training algorithms that change the weights before quantization", orNull(ref("algorithms")), nil},
-		{"kmeans_palettization_config", "Core ML Tools' k-means palettization of weights into lookup tables", orNull(ref("kmeansPalettizationConfig")), nil},
+		{"kmeans_palettization_config", "Core ML Tools' k-means palettization of weights into lookup tables", orEmpty(ref("kmeansPalettizationConfig")), nil},
 	}
 	calibrationFields = fields{
 		{"data", "[NAME=]FILE[:axis=K] entries (.npy or .npz), one or a list", anyOf(str(), listOf(str())), nil},
@@ -140,11 +140,11 @@ var (
 		{"op_state_spec", "specs of op weights by \"*\" or name (weight, bias); null disables", ref("stateSpecs"), nil},
 	}
 	moduleFields = append(append(fields{}, opFields...), fields{
-		{"op_type_config", "op configs by op type (ONNX, torch functional or aten name); null disables one", opMap("opConfig"), nil},
-		{"op_name_config", "op configs by op name, or by regex matched at the start of a name; null disables one", orNull(mapOf(str(), orNull(ref("opConfig")))), nil},
-		{"module_input_spec", "specs of the module's inputs at its boundary", ref("boundarySpecs"), nil},
-		{"module_output_spec", "specs of the module's outputs at its boundary", ref("boundarySpecs"), nil},
-		{"module_state_spec", "specs of the module's states at its boundary", ref("boundarySpecs"), nil},
+		{"op_type_config", "op configs by op type (ONNX, torch functional or aten name); null disables one", opMap(orNull(ref("opConfig"))), nil},
+		{"op_name_config", "op configs by op name, or by regex matched at the start of a name; null disables one", nameMap(orNull(ref("opConfig"))), nil},
+		{"module_input_spec", "specs of the module's inputs at its boundary", ref("boundaryActivationSpecs"), nil},
+		{"module_output_spec", "specs of the module's outputs at its boundary", ref("boundaryActivationSpecs"), nil},
+		{"module_state_spec", "specs of the module's states at its boundary", ref("boundaryStateSpecs"), nil},
 		{"qat_schedule", "training schedule: accepted and ignored by post-training quantization", anything(), nil},
 		{"preset", "start from an embedded preset's global config", ref("preset"), nil},
 	}...)
@@ -173,16 +173,16 @@ var (
 	paletteFields = paletteDefaults(fields{
 		{"n_bits", "index width: the lookup table has 2^n_bits entries", intIn(1, 8), nil},
 		{"granularity", "one lookup table per tensor, or per group of channels", enum(paletteGranularities...), nil},
-		{"group_size", "channels sharing a lookup table (per_grouped_channel)", orNull(intIn(1, 1<<30)), nil},
+		{"group_size", "channels sharing a lookup table (per_grouped_channel)", orNull(intIn(1, maxGroupSize)), nil},
 		{"channel_axis", "0 (output channels) or 1 (input channels), in the PyTorch layout", intIn(0, 1), nil},
-		{"cluster_dim", "length of the vectors clustered together along the channel axis", orNull(intIn(1, 1<<16)), nil},
+		{"cluster_dim", "length of the vectors clustered together along the channel axis", orNull(intIn(1, maxClusterDim)), nil},
 		{"enable_per_channel_scale", "scale each output channel to unit magnitude before clustering", boolean(), nil},
 		{"lut_dtype", "lookup table element type: float32 (or null), int8 or uint8 codes with a scale", orNull(enum(withTorchPrefix(sortedKeys(lutDTypes))...)), nil},
-		{"weight_threshold", "weights with at most this many elements stay in float", intIn(0, 1<<62), nil},
+		{"weight_threshold", "weights with at most this many elements stay in float", intIn(0, maxWeightThreshold), nil},
 	})
 	paletteModuleFields = append(append(fields{}, paletteFields...), fields{
-		{"op_type_config", "palettization by op type; null leaves the op in float", opMap("paletteOpConfig"), nil},
-		{"op_name_config", "palettization by op name or regex; null leaves the op in float", orNull(mapOf(str(), orNull(ref("paletteOpConfig")))), nil},
+		{"op_type_config", "palettization by op type; null leaves the op in float", opMap(orEmpty(ref("paletteOpConfig"))), nil},
+		{"op_name_config", "palettization by op name or regex; null leaves the op in float", nameMap(orEmpty(ref("paletteOpConfig"))), nil},
 	}...)
 	algorithmCommonFields = fields{
 		{algorithmExcludeKey, "op-name regexes (each matching a whole node name) of nodes left alone", listOf(str()), nil},
@@ -216,8 +216,20 @@ func numberList(n *jsonSchema) *jsonSchema { return anyOf(n, listOf(n)) }
 // targetList is a name or a list of names (null: none).
 func targetList() *jsonSchema { return anyOf(null(), str(), listOf(str())) }
 
-// opMap is op_type_config: op type keys, values null or the def.
-func opMap(def string) *jsonSchema { return orNull(mapOf(ref("opType"), orNull(ref(def)))) }
+// opMap is op_type_config (op type keys) and nameMap op_name_config
+// (names or regexes), both null or a mapping.
+func opMap(value *jsonSchema) *jsonSchema { return orNull(mapOf(ref("opType"), value)) }
+
+func nameMap(value *jsonSchema) *jsonSchema { return orNull(mapOf(str(), value)) }
+
+// orEmpty also takes null and an empty list, which the guide reads as
+// "none" (isNullOrEmpty).
+func orEmpty(s *jsonSchema) *jsonSchema {
+	zero := 0
+	empty := listOf(nil)
+	empty.MaxItems = &zero
+	return anyOf(s, null(), empty)
+}
 
 func withTorchPrefix(names []string) []string {
 	out := append([]string(nil), names...)

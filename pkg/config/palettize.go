@@ -175,11 +175,19 @@ func (d *decoder) paletteOp(n *yaml.Node, r Rule) *OpConfig {
 	return oc
 }
 
+// Upper bounds of the palettization sizes: far past any weight, and
+// exact in a float64, which is how JSON tools read numbers.
+const (
+	maxGroupSize       = 1 << 30
+	maxClusterDim      = 1 << 16
+	maxWeightThreshold = 1 << 53
+)
+
 // paletteField decodes one palettization field (a key of paletteFields)
 // into p.
 func (d *decoder) paletteField(p *Palettization, e entry) {
 	k := e.key.Value
-	intIn := func(lo, hi int, what string) (int, bool) {
+	within := func(lo, hi int, what string) (int, bool) {
 		v, ok := d.integer(e.val, k)
 		if ok && (v < lo || v > hi) {
 			d.errorf(e.val, "", "%s must be %s, got %d", k, what, v)
@@ -189,7 +197,7 @@ func (d *decoder) paletteField(p *Palettization, e entry) {
 	}
 	switch k {
 	case "n_bits":
-		if v, ok := intIn(1, 8, "1 to 8"); ok {
+		if v, ok := within(1, 8, "1 to 8"); ok {
 			p.NBits = v
 		}
 	case "granularity":
@@ -206,17 +214,17 @@ func (d *decoder) paletteField(p *Palettization, e entry) {
 	case "group_size":
 		if isNull(e.val) {
 			p.GroupSize = 0
-		} else if v, ok := intIn(1, 1<<30, "positive"); ok {
+		} else if v, ok := within(1, maxGroupSize, "positive"); ok {
 			p.GroupSize = v
 		}
 	case "channel_axis":
-		if v, ok := intIn(0, 1, "0 (output channels) or 1 (input channels)"); ok {
+		if v, ok := within(0, 1, "0 (output channels) or 1 (input channels)"); ok {
 			p.ChannelAxis = v
 		}
 	case "cluster_dim":
 		if isNull(e.val) {
 			p.ClusterDim = 1
-		} else if v, ok := intIn(1, 1<<16, "positive"); ok {
+		} else if v, ok := within(1, maxClusterDim, "positive"); ok {
 			p.ClusterDim = v
 		}
 	case "enable_per_channel_scale":
@@ -238,7 +246,7 @@ func (d *decoder) paletteField(p *Palettization, e entry) {
 			}
 		}
 	case "weight_threshold":
-		if v, ok := intIn(0, 1<<62, "0 or more"); ok {
+		if v, ok := within(0, maxWeightThreshold, "0 or more (at most 2^53)"); ok {
 			p.WeightThreshold = v
 		}
 	default:

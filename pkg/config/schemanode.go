@@ -15,7 +15,7 @@ type jsonSchema struct {
 	Title                string                 `json:"title,omitempty"`
 	Ref                  string                 `json:"$ref,omitempty"`
 	Description          string                 `json:"description,omitempty"`
-	Type                 string                 `json:"type,omitempty"`
+	Type                 any                    `json:"type,omitempty"` // a name or a list of names
 	Enum                 []any                  `json:"enum,omitempty"`
 	Default              json.RawMessage        `json:"default,omitempty"`
 	Minimum              *float64               `json:"minimum,omitempty"`
