@@ -78,7 +78,7 @@ var (
 		{"threads", "worker threads, 0 for all cores", intIn(0, math.MaxInt), 0},
 		{"target", "deployment runtime whose integer kernels decide placement and default specs", enum(TargetNames()...), DefaultTarget},
 		{"calibration", "calibration data: .npy/.npz files or an images block", orNull(ref("calibration")), nil},
-		{"quantization_spec", "named quantization specs, anchored (&name) and used through aliases (*name)", orNull(mapOf(str(), ref("quantizationSpec"))), nil},
+		{"quantization_spec", "named quantization specs, anchored (&name) and used through aliases (*name)", orNull(mapOf(anyKey, ref("quantizationSpec"))), nil},
 		{"quantization_config", "coreai-opt's QuantizerConfig: what is quantized and how (absent or empty: the w8a8 preset)", orEmpty(ref("quantizationConfig")), nil},
 		{algorithmsKey, "post-training algorithms that change the weights before quantization", orNull(ref("algorithms")), nil},
 		{"kmeans_palettization_config", "Core ML Tools' k-means palettization of weights into lookup tables", orEmpty(ref("kmeansPalettizationConfig")), nil},
@@ -107,8 +107,8 @@ var (
 	// of its own.
 	treeFields = fields{
 		{"global_config", "module config for every module without a more specific entry; null disables", orNull(ref("moduleConfig")), nil},
-		{"module_type_configs", "module configs by module class (torch.nn.modules.linear.Linear); null disables one", orNull(mapOf(str(), orNull(ref("moduleConfig")))), nil},
-		{"module_name_configs", "module configs by module name, or by regex matched at the start of a name; null disables one", orNull(mapOf(str(), orNull(ref("moduleConfig")))), nil},
+		{"module_type_configs", "module configs by module class (torch.nn.modules.linear.Linear); null disables one", orNull(mapOf(anyKey, orNull(ref("moduleConfig")))), nil},
+		{"module_name_configs", "module configs by module name, or by regex matched at the start of a name; null disables one", orNull(mapOf(anyKey, orNull(ref("moduleConfig")))), nil},
 		{"module_name_object_type_order_configs", "op configs for the index-th call of an op type directly in a module", orNull(listOf(ref("orderedEntry"))), nil},
 		{"preset", "start from an embedded preset (coreaiq presets)", ref("preset"), nil},
 		{"only_for", "move the global config onto these modules only", ref("targets"), nil},
@@ -117,8 +117,8 @@ var (
 	}
 	paletteTreeFields = fields{
 		{"global_config", "palettization for every module without a more specific entry; null disables", orNull(ref("paletteModuleConfig")), nil},
-		{"module_type_configs", "palettization by module class; null leaves a class in float", orNull(mapOf(str(), orNull(ref("paletteModuleConfig")))), nil},
-		{"module_name_configs", "palettization by module name or regex; null leaves a module in float", orNull(mapOf(str(), orNull(ref("paletteModuleConfig")))), nil},
+		{"module_type_configs", "palettization by module class; null leaves a class in float", orNull(mapOf(anyKey, orNull(ref("paletteModuleConfig")))), nil},
+		{"module_name_configs", "palettization by module name or regex; null leaves a module in float", orNull(mapOf(anyKey, orNull(ref("paletteModuleConfig")))), nil},
 		{"only_for", "move the global palettization onto these modules only", ref("targets"), nil},
 		{"without", "leave these modules in float", ref("targets"), nil},
 	}
@@ -220,7 +220,7 @@ func targetList() *jsonSchema { return anyOf(null(), str(), listOf(str())) }
 // (names or regexes), both null or a mapping.
 func opMap(value *jsonSchema) *jsonSchema { return orNull(mapOf(ref("opType"), value)) }
 
-func nameMap(value *jsonSchema) *jsonSchema { return orNull(mapOf(str(), value)) }
+func nameMap(value *jsonSchema) *jsonSchema { return orNull(mapOf(anyKey, value)) }
 
 // orEmpty also takes null and an empty list, which the guide reads as
 // "none" (isNullOrEmpty).

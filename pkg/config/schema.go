@@ -58,10 +58,11 @@ func schemaDefs() map[string]*jsonSchema {
 
 	// Spec map keys: "*", a tensor name of some op (ONNX schema or torch
 	// argument name), input_<i>/output_<i>, and for inputs and outputs an
-	// index.
+	// index: untyped, because a YAML language server checks 0 as a number
+	// (a pattern passes any number) and JSON tools as the string "0".
 	names := enum(append([]string{"*"}, knownTensorNames()...)...)
 	slot := &jsonSchema{Type: "string", Pattern: `^(input|output)_[0-9]+$`}
-	index := &jsonSchema{Type: "string", Pattern: `^[0-9]+$`}
+	index := &jsonSchema{Pattern: `^[0-9]+$`}
 
 	return map[string]*jsonSchema{
 		"calibration":               object(calibrationFields),
@@ -79,8 +80,8 @@ func schemaDefs() map[string]*jsonSchema {
 		"activationSpec":            activationSpec(),
 		"activationSpecs":           orEmpty(mapOf(anyOf(names, slot, index), orNull(ref("activationSpec")))),
 		"stateSpecs":                orEmpty(mapOf(anyOf(names, slot), orNull(ref("quantizationSpec")))),
-		"boundaryActivationSpecs":   orEmpty(mapOf(str(), orNull(ref("activationSpec")))),
-		"boundaryStateSpecs":        orEmpty(mapOf(str(), orNull(ref("quantizationSpec")))),
+		"boundaryActivationSpecs":   orEmpty(mapOf(anyKey, orNull(ref("activationSpec")))),
+		"boundaryStateSpecs":        orEmpty(mapOf(anyKey, orNull(ref("quantizationSpec")))),
 		"granularity":               anyOf(enum(spec.GranularityTypes()...), granularity),
 		"calculator":                anyOf(ref("calculatorType"), calculator),
 		"calculatorType":            enum(spec.CalculatorSpellings()...),

@@ -100,10 +100,16 @@ func anyOf(alts ...*jsonSchema) *jsonSchema { return &jsonSchema{AnyOf: alts} }
 // orNull also takes null.
 func orNull(s *jsonSchema) *jsonSchema { return anyOf(s, null()) }
 
-// mapOf is a mapping whose keys keys takes and whose values are value.
+// mapOf is a mapping whose keys keys takes (anyKey: any key) and whose
+// values are value.
 func mapOf(keys, value *jsonSchema) *jsonSchema {
 	s := typed("object")
 	s.PropertyNames = keys
 	s.AdditionalProperties = value
 	return s
 }
+
+// anyKey leaves a mapping's keys free. Not {"type": "string"}: a YAML
+// language server checks a key such as 0 as the number it is written as,
+// and the decoder takes any scalar key where keys are names.
+var anyKey *jsonSchema
