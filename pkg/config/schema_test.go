@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,30 +22,42 @@ import (
 
 // compiledSchema compiles JSONSchema with a validator independent of the
 // generator, which also checks the schema against the draft's metaschema.
-func compiledSchema(t *testing.T) *jsonschema.Schema {
-	t.Helper()
+func compiledSchema(tb testing.TB) *jsonschema.Schema {
+	tb.Helper()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(JSONSchema()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	c := jsonschema.NewCompiler()
 	if err := c.AddResource("coreaiq.schema.json", doc); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	sch, err := c.Compile("coreaiq.schema.json")
 	if err != nil {
-		t.Fatalf("the schema does not compile: %v", err)
+		tb.Fatalf("the schema does not compile: %v", err)
 	}
 	return sch
 }
 
 // schemaJudges reports whether the schema accepts a YAML config, as an
 // editor's YAML language server sees it: anchors, aliases and merges
-// expanded, keys as strings. A document YAML cannot load is rejected.
+// expanded, keys as strings. Text that is not well-formed YAML is
+// rejected; of a stream of documents the first is judged.
 func schemaJudges(sch *jsonschema.Schema, text []byte) error {
 	var v any
-	if err := yaml.Unmarshal(text, &v); err != nil {
-		return fmt.Errorf("not loadable YAML: %w", err)
+	dec := yaml.NewDecoder(bytes.NewReader(text))
+	for i := 0; ; i++ {
+		var doc any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("not loadable YAML: %w", err)
+		}
+		if i == 0 {
+			v = doc
+		}
 	}
 	b, err := json.Marshal(jsonValue(v))
 	if err != nil {
@@ -185,33 +198,73 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 	if len(names) < 40 {
 		t.Fatalf("corpus has %d configs; the walk missed some", len(names))
 	}
-	accepted, rejected, only := 0, 0, 0
+	count := map[verdict]int{}
 	for _, name := range names {
-		text := corpus[name]
-		_, verr := Parse(text, name)
-		serr := schemaJudges(sch, text)
-		switch {
-		case verr == nil && serr == nil:
-			accepted++
-		case verr != nil && serr != nil:
-			rejected++
-		case verr == nil:
-			t.Errorf("%s: config validate accepts it, the schema rejects it: %v", name, serr)
-		default:
-			var list ErrorList
-			if !errors.As(verr, &list) {
-				t.Errorf("%s: %v", name, verr)
-				continue
-			}
-			for _, d := range list {
-				if validateOnlyRule(d.Msg) == "" {
-					t.Errorf("%s: the schema accepts it, config validate rejects it by a rule the schema should state: %v", name, d)
-				}
-			}
-			only++
+		v, problems := judge(sch, name, corpus[name])
+		count[v]++
+		for _, p := range problems {
+			t.Errorf("%s: %s", name, p)
 		}
 	}
+	accepted, rejected, only := count[bothAccept], count[bothReject], count[validateOnlyReject]
 	t.Logf("%d configs: %d accepted by both, %d rejected by both, %d rejected by validate-only rules", len(names), accepted, rejected, only)
+}
+
+type verdict int
+
+const (
+	bothAccept verdict = iota
+	bothReject
+	validateOnlyReject
+	disagree
+)
+
+// judge has the validator (Parse, what `config validate` checks without a
+// model) and the schema judge one config; problems are the ways they
+// disagree beyond the validate-only rules.
+func judge(sch *jsonschema.Schema, name string, text []byte) (verdict, []string) {
+	_, verr := Parse(text, name)
+	serr := schemaJudges(sch, text)
+	switch {
+	case verr == nil && serr == nil:
+		return bothAccept, nil
+	case verr != nil && serr != nil:
+		return bothReject, nil
+	case verr == nil:
+		return disagree, []string{fmt.Sprintf("config validate accepts it, the schema rejects it: %v", serr)}
+	}
+	var list ErrorList
+	if !errors.As(verr, &list) {
+		return disagree, []string{verr.Error()}
+	}
+	var problems []string
+	for _, d := range list {
+		if validateOnlyRule(d.Msg) == "" {
+			problems = append(problems, fmt.Sprintf("the schema accepts it, config validate rejects it by a rule the schema should state: %v", d))
+		}
+	}
+	if problems != nil {
+		return disagree, problems
+	}
+	return validateOnlyReject, nil
+}
+
+// FuzzSchemaAgreesWithValidate: on any input, the schema and the validator
+// agree but for the validate-only rules.
+func FuzzSchemaAgreesWithValidate(f *testing.F) {
+	for _, s := range fuzzConfigSeeds {
+		f.Add([]byte(s))
+	}
+	for _, name := range PresetNames() {
+		b, _ := PresetYAML(name)
+		f.Add(b)
+	}
+	sch := compiledSchema(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, problems := judge(sch, "fuzz.yaml", data); problems != nil {
+			t.Fatalf("%q: %s", data, strings.Join(problems, "; "))
+		}
+	})
 }
 
 // keyTable is one kind of mapping: its key table, where its schema sits
