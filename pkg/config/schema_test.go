@@ -102,7 +102,7 @@ var validateOnly = []struct{ rule, msg string }{
 	{"regexes compile (RE2 syntax)", `does not compile|is not a valid regex`},
 	{"a spec's fields agree (float dtypes are symmetric; block_size and axis fit the granularity)", `needs an integer dtype|per_block granularity needs block_size|block_size applies to per_block|axis applies to per_channel`},
 	{"calculator parameters belong to the calculator type", `does not apply to the`},
-	{"a spec map uses index keys or name keys, not both; state specs take no index", `mixes index and name keys|keys are state names`},
+	{"a spec map uses index keys or name keys, not both; an index is a YAML integer; module_state_spec takes none", `mixes index and name keys|keys are state names|names no tensor`},
 	{"palettization fields agree (group_size, per_grouped_channel, cluster_dim)", `per_grouped_channel needs group_size|applies to per_grouped_channel|is not a multiple of cluster_dim`},
 	{"only_for needs an enabled global config; a module's preset needs a global config", `only_for moves the global config|has no global config to use here`},
 	{"calibration data entries read as [NAME=]FILE[:axis=K]", `calibration\.data`},
