@@ -12,8 +12,10 @@ import (
 )
 
 // TestBadConfigs pins the message of each kind of bad config: every error
-// at once, positioned, sorted by line.
+// at once, positioned, sorted by line. The schema judges each as the
+// validator does, but for the validate-only rules.
 func TestBadConfigs(t *testing.T) {
+	sch := compiledSchema(t)
 	tests := []struct{ name, text string }{
 		{"unknown top-level key", "modle: m.onnx\n"},
 		{"unknown module key", "quantization_config:\n  global_config:\n    op_inptu_spec: null\n"},
@@ -63,6 +65,9 @@ func TestBadConfigs(t *testing.T) {
 				if i > 0 && d.Line < list[i-1].Line {
 					t.Errorf("errors not sorted by line: %v", list)
 				}
+			}
+			if _, problems := judge(sch, "bad.yaml", []byte(tt.text)); problems != nil {
+				t.Errorf("the schema and config validate disagree: %s", strings.Join(problems, "; "))
 			}
 			fmt.Fprintf(&b, "== %s\n%s\n", tt.name, err)
 		})
