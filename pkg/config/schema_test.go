@@ -96,7 +96,7 @@ func jsonValue(v any) any {
 }
 
 // validateOnly are the rules only `config validate` checks, each with the
-// messages that state it; the README lists them under "Editor support".
+// messages that state it; the README lists them under "Editors and CI".
 var validateOnly = []struct{ rule, msg string }{
 	{"one YAML document per file", `holds one YAML document`},
 	{"regexes compile (RE2 syntax)", `does not compile|is not a valid regex`},
