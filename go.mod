@@ -6,6 +6,7 @@ tool google.golang.org/protobuf/cmd/protoc-gen-go
 
 require (
 	github.com/ebitengine/purego v0.11.3
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
 	github.com/spf13/viper v1.21.0

@@ -16,7 +16,8 @@ type configValidateOptions struct {
 	File string
 }
 
-// NewCmdConfig builds `coreaiq config` and its subcommand `validate`.
+// NewCmdConfig builds `coreaiq config` and its subcommands `validate` and
+// `schema`.
 func NewCmdConfig(streams *IO, runF func(*configValidateOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
@@ -39,7 +40,21 @@ func NewCmdConfig(streams *IO, runF func(*configValidateOptions) error) *cobra.C
 			return runConfigValidate(opts)
 		},
 	}
-	cmd.AddCommand(validate)
+	schema := &cobra.Command{
+		Use:   "schema",
+		Short: "Print the JSON Schema (draft 2020-12) of config files, for editors and CI",
+		Long: "Print the JSON Schema of config files: every key with its type, enumeration, default and\n" +
+			"description, generated from the validator's own key tables. YAML language servers check and\n" +
+			"complete a config that names it in a first line `# yaml-language-server: $schema=PATH`.\n" +
+			"Rules the schema cannot state (regexes, cross-field rules, names in the model) are checked by\n" +
+			"`coreaiq config validate`.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := streams.Out.Write(config.JSONSchema())
+			return err
+		},
+	}
+	cmd.AddCommand(validate, schema)
 	return cmd
 }
 

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/config"
 )
 
 // TestConfigValidateAccepts every guide example and every file in configs/.
@@ -53,6 +55,25 @@ func TestConfigValidateRejects(t *testing.T) {
 	code, _, errOut = runCLI(t, "config", "validate", filepath.Join(dir, "missing.yaml"))
 	if code == ExitOK || !strings.Contains(errOut, "missing.yaml") {
 		t.Errorf("missing file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestConfigSchemaCommand: config schema prints the generated schema, a
+// JSON document in the draft it names; arguments are a usage error.
+func TestConfigSchemaCommand(t *testing.T) {
+	code, out, errOut := runCLI(t, "config", "schema")
+	if code != ExitOK || out != string(config.JSONSchema()) {
+		t.Fatalf("exit %d, stderr %q, stdout is not config.JSONSchema()", code, errOut)
+	}
+	var doc struct {
+		Schema     string         `json:"$schema"`
+		Properties map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Schema != config.SchemaDraft || doc.Properties["quantization_config"] == nil {
+		t.Errorf("schema document: %v, $schema %q", err, doc.Schema)
+	}
+	if code, _, _ := runCLI(t, "config", "schema", "extra"); code != ExitUsage {
+		t.Errorf("config schema extra: exit %d, want %d", code, ExitUsage)
 	}
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -95,30 +96,38 @@ const (
 // algorithmDecoder decodes one algorithm's settings (a mapping, or true
 // for the defaults) into a.
 type algorithmDecoder struct {
-	// keys are the settings besides exclude.
-	keys   []string
-	decode func(d *decoder, a *Algorithms, common AlgorithmCommon, settings map[string]*yaml.Node)
+	// doc describes the algorithm in one line.
+	doc string
+	// settings are its keys besides exclude.
+	settings fields
+	decode   func(d *decoder, a *Algorithms, common AlgorithmCommon, settings map[string]*yaml.Node)
 }
 
 // algorithmTable lists the algorithms the block accepts; an algorithm is
 // added by one entry here and one field in Algorithms.
 var algorithmTable = map[string]algorithmDecoder{
 	crossLayerEqualizationName: {
-		keys: []string{algorithmCLEIterationsKey},
+		doc:      "rescale the channels of Conv-Relu-Conv chains so both weights share their range (data-free)",
+		settings: fields{{algorithmCLEIterationsKey, "sweeps over each chain", intIn(1, math.MaxInt), DefaultCLEIterations}},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			a.CrossLayerEqualization = &CrossLayerEqualization{AlgorithmCommon: c,
 				Iterations: d.positive(s[algorithmCLEIterationsKey], algorithmsKey+"."+crossLayerEqualizationName+"."+algorithmCLEIterationsKey, DefaultCLEIterations)}
 		},
 	},
 	biasCorrectionAlgorithmName: {
-		keys: []string{algorithmSamplesKey},
+		doc:      "fold the mean output error of weight quantization, measured on calibration data, into each bias",
+		settings: fields{{algorithmSamplesKey, "calibration samples read", intIn(1, math.MaxInt), DefaultAlgorithmSamples}},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			a.BiasCorrection = &BiasCorrection{AlgorithmCommon: c,
 				Samples: d.positive(s[algorithmSamplesKey], algorithmsKey+"."+biasCorrectionAlgorithmName+"."+algorithmSamplesKey, DefaultAlgorithmSamples)}
 		},
 	},
 	gptqName: {
-		keys: []string{algorithmSamplesKey, algorithmDampKey},
+		doc: "round MatMul and Gemm weights column by column with calibration Hessians (GPTQ)",
+		settings: fields{
+			{algorithmSamplesKey, "calibration samples read", intIn(1, math.MaxInt), DefaultAlgorithmSamples},
+			{algorithmDampKey, "Hessian diagonal damping, a fraction of its mean diagonal", numberIn(0, 1), DefaultGPTQDamp},
+		},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			path := algorithmsKey + "." + gptqName + "."
 			a.GPTQ = &GPTQ{AlgorithmCommon: c,
@@ -198,21 +207,19 @@ func (d *decoder) algorithms(key, n *yaml.Node) *Algorithms {
 				continue
 			}
 		case v != nil && v.Kind == yaml.MappingNode:
-			valid := append([]string{algorithmExcludeKey}, alg.keys...)
 			for _, s := range d.mapping(e.val) {
-				k := s.key.Value
-				switch {
-				case k == algorithmExcludeKey:
+				if !d.known(s, path, algorithmFields(alg)) {
+					continue
+				}
+				if k := s.key.Value; k == algorithmExcludeKey {
 					common.Exclude = d.excludeList(s.val, path+"."+k)
-				case contains(alg.keys, k):
+				} else {
 					settings[k] = s.val
-				default:
-					d.unknownKey(s.key, path, valid)
 				}
 			}
 		default:
 			d.errorf(e.val, "", "%s: want true, false or a mapping of settings (%s), got %s", path,
-				strings.Join(append([]string{algorithmExcludeKey}, alg.keys...), ", "), kindName(e.val))
+				strings.Join(algorithmFields(alg).names(), ", "), kindName(e.val))
 			continue
 		}
 		alg.decode(d, a, common, settings)

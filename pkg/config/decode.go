@@ -57,23 +57,6 @@ type FileSettings struct {
 	set map[string]any
 }
 
-// Keys the config file accepts, for hints.
-var (
-	topKeys         = []string{"model", "output", "report", "engine", "threads", "target", "calibration", "quantization_spec", "quantization_config", algorithmsKey, "kmeans_palettization_config"}
-	calibrationKeys = []string{"data", "images", "samples", "batch_size"}
-	quantizerKeys   = []string{"global_config", "module_type_configs", "module_name_configs", "module_name_object_type_order_configs",
-		"preset", "only_for", "without", "execution_mode"}
-	orderedKeys = []string{"module_name", "object_type", "index", "config"}
-	moduleKeys  = []string{"op_input_spec", "op_output_spec", "op_state_spec", "op_type_config", "op_name_config",
-		"module_input_spec", "module_output_spec", "module_state_spec", "qat_schedule", "preset"}
-	opKeys      = []string{"op_input_spec", "op_output_spec", "op_state_spec"}
-	specKeys    = []string{"dtype", "qscheme", "granularity", "qparam_calculator", "qparam_calculator_cls", "scale_dtype"}
-	granKeys    = []string{"type", "axis", "block_size"}
-	calcKeys    = []string{"type", "averaging_constant", "percentile", "num_bins"}
-	targetKeys  = []string{"module_types", "module_names"}
-	engineNames = []string{"go", "ort"}
-)
-
 // LoadFile reads and validates a config file. Errors are an ErrorList:
 // every problem at once, each with file:line:col, sorted by line.
 func LoadFile(path string) (*Config, error) {
@@ -110,6 +93,9 @@ func Parse(data []byte, file string) (*Config, error) {
 			d.errorf(root, "", "a config file is a mapping of keys (model, quantization_config, ...), not %s", kindName(root))
 		}
 		for _, e := range d.mapping(root) {
+			if !d.known(e, "config file", topFields) {
+				continue
+			}
 			switch k := e.key.Value; k {
 			case "model", "output", "report":
 				if s, ok := d.str(e.val, k); ok {
@@ -126,7 +112,7 @@ func Parse(data []byte, file string) (*Config, error) {
 				}
 			case "engine":
 				if s, ok := d.str(e.val, k); ok {
-					if s != "go" && s != "ort" {
+					if !contains(engineNames, s) {
 						d.errorf(e.val, didYouMean(s, engineNames), "engine %q: want go or ort", s)
 					} else {
 						cfg.FileSettings.Engine = s
@@ -155,7 +141,7 @@ func Parse(data []byte, file string) (*Config, error) {
 			case "kmeans_palettization_config":
 				pcKey, pcVal = e.key, e.val
 			default:
-				d.unknownKey(e.key, "config file", topKeys)
+				d.unread(e)
 			}
 		}
 	}
@@ -297,6 +283,9 @@ func (d *decoder) calibration(cfg *Config, n *yaml.Node) {
 	}
 	cal := map[string]any{}
 	for _, e := range d.mapping(n) {
+		if !d.known(e, "calibration", calibrationFields) {
+			continue
+		}
 		switch k := e.key.Value; k {
 		case "data":
 			var list []string
@@ -336,7 +325,7 @@ func (d *decoder) calibration(cfg *Config, n *yaml.Node) {
 				cal[k] = i
 			}
 		default:
-			d.unknownKey(e.key, "calibration", calibrationKeys)
+			d.unread(e)
 		}
 	}
 	if len(cal) > 0 {
@@ -381,11 +370,12 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 	var global, onlyFor, without, types, names, ordered, mode *entry
 	for _, e := range d.mapping(n) {
 		e := e
+		if !d.known(e, path, t.keys) {
+			continue
+		}
 		switch e.key.Value {
 		case "preset":
-			if !t.presets {
-				d.unknownKey(e.key, path, t.keys)
-			} else if p := d.presetRef(e.val); p != nil {
+			if p := d.presetRef(e.val); p != nil {
 				qc = p
 			}
 		case "execution_mode":
@@ -403,7 +393,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 		case "module_name_configs":
 			names = &e
 		default:
-			d.unknownKey(e.key, path, t.keys)
+			d.unread(e)
 		}
 	}
 	// Setters apply in the guide's chaining order: the preset, then
@@ -413,12 +403,12 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 		qc.ExecutionModeRule = d.rule(mode.key, path+".execution_mode")
 		if s, ok := d.str(mode.val, "execution_mode"); ok {
 			switch s {
-			case "graph":
+			case executionModes[Graph]:
 				qc.ExecutionMode = Graph
-			case "eager":
+			case executionModes[Eager]:
 				qc.ExecutionMode = Eager
 			default:
-				d.errorf(mode.val, didYouMean(s, []string{"graph", "eager"}), "execution_mode %q: want graph or eager", s)
+				d.errorf(mode.val, didYouMean(s, executionModes), "execution_mode %q: want %s", s, strings.Join(executionModes, " or "))
 			}
 		}
 	}
@@ -510,6 +500,10 @@ func (d *decoder) orderedEntries(e *entry, path string) []*OrderedEntry {
 		var cfg *yaml.Node
 		hasCfg, ok := false, true
 		for _, f := range d.mapping(item) {
+			if !d.known(f, ipath, orderedFields) {
+				ok = false
+				continue
+			}
 			switch f.key.Value {
 			case "module_name":
 				oe.Module, _ = d.str(f.val, ipath+".module_name")
@@ -532,8 +526,7 @@ func (d *decoder) orderedEntries(e *entry, path string) []*OrderedEntry {
 			case "config":
 				cfg, hasCfg = f.val, true
 			default:
-				d.unknownKey(f.key, ipath, orderedKeys)
-				ok = false
+				d.unread(f)
 			}
 		}
 		if oe.Type == "" || oe.Index < 0 || !hasCfg {
@@ -583,6 +576,9 @@ func (d *decoder) targets(n *yaml.Node, what string) (types, names []*yaml.Node)
 		return nil, nil
 	}
 	for _, e := range d.mapping(n) {
+		if !d.known(e, what, targetFields) {
+			continue
+		}
 		var list []*yaml.Node
 		v := deref(e.val)
 		switch {
@@ -604,7 +600,7 @@ func (d *decoder) targets(n *yaml.Node, what string) (types, names []*yaml.Node)
 		case "module_names":
 			names = append(names, list...)
 		default:
-			d.unknownKey(e.key, what, targetKeys)
+			d.unread(e)
 		}
 	}
 	return types, names
@@ -690,6 +686,9 @@ func (d *decoder) moduleConfig(n *yaml.Node, r Rule) *ModuleConfig {
 	}
 	mc.Rule = r
 	for _, e := range entries {
+		if !d.known(e, "a module config", moduleFields) {
+			continue
+		}
 		path := joinPath(r.Path, e.key.Value)
 		kr := d.rule(e.key, path)
 		switch e.key.Value {
@@ -714,7 +713,7 @@ func (d *decoder) moduleConfig(n *yaml.Node, r Rule) *ModuleConfig {
 			mc.QATSchedule = true
 			d.notices = append(d.notices, d.diag(e.key, "", "qat_schedule is ignored: post-training quantization has no training schedule"))
 		default:
-			d.unknownKey(e.key, "a module config", moduleKeys)
+			d.unread(e)
 		}
 	}
 	return mc
@@ -763,6 +762,13 @@ func (d *decoder) opConfig(n *yaml.Node, r Rule) *OpConfig {
 	}
 	oc := defaultOpConfig(r)
 	for _, e := range d.mapping(n) {
+		if moduleFields.has(e.key.Value) && !opFields.has(e.key.Value) {
+			d.errorf(e.key, "", "%s belongs in a module config; an op config has only %s", e.key.Value, strings.Join(opFields.names(), ", "))
+			continue
+		}
+		if !d.known(e, "an op config", opFields) {
+			continue
+		}
 		kr := d.rule(e.key, joinPath(r.Path, e.key.Value))
 		switch e.key.Value {
 		case "op_input_spec":
@@ -772,11 +778,7 @@ func (d *decoder) opConfig(n *yaml.Node, r Rule) *OpConfig {
 		case "op_state_spec":
 			oc.State = d.specMap(e, kr, tensorState, false)
 		default:
-			if contains(moduleKeys, e.key.Value) {
-				d.errorf(e.key, "", "%s belongs in a module config; an op config has only %s", e.key.Value, strings.Join(opKeys, ", "))
-				continue
-			}
-			d.unknownKey(e.key, "an op config", opKeys)
+			d.unread(e)
 		}
 	}
 	return oc
@@ -867,6 +869,10 @@ func (d *decoder) spec(n *yaml.Node, path string) *spec.QuantizationSpec {
 	s := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric}
 	ok := true
 	for _, e := range d.mapping(n) {
+		if !d.known(e, "a quantization spec", specFields) {
+			ok = false
+			continue
+		}
 		switch k := e.key.Value; k {
 		case "dtype", "scale_dtype":
 			v, good := d.str(e.val, k)
@@ -907,7 +913,7 @@ func (d *decoder) spec(n *yaml.Node, path string) *spec.QuantizationSpec {
 			ok = ok && good
 			s.Calculator = c
 		default:
-			d.unknownKey(e.key, "a quantization spec", specKeys)
+			d.unread(e)
 			ok = false
 		}
 	}
@@ -944,6 +950,10 @@ func (d *decoder) granularity(n *yaml.Node) (spec.Granularity, bool) {
 	}
 	ok, typed := true, false
 	for _, e := range d.mapping(n) {
+		if !d.known(e, "granularity", granularityFields) {
+			ok = false
+			continue
+		}
 		switch e.key.Value {
 		case "type":
 			typed = true
@@ -970,7 +980,7 @@ func (d *decoder) granularity(n *yaml.Node) (spec.Granularity, bool) {
 			g.BlockSize = b
 			ok = ok && good
 		default:
-			d.unknownKey(e.key, "granularity", granKeys)
+			d.unread(e)
 			ok = false
 		}
 	}
@@ -1005,6 +1015,10 @@ func (d *decoder) calculator(n *yaml.Node) (spec.Calculator, bool) {
 	ok, typed := true, false
 	params := map[string]*yaml.Node{}
 	for _, e := range d.mapping(n) {
+		if !d.known(e, "qparam_calculator", calculatorFields) {
+			ok = false
+			continue
+		}
 		switch k := e.key.Value; k {
 		case "type":
 			typed = true
@@ -1036,7 +1050,7 @@ func (d *decoder) calculator(n *yaml.Node) (spec.Calculator, bool) {
 			params[k] = e.key
 			ok = ok && good
 		default:
-			d.unknownKey(e.key, "qparam_calculator", calcKeys)
+			d.unread(e)
 			ok = false
 		}
 	}

@@ -12,8 +12,10 @@ import (
 )
 
 // TestBadConfigs pins the message of each kind of bad config: every error
-// at once, positioned, sorted by line.
+// at once, positioned, sorted by line. The schema judges each as the
+// validator does, but for the validate-only rules.
 func TestBadConfigs(t *testing.T) {
+	sch := compiledSchema(t)
 	tests := []struct{ name, text string }{
 		{"unknown top-level key", "modle: m.onnx\n"},
 		{"unknown module key", "quantization_config:\n  global_config:\n    op_inptu_spec: null\n"},
@@ -64,6 +66,9 @@ func TestBadConfigs(t *testing.T) {
 					t.Errorf("errors not sorted by line: %v", list)
 				}
 			}
+			if _, problems := judge(sch, "bad.yaml", []byte(tt.text)); problems != nil {
+				t.Errorf("the schema and config validate disagree: %s", strings.Join(problems, "; "))
+			}
 			fmt.Fprintf(&b, "== %s\n%s\n", tt.name, err)
 		})
 	}
@@ -105,23 +110,31 @@ func TestResolveErrors(t *testing.T) {
 
 func TestDidYouMean(t *testing.T) {
 	for in, want := range map[string]string{"granulatiry": "granularity", "int7": "int8", "xyzzy": "", "per_chanel": "per_channel"} {
-		cands := append(append([]string{}, specKeys...), "int8", "per_channel")
+		cands := append(specFields.names(), "int8", "per_channel")
 		if got := didYouMean(in, cands); got != want {
 			t.Errorf("didYouMean(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
 
+// fuzzConfigSeeds seed FuzzLoadConfig (with the presets); the schema test
+// judges them too.
+var fuzzConfigSeeds = []string{
+	"",
+	"a: &a [*a]\n",
+	"x: &x {<<: *x}\n",
+	"quantization_config:\n  preset: w4\n  without: {module_names: ['(']}\n",
+	"quantization_spec:\n  a: &a {dtype: int8}\nquantization_config:\n  global_config:\n    op_input_spec: {0: *a, '*': null}\n",
+	"kmeans_palettization_config:\n  global_config: {n_bits: 2, granularity: per_grouped_channel, group_size: 8, cluster_dim: 2}\n  module_name_configs:\n    fc: {lut_dtype: int8, op_type_config: {Gemm: null}}\n",
+	"quantization_config:\n  execution_mode: eager\n  module_name_object_type_order_configs:\n    - {module_name: submodule_a, object_type: torch.add, index: 1, config: {}}\n",
+	"quantization_config:\n  module_name_configs:\n    'sub.*_[ab]': {op_type_config: {aten.linear.default: {op_state_spec: {bias: null}}}}\n    decoder: null\n",
+}
+
 // FuzzLoadConfig: the loader never panics, and every error has a position.
 func FuzzLoadConfig(f *testing.F) {
-	f.Add([]byte(""))
-	f.Add([]byte("a: &a [*a]\n"))
-	f.Add([]byte("x: &x {<<: *x}\n"))
-	f.Add([]byte("quantization_config:\n  preset: w4\n  without: {module_names: ['(']}\n"))
-	f.Add([]byte("quantization_spec:\n  a: &a {dtype: int8}\nquantization_config:\n  global_config:\n    op_input_spec: {0: *a, '*': null}\n"))
-	f.Add([]byte("kmeans_palettization_config:\n  global_config: {n_bits: 2, granularity: per_grouped_channel, group_size: 8, cluster_dim: 2}\n  module_name_configs:\n    fc: {lut_dtype: int8, op_type_config: {Gemm: null}}\n"))
-	f.Add([]byte("quantization_config:\n  execution_mode: eager\n  module_name_object_type_order_configs:\n    - {module_name: submodule_a, object_type: torch.add, index: 1, config: {}}\n"))
-	f.Add([]byte("quantization_config:\n  module_name_configs:\n    'sub.*_[ab]': {op_type_config: {aten.linear.default: {op_state_spec: {bias: null}}}}\n    decoder: null\n"))
+	for _, s := range fuzzConfigSeeds {
+		f.Add([]byte(s))
+	}
 	for _, name := range PresetNames() {
 		b, _ := PresetYAML(name)
 		f.Add(b)

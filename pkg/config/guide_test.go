@@ -80,17 +80,19 @@ func TestGuideExamples(t *testing.T) {
 	}
 }
 
-// TestGuideExamplesInConfigs: configs/guide holds the same files.
+// TestGuideExamplesInConfigs: configs/guide holds the same files, with the
+// schema modeline first.
 func TestGuideExamplesInConfigs(t *testing.T) {
 	files, _ := filepath.Glob("testdata/guide/*.yaml")
 	for _, f := range files {
-		want, _ := os.ReadFile(f)
+		text, _ := os.ReadFile(f)
+		want := schemaModeline + "\n" + string(text)
 		got, err := os.ReadFile(filepath.Join("..", "..", "configs", "guide", filepath.Base(f)))
 		if err != nil {
 			t.Errorf("configs/guide is missing %s: %v", filepath.Base(f), err)
 			continue
 		}
-		if string(got) != string(want) {
+		if string(got) != want {
 			t.Errorf("configs/guide/%s differs from testdata/guide", filepath.Base(f))
 		}
 	}

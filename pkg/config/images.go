@@ -40,13 +40,6 @@ type Images struct {
 	Line int
 }
 
-var (
-	imageKeys    = []string{"dir", "glob", "input", "resize", "crop", "scale", "mean", "std", "layout", "color", "dtype"}
-	imageLayouts = []string{"NCHW", "NHWC"}
-	imageColors  = []string{"RGB", "BGR", "L"}
-	imageDTypes  = []string{"float32", "float16", "uint8"}
-)
-
 // Where is "file:line" of the block.
 func (im *Images) Where() string { return fmt.Sprintf("%s:%d", im.File, im.Line) }
 
@@ -65,6 +58,9 @@ func (d *decoder) images(cfg *Config, n *yaml.Node) *Images {
 	im := &Images{Scale: 255, Layout: "NCHW", Color: "RGB", DType: "float32", File: d.file, Line: n.Line}
 	var meanNode, stdNode *yaml.Node
 	for _, e := range d.mapping(n) {
+		if !d.known(e, "calibration.images", imageFields) {
+			continue
+		}
 		k := e.key.Value
 		what := "calibration.images." + k
 		switch k {
@@ -130,7 +126,7 @@ func (d *decoder) images(cfg *Config, n *yaml.Node) *Images {
 				im.DType = s
 			}
 		default:
-			d.unknownKey(e.key, "calibration.images", imageKeys)
+			d.unread(e)
 		}
 	}
 	if (im.Dir == "") == (im.Glob == "") {

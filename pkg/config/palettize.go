@@ -8,12 +8,11 @@ import (
 )
 
 // tree describes one top-level config of the guide's shape: its key, the
-// keys it accepts, whether it takes presets, the global config it has when
+// keys it accepts (preset among them or not), the global config it has when
 // global_config is omitted, and how it decodes a module config.
 type tree struct {
 	path     string
-	keys     []string
-	presets  bool
+	keys     fields
 	defaults func(Rule) *ModuleConfig
 	module   func(d *decoder, n *yaml.Node, r Rule) *ModuleConfig
 }
@@ -21,23 +20,15 @@ type tree struct {
 // quantizerTree is quantization_config; a function, not a variable,
 // because presets are parsed through it.
 func quantizerTree() tree {
-	return tree{path: "quantization_config", keys: quantizerKeys, presets: true,
+	return tree{path: "quantization_config", keys: treeFields,
 		defaults: defaultModuleConfig, module: (*decoder).moduleConfig}
 }
 
 // paletteTree is kmeans_palettization_config.
 func paletteTree() tree {
-	return tree{path: "kmeans_palettization_config", keys: paletteKeys,
+	return tree{path: "kmeans_palettization_config", keys: paletteTreeFields,
 		defaults: defaultPaletteModule, module: (*decoder).paletteModule}
 }
-
-// Keys of kmeans_palettization_config, its module configs and their
-// palettization fields (Core ML Tools' names).
-var (
-	paletteKeys       = []string{"global_config", "module_type_configs", "module_name_configs", "only_for", "without"}
-	paletteFieldKeys  = []string{"n_bits", "granularity", "group_size", "channel_axis", "cluster_dim", "enable_per_channel_scale", "lut_dtype", "weight_threshold"}
-	paletteModuleKeys = append(append([]string(nil), paletteFieldKeys...), "op_type_config", "op_name_config")
-)
 
 // PaletteGranularity is how many lookup tables a weight gets.
 type PaletteGranularity uint8
@@ -151,6 +142,9 @@ func (d *decoder) paletteModule(n *yaml.Node, r Rule) *ModuleConfig {
 	mc := defaultPaletteModule(r)
 	p := mc.Palette
 	for _, e := range d.mapping(n) {
+		if !d.known(e, "a palettization module config", paletteModuleFields) {
+			continue
+		}
 		path := joinPath(r.Path, e.key.Value)
 		switch e.key.Value {
 		case "op_type_config":
@@ -158,9 +152,7 @@ func (d *decoder) paletteModule(n *yaml.Node, r Rule) *ModuleConfig {
 		case "op_name_config":
 			mc.OpNames = d.opNameEntries(e.val, path, d.paletteOp)
 		default:
-			if !d.paletteField(p, e) {
-				d.unknownKey(e.key, "a palettization module config", paletteModuleKeys)
-			}
+			d.paletteField(p, e)
 		}
 	}
 	d.checkPalettization(p, n)
@@ -175,19 +167,27 @@ func (d *decoder) paletteOp(n *yaml.Node, r Rule) *OpConfig {
 	}
 	oc := defaultPaletteModule(r).opConfig()
 	for _, e := range d.mapping(n) {
-		if !d.paletteField(oc.Palette, e) {
-			d.unknownKey(e.key, "a palettization op config", paletteFieldKeys)
+		if d.known(e, "a palettization op config", paletteFields) {
+			d.paletteField(oc.Palette, e)
 		}
 	}
 	d.checkPalettization(oc.Palette, n)
 	return oc
 }
 
-// paletteField decodes one palettization field into p; false when e is not
-// one.
-func (d *decoder) paletteField(p *Palettization, e entry) bool {
+// Upper bounds of the palettization sizes: far past any weight, and
+// exact in a float64, which is how JSON tools read numbers.
+const (
+	maxGroupSize       = 1 << 30
+	maxClusterDim      = 1 << 16
+	maxWeightThreshold = 1 << 53
+)
+
+// paletteField decodes one palettization field (a key of paletteFields)
+// into p.
+func (d *decoder) paletteField(p *Palettization, e entry) {
 	k := e.key.Value
-	intIn := func(lo, hi int, what string) (int, bool) {
+	within := func(lo, hi int, what string) (int, bool) {
 		v, ok := d.integer(e.val, k)
 		if ok && (v < lo || v > hi) {
 			d.errorf(e.val, "", "%s must be %s, got %d", k, what, v)
@@ -197,35 +197,34 @@ func (d *decoder) paletteField(p *Palettization, e entry) bool {
 	}
 	switch k {
 	case "n_bits":
-		if v, ok := intIn(1, 8, "1 to 8"); ok {
+		if v, ok := within(1, 8, "1 to 8"); ok {
 			p.NBits = v
 		}
 	case "granularity":
 		if s, ok := d.str(e.val, k); ok {
 			switch s {
-			case "per_tensor":
+			case paletteGranularities[PalettePerTensor]:
 				p.Granularity = PalettePerTensor
-			case "per_grouped_channel":
+			case paletteGranularities[PalettePerGroupedChannel]:
 				p.Granularity = PalettePerGroupedChannel
 			default:
-				valid := []string{"per_tensor", "per_grouped_channel"}
-				d.errorf(e.val, didYouMean(s, valid), "granularity %q: want per_tensor or per_grouped_channel", s)
+				d.errorf(e.val, didYouMean(s, paletteGranularities), "granularity %q: want %s", s, strings.Join(paletteGranularities, " or "))
 			}
 		}
 	case "group_size":
 		if isNull(e.val) {
 			p.GroupSize = 0
-		} else if v, ok := intIn(1, 1<<30, "positive"); ok {
+		} else if v, ok := within(1, maxGroupSize, "positive"); ok {
 			p.GroupSize = v
 		}
 	case "channel_axis":
-		if v, ok := intIn(0, 1, "0 (output channels) or 1 (input channels)"); ok {
+		if v, ok := within(0, 1, "0 (output channels) or 1 (input channels)"); ok {
 			p.ChannelAxis = v
 		}
 	case "cluster_dim":
 		if isNull(e.val) {
 			p.ClusterDim = 1
-		} else if v, ok := intIn(1, 1<<16, "positive"); ok {
+		} else if v, ok := within(1, maxClusterDim, "positive"); ok {
 			p.ClusterDim = v
 		}
 	case "enable_per_channel_scale":
@@ -239,26 +238,20 @@ func (d *decoder) paletteField(p *Palettization, e entry) bool {
 			break
 		}
 		if s, ok := d.str(e.val, k); ok {
-			switch strings.TrimPrefix(s, "torch.") {
-			case "float32", "float", "fp32":
-				p.LUTDType = LUTFloat
-			case "int8":
-				p.LUTDType = LUTInt8
-			case "uint8":
-				p.LUTDType = LUTUInt8
-			default:
+			if t, known := lutDTypes[strings.TrimPrefix(s, "torch.")]; known {
+				p.LUTDType = t
+			} else {
 				valid := []string{"float32", "int8", "uint8"}
 				d.errorf(e.val, didYouMean(s, valid), "lut_dtype %q: want float32 (or null), int8 or uint8", s)
 			}
 		}
 	case "weight_threshold":
-		if v, ok := intIn(0, 1<<62, "0 or more"); ok {
+		if v, ok := within(0, maxWeightThreshold, "0 or more (at most 2^53)"); ok {
 			p.WeightThreshold = v
 		}
 	default:
-		return false
+		d.unread(e)
 	}
-	return true
 }
 
 // checkPalettization refuses combinations of fields that contradict each

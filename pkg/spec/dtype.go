@@ -171,6 +171,18 @@ func DTypes() []string {
 	return out
 }
 
+// DTypeSpellings lists the names and aliases ParseDType reads (without the
+// "torch." prefix it also takes) of the dtypes keep accepts.
+func DTypeSpellings(keep func(DType) bool) []string {
+	var out []string
+	for d := Int8; int(d) < len(dtypeTable); d++ {
+		if keep(d) {
+			out = append(append(out, dtypeTable[d].name), dtypeTable[d].aliases...)
+		}
+	}
+	return out
+}
+
 // ParseDType reads a dtype in the guide's spelling, also with torch's
 // "torch." prefix ("torch.int8") and the aliases float4_e2m1 and
 // float8_e8m0.

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -37,18 +38,25 @@ func (q QScheme) String() string {
 // QSchemes lists the config spellings.
 func QSchemes() []string { return qschemeNames[1:] }
 
+// QSchemePrefix is the guide's prefix a qscheme may carry
+// ("QuantizationScheme.symmetric").
+const QSchemePrefix = "QuantizationScheme."
+
+// qschemeSpellings are the lower-case names ParseQScheme reads.
+var qschemeSpellings = map[string]QScheme{
+	"symmetric": Symmetric, "asymmetric": Asymmetric,
+	"symmetric_with_clipping": SymmetricWithClipping, "restricted_symmetric": SymmetricWithClipping,
+}
+
+// QSchemeSpellings lists the lower-case names ParseQScheme reads, sorted.
+func QSchemeSpellings() []string { return sortedNames(qschemeSpellings) }
+
 // ParseQScheme reads "symmetric", "asymmetric" or "symmetric_with_clipping"
 // (also "restricted_symmetric"), with or without the guide's
 // "QuantizationScheme." prefix, in any case.
 func ParseQScheme(s string) (QScheme, error) {
-	name := strings.ToLower(strings.TrimPrefix(s, "QuantizationScheme."))
-	switch name {
-	case "symmetric":
-		return Symmetric, nil
-	case "asymmetric":
-		return Asymmetric, nil
-	case "symmetric_with_clipping", "restricted_symmetric":
-		return SymmetricWithClipping, nil
+	if q, ok := qschemeSpellings[strings.ToLower(strings.TrimPrefix(s, QSchemePrefix))]; ok {
+		return q, nil
 	}
 	return QSchemeAuto, fmt.Errorf("unknown qscheme %q", s)
 }
@@ -153,21 +161,30 @@ func CalculatorTypes() []string { return calculatorNames[1:] }
 // coreai-opt class names (StaticQParamsCalculator,
 // MovingAverageQParamsCalculator, GlobalMinMaxQParamsCalculator) are accepted.
 func ParseCalculatorType(s string) (CalculatorType, error) {
-	switch s {
-	case "static", "minmax", "min_max", "StaticQParamsCalculator":
-		return Static, nil
-	case "moving_average", "moving_average_minmax", "MovingAverageQParamsCalculator":
-		return MovingAverage, nil
-	case "global_minmax", "global_min_max", "GlobalMinMaxQParamsCalculator":
-		return GlobalMinMax, nil
-	case "percentile":
-		return Percentile, nil
-	case "entropy":
-		return Entropy, nil
-	case "mse":
-		return MSE, nil
+	if c, ok := calculatorSpellings[s]; ok {
+		return c, nil
 	}
 	return CalculatorAuto, fmt.Errorf("unknown qparam calculator %q", s)
+}
+
+// calculatorSpellings are the names ParseCalculatorType reads.
+var calculatorSpellings = map[string]CalculatorType{
+	"static": Static, "minmax": Static, "min_max": Static, "StaticQParamsCalculator": Static,
+	"moving_average": MovingAverage, "moving_average_minmax": MovingAverage, "MovingAverageQParamsCalculator": MovingAverage,
+	"global_minmax": GlobalMinMax, "global_min_max": GlobalMinMax, "GlobalMinMaxQParamsCalculator": GlobalMinMax,
+	"percentile": Percentile, "entropy": Entropy, "mse": MSE,
+}
+
+// CalculatorSpellings lists every name ParseCalculatorType reads, sorted.
+func CalculatorSpellings() []string { return sortedNames(calculatorSpellings) }
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Calculator parameter defaults.
