@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -72,14 +73,19 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 		randomData = st.RandomData
 		u.Stats = passes.StatsOf(st)
 	}
+	out := outputPath(s.settings)
+	if s.scratch, err = onnxgraph.NewScratch(filepath.Dir(s.outputs.Staged(out))); err != nil {
+		return err
+	}
+	defer s.scratch.Close()
 	timings, err := runPipeline(ctx, &opts.quantizeOptions, s, u, "")
+	s.scratch = nil
 	if err != nil {
 		if opts.Stats == "" && u.Plan != nil && len(u.Plan.Observed()) > 0 {
 			return Usagef("%v: give --stats (from coreaiq calibrate)", err)
 		}
 		return err
 	}
-	out := outputPath(s.settings)
 	if randomData {
 		// Every output made from random calibration data says so.
 		key, value := RandomDataMetadataKey, "random"

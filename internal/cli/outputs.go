@@ -294,7 +294,7 @@ func modelInputFiles(m *onnxgraph.Model) []string {
 	files := []string{m.Path}
 	seen := map[string]bool{}
 	m.AllTensors(func(t *onnxpb.TensorProto) {
-		if !onnxgraph.IsExternal(t) {
+		if !onnxgraph.IsExternal(t) || m.InStore(t) {
 			return
 		}
 		if ref, err := onnxgraph.ExternalRefOf(t); err == nil && !seen[ref.Location] {

@@ -140,8 +140,11 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 // pipelineSetup is what every pipeline command loads first.
 type pipelineSetup struct {
 	settings config.Settings
-	model    *onnxgraph.Model
-	quant    *config.QuantizerConfig
+	// scratch, when set, takes the large initializers of the model the
+	// pipeline writes (see finalize.Options.Scratch).
+	scratch *onnxgraph.Scratch
+	model   *onnxgraph.Model
+	quant   *config.QuantizerConfig
 	// algorithms are the config's or preset's algorithms with --algorithms.
 	algorithms *config.Algorithms
 	notices    []*config.Diagnostic
@@ -332,7 +335,7 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
 	}
-	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads}
+	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch}
 	if u.Write.Threads == 0 {
 		u.Write.Threads = goruntime.NumCPU()
 	}
@@ -417,7 +420,18 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return u
 	}
 	u := newUnit(prof)
+	out := outputPath(s.settings)
+	if opts.Search.TargetSQNR == nil && opts.Search.EmitConfig == "" {
+		// The one model this run writes keeps its quantized weights on
+		// disk until it is saved: memory stays bounded by the largest
+		// tensor, not the model.
+		if s.scratch, err = onnxgraph.NewScratch(filepath.Dir(s.outputs.Staged(out))); err != nil {
+			return err
+		}
+		defer s.scratch.Close()
+	}
 	timings, err := runPipeline(ctx, opts, s, u, "")
+	s.scratch = nil
 	if err != nil {
 		if source == nil && u.Plan != nil && len(u.Plan.Observed()) > 0 {
 			return Usagef("%v: give --data (calibration.data in the config), or use a weight-only preset (--preset w8 or w4)", err)
@@ -438,7 +452,6 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 			}
 		}
 	}
-	out := outputPath(s.settings)
 	if err := u.Result.Model.Save(s.outputs.Staged(out), onnxgraph.SaveOptions{}); err != nil {
 		return err
 	}

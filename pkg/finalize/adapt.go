@@ -665,7 +665,7 @@ func RaiseOpset(m *onnxgraph.Model, to int64) (*onnxgraph.Model, []string, error
 	}
 	setDefaultOpset(out, to)
 	out.IrVersion = proto.Int64(max(out.GetIrVersion(), irForOpset(to)))
-	r, err := onnxgraph.FromProto(out, m.Dir)
+	r, err := m.Derive(out, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("raised model is not valid: %w", err)
 	}

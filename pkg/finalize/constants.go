@@ -46,7 +46,7 @@ func ConstantsAsInitializers(m *onnxgraph.Model) (*onnxgraph.Model, int, error) 
 		g.Initializer = append(g.Initializer, t)
 	}
 	g.Node = nodes
-	fm, err := onnxgraph.FromProto(out, m.Dir)
+	fm, err := m.Derive(out, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("constants as initializers: %w", err)
 	}

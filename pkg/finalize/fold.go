@@ -165,7 +165,7 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 	}
 	g.Input = inputs
-	fm, err := onnxgraph.FromProto(out, m.Dir)
+	fm, err := m.Derive(out, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("folding BatchNormalization: %w", err)
 	}

@@ -62,6 +62,11 @@ type Options struct {
 	Format Format
 	// Threads bounds the threads that cluster palettized weights (0: one).
 	Threads int
+	// Scratch, when set, receives the bytes of every large initializer the
+	// writer makes as soon as it is made, so that the quantized weights of
+	// a model larger than memory are never all held at once. The result's
+	// model reads them from there; the caller closes it after saving.
+	Scratch *onnxgraph.Scratch
 }
 
 // keepE8M0 reports whether float8e8m0 scales are written as such. They
@@ -208,7 +213,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	qm, err := onnxgraph.FromProto(w.out, m.Dir)
+	qm, err := m.Derive(w.out, opts.Scratch)
 	if err != nil {
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
@@ -579,6 +584,9 @@ func attrInt(name string, v int64) *onnxpb.AttributeProto {
 func (w *writer) addInit(t *tensor.Tensor, name string) error {
 	tp, err := tensor.ToProto(t, name)
 	if err != nil {
+		return err
+	}
+	if err := w.opts.Scratch.Move(tp); err != nil {
 		return err
 	}
 	w.inits = append(w.inits, tp)

@@ -79,6 +79,14 @@ func checkLocation(dir, loc string) (string, error) {
 // openExternal checks ref and returns the file's path and the length of
 // the range ref names.
 func (m *Model) openExternal(ref ExternalRef) (string, int64, error) {
+	if s := m.storeOf(ref); s != nil {
+		size, err := s.size()
+		if err != nil {
+			return "", 0, err
+		}
+		length, err := externalRange(ref, size)
+		return "", length, err
+	}
 	full, err := checkLocation(m.Dir, ref.Location)
 	if err != nil {
 		return "", 0, err
@@ -119,27 +127,63 @@ func externalRange(ref ExternalRef, size int64) (int64, error) {
 
 // ReadExternal returns the bytes of a tensor stored as external data.
 func (m *Model) ReadExternal(t *onnxpb.TensorProto) ([]byte, error) {
+	var buf []byte
+	err := m.readExternal(t, func(n int64) ([]byte, error) { buf = make([]byte, n); return buf, nil })
+	return buf, err
+}
+
+// ReadExternalTo reads the bytes of a tensor stored as external data into
+// dst, which must be exactly as long as the data: a caller that decodes
+// the bytes in place (a float tensor on a little-endian machine) saves a
+// copy of the tensor.
+func (m *Model) ReadExternalTo(t *onnxpb.TensorProto, dst []byte) error {
+	return m.readExternal(t, func(n int64) ([]byte, error) {
+		if n != int64(len(dst)) {
+			return nil, fmt.Errorf("tensor %q: its external data is %d bytes, not the %d its reader expected", t.GetName(), n, len(dst))
+		}
+		return dst, nil
+	})
+}
+
+// readExternal checks t's external range and reads it into the buffer
+// alloc returns for its length.
+func (m *Model) readExternal(t *onnxpb.TensorProto, alloc func(int64) ([]byte, error)) error {
 	ref, err := ExternalRefOf(t)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	full, length, err := m.openExternal(ref)
 	if err != nil {
-		return nil, fmt.Errorf("tensor %q: %w", t.GetName(), err)
+		return fmt.Errorf("tensor %q: %w", t.GetName(), err)
 	}
 	// The range must be what the dims need before anything is allocated:
 	// the file may have changed since load.
 	if err := tensor.CheckProto(t, length); err != nil {
-		return nil, err
+		return err
 	}
-	f, err := os.Open(full)
+	buf, err := alloc(length)
 	if err != nil {
-		return nil, fmt.Errorf("tensor %q: %w", t.GetName(), err)
+		return err
 	}
-	defer f.Close()
-	buf := make([]byte, length)
-	if _, err := f.ReadAt(buf, ref.Offset); err != nil && !(errors.Is(err, io.EOF) && length == 0) {
-		return nil, fmt.Errorf("tensor %q: reading external data %q: %w", t.GetName(), ref.Location, err)
+	var r io.ReaderAt
+	what := fmt.Sprintf("external data %q", ref.Location)
+	if s := m.storeOf(ref); s != nil {
+		sr, release, err := s.open()
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", t.GetName(), err)
+		}
+		defer release()
+		r, what = sr, "its bytes"
+	} else {
+		f, err := os.Open(full)
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", t.GetName(), err)
+		}
+		defer f.Close()
+		r = f
 	}
-	return buf, nil
+	if _, err := r.ReadAt(buf, ref.Offset); err != nil && !(errors.Is(err, io.EOF) && length == 0) {
+		return fmt.Errorf("tensor %q: reading %s: %w", t.GetName(), what, err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ package onnxgraph
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -28,6 +29,9 @@ type Model struct {
 	opsets map[string]int64
 	// Functions are the model's local functions by "domain:name".
 	functions map[string]*onnxpb.FunctionProto
+	// stores hold the bytes of tensors kept out of memory without an
+	// external data file of their own (see store).
+	stores []store
 }
 
 // FileError is an error about a model file: it names the file.
@@ -41,8 +45,18 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // Load reads an ONNX model file. External data is checked now (locations
 // inside the model's directory, files present and long enough) and read
-// when a tensor is decoded.
+// when a tensor is decoded. A file of 16 MiB or more is loaded lean: the
+// raw bytes of its large initializers stay in the file until they are
+// decoded (see loadLean), so its weights are never all in memory at once.
 func Load(path string) (*Model, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() >= leanFileBytes && fi.Size() <= MaxProtoSize {
+		m, err := loadLean(path, leanTensorBytes)
+		if err != nil {
+			return nil, &FileError{Path: path, Err: err}
+		}
+		m.Path = path
+		return m, nil
+	}
 	b, err := ReadRegularFile(path, MaxProtoSize)
 	if err != nil {
 		return nil, &FileError{Path: path, Err: err}
@@ -74,7 +88,11 @@ func load(b []byte, dir string) (*Model, error) {
 
 // FromProto wraps an in-memory ModelProto.
 func FromProto(mp *onnxpb.ModelProto, dir string) (*Model, error) {
-	m := &Model{Proto: mp, Dir: dir}
+	return fromProto(mp, dir, nil)
+}
+
+func fromProto(mp *onnxpb.ModelProto, dir string, stores []store) (*Model, error) {
+	m := &Model{Proto: mp, Dir: dir, stores: stores}
 	if err := m.Rebuild(); err != nil {
 		return nil, err
 	}

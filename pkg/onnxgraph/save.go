@@ -59,7 +59,9 @@ func (m *Model) Save(path string, opts SaveOptions) error {
 	}
 	external := opts.External == ExternalAlways
 	hadExternal := false
-	m.AllTensors(func(t *onnxpb.TensorProto) { hadExternal = hadExternal || IsExternal(t) })
+	// Tensors in a store count as held in memory: where they waited does
+	// not change what is written.
+	m.AllTensors(func(t *onnxpb.TensorProto) { hadExternal = hadExternal || (IsExternal(t) && !m.InStore(t)) })
 	if opts.External == ExternalAuto {
 		external = hadExternal || m.inlineSize() > MaxProtoSize
 	}

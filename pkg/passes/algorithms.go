@@ -87,7 +87,7 @@ func ownModel(u *Unit) error {
 	if u.ownsModel {
 		return nil
 	}
-	m, err := onnxgraph.FromProto(proto.CloneOf(u.Model.Proto), u.Model.Dir)
+	m, err := u.Model.Derive(proto.CloneOf(u.Model.Proto), nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,13 @@ type ExternalReader interface {
 	ReadExternal(t *onnxpb.TensorProto) ([]byte, error)
 }
 
+// externalReaderTo is an ExternalReader that also reads into a buffer
+// the caller allocated: fromProto then reads a tensor's bytes straight
+// into its data, without a second copy of the tensor.
+type externalReaderTo interface {
+	ReadExternalTo(t *onnxpb.TensorProto, dst []byte) error
+}
+
 // protoField names the TensorProto fields that can hold elements.
 type protoField int
 
@@ -177,6 +184,13 @@ func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
 		if ext == nil {
 			return nil, errors.New("data is external and no external data reader was given")
 		}
+		if to, ok := ext.(externalReaderTo); ok && inPlace(dt) {
+			t := &Tensor{DType: dt, Shape: shape, Data: makeSlice(dt, n)}
+			if err := to.ReadExternalTo(tp, ByteView(t.Data)); err != nil {
+				return nil, err
+			}
+			return t, nil
+		}
 		raw, err := ext.ReadExternal(tp)
 		if err != nil {
 			return nil, err
@@ -258,6 +272,17 @@ func decodeRaw(dt DType, shape []int, n int, raw []byte, field string) (*Tensor,
 		}
 	}
 	return t, nil
+}
+
+// inPlace reports whether dt's raw bytes are its data's memory as it is:
+// a fixed-width type other than bool and the sub-byte ones, on a
+// little-endian machine (decodeRaw's default case without the swap).
+func inPlace(dt DType) bool {
+	switch dt {
+	case Bool, Int4, Uint4, Float4E2M1, Int2, Uint2, String:
+		return false
+	}
+	return nativeLittle
 }
 
 // decodeTyped decodes the typed field that ONNX assigns to dt.

@@ -59,7 +59,7 @@ func Open(m *onnxgraph.Model, opts runtime.Options) (runtime.Session, error) {
 // optimization of so kept. A model with float4 constants that ONNX Runtime
 // refuses gets an error that says so and how to write one it accepts.
 func (l *Library) Open(m *onnxgraph.Model, so SessionOptions) (*Engine, error) {
-	b, err := proto.Marshal(m.Proto)
+	b, err := m.Marshal(m.Proto)
 	if err != nil {
 		return nil, fmt.Errorf("serialize model for onnxruntime: %w", err)
 	}
@@ -214,7 +214,7 @@ func tapModel(m *onnxgraph.Model, extra []string) ([]byte, error) {
 		}
 		g.Output = append(g.Output, vi)
 	}
-	b, err := proto.Marshal(mp)
+	b, err := m.Marshal(mp)
 	if err != nil {
 		return nil, fmt.Errorf("serialize model with tapped outputs: %w", err)
 	}
