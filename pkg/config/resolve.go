@@ -174,7 +174,7 @@ func ResolveWith(cfg *QuantizerConfig, g *onnxgraph.Graph, opts ResolveOptions) 
 	}
 	r.orderedOf = orderedCalls(cfg.Ordered, r.calls)
 	res := &Resolution{byName: map[string]*NodeResolution{}}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		nr := r.node(n)
 		res.Nodes = append(res.Nodes, nr)
 		res.byName[n.Name] = nr
@@ -225,7 +225,7 @@ type effective struct {
 // lists (which name every enclosing module), then from Node.ModuleType.
 func moduleTypes(g *onnxgraph.Graph) map[string]string {
 	types := map[string]string{}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		names := onnxgraph.ParsePyStringList(metadata(n, onnxgraph.MetaNameScopes))
 		classes := onnxgraph.ParsePyStringList(metadata(n, onnxgraph.MetaClassHierarchy))
 		if len(names) == len(classes) {
@@ -236,7 +236,7 @@ func moduleTypes(g *onnxgraph.Graph) map[string]string {
 			}
 		}
 	}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		if n.ModuleType != "" && types[n.Module] == "" {
 			types[n.Module] = n.ModuleType
 		}
@@ -569,7 +569,7 @@ func (r *resolver) boundaries(res *Resolution) {
 		}
 		var ins, outs []*onnxgraph.Value
 		seenIn, seenOut := map[*onnxgraph.Value]bool{}, map[*onnxgraph.Value]bool{}
-		for _, n := range r.g.Nodes {
+		for _, n := range r.g.AllNodes() {
 			if !inS(n) {
 				continue
 			}
@@ -665,7 +665,7 @@ func (r *resolver) functionCall(m string) *onnxgraph.Node {
 		return nil
 	}
 	var only *onnxgraph.Node
-	for _, n := range r.g.Nodes {
+	for _, n := range r.g.AllNodes() {
 		if n.Module == m || strings.HasPrefix(n.Module, m+".") {
 			if only != nil {
 				return nil
@@ -739,11 +739,6 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 		out = append(out, &Diagnostic{File: rule.File, Line: max(rule.Line, 1), Col: max(rule.Col, 1), Msg: fmt.Sprintf(format, args...), Hint: hint})
 	}
 	modules, classes := allModules(r.g), sortedValues(r.types)
-	for _, n := range r.g.Nodes {
-		if len(n.Subgraphs) > 0 {
-			warn(r.cfg.GlobalRule, "", "%s has subgraphs; nodes inside If/Loop/Scan bodies are not resolved and stay in float", n)
-		}
-	}
 	for _, e := range r.cfg.ModuleNames {
 		if !r.usedEntries[e] {
 			warn(e.Rule, didYouMean(e.Key, modules), "%s matches no module in the model", e.Rule.Path)
@@ -833,7 +828,7 @@ func (r *resolver) reaches(nodes []*NodeResolution) bool {
 // allModules lists every module of g, ancestors included, sorted.
 func allModules(g *onnxgraph.Graph) []string {
 	set := map[string]bool{}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		for m := n.Module; m != ""; m = parentModule(m) {
 			set[m] = true
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -144,6 +145,21 @@ type writer struct {
 	inits    []*onnxpb.TensorProto
 	removed  map[string]bool // initializers replaced by quantized ones
 	rename   map[string]string
+
+	// inner holds what goes into an If/Loop/Scan subgraph: the integer
+	// initializers and DequantizeLinear of its own weights, and the Q/DQ
+	// of its graph inputs. Scales and zero points stay in the main graph,
+	// which every subgraph sees.
+	inner map[*onnxgraph.Graph]*innerGraph
+	// values and nodes index every graph of the source model by name.
+	values map[string]*onnxgraph.Value
+	nodes  map[string]*onnxgraph.Node
+}
+
+// innerGraph is what Write adds to one subgraph.
+type innerGraph struct {
+	prologue []*onnxpb.NodeProto
+	inits    []*onnxpb.TensorProto
 }
 
 // Write builds the quantized model of m under plan: weights become integer
@@ -156,6 +172,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
 	w.out = onnxgraph.CloneSharingData(m.Proto)
+	w.index()
 	w.collectNames()
 	if err := w.resolveParams(stats); err != nil {
 		return nil, err
@@ -218,6 +235,39 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
 	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
+}
+
+// index maps the names of every graph's values and nodes, subgraphs
+// included (value names are unique across a model's scopes).
+func (w *writer) index() {
+	w.values, w.nodes, w.inner = map[string]*onnxgraph.Value{}, map[string]*onnxgraph.Node{}, map[*onnxgraph.Graph]*innerGraph{}
+	for _, g := range w.src.Graph.Graphs() {
+		for _, v := range g.Values() {
+			if _, ok := w.values[v.Name]; !ok || v.Producer != nil || v.IsGraphInput || v.IsInitializer {
+				w.values[v.Name] = v
+			}
+		}
+		for _, n := range g.Nodes {
+			w.nodes[n.Name] = n
+		}
+	}
+}
+
+// value returns the source value called name, in whichever graph defines it.
+func (w *writer) value(name string) *onnxgraph.Value { return w.values[name] }
+
+// innerOf returns the additions to v's graph when v is defined inside a
+// subgraph, nil for the main graph.
+func (w *writer) innerOf(v *onnxgraph.Value) *innerGraph {
+	if v.Graph == w.src.Graph {
+		return nil
+	}
+	ig := w.inner[v.Graph]
+	if ig == nil {
+		ig = &innerGraph{}
+		w.inner[v.Graph] = ig
+	}
+	return ig
 }
 
 // collectNames records every node and value name of the model so that
@@ -392,7 +442,7 @@ func (w *writer) resolveBiases() error {
 
 // constData reads the float data of a constant value of the source model.
 func (w *writer) constData(name string) ([]float32, error) {
-	v := w.src.Graph.Value(name)
+	v := w.value(name)
 	if v == nil || v.Const == nil {
 		return nil, fmt.Errorf("tensor %q: not a constant of the model", name)
 	}
@@ -540,7 +590,7 @@ func (w *writer) msType(t *TensorPlan) bool {
 // servedNode returns the source node a tensor is quantized for.
 func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
 	for _, n := range t.Nodes {
-		if node := w.src.Graph.Node(n); node != nil {
+		if node := w.nodes[n]; node != nil {
 			return node
 		}
 	}
@@ -632,7 +682,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	if err != nil {
 		return err
 	}
-	v := w.src.Graph.Value(t.Value)
+	v := w.value(t.Value)
 	shape := make([]int, len(v.Const.GetDims()))
 	for i, d := range v.Const.GetDims() {
 		shape[i] = int(d)
@@ -694,6 +744,11 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	if err := w.addInit(q, qname); err != nil {
 		return err
 	}
+	ig := w.innerOf(v)
+	if ig != nil { // a subgraph's weight stays in its subgraph
+		ig.inits = append(ig.inits, w.inits[len(w.inits)-1])
+		w.inits = w.inits[:len(w.inits)-1]
+	}
 	tt := *t
 	tt.Shape, tt.Axis = shape, axis
 	scale, zp, err := w.qparamInits(&tt, scaleType, t.Role != Bias)
@@ -704,7 +759,12 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	if zp != "" {
 		in = append(in, zp)
 	}
-	w.prologue = append(w.prologue, w.node("DequantizeLinear", t.Value+"_DequantizeLinear", in, []string{t.Value}, t, attrs...))
+	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", in, []string{t.Value}, t, attrs...)
+	if ig != nil {
+		ig.prologue = append(ig.prologue, dq)
+	} else {
+		w.prologue = append(w.prologue, dq)
+	}
 	w.removed[t.Value] = true
 	return nil
 }
@@ -713,7 +773,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 // one pair shared by all consumers. The dequantized output keeps the value's
 // name (so graph outputs keep theirs); the producer's output is renamed.
 func (w *writer) writeActivation(t *TensorPlan) error {
-	v := w.src.Graph.Value(t.Value)
+	v := w.value(t.Value)
 	if v == nil {
 		return fmt.Errorf("activation %q: no such value in the model", t.Value)
 	}
@@ -743,7 +803,9 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 	q := w.node("QuantizeLinear", t.Value+"_QuantizeLinear", []string{qIn, scale, zp}, []string{qOut}, t)
 	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", []string{qOut, scale, zp}, []string{dqOut}, t)
 	nodes := append(append(append(pre, q), dq), post...)
-	if v.Producer == nil {
+	if ig := w.innerOf(v); v.Producer == nil && ig != nil {
+		ig.prologue = append(ig.prologue, nodes...) // a subgraph's input
+	} else if v.Producer == nil {
 		w.prologue = append(w.prologue, nodes...)
 	} else {
 		w.after[t.Value] = append(w.after[t.Value], nodes...)
@@ -759,16 +821,73 @@ func (w *writer) castNode(name, in, out string, dt tensor.DType, t *TensorPlan) 
 	return n
 }
 
-// assemble rebuilds the main graph's node and initializer lists: weight
-// DequantizeLinear nodes and graph-input Q/DQ first, then the source nodes
-// in topological order, each followed by the Q/DQ of its outputs.
+// assemble rebuilds the node and initializer lists of the main graph and
+// of every subgraph: weight DequantizeLinear nodes and graph-input Q/DQ
+// first, then the source nodes in topological order, each followed by the
+// Q/DQ of its outputs.
 func (w *writer) assemble() error {
-	g := w.out.Graph
-	src := g.GetNode()
+	// The output's subgraphs, found before any node list is reordered.
+	outOf := map[*onnxgraph.Graph]*onnxpb.GraphProto{}
+	for _, g := range w.src.Graph.Graphs() {
+		if g.Owner == nil {
+			outOf[g] = w.out.Graph
+			continue
+		}
+		sg, err := subgraphProto(outOf[g.Parent].GetNode()[g.Owner.Index], g.Attr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", g.Owner, err)
+		}
+		outOf[g] = sg
+	}
+	// Subgraphs first: a MatMulNBits inside one adds its initializers to
+	// the main graph.
+	graphs := w.src.Graph.Graphs()
+	for i := len(graphs) - 1; i >= 0; i-- {
+		if err := w.assembleGraph(graphs[i], outOf[graphs[i]]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// subgraphProto returns the GRAPH attribute of np that Graph.Attr names
+// ("body", or "name[i]" for a GRAPHS attribute).
+func subgraphProto(np *onnxpb.NodeProto, key string) (*onnxpb.GraphProto, error) {
+	name, index := key, -1
+	if i := strings.IndexByte(key, '['); i >= 0 && strings.HasSuffix(key, "]") {
+		n, err := strconv.Atoi(key[i+1 : len(key)-1])
+		if err != nil {
+			return nil, fmt.Errorf("subgraph key %q: %w", key, err)
+		}
+		name, index = key[:i], n
+	}
+	for _, a := range np.GetAttribute() {
+		switch {
+		case a.GetName() != name:
+		case index < 0 && a.G != nil:
+			return a.G, nil
+		case index >= 0 && index < len(a.Graphs):
+			return a.Graphs[index], nil
+		}
+	}
+	return nil, fmt.Errorf("no subgraph attribute %q in the written model", key)
+}
+
+// assembleGraph rebuilds gp, the written copy of src.
+func (w *writer) assembleGraph(src *onnxgraph.Graph, gp *onnxpb.GraphProto) error {
+	ig := &innerGraph{prologue: w.prologue}
+	if src.Owner != nil {
+		ig = w.inner[src]
+		if ig == nil {
+			ig = &innerGraph{}
+		}
+	}
+	prologue := ig.prologue
+	nodesIn := gp.GetNode()
 	var nodes []*onnxpb.NodeProto
-	nodes = append(nodes, w.prologue...)
-	for _, n := range w.src.Graph.Nodes {
-		np := src[n.Index]
+	nodes = append(nodes, prologue...)
+	for _, n := range src.Nodes {
+		np := nodesIn[n.Index]
 		// A Constant node whose output became a quantized weight is
 		// replaced by the weight's DequantizeLinear.
 		if n.OpType == "Constant" && n.Domain == "" && len(np.Output) == 1 && w.removed[np.Output[0]] {
@@ -799,21 +918,25 @@ func (w *writer) assemble() error {
 		nodes = append(nodes, np)
 		nodes = append(nodes, tail...)
 	}
-	g.Node = nodes
+	gp.Node = nodes
 	var inits []*onnxpb.TensorProto
-	for _, t := range g.GetInitializer() {
+	for _, t := range gp.GetInitializer() {
 		if !w.removed[t.GetName()] {
 			inits = append(inits, t)
 		}
 	}
-	g.Initializer = append(inits, w.inits...)
+	added := ig.inits
+	if src.Owner == nil {
+		added = w.inits // nbitsNode may have added some
+	}
+	gp.Initializer = append(inits, added...)
 	var inputs []*onnxpb.ValueInfoProto
-	for _, in := range g.GetInput() {
+	for _, in := range gp.GetInput() {
 		if !w.removed[in.GetName()] { // an initializer listed as input (IR < 4)
 			inputs = append(inputs, in)
 		}
 	}
-	g.Input = inputs
+	gp.Input = inputs
 	return nil
 }
 

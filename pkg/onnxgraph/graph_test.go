@@ -200,12 +200,22 @@ func TestSubgraphOuterScope(t *testing.T) {
 		t.Errorf("If outer inputs = %v, want [ax]", ifNode.OuterInputs)
 	}
 	then := ifNode.Subgraphs["then_branch"]
-	op := then.Node("then_op")
+	op := then.Node("if/then_branch/then_op")
 	if op.Inputs[0] != m.Graph.Value("ax") {
 		t.Error("subgraph input does not resolve to the outer value")
 	}
+	if then.Owner != ifNode || then.Attr != "then_branch" || op.Proto.GetName() != "then_op" {
+		t.Errorf("then_branch owner = %v, attr %q, node proto name %q", then.Owner, then.Attr, op.Proto.GetName())
+	}
 	if got := strings.Join(nodeNames(m.Graph.Nodes), ","); got != "abs,if" {
 		t.Errorf("order = %s", got)
+	}
+	// Subgraph nodes come before their owner, after the values they read.
+	if got := strings.Join(nodeNames(m.Graph.AllNodes()), ","); got != "abs,if/else_branch/else_op,if/then_branch/then_op,if" {
+		t.Errorf("all nodes = %s", got)
+	}
+	if got := len(m.Graph.Graphs()); got != 3 {
+		t.Errorf("graphs = %d, want 3", got)
 	}
 }
 

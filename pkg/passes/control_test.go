@@ -1,0 +1,201 @@
+package passes
+
+import (
+	"context"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// controlCase is a model with quantizable nodes inside If/Loop/Scan
+// subgraphs, the tensors the plan must hold from inside them, and where
+// the written Q/DQ must land.
+type controlCase struct {
+	name  string
+	model func() *testmodels.Builder
+	// planned are values defined inside subgraphs that must be quantized.
+	planned []string
+	// qdqIn are the subgraph attributes that must hold Q/DQ nodes after
+	// writing, as "<owner>/<attribute>".
+	qdqIn []string
+}
+
+var controlCases = []controlCase{
+	{"if", testmodels.QuantIf, []string{"Wt", "e_mm", "t_out", "h"}, []string{"branch/then_branch", "branch/else_branch"}},
+	{"loop", testmodels.QuantLoop, []string{"Wb", "b_mm", "b_add", "acc"}, []string{"loop/body"}},
+	{"scan", testmodels.QuantScan, []string{"Wx", "xw", "sw", "xt", "s"}, []string{"scan/body"}},
+}
+
+func loadControl(t *testing.T, c controlCase) *onnxgraph.Model {
+	t.Helper()
+	m, err := onnxgraph.LoadBytes(c.model().Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// signSource is calibration data: four batches of randomInputs whose sign
+// alternates (batches 2k and 2k+1 are opposites), so that the If model
+// takes both branches.
+type signSource struct{ m *onnxgraph.Model }
+
+func (s signSource) Samples() int { return 4 }
+func (s signSource) Random() bool { return true }
+func (s signSource) Close() error { return nil }
+func (s signSource) Batch(start, _ int) (map[string]*tensor.Tensor, error) {
+	in := randomInputs(s.m, uint64(start/2))
+	if start%2 == 1 {
+		for _, x := range in {
+			for i, v := range x.Float32s() {
+				x.Float32s()[i] = -v
+			}
+		}
+	}
+	return in, nil
+}
+
+// quantizeControl runs the w8a8 pipeline, calibrating with the built-in
+// engine through EngineCalibrator.
+func quantizeControl(t *testing.T, m *onnxgraph.Model, src calibrate.Source) *Unit {
+	t.Helper()
+	pc, err := config.PresetConfig("w8a8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &Unit{Model: m, Config: pc.Quant, Calibrate: EngineCalibrator("go", runtime.Options{Threads: 1}, src, calibrate.Options{BatchSize: 1}, nil)}
+	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestQuantizeControlFlow quantizes the nodes inside If, Loop and Scan
+// subgraphs: the plan holds their weights and activations, the written
+// subgraphs hold their Q/DQ (and their weights, as integers), and the
+// built-in engine runs the result within the w8a8 error of the float model.
+func TestQuantizeControlFlow(t *testing.T) {
+	for _, c := range controlCases {
+		t.Run(c.name, func(t *testing.T) {
+			m := loadControl(t, c)
+			u := quantizeControl(t, m, signSource{m})
+			for _, v := range c.planned {
+				if u.Plan.Tensor(v) == nil {
+					t.Errorf("value %q inside a subgraph is not in the plan", v)
+				}
+			}
+			for _, s := range u.Plan.Skipped {
+				if strings.Contains(s.Node, "/") && strings.Contains(s.Reason, "subgraph") {
+					t.Errorf("subgraph node %s skipped: %s", s.Node, s.Reason)
+				}
+			}
+			qm := u.Result.Model
+			for _, where := range c.qdqIn {
+				owner, attr, _ := strings.Cut(where, "/")
+				n := qm.Graph.Node(owner)
+				if n == nil || n.Subgraphs[attr] == nil {
+					t.Fatalf("written model has no subgraph %s", where)
+				}
+				ops := map[string]int{}
+				for _, sn := range n.Subgraphs[attr].Nodes {
+					ops[sn.OpType]++
+				}
+				if ops["QuantizeLinear"] == 0 || ops["DequantizeLinear"] == 0 {
+					t.Errorf("subgraph %s has no Q/DQ: %v", where, ops)
+				}
+			}
+			// A subgraph's weight is an integer initializer of that subgraph.
+			for _, g := range qm.Graph.Graphs()[1:] {
+				for _, init := range g.Initializers {
+					if dt := init.DType(); dt == tensor.Float && len(init.Const.GetDims()) == 2 {
+						t.Errorf("subgraph %s keeps the float weight %q", g.Name, init.Name)
+					}
+				}
+			}
+			ref, got := runModel(t, m, 0), runModel(t, qm, 0)
+			names := make([]string, 0, len(ref))
+			for n := range ref {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				s := sqnr(ref[n], got[n])
+				t.Logf("%s: SQNR %.1f dB", n, s)
+				if s < 25 || math.IsInf(s, 1) {
+					t.Errorf("output %q: SQNR %.1f dB, want ≥ 25 dB and quantized", n, s)
+				}
+			}
+		})
+	}
+}
+
+// TestControlFlowNames checks how a subgraph node answers op_name_config:
+// by its path and by its name inside the subgraph; a null entry keeps it
+// in float.
+func TestControlFlowNames(t *testing.T) {
+	m := loadControl(t, controlCases[1])
+	for _, key := range []string{"loop/body/mm", "mm"} {
+		t.Run(key, func(t *testing.T) {
+			cfg, err := config.Parse([]byte("quantization_config:\n  global_config:\n    op_name_config:\n      "+key+": null\n"), "q.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := config.Resolve(cfg.Quant, m.Graph)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nr := res.Node("loop/body/mm")
+			if nr == nil {
+				t.Fatal("loop/body/mm not resolved")
+			}
+			if len(nr.Quantized()) != 0 {
+				t.Errorf("%s: null entry leaves %d tensors quantized", key, len(nr.Quantized()))
+			}
+			if other := res.Node("loop/body/add"); other == nil || len(other.Quantized()) == 0 {
+				t.Errorf("loop/body/add is not quantized")
+			}
+			if len(res.Warnings) != 0 {
+				t.Errorf("warnings: %v", res.Warnings)
+			}
+		})
+	}
+}
+
+// TestCalibrateControlFlowNeverRun: a value in a branch no batch takes
+// has no statistics, and calibration says which and why.
+func TestCalibrateControlFlowNeverRun(t *testing.T) {
+	m := loadControl(t, controlCases[0])
+	pc, err := config.PresetConfig("w8a8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &Unit{Model: m, Config: pc.Quant, Calibrate: EngineCalibrator("go", runtime.Options{Threads: 1}, positiveSource{m}, calibrate.Options{BatchSize: 1}, nil)}
+	_, err = Run(context.Background(), u, RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "never ran") || !strings.Contains(err.Error(), `"e_`) {
+		t.Fatalf("err = %v, want the else branch's tensors named as never computed", err)
+	}
+}
+
+// positiveSource is randomInputs shifted so that every mean is positive.
+type positiveSource struct{ m *onnxgraph.Model }
+
+func (s positiveSource) Samples() int { return 2 }
+func (s positiveSource) Random() bool { return true }
+func (s positiveSource) Close() error { return nil }
+func (s positiveSource) Batch(start, _ int) (map[string]*tensor.Tensor, error) {
+	in := randomInputs(s.m, uint64(start))
+	for _, x := range in {
+		for i, v := range x.Float32s() {
+			x.Float32s()[i] = v + 2
+		}
+	}
+	return in, nil
+}
