@@ -199,3 +199,31 @@ func (s positiveSource) Batch(start, _ int) (map[string]*tensor.Tensor, error) {
 	}
 	return in, nil
 }
+
+// TestControlFlowReusedName: an If whose branches both define "t_out"
+// leaves that value in float, with a note, and quantizes the rest.
+func TestControlFlowReusedName(t *testing.T) {
+	b := testmodels.QuantIf()
+	for _, a := range b.Model.Graph.Node[len(b.Model.Graph.Node)-1].Attribute {
+		if a.GetName() != "else_branch" {
+			continue
+		}
+		a.G.Node[len(a.G.Node)-1].Output[0] = "t_out"
+		*a.G.Output[0].Name = "t_out"
+	}
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := quantizeControl(t, m, signSource{m})
+	if u.Plan.Tensor("t_out") != nil {
+		t.Error("t_out, defined in both branches, is quantized")
+	}
+	if u.Plan.Tensor("e_mm") == nil || u.Plan.Tensor("Wt") == nil {
+		t.Error("the other subgraph values are not quantized")
+	}
+	if !slicesContain(u.Plan.Notes, `value "t_out": left in float: several subgraphs define a value of that name, and Q/DQ are placed by name`) {
+		t.Errorf("no note for t_out; notes: %q", u.Plan.Notes)
+	}
+	runModel(t, u.Result.Model, 0)
+}

@@ -77,7 +77,7 @@ type request struct {
 // tensor, each node left in float listed with a reason, weight qparams
 // computed from the weights.
 func Prepare(m *onnxgraph.Model, res *config.Resolution, opts PrepareOptions) (*Plan, error) {
-	p := &preparer{m: m, g: m.Graph, nodes: m.Graph.AllNodes(), res: res, opts: opts, plan: &Plan{Stage: finalize.Prepared},
+	p := &preparer{m: m, g: m.Graph, nodes: m.Graph.AllNodes(), ambiguous: reused(m.Graph), noted: map[string]bool{}, res: res, opts: opts, plan: &Plan{Stage: finalize.Prepared},
 		requests: map[string][]request{}, fused: map[string]bool{}}
 	if err := p.run(); err != nil {
 		return nil, err
@@ -114,6 +114,38 @@ type preparer struct {
 	// patternOf each node of a match to it.
 	inside    map[string]*PatternMatch
 	patternOf map[string]*PatternMatch
+	// ambiguous are value names that several subgraphs define (an If's
+	// two branches may reuse one): the plan names tensors by value, so
+	// they stay float. noted records the ones already reported.
+	ambiguous, noted map[string]bool
+}
+
+// reused finds the value names defined in more than one graph.
+func reused(g *onnxgraph.Graph) map[string]bool {
+	defined, out := map[string]int{}, map[string]bool{}
+	for _, sg := range g.Graphs() {
+		for _, v := range sg.Values() {
+			if v.Producer != nil || v.IsGraphInput || v.IsInitializer {
+				if defined[v.Name]++; defined[v.Name] > 1 {
+					out[v.Name] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// isAmbiguous reports (once, as a note) a value that stays float because
+// several graphs define its name.
+func (p *preparer) isAmbiguous(value string) bool {
+	if !p.ambiguous[value] {
+		return false
+	}
+	if !p.noted[value] {
+		p.noted[value] = true
+		p.note("value %q: left in float: several subgraphs define a value of that name, and Q/DQ are placed by name", value)
+	}
+	return true
 }
 
 func (p *preparer) note(format string, args ...any) {
@@ -121,6 +153,9 @@ func (p *preparer) note(format string, args ...any) {
 }
 
 func (p *preparer) request(value string, r request) {
+	if p.isAmbiguous(value) {
+		return
+	}
 	if _, ok := p.requests[value]; !ok {
 		p.order = append(p.order, value)
 	}
@@ -425,6 +460,9 @@ func (p *preparer) forEachWeight(fn func(n *onnxgraph.Node, v *onnxgraph.Value))
 }
 
 func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.QuantizationSpec, rule config.Rule) error {
+	if p.isAmbiguous(v.Name) {
+		return nil
+	}
 	if prev := p.plan.Tensor(v.Name); prev != nil {
 		if prev.Role != finalize.Weight || !prev.Spec.Equal(s) {
 			p.note("weight %q: node %q asks for %s (%s) but it is already quantized as %s for %q; one DequantizeLinear serves both",
@@ -540,6 +578,9 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 // qparams; otherwise the bias keeps the spec the config gave it (or stays
 // float), with a note saying why.
 func (p *preparer) planBias(n *onnxgraph.Node, v *onnxgraph.Value, t *config.TensorResolution) error {
+	if p.isAmbiguous(v.Name) {
+		return nil
+	}
 	if t.Spec == nil && t.Explicit {
 		p.note("bias %q of %s: left in float, as %s asks", v.Name, n, t.Rule)
 		return nil
