@@ -762,6 +762,10 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 	for _, nr := range res.Nodes {
 		opNames = append(opNames, nr.Names...)
 	}
+	graphNames := false
+	for _, c := range r.calls {
+		graphNames = graphNames || c.GraphName != ""
+	}
 	for _, mc := range applied {
 		for _, oe := range mc.OpTypes {
 			if !r.usedOps[oe] {
@@ -769,7 +773,10 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 			}
 		}
 		for _, oe := range mc.OpNames {
-			if !r.usedOps[oe] {
+			if !r.usedOps[oe] && r.cfg.ExecutionMode == Graph && !graphNames {
+				warn(oe.Rule, didYouMean(oe.Key, opNames), "%s matches no node where that config applies: this model records no graph-mode op names (linear_1), which only torch's dynamo exporter writes (pkg.torch.onnx.name_scopes node metadata; a TorchScript export has none, and its ONNX nodes do not say which torch op and call they come from), so op names here are the ONNX node names, or with execution_mode: eager the eager names (submodule_a.add_1)",
+					oe.Rule.Path)
+			} else if !r.usedOps[oe] {
 				warn(oe.Rule, didYouMean(oe.Key, opNames), "%s matches no node where that config applies (op names in %s mode: ONNX node names and %s)",
 					oe.Rule.Path, r.cfg.ExecutionMode, map[ExecutionMode]string{Graph: "graph-mode FX names such as linear_1", Eager: "eager names such as submodule_a.add_1"}[r.cfg.ExecutionMode])
 			}
