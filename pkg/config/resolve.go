@@ -210,6 +210,17 @@ type resolver struct {
 	usedOps     map[*OpEntry]bool
 	applied     map[*ModuleConfig]bool
 	errs        []*Diagnostic
+	// inferred are the module boundaries whose index order the export
+	// does not record, for a warning where index keys rely on it.
+	inferred []inferredOrder
+}
+
+// inferredOrder is one module's inputs or outputs numbered by first use or
+// production, not by the forward's signature.
+type inferredOrder struct {
+	module, field string
+	group         *SpecMap
+	values        []*onnxgraph.Value
 }
 
 // effective is the module config that applies to a module.
@@ -626,6 +637,10 @@ func (r *resolver) boundaries(res *Resolution) {
 			}
 			ins = nil
 		}
+		if s != "" {
+			r.inferred = append(r.inferred, inferredOrder{s, "module_input_spec", mc.ModuleInput, ins},
+				inferredOrder{s, "module_output_spec", mc.ModuleOutput, outs})
+		}
 		for i, v := range ins {
 			for _, c := range v.Consumers {
 				if !inS(c) {
@@ -808,6 +823,27 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 				why = ": a module's inputs and outputs are the distinct tensors crossing its boundary, numbered in order of first use (the graph inputs' order for the root), so a tensor passed as several arguments (q, k and v in self-attention) is one input"
 			}
 			warn(e.Rule, "", "%s key %s matches no tensor where it applies%s", field, e.Key(), why)
+		}
+	}
+	for _, io := range r.inferred {
+		if io.group == nil || len(io.values) < 2 {
+			continue
+		}
+		for _, e := range io.group.Entries {
+			if e.Index < 0 || e.Implicit || !r.usedSpec[e] {
+				continue
+			}
+			names := make([]string, len(io.values))
+			for i, v := range io.values {
+				names[i] = fmt.Sprintf("%d = %s", i, v.Name)
+			}
+			what := "inputs are numbered by first use"
+			if io.field == "module_output_spec" {
+				what = "outputs are numbered in production order"
+			}
+			warn(e.Rule, "", "%s index keys on module %q: its %s (%s), not by the forward's signature, which the export does not record (dynamo's graph_signature covers the root module only)",
+				io.field, io.module, what, strings.Join(names, ", "))
+			break
 		}
 	}
 	if r.cfg.ExecutionMode == Eager {
