@@ -825,6 +825,18 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 			warn(e.Rule, "", "%s key %s matches no tensor where it applies%s", field, e.Key(), why)
 		}
 	}
+	calcWarned := map[Rule]bool{}
+	for _, nr := range res.Nodes {
+		for _, t := range nr.Tensors {
+			if t.Spec == nil || t.Role != RoleState || calcWarned[t.Rule] {
+				continue
+			}
+			if c := t.Spec.Calculator.Type; c == spec.Percentile || c == spec.Entropy {
+				calcWarned[t.Rule] = true
+				warn(t.Rule, "", "qparam_calculator %s has no effect on weights such as %q of %s: a weight's range is its data's min/max, or with mse the range search over its values; %s applies to activations", c, t.Value, nr.Node, c)
+			}
+		}
+	}
 	for _, io := range r.inferred {
 		if io.group == nil || len(io.values) < 2 {
 			continue

@@ -261,6 +261,12 @@ quantization_config:
   global_config:
     op_name_config: {submodule_a.add: null}
 `, "torchscript", []string{"execution_mode eager: op_name_config keys use eager names"}},
+		{"a histogram calculator on weights does nothing", `
+quantization_config:
+  global_config:
+    op_state_spec:
+      weight: {dtype: int8, qparam_calculator: percentile}
+`, "dynamo", []string{"qparam_calculator percentile has no effect on weights"}},
 		{"a name key that matches no tensor", `
 quantization_config:
   global_config:
