@@ -63,17 +63,22 @@ func (s signSource) Batch(start, _ int) (map[string]*tensor.Tensor, error) {
 	return in, nil
 }
 
-// quantizeControl runs the w8a8 pipeline, calibrating with the built-in
-// engine through EngineCalibrator.
-func quantizeControl(t *testing.T, m *onnxgraph.Model, src calibrate.Source) *Unit {
+// quantizeControl runs the pipeline with a preset, calibrating (and
+// feeding the preset's algorithms) with the built-in engine through
+// EngineCalibrator.
+func quantizeControl(t *testing.T, m *onnxgraph.Model, preset string, src calibrate.Source) *Unit {
 	t.Helper()
-	pc, err := config.PresetConfig("w8a8")
+	pc, err := config.PresetConfig(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &Unit{Model: m, Config: pc.Quant, Calibrate: EngineCalibrator("go", runtime.Options{Threads: 1}, src, calibrate.Options{BatchSize: 1}, nil)}
+	ropts := runtime.Options{Threads: 1}
+	u := &Unit{Model: m, Config: pc.Quant, Algorithms: pc.Algorithms, Calibrate: EngineCalibrator("go", ropts, src, calibrate.Options{BatchSize: 1}, nil)}
+	if pc.Algorithms.Any() {
+		u.Data = &AlgorithmData{Engine: "go", Runtime: ropts, Source: src, BatchSize: 1}
+	}
 	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", preset, err)
 	}
 	return u
 }
@@ -86,7 +91,7 @@ func TestQuantizeControlFlow(t *testing.T) {
 	for _, c := range controlCases {
 		t.Run(c.name, func(t *testing.T) {
 			m := loadControl(t, c)
-			u := quantizeControl(t, m, signSource{m})
+			u := quantizeControl(t, m, "w8a8", signSource{m})
 			for _, v := range c.planned {
 				if u.Plan.Tensor(v) == nil {
 					t.Errorf("value %q inside a subgraph is not in the plan", v)
@@ -215,7 +220,7 @@ func TestControlFlowReusedName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := quantizeControl(t, m, signSource{m})
+	u := quantizeControl(t, m, "w8a8", signSource{m})
 	if u.Plan.Tensor("t_out") != nil {
 		t.Error("t_out, defined in both branches, is quantized")
 	}
