@@ -245,6 +245,23 @@ func TestModuleScopes(t *testing.T) {
 	}
 }
 
+// TestSubgraphModules: an unscoped node inside a subgraph runs in the
+// module of the node that owns the subgraph; a scoped one keeps its scope.
+func TestSubgraphModules(t *testing.T) {
+	b := testmodels.QuantLoop()
+	loop := b.Model.Graph.Node[len(b.Model.Graph.Node)-1]
+	loop.Name = proto.String("/blk/Loop")
+	body := loop.Attribute[0].G
+	body.Node[len(body.Node)-2].Name = proto.String("/blk/inner/Relu")
+	m := mustModel(t, b)
+	sg := m.Graph.Node("/blk/Loop").Subgraphs["body"]
+	for name, want := range map[string]string{"/blk/Loop/body/mm": "blk", "/blk/Loop/body//blk/inner/Relu": "blk.inner"} {
+		if n := sg.Node(name); n == nil || n.Module != want {
+			t.Errorf("%s: module %v, want %q", name, n, want)
+		}
+	}
+}
+
 func TestTorchScriptModule(t *testing.T) {
 	tests := map[string]string{
 		"/layer1/layer1.0/conv1/Conv":             "layer1.0.conv1",
