@@ -12,6 +12,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -231,4 +232,29 @@ func TestControlFlowReusedName(t *testing.T) {
 		t.Errorf("no note for t_out; notes: %q", u.Plan.Notes)
 	}
 	runModel(t, u.Result.Model, 0)
+}
+
+// TestCalibrateControlFlowShard: one shard may not run a branch that
+// another does, so a shard leaves the branch's observers empty for the
+// merge instead of failing.
+func TestCalibrateControlFlowShard(t *testing.T) {
+	m := loadControl(t, controlCases[0])
+	minmax := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric, Calculator: spec.Calculator{Type: spec.GlobalMinMax}}
+	tensors := markConditional(m, []calibrate.TensorToObserve{{Name: "e_mm", Spec: minmax}})
+	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := calibrate.Calibrate(context.Background(), s, tensors, positiveSource{m}, calibrate.Options{Shard: 0, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := st.Tensor("e_mm"); o == nil || o.Count != 0 {
+		t.Errorf("e_mm observer %+v, want an empty one", o)
+	}
+	// Without shards, the same data is an error (TestCalibrateControlFlowNeverRun).
+	if _, err := calibrate.Calibrate(context.Background(), s, tensors, positiveSource{m}, calibrate.Options{}); err == nil {
+		t.Error("a branch no batch runs is accepted without shards")
+	}
 }
