@@ -631,7 +631,11 @@ func attrInt(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
 }
 
-func (w *writer) addInit(t *tensor.Tensor, name string) error {
+func (w *writer) addInit(t *tensor.Tensor, name string) error { return w.addInitIn(nil, t, name) }
+
+// addInitIn adds an initializer to subgraph ig, or to the main graph when
+// ig is nil.
+func (w *writer) addInitIn(ig *innerGraph, t *tensor.Tensor, name string) error {
 	tp, err := tensor.ToProto(t, name)
 	if err != nil {
 		return err
@@ -639,7 +643,11 @@ func (w *writer) addInit(t *tensor.Tensor, name string) error {
 	if err := w.opts.Scratch.Move(tp); err != nil {
 		return err
 	}
-	w.inits = append(w.inits, tp)
+	if ig != nil {
+		ig.inits = append(ig.inits, tp)
+	} else {
+		w.inits = append(w.inits, tp)
+	}
 	return nil
 }
 
@@ -741,13 +749,9 @@ func (w *writer) writeConst(t *TensorPlan) error {
 		}
 	}
 	qname := w.name(t.Value + "_quantized")
-	if err := w.addInit(q, qname); err != nil {
+	ig := w.innerOf(v) // a subgraph's weight stays in its subgraph
+	if err := w.addInitIn(ig, q, qname); err != nil {
 		return err
-	}
-	ig := w.innerOf(v)
-	if ig != nil { // a subgraph's weight stays in its subgraph
-		ig.inits = append(ig.inits, w.inits[len(w.inits)-1])
-		w.inits = w.inits[:len(w.inits)-1]
 	}
 	tt := *t
 	tt.Shape, tt.Axis = shape, axis
@@ -803,12 +807,14 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 	q := w.node("QuantizeLinear", t.Value+"_QuantizeLinear", []string{qIn, scale, zp}, []string{qOut}, t)
 	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", []string{qOut, scale, zp}, []string{dqOut}, t)
 	nodes := append(append(append(pre, q), dq), post...)
-	if ig := w.innerOf(v); v.Producer == nil && ig != nil {
-		ig.prologue = append(ig.prologue, nodes...) // a subgraph's input
-	} else if v.Producer == nil {
-		w.prologue = append(w.prologue, nodes...)
-	} else {
+	switch {
+	case v.Producer != nil:
 		w.after[t.Value] = append(w.after[t.Value], nodes...)
+	case v.Graph != w.src.Graph: // an input of a Loop or Scan body
+		ig := w.innerOf(v)
+		ig.prologue = append(ig.prologue, nodes...)
+	default:
+		w.prologue = append(w.prologue, nodes...)
 	}
 	return nil
 }
@@ -827,8 +833,9 @@ func (w *writer) castNode(name, in, out string, dt tensor.DType, t *TensorPlan) 
 // Q/DQ of its outputs.
 func (w *writer) assemble() error {
 	// The output's subgraphs, found before any node list is reordered.
+	graphs := w.src.Graph.Graphs()
 	outOf := map[*onnxgraph.Graph]*onnxpb.GraphProto{}
-	for _, g := range w.src.Graph.Graphs() {
+	for _, g := range graphs {
 		if g.Owner == nil {
 			outOf[g] = w.out.Graph
 			continue
@@ -841,7 +848,6 @@ func (w *writer) assemble() error {
 	}
 	// Subgraphs first: a MatMulNBits inside one adds its initializers to
 	// the main graph.
-	graphs := w.src.Graph.Graphs()
 	for i := len(graphs) - 1; i >= 0; i-- {
 		if err := w.assembleGraph(graphs[i], outOf[graphs[i]]); err != nil {
 			return err
@@ -873,16 +879,21 @@ func subgraphProto(np *onnxpb.NodeProto, key string) (*onnxpb.GraphProto, error)
 	return nil, fmt.Errorf("no subgraph attribute %q in the written model", key)
 }
 
+// additions returns the nodes Write puts first in src and the
+// initializers it adds there.
+func (w *writer) additions(src *onnxgraph.Graph) ([]*onnxpb.NodeProto, []*onnxpb.TensorProto) {
+	if src.Owner == nil {
+		return w.prologue, w.inits
+	}
+	if ig := w.inner[src]; ig != nil {
+		return ig.prologue, ig.inits
+	}
+	return nil, nil
+}
+
 // assembleGraph rebuilds gp, the written copy of src.
 func (w *writer) assembleGraph(src *onnxgraph.Graph, gp *onnxpb.GraphProto) error {
-	ig := &innerGraph{prologue: w.prologue}
-	if src.Owner != nil {
-		ig = w.inner[src]
-		if ig == nil {
-			ig = &innerGraph{}
-		}
-	}
-	prologue := ig.prologue
+	prologue, _ := w.additions(src)
 	nodesIn := gp.GetNode()
 	var nodes []*onnxpb.NodeProto
 	nodes = append(nodes, prologue...)
@@ -925,10 +936,7 @@ func (w *writer) assembleGraph(src *onnxgraph.Graph, gp *onnxpb.GraphProto) erro
 			inits = append(inits, t)
 		}
 	}
-	added := ig.inits
-	if src.Owner == nil {
-		added = w.inits // nbitsNode may have added some
-	}
+	_, added := w.additions(src) // after the nodes: nbitsNode adds some
 	gp.Initializer = append(inits, added...)
 	var inputs []*onnxpb.ValueInfoProto
 	for _, in := range gp.GetInput() {
