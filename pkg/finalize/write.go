@@ -243,7 +243,7 @@ func (w *writer) index() {
 	w.values, w.nodes, w.inner = map[string]*onnxgraph.Value{}, map[string]*onnxgraph.Node{}, map[*onnxgraph.Graph]*innerGraph{}
 	for _, g := range w.src.Graph.Graphs() {
 		for _, v := range g.Values() {
-			if _, ok := w.values[v.Name]; !ok || v.Producer != nil || v.IsGraphInput || v.IsInitializer {
+			if _, ok := w.values[v.Name]; !ok || v.Defined() {
 				w.values[v.Name] = v
 			}
 		}

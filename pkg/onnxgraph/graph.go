@@ -141,6 +141,11 @@ func (v *Value) Shape() (dims []Dim, ok bool) {
 	return dims, true
 }
 
+// Defined reports whether the value is defined in its graph (computed, an
+// input or an initializer), not an outer value that a subgraph passes
+// through to its outputs under the same name.
+func (v *Value) Defined() bool { return v.Producer != nil || v.IsGraphInput || v.IsInitializer }
+
 // IsConst reports whether the value is an initializer or a Constant output.
 func (v *Value) IsConst() bool { return v.Const != nil }
 

@@ -37,7 +37,7 @@ func markConditional(m *onnxgraph.Model, tensors []calibrate.TensorToObserve) []
 	inner := map[string]bool{}
 	for _, g := range m.Graph.Graphs()[1:] {
 		for _, v := range g.Values() {
-			if v.Producer != nil || v.IsGraphInput { // not an outer value passed through
+			if v.Defined() {
 				inner[v.Name] = true
 			}
 		}

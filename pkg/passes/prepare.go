@@ -125,7 +125,7 @@ func reused(g *onnxgraph.Graph) map[string]bool {
 	defined, out := map[string]int{}, map[string]bool{}
 	for _, sg := range g.Graphs() {
 		for _, v := range sg.Values() {
-			if v.Producer != nil || v.IsGraphInput || v.IsInitializer {
+			if v.Defined() {
 				if defined[v.Name]++; defined[v.Name] > 1 {
 					out[v.Name] = true
 				}
