@@ -1,11 +1,14 @@
 package passes
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"sort"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
@@ -256,5 +259,25 @@ func TestCalibrateControlFlowShard(t *testing.T) {
 	// Without shards, the same data is an error (TestCalibrateControlFlowNeverRun).
 	if _, err := calibrate.Calibrate(context.Background(), s, tensors, positiveSource{m}, calibrate.Options{}); err == nil {
 		t.Error("a branch no batch runs is accepted without shards")
+	}
+}
+
+// TestQuantizeControlFlowDeterministic: two runs write the same bytes.
+func TestQuantizeControlFlowDeterministic(t *testing.T) {
+	for _, c := range controlCases {
+		t.Run(c.name, func(t *testing.T) {
+			var outs [][]byte
+			for range 2 {
+				m := loadControl(t, c)
+				b, err := proto.MarshalOptions{Deterministic: true}.Marshal(quantizeControl(t, m, "w8a8", signSource{m}).Result.Model.Proto)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs = append(outs, b)
+			}
+			if !bytes.Equal(outs[0], outs[1]) {
+				t.Fatalf("two runs wrote different models (%d and %d bytes)", len(outs[0]), len(outs[1]))
+			}
+		})
 	}
 }
