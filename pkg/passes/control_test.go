@@ -281,3 +281,20 @@ func TestQuantizeControlFlowDeterministic(t *testing.T) {
 		})
 	}
 }
+
+// TestAlgorithmsReportSubgraphLayers: GPTQ works on main-graph layers and
+// lists a layer inside a Loop body as skipped, with the reason.
+func TestAlgorithmsReportSubgraphLayers(t *testing.T) {
+	m := loadControl(t, controlCases[1])
+	u := quantizeControl(t, m, "w4-accurate", signSource{m})
+	var got []string
+	for _, l := range u.Layers {
+		if l.Algorithm == gptqAlgorithmName {
+			got = append(got, l.Node+": "+l.Skipped)
+		}
+	}
+	want := []string{`loop/body/mm: inside the subgraph of node "loop" (Loop): gptq works on the main graph's layers only`, "mm0: "}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("gptq layers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
