@@ -146,14 +146,22 @@ func TestQuantizeControlFlow(t *testing.T) {
 	}
 }
 
-// TestControlFlowNames checks how a subgraph node answers op_name_config:
-// by its path and by its name inside the subgraph; a null entry keeps it
-// in float.
+// TestControlFlowNames checks how config keys reach a node inside a Loop
+// body: op_name_config by its path (plain or regex) or by its name inside
+// the body, op_type_config by its type (TestSubgraphModules covers the
+// module a body node belongs to). A null entry keeps the node in float
+// and leaves its neighbour quantized.
 func TestControlFlowNames(t *testing.T) {
 	m := loadControl(t, controlCases[1])
-	for _, key := range []string{"loop/body/mm", "mm"} {
-		t.Run(key, func(t *testing.T) {
-			cfg, err := config.Parse([]byte("quantization_config:\n  global_config:\n    op_name_config:\n      "+key+": null\n"), "q.yaml")
+	tests := []struct{ name, cfg, off, on string }{
+		{"path", "  global_config:\n    op_name_config: {loop/body/mm: null}\n", "loop/body/mm", "loop/body/add"},
+		{"name in the body", "  global_config:\n    op_name_config: {mm: null}\n", "loop/body/mm", "loop/body/add"},
+		{"op type", "  global_config:\n    op_type_config: {Tanh: null}\n", "loop/body/tanh", "loop/body/add"},
+		{"regex", "  global_config:\n    op_name_config: {\"loop/body/t.*\": null}\n", "loop/body/tanh", "loop/body/mm"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte("quantization_config:\n"+tt.cfg), "q.yaml")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,15 +169,11 @@ func TestControlFlowNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			nr := res.Node("loop/body/mm")
-			if nr == nil {
-				t.Fatal("loop/body/mm not resolved")
+			if nr := res.Node(tt.off); nr == nil || len(nr.Quantized()) != 0 {
+				t.Errorf("%s is not resolved, or quantized despite the null entry", tt.off)
 			}
-			if len(nr.Quantized()) != 0 {
-				t.Errorf("%s: null entry leaves %d tensors quantized", key, len(nr.Quantized()))
-			}
-			if other := res.Node("loop/body/add"); other == nil || len(other.Quantized()) == 0 {
-				t.Errorf("loop/body/add is not quantized")
+			if nr := res.Node(tt.on); nr == nil || len(nr.Quantized()) == 0 {
+				t.Errorf("%s is not quantized", tt.on)
 			}
 			if len(res.Warnings) != 0 {
 				t.Errorf("warnings: %v", res.Warnings)
