@@ -3,6 +3,7 @@ package calibrate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/coreaiq/coreaiq/pkg/runtime"
@@ -80,14 +81,23 @@ func Calibrate(ctx context.Context, session runtime.Session, tensors []TensorToO
 		stats.Tensors = append(stats.Tensors, o)
 	}
 	stats.sort()
+	conditional, ever := map[string]bool{}, map[string]bool{}
+	for _, t := range tensors {
+		conditional[t.Name] = t.Conditional
+	}
 	var tapErr error
 	seen := make(map[string]bool, len(tensors))
+	pending := map[string][]*tensor.Tensor{}
 	tap := func(value string, t *tensor.Tensor) {
 		o := obs[value]
 		if o == nil || tapErr != nil {
 			return
 		}
 		seen[value] = true
+		if conditional[value] {
+			pending[value] = append(pending[value], t.Clone())
+			return
+		}
 		tapErr = o.Observe(t)
 	}
 	began := time.Now()
@@ -106,11 +116,20 @@ func Calibrate(ctx context.Context, session runtime.Session, tensors []TensorToO
 		if _, err := session.Run(ctx, inputs, runtime.RunOptions{Tap: tap, TapValues: names}); err != nil {
 			return nil, fmt.Errorf("calibration batch %d (samples %d..%d): %w", b+1, s, e-1, err)
 		}
+		for _, n := range names {
+			if parts := pending[n]; len(parts) > 0 && tapErr == nil {
+				tapErr = observeJoined(obs[n], parts)
+			}
+		}
+		clear(pending)
 		if tapErr != nil {
 			return nil, tapErr
 		}
 		for _, n := range names {
-			if !seen[n] {
+			switch {
+			case seen[n]:
+				ever[n] = true
+			case !conditional[n]:
 				return nil, fmt.Errorf("tensor %q: the %s engine did not compute it in batch %d", n, session.Engine(), b+1)
 			}
 		}
@@ -120,5 +139,49 @@ func Calibrate(ctx context.Context, session runtime.Session, tensors []TensorToO
 			opts.Progress(Progress{Batch: b + 1, Batches: batches, Samples: e - start, Total: end - start, Elapsed: time.Since(began)})
 		}
 	}
+	for _, n := range names {
+		// One shard may not run a branch that another does; the merged
+		// statistics say whether any did (Observer.Range).
+		if !ever[n] && opts.Shards <= 1 {
+			return nil, fmt.Errorf("tensor %q: no calibration batch computed it: the If branch or Loop/Scan body that computes it never ran on the data; calibrate with data that runs it, or leave its node in float (op_name_config: {<node>: null})", n)
+		}
+	}
 	return stats, nil
+}
+
+// observeJoined observes the values one batch computed for a tensor inside
+// a Loop/Scan body, one per iteration, as one tensor: joined along the
+// first axis when they share a shape and that axis is not the observer's
+// channel axis, else one by one.
+func observeJoined(o *Observer, parts []*tensor.Tensor) error {
+	joinable := len(parts) > 1 && parts[0].Rank() > 0
+	if o.Axis != nil {
+		axis := *o.Axis
+		if axis < 0 {
+			axis += parts[0].Rank()
+		}
+		joinable = joinable && axis != 0
+	}
+	for _, p := range parts[1:] {
+		joinable = joinable && slices.Equal(p.Shape, parts[0].Shape)
+	}
+	if !joinable {
+		for _, p := range parts {
+			if err := o.Observe(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	data := make([]float32, 0, len(parts)*parts[0].Len())
+	for _, p := range parts {
+		f, err := p.AsFloat32()
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", o.Name, err)
+		}
+		data = append(data, f...)
+	}
+	shape := slices.Clone(parts[0].Shape)
+	shape[0] *= len(parts)
+	return o.Observe(tensor.FromFloat32(data, shape...))
 }

@@ -47,6 +47,12 @@ type TensorToObserve struct {
 	// also keeps Σx² (data-aware palettization); with a nil Spec the
 	// tensor is observed for that alone.
 	Moments *int
+	// Conditional marks a value inside an If branch or a Loop/Scan body:
+	// a batch may not compute it (the other branch ran, or no iteration),
+	// and a body computes it once per iteration. The iterations of one
+	// batch are observed as one tensor (joined along the first axis), so
+	// that a running calculator sees a batch's range, not each step's.
+	Conditional bool
 }
 
 // Observer watches one tensor. Its exported fields are its state in the

@@ -274,6 +274,24 @@ func TestPairActivationsUnpaired(t *testing.T) {
 	}
 }
 
+// TestPairActivationsInSubgraph: a Q/DQ pair inside a Loop body is listed
+// as not compared, with the reason, not paired or dropped.
+func TestPairActivationsInSubgraph(t *testing.T) {
+	ref := load(t, testmodels.QuantLoop().Model)
+	b := testmodels.QuantLoop()
+	body := b.Model.Graph.Node[len(b.Model.Graph.Node)-1].Attribute[0].G
+	body.Initializer = append(body.Initializer, testmodels.Float32Tensor("s", nil, []float32{0.01}))
+	body.Node[0].Output[0] = "b_mm_q_in" // the MatMul now feeds Q → DQ → b_mm
+	body.Node = append(body.Node,
+		&onnxpb.NodeProto{OpType: proto.String("QuantizeLinear"), Input: []string{"b_mm_q_in", "s"}, Output: []string{"b_mm_q"}},
+		&onnxpb.NodeProto{OpType: proto.String("DequantizeLinear"), Input: []string{"b_mm_q", "s"}, Output: []string{"b_mm"}})
+	cand := load(t, b.Model)
+	p := PairActivations(ref, cand)
+	if len(p.Pairs) != 0 || len(p.Unpaired) != 1 || p.Unpaired[0].Value != "b_mm" || !strings.Contains(p.Unpaired[0].Reason, `inside the subgraph of node "loop" (Loop)`) {
+		t.Errorf("pairs %+v, unpaired %+v", p.Pairs, p.Unpaired)
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	ref := load(t, testmodels.CNN().Model)
 	mlp := load(t, testmodels.MLP().Model)

@@ -68,7 +68,7 @@ type Pairing struct {
 // Pairs come in the candidate's topological order.
 func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 	var p Pairing
-	for _, dq := range cand.Graph.Nodes {
+	for _, dq := range cand.Graph.AllNodes() {
 		if dq.OpType != "DequantizeLinear" || dq.Domain != "" || len(dq.Inputs) == 0 || dq.Inputs[0] == nil || len(dq.Outputs) == 0 {
 			continue
 		}
@@ -86,6 +86,10 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 		x := q.Inputs[0]
 		if x.IsConst() {
 			p.Weights++
+			continue
+		}
+		if owner := dq.Graph.Owner; owner != nil {
+			p.Unpaired = append(p.Unpaired, Unpaired{Value: out, Reason: fmt.Sprintf("inside the subgraph of %s, where it takes a value per iteration or only on one branch; per-layer SQNR compares one tensor per run", owner)})
 			continue
 		}
 		rv := floatValue(ref.Graph, x.Name)

@@ -39,9 +39,14 @@ type OpCall struct {
 }
 
 // Names lists the op names the call's node n answers to in execution mode
-// mode: its ONNX node name, then the call's graph-mode or eager name.
+// mode: its ONNX node name (for a node inside a subgraph, its path
+// "loop/body/add" and then its name in the subgraph, "add"), then the
+// call's graph-mode or eager name.
 func (c *OpCall) Names(n *onnxgraph.Node, mode ExecutionMode) []string {
 	names := []string{n.Name}
+	if local := n.Proto.GetName(); n.Graph.Owner != nil && local != "" && local != n.Name {
+		names = append(names, local)
+	}
 	extra := c.GraphName
 	if mode == Eager {
 		extra = c.EagerName
@@ -151,7 +156,7 @@ func (c *OpCall) slots() map[*onnxgraph.Node][]slot {
 func opCalls(g *onnxgraph.Graph) (calls []*OpCall, byNode map[*onnxgraph.Node]*OpCall) {
 	byNode = map[*onnxgraph.Node]*OpCall{}
 	byFX := map[string]*OpCall{}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		if byNode[n] != nil {
 			continue
 		}

@@ -428,11 +428,11 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 		moved := qc.Global
 		qc.Global, qc.GlobalRule = nil, r
 		for _, t := range tys {
-			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+			qc.ModuleTypes = d.setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 		}
 		for _, t := range nms {
 			if re, ok := d.moduleRegex(t); ok {
-				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+				qc.ModuleNames = d.setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Config: moved, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 			}
 		}
 	}
@@ -440,11 +440,11 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 		r := d.rule(without.key, path+".without")
 		tys, nms := d.targets(without.val, "without")
 		for _, t := range tys {
-			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+			qc.ModuleTypes = d.setEntry(qc.ModuleTypes, &ModuleEntry{Key: t.Value, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 		}
 		for _, t := range nms {
 			if re, ok := d.moduleRegex(t); ok {
-				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Rule: d.rule(t, joinPath(r.Path, t.Value))})
+				qc.ModuleNames = d.setEntry(qc.ModuleNames, &ModuleEntry{Key: t.Value, Re: re, Rule: d.rule(t, joinPath(r.Path, t.Value))})
 			}
 		}
 	}
@@ -455,7 +455,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 			if !isNull(e.val) && d.wantMapping(e.val, r.Path) {
 				mc = t.module(d, e.val, r)
 			}
-			qc.ModuleTypes = setEntry(qc.ModuleTypes, &ModuleEntry{Key: e.key.Value, Config: mc, Rule: r})
+			qc.ModuleTypes = d.setEntry(qc.ModuleTypes, &ModuleEntry{Key: e.key.Value, Config: mc, Rule: r})
 		}
 	}
 	if names != nil && !isNull(names.val) && d.wantMapping(names.val, "module_name_configs") {
@@ -467,7 +467,7 @@ func (d *decoder) configTree(key, n *yaml.Node, t tree) *QuantizerConfig {
 				mc = t.module(d, e.val, r)
 			}
 			if ok {
-				qc.ModuleNames = setEntry(qc.ModuleNames, &ModuleEntry{Key: e.key.Value, Re: re, Config: mc, Rule: r})
+				qc.ModuleNames = d.setEntry(qc.ModuleNames, &ModuleEntry{Key: e.key.Value, Re: re, Config: mc, Rule: r})
 			}
 		}
 	}
@@ -552,9 +552,11 @@ func (d *decoder) orderedEntries(e *entry, path string) []*OrderedEntry {
 
 // setEntry is set_module_type/set_module_name: a key already present gets
 // the new value in place (its position in the match order stays).
-func setEntry(list []*ModuleEntry, e *ModuleEntry) []*ModuleEntry {
+func (d *decoder) setEntry(list []*ModuleEntry, e *ModuleEntry) []*ModuleEntry {
 	for i, old := range list {
 		if old.Key == e.Key {
+			d.notices = append(d.notices, &Diagnostic{File: old.Rule.File, Line: max(old.Rule.Line, 1), Col: max(old.Rule.Col, 1),
+				Msg: fmt.Sprintf("%s does nothing: %s (line %d) sets the same module", old.Rule.Path, e.Rule.Path, e.Rule.Line)})
 			out := append([]*ModuleEntry(nil), list...)
 			out[i] = e
 			return out

@@ -166,3 +166,40 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestInferredBoundaryOrder: index keys on a submodule's inputs rely on
+// first-use order, which a warning spells out; on the root, whose inputs
+// are the graph inputs in the forward's order, they need none.
+func TestInferredBoundaryOrder(t *testing.T) {
+	b := testmodels.New("add", 17)
+	b.Input("a", tensor.Float, 2, 3).Input("b", tensor.Float, 2, 3).Output("y", tensor.Float, 2, 3)
+	b.Node("Mul", "/blk/Mul", []string{"b", "b"}, []string{"bb"})
+	b.Node("Add", "/blk/Add", []string{"a", "bb"}, []string{"y"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, text, want string }{
+		{"submodule",
+			"quantization_config:\n  module_name_configs:\n    blk:\n      module_input_spec: {0: {dtype: int8}, 1: {dtype: int8}}\n",
+			`c.yaml:4:27: module_input_spec index keys on module "blk": its inputs are numbered by first use (0 = b, 1 = a), not by the forward's signature`},
+		{"root",
+			"quantization_config:\n  global_config:\n    module_input_spec: {0: {dtype: int8}, 1: {dtype: int8}}\n",
+			""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Resolve(mustParse(t, "c.yaml", tt.text).Quant, m.Graph)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, w := range res.Warnings {
+				got = append(got, w.Error())
+			}
+			if tt.want == "" && len(got) > 0 || tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want)) {
+				t.Errorf("warnings = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

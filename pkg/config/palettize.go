@@ -264,6 +264,8 @@ func (d *decoder) checkPalettization(p *Palettization, n *yaml.Node) {
 		d.errorf(n, "", "%s: group_size %d applies to per_grouped_channel granularity, not per_tensor", p.Rule.Path, p.GroupSize)
 	case p.Granularity == PalettePerGroupedChannel && p.ClusterDim > 1 && p.GroupSize%p.ClusterDim != 0:
 		d.errorf(n, "", "%s: group_size %d is not a multiple of cluster_dim %d: a vector would straddle two LUTs", p.Rule.Path, p.GroupSize, p.ClusterDim)
+	case p.ChannelAxis == 1 && p.Granularity == PalettePerTensor && p.ClusterDim == 1:
+		d.notices = append(d.notices, d.diag(n, "", "%s: channel_axis 1 changes nothing here: it picks the axis that per_grouped_channel groups and cluster_dim vectors run along, and with per_tensor granularity and cluster_dim 1 each weight is one LUT of single values", p.Rule.Path))
 	}
 }
 

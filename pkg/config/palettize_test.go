@@ -124,3 +124,29 @@ func TestPaletteBadConfigs(t *testing.T) {
 		})
 	}
 }
+
+// TestPaletteNoOpFields: a field that changes nothing in its combination
+// is accepted with a notice saying why, and only there.
+func TestPaletteNoOpFields(t *testing.T) {
+	const head = "kmeans_palettization_config:\n  global_config:\n"
+	tests := []struct{ name, text, want string }{
+		{"channel_axis per tensor", head + "    channel_axis: 1\n", "p.yaml:3:5: kmeans_palettization_config.global_config: channel_axis 1 changes nothing here"},
+		{"channel_axis with vectors", head + "    channel_axis: 1\n    cluster_dim: 2\n", ""},
+		{"channel_axis grouped", head + "    channel_axis: 1\n    granularity: per_grouped_channel\n    group_size: 4\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.text), "p.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, n := range cfg.Notices {
+				got = append(got, n.Error())
+			}
+			if tt.want == "" && len(got) > 0 || tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want)) {
+				t.Errorf("notices = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -345,3 +345,29 @@ func TestSettings(t *testing.T) {
 		t.Error("engine cuda accepted")
 	}
 }
+
+// TestOverriddenEntries: an only_for or without target that a later entry
+// replaces for the same module does nothing, and a notice says so.
+func TestOverriddenEntries(t *testing.T) {
+	tests := []struct{ name, text, want string }{
+		{"without then module_name_configs",
+			"quantization_config:\n  preset: w8a8\n  without: {module_names: [decoder]}\n  module_name_configs:\n    decoder: {}\n",
+			"o.yaml:3:28: quantization_config.without.decoder does nothing: quantization_config.module_name_configs.decoder (line 5) sets the same module"},
+		{"only_for then without",
+			"quantization_config:\n  preset: w8a8\n  only_for: {module_types: [Conv2d]}\n  without: {module_types: [Conv2d]}\n",
+			"o.yaml:3:29: quantization_config.only_for.Conv2d does nothing: quantization_config.without.Conv2d (line 4) sets the same module"},
+		{"distinct modules", "quantization_config:\n  preset: w8a8\n  without: {module_names: [decoder]}\n  module_name_configs:\n    encoder: {}\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, "o.yaml", tt.text)
+			var got []string
+			for _, n := range cfg.Notices {
+				got = append(got, n.Error())
+			}
+			if tt.want == "" && len(got) > 0 || tt.want != "" && (len(got) != 1 || got[0] != tt.want) {
+				t.Errorf("notices = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

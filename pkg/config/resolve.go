@@ -174,7 +174,7 @@ func ResolveWith(cfg *QuantizerConfig, g *onnxgraph.Graph, opts ResolveOptions) 
 	}
 	r.orderedOf = orderedCalls(cfg.Ordered, r.calls)
 	res := &Resolution{byName: map[string]*NodeResolution{}}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		nr := r.node(n)
 		res.Nodes = append(res.Nodes, nr)
 		res.byName[n.Name] = nr
@@ -210,6 +210,17 @@ type resolver struct {
 	usedOps     map[*OpEntry]bool
 	applied     map[*ModuleConfig]bool
 	errs        []*Diagnostic
+	// inferred are the module boundaries whose index order the export
+	// does not record, for a warning where index keys rely on it.
+	inferred []inferredOrder
+}
+
+// inferredOrder is one module's inputs or outputs numbered by first use or
+// production, not by the forward's signature.
+type inferredOrder struct {
+	module, field string
+	group         *SpecMap
+	values        []*onnxgraph.Value
 }
 
 // effective is the module config that applies to a module.
@@ -225,7 +236,7 @@ type effective struct {
 // lists (which name every enclosing module), then from Node.ModuleType.
 func moduleTypes(g *onnxgraph.Graph) map[string]string {
 	types := map[string]string{}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		names := onnxgraph.ParsePyStringList(metadata(n, onnxgraph.MetaNameScopes))
 		classes := onnxgraph.ParsePyStringList(metadata(n, onnxgraph.MetaClassHierarchy))
 		if len(names) == len(classes) {
@@ -236,7 +247,7 @@ func moduleTypes(g *onnxgraph.Graph) map[string]string {
 			}
 		}
 	}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		if n.ModuleType != "" && types[n.Module] == "" {
 			types[n.Module] = n.ModuleType
 		}
@@ -569,7 +580,7 @@ func (r *resolver) boundaries(res *Resolution) {
 		}
 		var ins, outs []*onnxgraph.Value
 		seenIn, seenOut := map[*onnxgraph.Value]bool{}, map[*onnxgraph.Value]bool{}
-		for _, n := range r.g.Nodes {
+		for _, n := range r.g.AllNodes() {
 			if !inS(n) {
 				continue
 			}
@@ -626,6 +637,10 @@ func (r *resolver) boundaries(res *Resolution) {
 			}
 			ins = nil
 		}
+		if s != "" {
+			r.inferred = append(r.inferred, inferredOrder{s, "module_input_spec", mc.ModuleInput, ins},
+				inferredOrder{s, "module_output_spec", mc.ModuleOutput, outs})
+		}
 		for i, v := range ins {
 			for _, c := range v.Consumers {
 				if !inS(c) {
@@ -665,7 +680,7 @@ func (r *resolver) functionCall(m string) *onnxgraph.Node {
 		return nil
 	}
 	var only *onnxgraph.Node
-	for _, n := range r.g.Nodes {
+	for _, n := range r.g.AllNodes() {
 		if n.Module == m || strings.HasPrefix(n.Module, m+".") {
 			if only != nil {
 				return nil
@@ -739,11 +754,6 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 		out = append(out, &Diagnostic{File: rule.File, Line: max(rule.Line, 1), Col: max(rule.Col, 1), Msg: fmt.Sprintf(format, args...), Hint: hint})
 	}
 	modules, classes := allModules(r.g), sortedValues(r.types)
-	for _, n := range r.g.Nodes {
-		if len(n.Subgraphs) > 0 {
-			warn(r.cfg.GlobalRule, "", "%s has subgraphs; nodes inside If/Loop/Scan bodies are not resolved and stay in float", n)
-		}
-	}
 	for _, e := range r.cfg.ModuleNames {
 		if !r.usedEntries[e] {
 			warn(e.Rule, didYouMean(e.Key, modules), "%s matches no module in the model", e.Rule.Path)
@@ -767,6 +777,10 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 	for _, nr := range res.Nodes {
 		opNames = append(opNames, nr.Names...)
 	}
+	graphNames := false
+	for _, c := range r.calls {
+		graphNames = graphNames || c.GraphName != ""
+	}
 	for _, mc := range applied {
 		for _, oe := range mc.OpTypes {
 			if !r.usedOps[oe] {
@@ -774,7 +788,10 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 			}
 		}
 		for _, oe := range mc.OpNames {
-			if !r.usedOps[oe] {
+			if !r.usedOps[oe] && r.cfg.ExecutionMode == Graph && !graphNames {
+				warn(oe.Rule, didYouMean(oe.Key, opNames), "%s matches no node where that config applies: this model records no graph-mode op names (linear_1), which only torch's dynamo exporter writes (pkg.torch.onnx.name_scopes node metadata; a TorchScript export has none, and its ONNX nodes do not say which torch op and call they come from), so op names here are the ONNX node names, or with execution_mode: eager the eager names (submodule_a.add_1)",
+					oe.Rule.Path)
+			} else if !r.usedOps[oe] {
 				warn(oe.Rule, didYouMean(oe.Key, opNames), "%s matches no node where that config applies (op names in %s mode: ONNX node names and %s)",
 					oe.Rule.Path, r.cfg.ExecutionMode, map[ExecutionMode]string{Graph: "graph-mode FX names such as linear_1", Eager: "eager names such as submodule_a.add_1"}[r.cfg.ExecutionMode])
 			}
@@ -808,6 +825,39 @@ func (r *resolver) warnings(res *Resolution) []*Diagnostic {
 			warn(e.Rule, "", "%s key %s matches no tensor where it applies%s", field, e.Key(), why)
 		}
 	}
+	calcWarned := map[Rule]bool{}
+	for _, nr := range res.Nodes {
+		for _, t := range nr.Tensors {
+			if t.Spec == nil || t.Role != RoleState || calcWarned[t.Rule] {
+				continue
+			}
+			if c := t.Spec.Calculator.Type; c == spec.Percentile || c == spec.Entropy {
+				calcWarned[t.Rule] = true
+				warn(t.Rule, "", "qparam_calculator %s has no effect on weights such as %q of %s: a weight's range is its data's min/max, or with mse the range search over its values; %s applies to activations", c, t.Value, nr.Node, c)
+			}
+		}
+	}
+	for _, io := range r.inferred {
+		if io.group == nil || len(io.values) < 2 {
+			continue
+		}
+		for _, e := range io.group.Entries {
+			if e.Index < 0 || e.Implicit || !r.usedSpec[e] {
+				continue
+			}
+			names := make([]string, len(io.values))
+			for i, v := range io.values {
+				names[i] = fmt.Sprintf("%d = %s", i, v.Name)
+			}
+			what := "inputs are numbered by first use"
+			if io.field == "module_output_spec" {
+				what = "outputs are numbered in production order"
+			}
+			warn(e.Rule, "", "%s index keys on module %q: its %s (%s), not by the forward's signature, which the export does not record (dynamo's graph_signature covers the root module only)",
+				io.field, io.module, what, strings.Join(names, ", "))
+			break
+		}
+	}
 	if r.cfg.ExecutionMode == Eager {
 		warn(r.cfg.ExecutionModeRule, "", "execution_mode eager: op_name_config keys use eager names (module.op_N); Q/DQ placement stays as in graph mode, since the ONNX model is a static graph (one Q/DQ pair per tensor, shared qparams through MaxPool and reshapes)")
 	}
@@ -833,7 +883,7 @@ func (r *resolver) reaches(nodes []*NodeResolution) bool {
 // allModules lists every module of g, ancestors included, sorted.
 func allModules(g *onnxgraph.Graph) []string {
 	set := map[string]bool{}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		for m := n.Module; m != ""; m = parentModule(m) {
 			set[m] = true
 		}

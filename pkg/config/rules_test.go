@@ -250,6 +250,23 @@ quantization_config:
   global_config:
     op_name_config: {submodule_a.add_1: null}
 `, "dynamo", []string{`op_name_config["submodule_a.add_1"] matches no node`}},
+		{"a TorchScript export has no graph-mode names", `
+quantization_config:
+  global_config:
+    op_name_config: {linear_2: null}
+`, "torchscript", []string{"op_name_config.linear_2 matches no node where that config applies: this model records no graph-mode op names"}},
+		{"eager names reach a TorchScript export", `
+quantization_config:
+  execution_mode: eager
+  global_config:
+    op_name_config: {submodule_a.add: null}
+`, "torchscript", []string{"execution_mode eager: op_name_config keys use eager names"}},
+		{"a histogram calculator on weights does nothing", `
+quantization_config:
+  global_config:
+    op_state_spec:
+      weight: {dtype: int8, qparam_calculator: percentile}
+`, "dynamo", []string{"qparam_calculator percentile has no effect on weights"}},
 		{"a name key that matches no tensor", `
 quantization_config:
   global_config:

@@ -80,7 +80,7 @@ func (w *writer) nbitsPlan(t *TensorPlan) (nbitsLayout, string) {
 	if st, _ := t.Spec.ScaleDType.TensorType(); st != tensor.Undefined && st != tensor.Float && st != floatTypeOf(t) {
 		return l, fmt.Sprintf("%s scales", t.Spec.ScaleDType)
 	}
-	v := w.src.Graph.Value(t.Value)
+	v := w.value(t.Value)
 	if v == nil || len(v.Consumers) == 0 {
 		return l, "no consumer"
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -144,6 +145,21 @@ type writer struct {
 	inits    []*onnxpb.TensorProto
 	removed  map[string]bool // initializers replaced by quantized ones
 	rename   map[string]string
+
+	// inner holds what goes into an If/Loop/Scan subgraph: the integer
+	// initializers and DequantizeLinear of its own weights, and the Q/DQ
+	// of its graph inputs. Scales and zero points stay in the main graph,
+	// which every subgraph sees.
+	inner map[*onnxgraph.Graph]*innerGraph
+	// values and nodes index every graph of the source model by name.
+	values map[string]*onnxgraph.Value
+	nodes  map[string]*onnxgraph.Node
+}
+
+// innerGraph is what Write adds to one subgraph.
+type innerGraph struct {
+	prologue []*onnxpb.NodeProto
+	inits    []*onnxpb.TensorProto
 }
 
 // Write builds the quantized model of m under plan: weights become integer
@@ -156,6 +172,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
 	w.out = onnxgraph.CloneSharingData(m.Proto)
+	w.index()
 	w.collectNames()
 	if err := w.resolveParams(stats); err != nil {
 		return nil, err
@@ -218,6 +235,39 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
 	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
+}
+
+// index maps the names of every graph's values and nodes, subgraphs
+// included (value names are unique across a model's scopes).
+func (w *writer) index() {
+	w.values, w.nodes, w.inner = map[string]*onnxgraph.Value{}, map[string]*onnxgraph.Node{}, map[*onnxgraph.Graph]*innerGraph{}
+	for _, g := range w.src.Graph.Graphs() {
+		for _, v := range g.Values() {
+			if _, ok := w.values[v.Name]; !ok || v.Defined() {
+				w.values[v.Name] = v
+			}
+		}
+		for _, n := range g.Nodes {
+			w.nodes[n.Name] = n
+		}
+	}
+}
+
+// value returns the source value called name, in whichever graph defines it.
+func (w *writer) value(name string) *onnxgraph.Value { return w.values[name] }
+
+// innerOf returns the additions to v's graph when v is defined inside a
+// subgraph, nil for the main graph.
+func (w *writer) innerOf(v *onnxgraph.Value) *innerGraph {
+	if v.Graph == w.src.Graph {
+		return nil
+	}
+	ig := w.inner[v.Graph]
+	if ig == nil {
+		ig = &innerGraph{}
+		w.inner[v.Graph] = ig
+	}
+	return ig
 }
 
 // collectNames records every node and value name of the model so that
@@ -392,7 +442,7 @@ func (w *writer) resolveBiases() error {
 
 // constData reads the float data of a constant value of the source model.
 func (w *writer) constData(name string) ([]float32, error) {
-	v := w.src.Graph.Value(name)
+	v := w.value(name)
 	if v == nil || v.Const == nil {
 		return nil, fmt.Errorf("tensor %q: not a constant of the model", name)
 	}
@@ -540,7 +590,7 @@ func (w *writer) msType(t *TensorPlan) bool {
 // servedNode returns the source node a tensor is quantized for.
 func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
 	for _, n := range t.Nodes {
-		if node := w.src.Graph.Node(n); node != nil {
+		if node := w.nodes[n]; node != nil {
 			return node
 		}
 	}
@@ -581,7 +631,11 @@ func attrInt(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
 }
 
-func (w *writer) addInit(t *tensor.Tensor, name string) error {
+func (w *writer) addInit(t *tensor.Tensor, name string) error { return w.addInitIn(nil, t, name) }
+
+// addInitIn adds an initializer to subgraph ig, or to the main graph when
+// ig is nil.
+func (w *writer) addInitIn(ig *innerGraph, t *tensor.Tensor, name string) error {
 	tp, err := tensor.ToProto(t, name)
 	if err != nil {
 		return err
@@ -589,7 +643,11 @@ func (w *writer) addInit(t *tensor.Tensor, name string) error {
 	if err := w.opts.Scratch.Move(tp); err != nil {
 		return err
 	}
-	w.inits = append(w.inits, tp)
+	if ig != nil {
+		ig.inits = append(ig.inits, tp)
+	} else {
+		w.inits = append(w.inits, tp)
+	}
 	return nil
 }
 
@@ -632,7 +690,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	if err != nil {
 		return err
 	}
-	v := w.src.Graph.Value(t.Value)
+	v := w.value(t.Value)
 	shape := make([]int, len(v.Const.GetDims()))
 	for i, d := range v.Const.GetDims() {
 		shape[i] = int(d)
@@ -691,7 +749,8 @@ func (w *writer) writeConst(t *TensorPlan) error {
 		}
 	}
 	qname := w.name(t.Value + "_quantized")
-	if err := w.addInit(q, qname); err != nil {
+	ig := w.innerOf(v) // a subgraph's weight stays in its subgraph
+	if err := w.addInitIn(ig, q, qname); err != nil {
 		return err
 	}
 	tt := *t
@@ -704,7 +763,12 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	if zp != "" {
 		in = append(in, zp)
 	}
-	w.prologue = append(w.prologue, w.node("DequantizeLinear", t.Value+"_DequantizeLinear", in, []string{t.Value}, t, attrs...))
+	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", in, []string{t.Value}, t, attrs...)
+	if ig != nil {
+		ig.prologue = append(ig.prologue, dq)
+	} else {
+		w.prologue = append(w.prologue, dq)
+	}
 	w.removed[t.Value] = true
 	return nil
 }
@@ -713,7 +777,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 // one pair shared by all consumers. The dequantized output keeps the value's
 // name (so graph outputs keep theirs); the producer's output is renamed.
 func (w *writer) writeActivation(t *TensorPlan) error {
-	v := w.src.Graph.Value(t.Value)
+	v := w.value(t.Value)
 	if v == nil {
 		return fmt.Errorf("activation %q: no such value in the model", t.Value)
 	}
@@ -743,10 +807,14 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 	q := w.node("QuantizeLinear", t.Value+"_QuantizeLinear", []string{qIn, scale, zp}, []string{qOut}, t)
 	dq := w.node("DequantizeLinear", t.Value+"_DequantizeLinear", []string{qOut, scale, zp}, []string{dqOut}, t)
 	nodes := append(append(append(pre, q), dq), post...)
-	if v.Producer == nil {
-		w.prologue = append(w.prologue, nodes...)
-	} else {
+	switch {
+	case v.Producer != nil:
 		w.after[t.Value] = append(w.after[t.Value], nodes...)
+	case v.Graph != w.src.Graph: // an input of a Loop or Scan body
+		ig := w.innerOf(v)
+		ig.prologue = append(ig.prologue, nodes...)
+	default:
+		w.prologue = append(w.prologue, nodes...)
 	}
 	return nil
 }
@@ -759,16 +827,78 @@ func (w *writer) castNode(name, in, out string, dt tensor.DType, t *TensorPlan) 
 	return n
 }
 
-// assemble rebuilds the main graph's node and initializer lists: weight
-// DequantizeLinear nodes and graph-input Q/DQ first, then the source nodes
-// in topological order, each followed by the Q/DQ of its outputs.
+// assemble rebuilds the node and initializer lists of the main graph and
+// of every subgraph: weight DequantizeLinear nodes and graph-input Q/DQ
+// first, then the source nodes in topological order, each followed by the
+// Q/DQ of its outputs.
 func (w *writer) assemble() error {
-	g := w.out.Graph
-	src := g.GetNode()
+	// The output's subgraphs, found before any node list is reordered.
+	graphs := w.src.Graph.Graphs()
+	outOf := map[*onnxgraph.Graph]*onnxpb.GraphProto{}
+	for _, g := range graphs {
+		if g.Owner == nil {
+			outOf[g] = w.out.Graph
+			continue
+		}
+		sg, err := subgraphProto(outOf[g.Parent].GetNode()[g.Owner.Index], g.Attr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", g.Owner, err)
+		}
+		outOf[g] = sg
+	}
+	// Subgraphs first: a MatMulNBits inside one adds its initializers to
+	// the main graph.
+	for i := len(graphs) - 1; i >= 0; i-- {
+		if err := w.assembleGraph(graphs[i], outOf[graphs[i]]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// subgraphProto returns the GRAPH attribute of np that Graph.Attr names
+// ("body", or "name[i]" for a GRAPHS attribute).
+func subgraphProto(np *onnxpb.NodeProto, key string) (*onnxpb.GraphProto, error) {
+	name, index := key, -1
+	if i := strings.IndexByte(key, '['); i >= 0 && strings.HasSuffix(key, "]") {
+		n, err := strconv.Atoi(key[i+1 : len(key)-1])
+		if err != nil {
+			return nil, fmt.Errorf("subgraph key %q: %w", key, err)
+		}
+		name, index = key[:i], n
+	}
+	for _, a := range np.GetAttribute() {
+		switch {
+		case a.GetName() != name:
+		case index < 0 && a.G != nil:
+			return a.G, nil
+		case index >= 0 && index < len(a.Graphs):
+			return a.Graphs[index], nil
+		}
+	}
+	return nil, fmt.Errorf("no subgraph attribute %q in the written model", key)
+}
+
+// additions returns the nodes Write puts first in src and the
+// initializers it adds there.
+func (w *writer) additions(src *onnxgraph.Graph) ([]*onnxpb.NodeProto, []*onnxpb.TensorProto) {
+	if src.Owner == nil {
+		return w.prologue, w.inits
+	}
+	if ig := w.inner[src]; ig != nil {
+		return ig.prologue, ig.inits
+	}
+	return nil, nil
+}
+
+// assembleGraph rebuilds gp, the written copy of src.
+func (w *writer) assembleGraph(src *onnxgraph.Graph, gp *onnxpb.GraphProto) error {
+	prologue, _ := w.additions(src)
+	nodesIn := gp.GetNode()
 	var nodes []*onnxpb.NodeProto
-	nodes = append(nodes, w.prologue...)
-	for _, n := range w.src.Graph.Nodes {
-		np := src[n.Index]
+	nodes = append(nodes, prologue...)
+	for _, n := range src.Nodes {
+		np := nodesIn[n.Index]
 		// A Constant node whose output became a quantized weight is
 		// replaced by the weight's DequantizeLinear.
 		if n.OpType == "Constant" && n.Domain == "" && len(np.Output) == 1 && w.removed[np.Output[0]] {
@@ -799,21 +929,22 @@ func (w *writer) assemble() error {
 		nodes = append(nodes, np)
 		nodes = append(nodes, tail...)
 	}
-	g.Node = nodes
+	gp.Node = nodes
 	var inits []*onnxpb.TensorProto
-	for _, t := range g.GetInitializer() {
+	for _, t := range gp.GetInitializer() {
 		if !w.removed[t.GetName()] {
 			inits = append(inits, t)
 		}
 	}
-	g.Initializer = append(inits, w.inits...)
+	_, added := w.additions(src) // after the nodes: nbitsNode adds some
+	gp.Initializer = append(inits, added...)
 	var inputs []*onnxpb.ValueInfoProto
-	for _, in := range g.GetInput() {
+	for _, in := range gp.GetInput() {
 		if !w.removed[in.GetName()] { // an initializer listed as input (IR < 4)
 			inputs = append(inputs, in)
 		}
 	}
-	g.Input = inputs
+	gp.Input = inputs
 	return nil
 }
 

@@ -18,6 +18,10 @@ type Graph struct {
 	Proto  *onnxpb.GraphProto
 	Name   string
 	Parent *Graph
+	// Owner is the If/Loop/Scan node whose attribute Attr holds the graph;
+	// nil for the main graph.
+	Owner *Node
+	Attr  string
 	// Model is the model the graph belongs to.
 	Model *Model
 
@@ -38,7 +42,9 @@ type Graph struct {
 type Node struct {
 	Proto *onnxpb.NodeProto
 	// Name is the node's name, or a stable generated "<OpType>_<index>"
-	// when the file has none.
+	// when the file has none. A node inside a subgraph is named by its
+	// path, "<owner>/<attribute>/<name>" (loop/body/add), which makes
+	// names unique across the model.
 	Name   string
 	OpType string
 	// Domain is "" for the default ONNX domain ("ai.onnx" is normalised to "").
@@ -135,6 +141,11 @@ func (v *Value) Shape() (dims []Dim, ok bool) {
 	return dims, true
 }
 
+// Defined reports whether the value is defined in its graph (computed, an
+// input or an initializer), not an outer value that a subgraph passes
+// through to its outputs under the same name.
+func (v *Value) Defined() bool { return v.Producer != nil || v.IsGraphInput || v.IsInitializer }
+
 // IsConst reports whether the value is an initializer or a Constant output.
 func (v *Value) IsConst() bool { return v.Const != nil }
 
@@ -146,6 +157,36 @@ func (g *Graph) Value(name string) *Value {
 		}
 	}
 	return nil
+}
+
+// AllNodes returns the nodes of g and of every subgraph, in an order
+// that is topological across scopes: each subgraph's nodes (recursively,
+// subgraphs in attribute order) come right before the node that owns them,
+// after every outer node whose values they read.
+func (g *Graph) AllNodes() []*Node {
+	var out []*Node
+	var walk func(g *Graph)
+	walk = func(g *Graph) {
+		for _, n := range g.Nodes {
+			for _, key := range sortedKeys(n.Subgraphs) {
+				walk(n.Subgraphs[key])
+			}
+			out = append(out, n)
+		}
+	}
+	walk(g)
+	return out
+}
+
+// Graphs returns g and every subgraph, parents first.
+func (g *Graph) Graphs() []*Graph {
+	out := []*Graph{g}
+	for _, n := range g.Nodes {
+		for _, key := range sortedKeys(n.Subgraphs) {
+			out = append(out, n.Subgraphs[key].Graphs()...)
+		}
+	}
+	return out
 }
 
 // Node returns the node called name (generated names included), or nil.
@@ -222,9 +263,14 @@ func quoteAll(s []string) []string {
 }
 
 // buildGraph makes the view of gp. parent is nil for the main graph.
-func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) {
-	g := &Graph{Proto: gp, Name: gp.GetName(), Parent: parent, Model: m,
+func buildGraph(m *Model, gp *onnxpb.GraphProto, owner *Node, attr string) (*Graph, error) {
+	g := &Graph{Proto: gp, Name: gp.GetName(), Owner: owner, Attr: attr, Model: m,
 		values: map[string]*Value{}, byName: map[string]*Node{}}
+	prefix := ""
+	if owner != nil {
+		g.Parent = owner.Graph
+		prefix = owner.Name + "/" + attr + "/"
+	}
 	declared := map[string]*onnxpb.TypeProto{}
 	for _, vi := range gp.GetValueInfo() {
 		declared[vi.GetName()] = vi.GetType()
@@ -267,14 +313,14 @@ func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) 
 	used := map[string]bool{}
 	for _, np := range gp.GetNode() {
 		if np.GetName() != "" {
-			used[np.GetName()] = true
+			used[prefix+np.GetName()] = true
 		}
 	}
 	for i, np := range gp.GetNode() {
-		n := &Node{Proto: np, Name: np.GetName(), OpType: np.GetOpType(),
+		n := &Node{Proto: np, Name: prefix + np.GetName(), OpType: np.GetOpType(),
 			Domain: NormalizeDomain(np.GetDomain()), Index: i, Graph: g}
-		if n.Name == "" {
-			n.Name = uniqueName(fmt.Sprintf("%s_%d", n.OpType, i), used)
+		if np.GetName() == "" {
+			n.Name = uniqueName(fmt.Sprintf("%s%s_%d", prefix, n.OpType, i), used)
 		} else if _, dup := g.byName[n.Name]; dup {
 			// Duplicate node names are legal in practice; keep lookups unambiguous.
 			n.Name = uniqueName(fmt.Sprintf("%s_%d", n.Name, i), used)
@@ -337,13 +383,13 @@ func buildGraph(m *Model, gp *onnxpb.GraphProto, parent *Graph) (*Graph, error) 
 				continue
 			}
 			for i, sp := range subs {
-				sg, err := buildGraph(m, sp, g)
-				if err != nil {
-					return nil, fmt.Errorf("%s attribute %q: %w", n, a.GetName(), err)
-				}
 				key := a.GetName()
 				if a.G == nil {
 					key = fmt.Sprintf("%s[%d]", key, i)
+				}
+				sg, err := buildGraph(m, sp, n, key)
+				if err != nil {
+					return nil, fmt.Errorf("%s attribute %q: %w", n, a.GetName(), err)
 				}
 				if n.Subgraphs == nil {
 					n.Subgraphs = map[string]*Graph{}

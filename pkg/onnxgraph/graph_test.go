@@ -200,12 +200,22 @@ func TestSubgraphOuterScope(t *testing.T) {
 		t.Errorf("If outer inputs = %v, want [ax]", ifNode.OuterInputs)
 	}
 	then := ifNode.Subgraphs["then_branch"]
-	op := then.Node("then_op")
+	op := then.Node("if/then_branch/then_op")
 	if op.Inputs[0] != m.Graph.Value("ax") {
 		t.Error("subgraph input does not resolve to the outer value")
 	}
+	if then.Owner != ifNode || then.Attr != "then_branch" || op.Proto.GetName() != "then_op" {
+		t.Errorf("then_branch owner = %v, attr %q, node proto name %q", then.Owner, then.Attr, op.Proto.GetName())
+	}
 	if got := strings.Join(nodeNames(m.Graph.Nodes), ","); got != "abs,if" {
 		t.Errorf("order = %s", got)
+	}
+	// Subgraph nodes come before their owner, after the values they read.
+	if got := strings.Join(nodeNames(m.Graph.AllNodes()), ","); got != "abs,if/else_branch/else_op,if/then_branch/then_op,if" {
+		t.Errorf("all nodes = %s", got)
+	}
+	if got := len(m.Graph.Graphs()); got != 3 {
+		t.Errorf("graphs = %d, want 3", got)
 	}
 }
 
@@ -232,6 +242,23 @@ func TestModuleScopes(t *testing.T) {
 				t.Errorf("module = %q (%q), want %q (%q)", n.Module, n.ModuleType, tt.mod, tt.typ)
 			}
 		})
+	}
+}
+
+// TestSubgraphModules: an unscoped node inside a subgraph runs in the
+// module of the node that owns the subgraph; a scoped one keeps its scope.
+func TestSubgraphModules(t *testing.T) {
+	b := testmodels.QuantLoop()
+	loop := b.Model.Graph.Node[len(b.Model.Graph.Node)-1]
+	loop.Name = proto.String("/blk/Loop")
+	body := loop.Attribute[0].G
+	body.Node[len(body.Node)-2].Name = proto.String("/blk/inner/Relu")
+	m := mustModel(t, b)
+	sg := m.Graph.Node("/blk/Loop").Subgraphs["body"]
+	for name, want := range map[string]string{"/blk/Loop/body/mm": "blk", "/blk/Loop/body//blk/inner/Relu": "blk.inner"} {
+		if n := sg.Node(name); n == nil || n.Module != want {
+			t.Errorf("%s: module %v, want %q", name, n, want)
+		}
 	}
 }
 

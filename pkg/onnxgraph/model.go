@@ -112,7 +112,7 @@ func (m *Model) Rebuild() error {
 	for _, f := range m.Proto.GetFunctions() {
 		m.functions[f.GetDomain()+":"+f.GetName()] = f
 	}
-	g, err := buildGraph(m, m.Proto.GetGraph(), nil)
+	g, err := buildGraph(m, m.Proto.GetGraph(), nil, "")
 	if err != nil {
 		return err
 	}

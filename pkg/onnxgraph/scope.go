@@ -56,6 +56,13 @@ func assignModules(m *Model) {
 		}
 		n.Module = foldRepeatedScope(n.Module, known)
 	}
+	// A subgraph node the exporter left unscoped runs in the module of the
+	// If/Loop/Scan that owns it (owners come before their subgraphs in all).
+	for _, n := range all {
+		if o := n.Graph.Owner; o != nil && n.Module == "" && !scoped[n] {
+			n.Module, n.ModuleType = o.Module, o.ModuleType
+		}
+	}
 	for _, n := range all {
 		if f := m.Function(n.Proto.GetDomain(), n.OpType); f != nil && n.ModuleType == "" {
 			n.ModuleType = f.GetName()

@@ -86,7 +86,7 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 	}
 	m := u.Model
 	var layers []*biasLayer
-	for _, n := range m.Graph.Nodes {
+	for _, n := range m.Graph.AllNodes() {
 		l, why, err := biasLayerOf(u, n, cfg)
 		if err != nil {
 			return err
@@ -241,6 +241,8 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 		return nil, "", nil
 	}
 	switch {
+	case n.Graph.Owner != nil:
+		return nil, fmt.Sprintf("inside the subgraph of %s: %s works on the main graph's layers only", n.Graph.Owner, biasCorrectionName), nil
 	case cfg.Excludes(n.Name):
 		return nil, fmt.Sprintf("excluded by %s", cfg.Rule.Location()), nil
 	case len(n.Inputs) < 3 || n.Inputs[2] == nil:

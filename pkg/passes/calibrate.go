@@ -31,6 +31,23 @@ func ToObserve(plan *Plan) []calibrate.TensorToObserve {
 	return out
 }
 
+// markConditional marks the tensors defined inside If/Loop/Scan subgraphs,
+// which a batch may compute once, many times or not at all.
+func markConditional(m *onnxgraph.Model, tensors []calibrate.TensorToObserve) []calibrate.TensorToObserve {
+	inner := map[string]bool{}
+	for _, g := range m.Graph.Graphs()[1:] {
+		for _, v := range g.Values() {
+			if v.Defined() {
+				inner[v.Name] = true
+			}
+		}
+	}
+	for i := range tensors {
+		tensors[i].Conditional = inner[tensors[i].Name]
+	}
+	return tensors
+}
+
 // StatsOf adapts calibration statistics to what finalize.Write reads.
 func StatsOf(st *calibrate.Stats) finalize.Stats { return calibStats{st} }
 
@@ -67,7 +84,7 @@ func EngineCalibrator(engine string, ropts runtime.Options, data calibrate.Sourc
 			return nil, err
 		}
 		defer s.Close()
-		st, err := calibrate.Calibrate(ctx, s, ToObserve(plan), data, copts)
+		st, err := calibrate.Calibrate(ctx, s, markConditional(m, ToObserve(plan)), data, copts)
 		if err != nil {
 			return nil, err
 		}

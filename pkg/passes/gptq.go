@@ -126,7 +126,7 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	var layers []*gptqLayer
 	grams := map[string]*gramAccumulator{}
 	var taps []string
-	for _, n := range m.Graph.Nodes {
+	for _, n := range m.Graph.AllNodes() {
 		l, why, err := gptqLayerOf(u, n, cfg)
 		if err != nil {
 			return err
@@ -196,6 +196,8 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 	}
 	_, intGrid := tp.Spec.IntGrid()
 	switch {
+	case n.Graph.Owner != nil:
+		return nil, fmt.Sprintf("inside the subgraph of %s: %s works on the main graph's layers only", n.Graph.Owner, gptqAlgorithmName), nil
 	case cfg.Excludes(n.Name):
 		return nil, fmt.Sprintf("excluded by %s", cfg.Rule.Location()), nil
 	case !intGrid:

@@ -93,7 +93,7 @@ func Summarize(m *onnxgraph.Model) *ModelSummary {
 	for _, v := range g.Outputs {
 		s.Outputs = append(s.Outputs, tensorInfo(v))
 	}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() { // subgraph nodes too: they are quantized like the others
 		key := n.OpType
 		if n.Domain != "" {
 			key = n.Domain + "." + n.OpType

@@ -36,7 +36,8 @@ func place(g *onnxgraph.Graph, res *config.Resolution, t *config.Target) *placem
 		return v != nil && v.Producer != nil && integer[v.Producer.Name]
 	}
 	small := reducedValues(g)
-	for _, n := range g.Nodes {
+	nodes := g.AllNodes()
+	for _, n := range nodes {
 		nr := res.Node(n.Name)
 		if nr != nil && biasOfIntegerLinear(n, nr, integer) {
 			// The bias Add of a linear call runs in the MatMul's integer
@@ -65,8 +66,8 @@ func place(g *onnxgraph.Graph, res *config.Resolution, t *config.Target) *placem
 	// Reshape and Transpose of each attention head took the
 	// QuantizeLinear). Ops that compute (Softmax, Sigmoid, pools) keep
 	// their float input in any case.
-	for i := len(g.Nodes) - 1; i >= 0; i-- {
-		n := g.Nodes[i]
+	for i := len(nodes) - 1; i >= 0; i-- {
+		n := nodes[i]
 		nr := res.Node(n.Name)
 		if integer[n.Name] || nr == nil || !quantizesActivations(nr) || !movesInputs(n, t) || !feedsOnlyInteger(n, integer) || !fromGraphInput(n) {
 			continue
@@ -76,7 +77,7 @@ func place(g *onnxgraph.Graph, res *config.Resolution, t *config.Target) *placem
 			delete(pl.floatWhy, n.Name)
 		}
 	}
-	for _, n := range g.Nodes {
+	for _, n := range nodes {
 		op, ok := t.Ops[n.OpType]
 		if !integer[n.Name] || !ok || !op.OptionalOutput || op.NeedsOutput != nil && op.NeedsOutput(n) {
 			continue
@@ -196,7 +197,7 @@ var spreads = map[string]bool{"Resize": true, "Upsample": true, "Expand": true, 
 // that cannot spread them (the layers of a squeeze-and-excitation branch).
 func reducedValues(g *onnxgraph.Graph) map[string]bool {
 	out := map[string]bool{}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		yes := false
 		switch {
 		case n.Domain != "":

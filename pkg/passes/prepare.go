@@ -77,7 +77,7 @@ type request struct {
 // tensor, each node left in float listed with a reason, weight qparams
 // computed from the weights.
 func Prepare(m *onnxgraph.Model, res *config.Resolution, opts PrepareOptions) (*Plan, error) {
-	p := &preparer{m: m, g: m.Graph, res: res, opts: opts, plan: &Plan{Stage: finalize.Prepared},
+	p := &preparer{m: m, g: m.Graph, nodes: m.Graph.AllNodes(), ambiguous: reused(m.Graph), noted: map[string]bool{}, res: res, opts: opts, plan: &Plan{Stage: finalize.Prepared},
 		requests: map[string][]request{}, fused: map[string]bool{}}
 	if err := p.run(); err != nil {
 		return nil, err
@@ -87,11 +87,14 @@ func Prepare(m *onnxgraph.Model, res *config.Resolution, opts PrepareOptions) (*
 }
 
 type preparer struct {
-	m    *onnxgraph.Model
-	g    *onnxgraph.Graph
-	res  *config.Resolution
-	opts PrepareOptions
-	plan *Plan
+	m *onnxgraph.Model
+	g *onnxgraph.Graph
+	// nodes are the main graph's nodes and those inside its If/Loop/Scan
+	// subgraphs, in topological order (Graph.AllNodes).
+	nodes []*onnxgraph.Node
+	res   *config.Resolution
+	opts  PrepareOptions
+	plan  *Plan
 
 	// requests are the activation requests by value, producer first then
 	// consumers in topological order.
@@ -111,6 +114,38 @@ type preparer struct {
 	// patternOf each node of a match to it.
 	inside    map[string]*PatternMatch
 	patternOf map[string]*PatternMatch
+	// ambiguous are value names that several subgraphs define (an If's
+	// two branches may reuse one): the plan names tensors by value, so
+	// they stay float. noted records the ones already reported.
+	ambiguous, noted map[string]bool
+}
+
+// reused finds the value names defined in more than one graph.
+func reused(g *onnxgraph.Graph) map[string]bool {
+	defined, out := map[string]int{}, map[string]bool{}
+	for _, sg := range g.Graphs() {
+		for _, v := range sg.Values() {
+			if v.Defined() {
+				if defined[v.Name]++; defined[v.Name] > 1 {
+					out[v.Name] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// isAmbiguous reports (once, as a note) a value that stays float because
+// several graphs define its name.
+func (p *preparer) isAmbiguous(value string) bool {
+	if !p.ambiguous[value] {
+		return false
+	}
+	if !p.noted[value] {
+		p.noted[value] = true
+		p.note("value %q: left in float: several subgraphs define a value of that name, and Q/DQ are placed by name", value)
+	}
+	return true
 }
 
 func (p *preparer) note(format string, args ...any) {
@@ -118,6 +153,9 @@ func (p *preparer) note(format string, args ...any) {
 }
 
 func (p *preparer) request(value string, r request) {
+	if p.isAmbiguous(value) {
+		return
+	}
 	if _, ok := p.requests[value]; !ok {
 		p.order = append(p.order, value)
 	}
@@ -131,7 +169,7 @@ func (p *preparer) run() error {
 	// Fused activations: Conv → Relu has no Q/DQ in between.
 	var fusedPairs [][3]string
 	wanted := map[string]bool{}
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		r, ok := ruleOf(n)
 		if !ok || !r.fusesRelu || len(n.Outputs) == 0 || n.Outputs[0] == nil {
 			continue
@@ -147,7 +185,7 @@ func (p *preparer) run() error {
 	}
 	// Collect activation requests, producer side first. Module boundary
 	// specs apply whether or not the op has a rule.
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
 		if nr == nil || p.place.floatWhy[n.Name] != "" {
@@ -166,7 +204,7 @@ func (p *preparer) run() error {
 			}
 		}
 	}
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
 		if nr == nil || p.place.floatWhy[n.Name] != "" {
@@ -227,7 +265,7 @@ func (p *preparer) valueOrder() []*onnxgraph.Value {
 	for _, v := range p.g.Inputs {
 		add(v)
 	}
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		for _, v := range n.Inputs {
 			if v != nil && v.Producer == nil {
 				add(v)
@@ -373,7 +411,7 @@ func (p *preparer) planStates() error {
 				Name: v.Name, Elapsed: time.Since(start)})
 		}
 	}
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
 		if !ok || nr == nil || p.place.floatWhy[n.Name] != "" {
@@ -407,7 +445,7 @@ func (p *preparer) planStates() error {
 // forEachWeight calls fn for each (node, weight) pair planStates plans as
 // a weight, in its order.
 func (p *preparer) forEachWeight(fn func(n *onnxgraph.Node, v *onnxgraph.Value)) {
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		nr := p.res.Node(n.Name)
 		r, ok := ruleOf(n)
 		if !ok || nr == nil {
@@ -422,6 +460,9 @@ func (p *preparer) forEachWeight(fn func(n *onnxgraph.Node, v *onnxgraph.Value))
 }
 
 func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.QuantizationSpec, rule config.Rule) error {
+	if p.isAmbiguous(v.Name) {
+		return nil
+	}
 	if prev := p.plan.Tensor(v.Name); prev != nil {
 		if prev.Role != finalize.Weight || !prev.Spec.Equal(s) {
 			p.note("weight %q: node %q asks for %s (%s) but it is already quantized as %s for %q; one DequantizeLinear serves both",
@@ -537,6 +578,9 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 // qparams; otherwise the bias keeps the spec the config gave it (or stays
 // float), with a note saying why.
 func (p *preparer) planBias(n *onnxgraph.Node, v *onnxgraph.Value, t *config.TensorResolution) error {
+	if p.isAmbiguous(v.Name) {
+		return nil
+	}
 	if t.Spec == nil && t.Explicit {
 		p.note("bias %q of %s: left in float, as %s asks", v.Name, n, t.Rule)
 		return nil
@@ -619,7 +663,7 @@ func (p *preparer) biasBlocker(n *onnxgraph.Node, v *onnxgraph.Value) string {
 
 // shareConcat makes each Concat input's qparam group use the output's.
 func (p *preparer) shareConcat() {
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		if n.OpType != "Concat" || n.Domain != "" || len(n.Outputs) == 0 || n.Outputs[0] == nil {
 			continue
 		}
@@ -649,7 +693,7 @@ func (p *preparer) shareConcat() {
 
 // skips lists every node that has no quantized tensor, with the reason.
 func (p *preparer) skips() {
-	for _, n := range p.g.Nodes {
+	for _, n := range p.nodes {
 		if p.quantized[n.Name] > 0 {
 			continue
 		}
@@ -659,7 +703,7 @@ func (p *preparer) skips() {
 		case p.place.floatWhy[n.Name] != "":
 			reason = p.place.floatWhy[n.Name]
 		case len(n.Subgraphs) > 0:
-			reason = "control flow: nodes inside subgraphs are not quantized"
+			reason = "control flow: runs in float; the nodes inside its subgraphs are quantized by their own rules"
 		case p.patternOf[n.Name] != nil:
 			pm := p.patternOf[n.Name]
 			reason = fmt.Sprintf("inside pattern %s (output node %q): quantized at its boundary", pm.Pattern, pm.Root().Name)

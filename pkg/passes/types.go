@@ -28,7 +28,7 @@ func elemTypes(g *onnxgraph.Graph) map[string]tensor.DType {
 		}
 		return tensor.Undefined
 	}
-	for _, n := range g.Nodes {
+	for _, n := range g.AllNodes() {
 		var dt tensor.DType
 		if n.Domain == "" {
 			switch n.OpType {

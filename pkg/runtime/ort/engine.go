@@ -133,6 +133,9 @@ func (e *Engine) Run(ctx context.Context, inputs map[string]*tensor.Tensor, opts
 			continue
 		}
 		v := e.model.Graph.Value(name)
+		if v == nil && e.inSubgraph(name) {
+			return nil, fmt.Errorf("tap: value %q is inside the subgraph of an If, Loop or Scan node, and ONNX Runtime can only output the main graph's values; use the built-in engine (--engine go) to observe it", name)
+		}
 		if v == nil || v.Graph != e.model.Graph {
 			return nil, fmt.Errorf("tap: the model's main graph has no value %q", name)
 		}
@@ -160,6 +163,16 @@ func (e *Engine) Run(ctx context.Context, inputs map[string]*tensor.Tensor, opts
 		delete(res, name)
 	}
 	return res, nil
+}
+
+// inSubgraph reports whether name is a value of one of the model's subgraphs.
+func (e *Engine) inSubgraph(name string) bool {
+	for _, g := range e.model.Graph.Graphs()[1:] {
+		if g.Value(name) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // computedValues lists the outputs of every node of the main graph, in
