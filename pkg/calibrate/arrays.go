@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -195,8 +196,13 @@ func OpenNPYAxes(inputs []runtime.IOInfo, files map[string]string, axes map[stri
 			return nil, fmt.Errorf("calibration data %s for %q, which is not a model input (inputs: %s)", files[name], name, inputNames(inputs))
 		}
 	}
+	var pasts []runtime.IOInfo
 	for _, in := range inputs {
 		path, ok := files[in.Name]
+		if !ok && emptyPastShape(in) != nil {
+			pasts = append(pasts, in)
+			continue
+		}
 		if !ok {
 			return nil, fmt.Errorf("input %q: no calibration data (give --data %s=FILE.npy)", in.Name, in.Name)
 		}
@@ -220,7 +226,57 @@ func OpenNPYAxes(inputs []runtime.IOInfo, files map[string]string, axes map[stri
 			return nil, err
 		}
 	}
+	for _, in := range pasts {
+		if s.samples < 0 {
+			return nil, fmt.Errorf("input %q: no calibration data (give --data %s=FILE.npy); an empty past needs another input to count the samples", in.Name, in.Name)
+		}
+		shape := append([]int{s.samples}, emptyPastShape(in)...)
+		slog.Info("calibration: no data for a past key/value input; each sample starts from an empty past", "input", in.Name, "shape", shape)
+		h := &npy.Header{DType: in.DType, Shape: shape}
+		if err := s.add(in, &array{where: "an empty past", h: h, ra: emptyData{}}, 0); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// emptyPastShape is the shape of one sample of an empty past for in, a
+// decoder's key/value cache input (named past_key_values…, past_… or
+// past.…, as Hugging Face's and ONNX Runtime GenAI's exports name them)
+// whose declared shape after the batch axis has exactly one dynamic
+// dimension, the past sequence: that dimension is 0, the others as
+// declared. It is nil for any other input. A decoder calibrated this way
+// sees each sample as a whole prompt, which is how its first step runs.
+func emptyPastShape(in runtime.IOInfo) []int {
+	name := strings.ToLower(in.Name)
+	if !strings.HasPrefix(name, "past_key_values") && !strings.HasPrefix(name, "past_") && !strings.HasPrefix(name, "past.") {
+		return nil
+	}
+	if len(in.Shape) < 2 {
+		return nil
+	}
+	shape, dynamic := make([]int, len(in.Shape)-1), 0
+	for i, d := range in.Shape[1:] {
+		if d < 0 {
+			dynamic++
+			continue
+		}
+		shape[i] = int(d)
+	}
+	if dynamic != 1 {
+		return nil
+	}
+	return shape
+}
+
+// emptyData is the data of an array with no elements.
+type emptyData struct{}
+
+func (emptyData) ReadAt(b []byte, _ int64) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	return 0, io.EOF
 }
 
 // OpenNPZ opens an .npz archive (np.savez or np.savez_compressed) whose
