@@ -11,22 +11,11 @@ import (
 // read (reading /dev/zero would never end), and a file that grows past limit
 // while it is read is refused too.
 func ReadRegularFile(path string, limit int64) ([]byte, error) {
-	// Stat before opening: opening a FIFO blocks until a writer comes.
-	if err := CheckRegularFile(path); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path)
+	f, fi, err := openRegularFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, DescribeFileMode(fi.Mode()))
-	}
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", path, fi.Size(), limit)
 	}
@@ -38,6 +27,28 @@ func ReadRegularFile(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s grew past the limit of %d bytes while it was read", path, limit)
 	}
 	return b, nil
+}
+
+// openRegularFile opens path, which must be a regular file before and
+// after it is opened (it may have been swapped in between).
+func openRegularFile(path string) (*os.File, os.FileInfo, error) {
+	// Stat before opening: opening a FIFO blocks until a writer comes.
+	if err := CheckRegularFile(path); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%s)", path, DescribeFileMode(fi.Mode()))
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
 }
 
 // CheckRegularFile returns an error naming path unless it is (or links to)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -42,18 +41,11 @@ const (
 // reference to its offset in the file itself (a fileStore): the tensor is
 // read from the file when it is decoded, as external data is.
 func loadLean(path string, minRaw int64) (*Model, error) {
-	if err := CheckRegularFile(path); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path)
+	f, fi, err := openRegularFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	st := &fileStore{path: path, location: "\x00model:" + path}
 	l := &leanReader{r: bufio.NewReaderSize(f, 1<<20), minRaw: minRaw, location: st.location}
 	b, err := l.message(fi.Size(), func(num protowire.Number, n int64, out []byte) ([]byte, bool, error) {
