@@ -34,6 +34,7 @@ type sensitivityOptions struct {
 	Out     string
 	Table   string
 	NoCache bool
+	Shard   string
 }
 
 // defaultSensitivityEvalSamples is the number of held-out samples the
@@ -66,11 +67,65 @@ func NewCmdSensitivity(streams *IO, runF func(*sensitivityOptions) error) *cobra
 	optString(f, &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine for calibration and measurement: go (built-in) or ort")
 	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	f.IntVar(&opts.EvalSamples, "eval-samples", defaultSensitivityEvalSamples, "hold out the last N calibration samples and measure on them")
-	f.StringVar(&opts.Group, "group", string(compare.GroupByNode), "group quantization points by node (the points of one node) or module (its module scope)")
+	f.StringVar(&opts.Group, "group", string(compare.GroupByNode), "group quantization points by node (the points of one node), module (its module scope) or tensor (one point with the points sharing its qparams and its weight's bias)")
+	f.StringVar(&opts.Shard, "shard", "", "measure shard i of n (0-based) of the groups, as i/n; `coreaiq sensitivity merge` joins the shards")
 	f.StringVarP(&opts.Out, "output", "o", "", "also write the ranking as JSON here")
 	f.StringVar(&opts.Table, "format", "table", "stdout format: table or json")
 	f.BoolVar(&opts.NoCache, "no-cache", false, "measure again even when a cached result exists")
+	cmd.AddCommand(newCmdSensitivityMerge(streams))
 	return cmd
+}
+
+// newCmdSensitivityMerge builds `coreaiq sensitivity merge`: the results of
+// the shards of one analysis joined into the result of the whole.
+func newCmdSensitivityMerge(streams *IO) *cobra.Command {
+	opts := &sensitivityOptions{quantizeOptions: quantizeOptions{IO: streams}}
+	merge := &cobra.Command{
+		Use:   "merge SHARD.json ... [-o FILE]",
+		Short: "Join the results of sensitivity --shard i/n into the whole analysis's",
+		Long: "Join the -o files of `coreaiq sensitivity --shard i/n`, one per shard, all of one\n" +
+			"analysis (same model, config, data and flags). The result is the one an unsharded\n" +
+			"run writes, byte for byte.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSensitivityMerge(opts, args)
+		},
+	}
+	merge.Flags().StringVarP(&opts.Out, "output", "o", "", "also write the merged ranking as JSON here")
+	merge.Flags().StringVar(&opts.Table, "format", "table", "stdout format: table or json")
+	return merge
+}
+
+func runSensitivityMerge(opts *sensitivityOptions, inputs []string) error {
+	if opts.Table != "table" && opts.Table != "json" {
+		return Usagef("--format %q: want table or json", opts.Table)
+	}
+	var out []output
+	if opts.Out != "" {
+		out = append(out, output{Flag: "-o", Path: opts.Out})
+	}
+	plan, err := planOutputs(inputs, out...)
+	if err != nil {
+		return err
+	}
+	defer plan.Discard()
+	var parts []*compare.Sensitivity
+	for _, p := range inputs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return &UsageError{Err: err}
+		}
+		var r compare.Sensitivity
+		if err := json.Unmarshal(b, &r); err != nil {
+			return Usagef("%s: not a sensitivity result: %v", p, err)
+		}
+		parts = append(parts, &r)
+	}
+	merged, err := compare.MergeShards(parts)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	return writeSensitivity(opts, plan, merged)
 }
 
 func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
@@ -86,6 +141,12 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	}
 	if opts.EvalSamples < 1 {
 		return Usagef("--eval-samples %d: the analysis needs at least one held-out sample", opts.EvalSamples)
+	}
+	var shard compare.Shard
+	if opts.Shard != "" {
+		if shard.Index, shard.Count, err = parseShard(opts.Shard); err != nil {
+			return err
+		}
 	}
 	s, err := setupPipeline(&opts.quantizeOptions, nil, func(config.Settings) []output {
 		return []output{{Flag: "-o", Path: opts.Out}}
@@ -121,7 +182,7 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 		return err
 	}
 
-	r, err := cachedSensitivity(ctx, opts.IO, s, u, sensitivitySplit{grouping, calibSamples, eval, source, opts.Opset}, opts.NoCache, func() error {
+	r, err := cachedSensitivity(ctx, opts.IO, s, u, sensitivitySplit{grouping, calibSamples, eval, source, opts.Opset, shard}, opts.NoCache, func() error {
 		_, err := passes.Run(ctx, u, passes.RunOptions{})
 		calProg.Done()
 		if err != nil {
@@ -146,6 +207,7 @@ type sensitivitySplit struct {
 	eval         *quantizeEval
 	source       calibrate.Source
 	opset        int64
+	shard        compare.Shard
 }
 
 // cachedSensitivity is the sensitivity analysis of u's plan, read from the
@@ -164,13 +226,17 @@ func (sp sensitivitySplit) heldOut(s *pipelineSetup) (iter.Seq2[compare.Batch, e
 
 func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *passes.Unit, sp sensitivitySplit, noCache bool, finish func() error) (*compare.Sensitivity, error) {
 	var cachePath string
+	key, err := sensitivityKey(s, u, sp)
+	if err != nil {
+		return nil, err
+	}
 	if !noCache {
-		key, err := sensitivityKey(s, u, sp)
-		if err != nil {
-			return nil, err
+		name := key
+		if sp.shard.Count > 0 {
+			name += fmt.Sprintf("-shard%dof%d", sp.shard.Index, sp.shard.Count)
 		}
 		if dir, err := os.UserCacheDir(); err == nil {
-			cachePath = filepath.Join(dir, "coreaiq", "sensitivity", key+".json")
+			cachePath = filepath.Join(dir, "coreaiq", "sensitivity", name+".json")
 		} else {
 			slog.Warn("no user cache directory: the result is not cached", "err", err)
 		}
@@ -198,12 +264,13 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 	prog := newSensitivityProgress(streams)
 	r, err := compare.Analyze(ctx, compare.SensitivityInput{
 		Float: s.model, Prepared: u.Model, Plan: u.Plan, Stats: u.Stats, Write: u.Write,
-		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Progress: prog.report,
+		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, Progress: prog.report,
 	})
 	prog.done()
 	if err != nil {
 		return nil, err
 	}
+	r.Key = key
 	// The figures are used in their JSON form (DB rounds to 4 decimals),
 	// the form the cache keeps, so that a cached run prints the same bytes
 	// and makes the same choices as the run that measured.
