@@ -6,12 +6,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -19,8 +19,7 @@ import (
 // reads the input x, whose feature 0 spans ±200 (outlierData) but meets
 // zero weights while features 1-7 span ±1 and carry the signal: int8's
 // per-tensor scale for x rounds those to 0 or ±1.6, and the output y1
-// keeps little of them. Leaving /first/Gemm in float leaves x and y1 in
-// float, since no other node reads or writes them. The other branch,
+// keeps little of them; int16's keeps them. The other branch,
 // /second/Gemm and /third/Gemm from the input z to y2, spans a few units
 // and keeps int8's 25 dB here (moving-average ranges clip it).
 func outlierInputModel() *testmodels.Builder {
@@ -69,9 +68,11 @@ func outlierData(t *testing.T, dir string) []string {
 }
 
 // TestSearchPromotesFragileNode checks, on outlierInputModel (w8a8, 256
-// samples of outlierData, 4 held out), that --target-sqnr leaves
-// /first/Gemm in float, and nothing else, and that the emitted config
-// writes the same model byte for byte and validates.
+// samples of outlierData, 4 held out), that --target-sqnr 15 raises x to
+// int16 first, in one evaluation, and nothing else (the model reaches
+// 19.1 dB from 9.1), with an op_name_config entry for /first/Gemm, the
+// one node that quantizes x, and that the emitted config writes the same
+// model byte for byte and validates.
 func TestSearchPromotesFragileNode(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
@@ -99,7 +100,7 @@ func TestSearchPromotesFragileNode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, emitted := filepath.Join(dir, tt.name+".onnx"), filepath.Join(dir, tt.name+".yaml")
-			args := append([]string{"quantize", "--model", model, "--target-sqnr", "20", "-o", out, "--emit-config", emitted}, tt.args...)
+			args := append([]string{"quantize", "--model", model, "--target-sqnr", "15", "-o", out, "--emit-config", emitted}, tt.args...)
 			code, _, stderr := runCLI(t, append(args, data...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
@@ -118,18 +119,22 @@ func TestSearchPromotesFragileNode(t *testing.T) {
 			var keys []string
 			for _, e := range cfg.Quant.Global.OpNames {
 				keys = append(keys, e.Key)
-				if e.Config != nil {
-					t.Errorf("op_name_config %q is not null", e.Key)
+				if e.Config == nil {
+					t.Fatalf("op_name_config %q is null", e.Key)
+				}
+				in, ok := e.Config.Input.Lookup(0)
+				if !ok || in.Spec == nil || in.Spec.DType != spec.Int16 {
+					t.Errorf("op_name_config %q: input 0 is not int16:\n%s", e.Key, text)
 				}
 			}
 			if strings.Join(keys, ",") != "/first/Gemm" {
-				t.Fatalf("promoted %v, want only /first/Gemm; stderr:\n%s\nconfig:\n%s", keys, stderr, text)
+				t.Fatalf("entries for %v, want only /first/Gemm; stderr:\n%s\nconfig:\n%s", keys, stderr, text)
 			}
-			if !strings.Contains(string(text), "/first/Gemm: null # left in float: +") {
+			if !strings.Contains(string(text), "/first/Gemm: # x to int16: +") {
 				t.Errorf("the entry carries no gain comment:\n%s", text)
 			}
-			if !strings.Contains(stderr, "search 1/8: /first/Gemm in float") || strings.Contains(stderr, "search 2/") {
-				t.Errorf("want one evaluation, of /first/Gemm; stderr:\n%s", stderr)
+			if !strings.Contains(stderr, "search 1/60: x to int16") || !strings.Contains(stderr, "search: x to int16 kept") || strings.Contains(stderr, "search 2/") {
+				t.Errorf("want one evaluation, x to int16, kept; stderr:\n%s", stderr)
 			}
 
 			// The emitted config holds the calibration sample count, so quantize
@@ -182,7 +187,7 @@ func TestSearchTargetNotMet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(text), "/first/Gemm: null") {
+	if !strings.Contains(string(text), "/first/Gemm: # x to int16") {
 		t.Errorf("the best model's promotion is not in the config:\n%s", text)
 	}
 	b, err := os.ReadFile(report)
@@ -194,9 +199,9 @@ func TestSearchTargetNotMet(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := rep.Search
-	if s == nil || s.Met || len(s.Trace) != 1 || s.Trace[0].Node != "/first/Gemm" || !s.Trace[0].Kept ||
-		!slices.Equal(s.Promoted, []string{"/first/Gemm"}) || s.Reached <= s.Start || s.Reached != s.Trace[0].SQNR {
-		t.Errorf("report's search: %+v, want one kept step, /first/Gemm, raising the SQNR, target not met", s)
+	if s == nil || s.Met || len(s.Trace) != 2 || s.Trace[0].Unit != "x" || s.Trace[1].Verdict != "kept" ||
+		len(s.Promotions) != 1 || s.Promotions[0].Unit != "x" || s.Reached <= s.Start || s.Evaluations != 1 || s.Raised != 1 {
+		t.Errorf("report's search: %+v, want x measured then kept, raising the SQNR, one point raised, target not met", s)
 	}
 }
 
@@ -219,6 +224,62 @@ func TestSearchUsageErrors(t *testing.T) {
 			code, _, stderr := runCLI(t, args...)
 			if code != ExitUsage || !strings.Contains(stderr, tt.wantErr) {
 				t.Errorf("exit %d, stderr %q: want exit %d naming %s", code, stderr, ExitUsage, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestSearchEvalCmd checks --eval-cmd on outlierInputModel (w8a8, 256
+// samples of outlierData, 4 held out) with a fake evaluator that prints
+// the number of times it has been called: 1 for the quantized model, 2
+// after the first promotion (x to int16, the only one that gains), 3 for
+// the final check of the emitted config. --target-metric 2 is met after
+// that promotion; 4 is not, since no promotion that gains is left, and exits 3. A
+// failing command fails the run (exit 1) with its standard error shown.
+func TestSearchEvalCmd(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "outlier.onnx", outlierInputModel())
+	data := outlierData(t, dir)
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name, target string
+		body         string
+		wantCode     int
+		wantCalls    int
+		wantStderr   string
+	}{
+		{name: "met", target: "2", body: "test -s \"$1\" || exit 9\necho x >> calls\nwc -l < calls\n", wantCode: 0, wantCalls: 3, wantStderr: "kept: --eval-cmd metric 2"},
+		{name: "not met", target: "4", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 3, wantStderr: "--target-metric 4 not met"},
+		{name: "failing", target: "2", body: "echo 'evaluator: no labels in /data' >&2\nexit 4\n", wantCode: ExitFailure, wantStderr: "evaluator: no labels in /data"},
+		{name: "no number", target: "2", body: "echo done\n", wantCode: ExitFailure, wantStderr: `last line "done" is not a number`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			work := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_"))
+			if err := os.MkdirAll(work, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			eval := script(strings.ReplaceAll(tt.name, " ", "_")+".sh", "cd "+work+"\n"+tt.body)
+			code, _, stderr := runCLI(t, append([]string{"quantize", "--model", model, "--preset", "w8a8", "-o", filepath.Join(work, "q.onnx"),
+				"--eval-cmd", eval + " {model}", "--target-metric", tt.target}, data...)...)
+			if code != tt.wantCode || !strings.Contains(stderr, tt.wantStderr) {
+				t.Fatalf("exit %d, want %d with %q in stderr:\n%s", code, tt.wantCode, tt.wantStderr, stderr)
+			}
+			if tt.wantCalls > 0 {
+				b, err := os.ReadFile(filepath.Join(work, "calls"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := strings.Count(string(b), "\n"); n != tt.wantCalls {
+					t.Errorf("evaluator called %d times, want %d", n, tt.wantCalls)
+				}
 			}
 		})
 	}

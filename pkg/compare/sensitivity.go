@@ -279,45 +279,74 @@ func NewMeasurer(ctx context.Context, engine string, threads int, float *onnxgra
 // Measure is the SQNR of the candidate's worst float output on the
 // held-out batches (+Inf when no output is a float).
 func (m *Measurer) Measure(ctx context.Context, model *onnxgraph.Model) (DB, error) {
+	r, err := m.MeasureAll(ctx, model)
+	return r.SQNR, err
+}
+
+// Measurement is a candidate's agreement with the float model.
+type Measurement struct {
+	// SQNR is the worst float output's (+Inf when no output is a float).
+	SQNR DB
+	// Top1 is the lowest top-1 agreement (percent of rows whose largest
+	// class is the float model's) among float outputs of rank 2 or more,
+	// read as [rows, classes] over the last axis; nil when there is none.
+	Top1 *float64
+}
+
+// MeasureAll measures the candidate's outputs on the held-out batches.
+func (m *Measurer) MeasureAll(ctx context.Context, model *onnxgraph.Model) (Measurement, error) {
 	cand, err := runtime.Open(m.engine, model, runtime.Options{Threads: m.threads})
 	if err != nil {
-		return 0, err
+		return Measurement{}, err
 	}
 	defer cand.Close()
 	stats := make([]Stats, len(m.outputs))
+	tops := make([]TopK, len(m.outputs))
 	for i, b := range m.batches {
 		got, err := cand.Run(ctx, b, runtime.RunOptions{})
 		if err != nil {
-			return 0, err
+			return Measurement{}, err
 		}
 		for j, o := range m.outputs {
 			w, g := m.wants[i][o.Name], got[o.Name]
 			if w == nil || g == nil {
-				return 0, fmt.Errorf("output %q missing", o.Name)
+				return Measurement{}, fmt.Errorf("output %q missing", o.Name)
 			}
 			if !w.DType.IsFloat() {
 				continue // integer outputs (indices, counts) have no SQNR
 			}
 			x, err := w.AsFloat32()
 			if err != nil {
-				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
 			}
 			y, err := g.AsFloat32()
 			if err != nil {
-				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
 			}
 			if err := stats[j].Add(x, y); err != nil {
-				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
+			}
+			if len(w.Shape) >= 2 && w.Shape[len(w.Shape)-1] > 0 {
+				classes := w.Shape[len(w.Shape)-1]
+				if err := tops[j].Add(x, y, len(x)/classes, classes, nil); err != nil {
+					return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
+				}
 			}
 		}
 	}
-	worst := DB(math.Inf(1))
+	r := Measurement{SQNR: DB(math.Inf(1))}
 	for i := range stats {
 		if stats[i].N > 0 || stats[i].NonFinite > 0 {
-			worst = min(worst, stats[i].SQNR())
+			r.SQNR = min(r.SQNR, stats[i].SQNR())
+		}
+		if tops[i].Samples > 0 {
+			p := 100 * float64(tops[i].Top1) / float64(tops[i].Samples)
+			if r.Top1 == nil || p < *r.Top1 {
+				r.Top1 = &p
+			}
 		}
 	}
-	return worst, nil
+	return r, nil
 }
 
 // Analyze measures each group's effect on the model's outputs: the SQNR
