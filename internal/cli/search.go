@@ -577,7 +577,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		best := pickUnit(st.units)
+		best := pickUnit(st.units, stamp)
 		fresh := best != nil && best.stamp == stamp
 		if best == nil || fresh && best.est <= 0 {
 			fmt.Fprintf(errOut, "search: no promotion left that gains\n")
@@ -686,8 +686,10 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 }
 
 // pickUnit is the unit whose next step has the highest estimated gain per
-// added cost (ties: the lower name), nil when no unit can be raised.
-func pickUnit(units []*searchUnit) *searchUnit {
+// added cost (ties: an estimate from an earlier model, which may be
+// stale, before a measurement on this one, then the lower name), nil when
+// no unit can be raised.
+func pickUnit(units []*searchUnit, stamp int) *searchUnit {
 	var best *searchUnit
 	var bestRatio float64
 	for _, un := range units {
@@ -696,7 +698,7 @@ func pickUnit(units []*searchUnit) *searchUnit {
 			continue
 		}
 		r := un.est / float64(max(un.cost(to), 1))
-		if best == nil || r > bestRatio {
+		if best == nil || r > bestRatio || r == bestRatio && best.stamp == stamp && un.stamp != stamp {
 			best, bestRatio = un, r
 		}
 	}
@@ -800,8 +802,9 @@ func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[stri
 	if len(levels) > 0 {
 		names := ensureMapping(globalConfig(root), "op_name_config")
 		globalPath := ""
+		anchors := specAnchors{}
 		for _, nr := range res.Nodes {
-			entry, touched, err := promotionEntry(nr, levels)
+			entry, touched, err := promotionEntry(nr, levels, anchors)
 			if err != nil {
 				return nil, err
 			}
@@ -850,7 +853,7 @@ func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[stri
 // op_state_spec written out by index or state name, the raised values
 // widened to int16 or null. touched lists the raised values it quantizes
 // (none: the node needs no entry).
-func promotionEntry(nr *config.NodeResolution, levels map[string]int) (entry *yaml.Node, touched []string, err error) {
+func promotionEntry(nr *config.NodeResolution, levels map[string]int, anchors specAnchors) (entry *yaml.Node, touched []string, err error) {
 	for _, t := range nr.Tensors {
 		if t.Spec != nil && levels[t.Value] != levelConfigured && !slices.Contains(touched, t.Value) {
 			touched = append(touched, t.Value)
@@ -889,7 +892,7 @@ func promotionEntry(nr *config.NodeResolution, levels map[string]int) (entry *ya
 		if t.Role != config.RoleState {
 			k.Tag = "!!int"
 		}
-		fields[t.Role].Content = append(fields[t.Role].Content, k, specNode(s))
+		fields[t.Role].Content = append(fields[t.Role].Content, k, anchors.node(s))
 	}
 	entry = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for _, f := range []struct {
@@ -903,6 +906,33 @@ func promotionEntry(nr *config.NodeResolution, levels map[string]int) (entry *ya
 		entry.Content = append(entry.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.key}, v)
 	}
 	return entry, touched, nil
+}
+
+// specAnchors writes each distinct spec of the entries once, with an
+// anchor named after it, and aliases it after that.
+type specAnchors map[string]*yaml.Node
+
+func (a specAnchors) node(s *spec.QuantizationSpec) *yaml.Node {
+	n := specNode(s)
+	if s == nil {
+		return n
+	}
+	key := s.String()
+	if first, ok := a[key]; ok {
+		return &yaml.Node{Kind: yaml.AliasNode, Value: first.Anchor, Alias: first}
+	}
+	name := strings.NewReplacer("per_", "").Replace(fmt.Sprintf("%s_%s_%s", s.DType, s.Granularity.Type, s.Calculator.Type))
+	taken := map[string]bool{}
+	for _, x := range a {
+		taken[x.Anchor] = true
+	}
+	anchor := name
+	for i := 2; taken[anchor]; i++ {
+		anchor = fmt.Sprintf("%s_%d", name, i)
+	}
+	n.Anchor = anchor
+	a[key] = n
+	return n
 }
 
 // specNode writes a resolved spec in the config's spelling, on one line;
@@ -941,7 +971,7 @@ func specNode(s *spec.QuantizationSpec) *yaml.Node {
 		add(c, "num_bins", num(fmt.Sprint(s.Calculator.NumBins), "!!int"))
 	}
 	add(m, "qparam_calculator", c)
-	if s.ScaleDType != spec.DTypeAuto {
+	if s.ScaleDType != spec.DTypeAuto && s.ScaleDType != spec.Float32 { // float32: the default
 		add(m, "scale_dtype", str(s.ScaleDType.String()))
 	}
 	return m

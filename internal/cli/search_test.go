@@ -217,6 +217,10 @@ func TestSearchUsageErrors(t *testing.T) {
 		{name: "no data", args: []string{"--target-sqnr", "30"}, wantErr: "--target-sqnr"},
 		{name: "no budget", args: []string{"--data", data, "--target-sqnr", "30", "--search-budget", "0"}, wantErr: "--search-budget"},
 		{name: "config onto the model", args: []string{"--data", data, "--emit-config", model}, wantErr: "--emit-config"},
+		{name: "two targets", args: []string{"--data", data, "--target-sqnr", "30", "--target-top1", "99"}, wantErr: "give one"},
+		{name: "metric without command", args: []string{"--data", data, "--target-metric", "0.5"}, wantErr: "--target-metric needs --eval-cmd"},
+		{name: "command without metric", args: []string{"--data", data, "--eval-cmd", "true {model}"}, wantErr: "--eval-cmd needs --target-metric"},
+		{name: "command without model", args: []string{"--data", data, "--eval-cmd", "true", "--target-metric", "1"}, wantErr: "no {model}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -282,5 +286,35 @@ func TestSearchEvalCmd(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSearchTargetTop1 checks --target-top1 on fragileModel (w8a8, 24
+// samples of fragileData, 4 held out): int8 rounds the output "small" to
+// zeros, whose top-1 class agrees with the float model's on no held-out
+// row; raising the Concat's shared group "cat" to int16 brings two rows
+// of four back, which meets --target-top1 50 in one promotion.
+func TestSearchTargetTop1(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "fragile.onnx", fragileModel())
+	data := fragileData(t, dir)
+	report := filepath.Join(dir, "r.json")
+	code, _, stderr := runCLI(t, "quantize", "--model", model, "--data", data, "--preset", "w8a8", "--target-top1", "50",
+		"-o", filepath.Join(dir, "q.onnx"), "--report", report)
+	if code != 0 || !strings.Contains(stderr, "search: top-1 agreement 0% on 4 held-out samples, target 50%") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Search *searchReport }
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if s := rep.Search; s == nil || !s.Met || s.Target != "--target-top1 50" || s.Start != 0 || s.Reached != 50 ||
+		len(s.Promotions) != 1 || s.Promotions[0].Unit != "cat" || s.Promotions[0].To != "int16" {
+		t.Errorf("report's search: %+v, want --target-top1 50 met at 50 from 0 by cat to int16", s)
 	}
 }
