@@ -136,29 +136,27 @@ type searchUnit struct {
 	// int16 step widens; none means the unit goes straight to float.
 	Acts  []string
 	level int
-	// skip16 is set once int16 measured no gain: the next step is float.
-	skip16 bool
-	// est is the estimated gain of the next step (the sensitivity
-	// analysis's, or a measurement), measured in state stamp (-1 for the
-	// analysis's estimate).
-	est   float64
-	stamp int
-	// sensGain is the analysis's gain of the unit left in float.
-	sensGain float64
-	// inexpressible says why no config writes the next step ("" when one
-	// does).
-	inexpressible string
+	// est is, by level, the estimated gain of raising the unit there
+	// from its level (the sensitivity analysis's, or a measurement),
+	// measured on the model of state stamp (-1: the analysis's model).
+	est   [levelFloat + 1]float64
+	stamp [levelFloat + 1]int
+	// inexpressible says, by level, why no config writes the unit there
+	// ("" when one does).
+	inexpressible [levelFloat + 1]string
 }
 
-// next is the unit's next level, -1 when it is in float.
-func (un *searchUnit) next() int {
-	switch {
-	case un.level == levelConfigured && len(un.Acts) > 0 && !un.skip16:
-		return levelInt16
-	case un.level < levelFloat:
-		return levelFloat
+// steps are the levels the unit can be raised to: int16 for its 8-bit
+// activations, float.
+func (un *searchUnit) steps() []int {
+	var out []int
+	if un.level < levelInt16 && len(un.Acts) > 0 {
+		out = append(out, levelInt16)
 	}
-	return -1
+	if un.level < levelFloat {
+		out = append(out, levelFloat)
+	}
+	return out
 }
 
 // weight is a level's cost per point: an int16 activation costs one, a
@@ -358,7 +356,7 @@ type searchState struct {
 func newSearchState(u *passes.Unit) *searchState {
 	st := &searchState{u: u, byVal: map[string]*searchUnit{}}
 	for _, g := range compare.Groups(u.Model, u.Plan, compare.GroupByTensor) {
-		un := &searchUnit{Name: g.Name, stamp: -1}
+		un := &searchUnit{Name: g.Name, stamp: [levelFloat + 1]int{-1, -1, -1}}
 		for _, v := range g.Values {
 			t := u.Plan.Tensor(v)
 			if t == nil {
@@ -562,28 +560,30 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	for _, g := range sens.Groups {
 		for _, v := range g.Values {
 			if un := st.byVal[v]; un != nil && un.Name == g.Group {
-				un.sensGain = float64(g.Gain)
+				// Int16's first estimate is float's: int16 comes first
+				// because it costs less.
+				un.est = [levelFloat + 1]float64{0, float64(g.Gain), float64(g.Gain)}
 			}
 		}
 	}
-	for _, un := range st.units {
-		un.est = un.sensGain
-	}
 	stamp := 0
 	current := float64(res.ReachedSQNR)
+	type candidate struct {
+		un    *searchUnit
+		level int
+	}
 	var lastModel *onnxgraph.Model
-	var lastUnit *searchUnit
+	var last candidate
 	for res.Reached < metric.target {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		best := pickUnit(st.units, stamp)
-		fresh := best != nil && best.stamp == stamp
-		if best == nil || fresh && best.est <= 0 {
+		best, to := pickStep(st.units, stamp)
+		fresh := best != nil && best.stamp[to] == stamp
+		if best == nil || fresh && best.est[to] <= 0 {
 			fmt.Fprintf(errOut, "search: no promotion left that gains\n")
 			break
 		}
-		to := best.next()
 		cost := best.cost(to)
 		if !fresh {
 			// An estimate from an earlier model, re-measured on this one,
@@ -601,34 +601,30 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			}
 			res.Evaluations++
 			gain := float64(got) - current
-			best.est, best.stamp = gain, stamp
-			lastModel, lastUnit = model, best
+			best.est[to], best.stamp[to] = gain, stamp
+			lastModel, last = model, candidate{best, to}
 			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"})
 			fmt.Fprintf(errOut, "search %d/%d: %s to %s (cost %d): worst output %s dB (%+.2f dB)\n",
 				res.Evaluations, so.budget(), best.Name, levelNames[to], cost, got, gain)
-			if gain <= 0 && to == levelInt16 {
-				best.skip16, best.stamp = true, -1
-				best.est = best.sensGain
-			}
 			continue
 		}
-		// The best unit's estimate is a measurement on the current model:
-		// no other unit's (an upper bound of what re-measuring would give)
-		// is better per cost, so it is promoted, if a config says so.
+		// The step's estimate is a measurement on the current model, and
+		// no other step's estimate is better per cost: it is made, if a
+		// config expresses it.
 		if why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, best, to); err != nil {
 			return nil, err
 		} else if why != "" {
-			best.inexpressible = why
+			best.inexpressible[to] = why
 			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], Cost: cost, Verdict: "not expressible: " + why})
 			fmt.Fprintf(errOut, "search: %s to %s not promoted: %s\n", best.Name, levelNames[to], why)
 			continue
 		}
-		if lastUnit != best {
+		if last != (candidate{best, to}) {
 			if lastModel, err = st.write(st.levels(best, to)); err != nil {
 				return nil, err
 			}
 		}
-		gain := best.est
+		gain := best.est[to]
 		best.level = to
 		stamp++
 		current += gain
@@ -652,10 +648,9 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		}
 		res.Trace = append(res.Trace, step)
 		fmt.Fprintf(errOut, "search: %s to %s kept: %s %s\n", best.Name, levelNames[to], metric.name, metric.format(res.Reached))
-		// The next step of the unit starts from the analysis's estimate
-		// less what the unit has gained.
-		best.est, best.stamp = best.sensGain-gain, -1
-		lastModel, lastUnit = nil, nil
+		// Float after int16 starts from its estimate less what int16 gained.
+		best.est[levelFloat] -= gain
+		lastModel, last = nil, candidate{}
 	}
 	for _, un := range st.units {
 		res.Raised += un.raised()
@@ -685,24 +680,26 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	return res, nil
 }
 
-// pickUnit is the unit whose next step has the highest estimated gain per
-// added cost (ties: an estimate from an earlier model, which may be
-// stale, before a measurement on this one, then the lower name), nil when
-// no unit can be raised.
-func pickUnit(units []*searchUnit, stamp int) *searchUnit {
+// pickStep is the unit and level with the highest estimated gain per
+// added cost (ties: an estimate from an earlier model, which may be stale,
+// before a measurement on this one; then the cheaper step, then the lower
+// name), nil when no unit can be raised.
+func pickStep(units []*searchUnit, stamp int) (*searchUnit, int) {
 	var best *searchUnit
+	var bestLevel int
 	var bestRatio float64
 	for _, un := range units {
-		to := un.next()
-		if to < 0 || un.inexpressible != "" {
-			continue
-		}
-		r := un.est / float64(max(un.cost(to), 1))
-		if best == nil || r > bestRatio || r == bestRatio && best.stamp == stamp && un.stamp != stamp {
-			best, bestRatio = un, r
+		for _, to := range un.steps() {
+			if un.inexpressible[to] != "" {
+				continue
+			}
+			r := un.est[to] / float64(max(un.cost(to), 1))
+			if best == nil || r > bestRatio || r == bestRatio && best.stamp[bestLevel] == stamp && un.stamp[to] != stamp {
+				best, bestLevel, bestRatio = un, to, r
+			}
 		}
 	}
-	return best
+	return best, bestLevel
 }
 
 // quantizeFromConfig runs the pipeline (until the named pass, "" for all)
