@@ -48,20 +48,22 @@ type searchOptions struct {
 	EmitConfig string
 }
 
-// defaultSearchBudget is --search-budget's default. An evaluation writes
-// a candidate from the calibrated statistics and runs it on the held-out
-// samples, a fraction of a plain quantize (which calibrates); on the
-// shared models this many of them, with the tensor sensitivity analysis
-// they start from, take about ten plain quantizes (README: Accuracy
-// targets).
-const defaultSearchBudget = 60
+// defaultSearchPlainRuns is --search-budget's default in plain quantizes:
+// an evaluation writes a candidate from the calibrated statistics and runs
+// it on the held-out samples, where a plain quantize runs the calibration
+// samples, so the default is this many times as many evaluations as there
+// are calibration samples per held-out one (at least minSearchBudget).
+const (
+	defaultSearchPlainRuns = 10
+	minSearchBudget        = 30
+)
 
 func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
 	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to int16 activations, then to float, the quantization points whose measured gain per added cost is highest, one at a time, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
 	optFloat64(f, &o.TargetTop1, "target-top1", 0, "as --target-sqnr, with the target the top-1 agreement with the float model on the held-out samples, in percent (classifiers: outputs [rows, classes])")
 	f.StringVar(&o.EvalCmd, "eval-cmd", "", "as --target-sqnr, with the target the number printed on the last line of this shell command (higher is better), run on each promotion's model written to a temporary directory in place of {model}; needs --target-metric")
 	optFloat64(f, &o.TargetMetric, "target-metric", 0, "the number --eval-cmd must reach")
-	optInt(f, &o.Budget, "search-budget", defaultSearchBudget, "candidate models the accuracy search may write and measure after its sensitivity analysis")
+	optInt(f, &o.Budget, "search-budget", 0, "candidate models the accuracy search may write and measure after its sensitivity analysis (default: as many as take about 10 plain quantizes: 10 × calibration samples / held-out samples, at least 30)")
 	f.StringVar(&o.EmitConfig, "emit-config", "", "write the config (the given one, or the preset written out, plus an op_name_config entry per node whose points the search raised) with which quantize --config FILE writes the same model")
 }
 
@@ -87,18 +89,19 @@ func (o *searchOptions) check() error {
 		return Usagef("--target-metric needs --eval-cmd, the command that prints the metric")
 	case o.EvalCmd != "" && !strings.Contains(o.EvalCmd, "{model}"):
 		return Usagef("--eval-cmd %q: no {model} in it to put the candidate's path in", o.EvalCmd)
-	case n == 1 && o.budget() < 1:
-		return Usagef("--search-budget %d: want 1 or more", o.budget())
+	case o.Budget != nil && *o.Budget < 1:
+		return Usagef("--search-budget %d: want 1 or more", *o.Budget)
 	}
 	return nil
 }
 
-// budget is --search-budget or its default.
-func (o *searchOptions) budget() int {
-	if o.Budget == nil {
-		return defaultSearchBudget
+// budget is --search-budget, or its default for the given numbers of
+// calibration and held-out samples.
+func (o *searchOptions) budget(calibSamples, heldOut int) int {
+	if o.Budget != nil {
+		return *o.Budget
 	}
-	return *o.Budget
+	return max(minSearchBudget, (defaultSearchPlainRuns*calibSamples+heldOut-1)/max(heldOut, 1))
 }
 
 // targetFlag is the target as given: "--target-sqnr 30".
@@ -542,12 +545,13 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		return nil, fmt.Errorf("quantized model: %w", err)
 	}
 	res.StartSQNR, res.ReachedSQNR, res.Reached = first.SQNR, first.SQNR, res.Start
+	budget := so.budget(sp.calibSamples, m.Samples)
 	st := newSearchState(u)
 	for _, un := range st.units {
 		res.Points += len(un.Values)
 	}
 	fmt.Fprintf(errOut, "search: %s %s on %d held-out samples, target %s; %d units of %d points, budget %d evaluations\n",
-		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Points, so.budget())
+		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Points, budget)
 	if res.Reached >= metric.target {
 		res.Met = true
 		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
@@ -588,7 +592,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if !fresh {
 			// An estimate from an earlier model, re-measured on this one,
 			// even when it promised no gain there.
-			if res.Evaluations >= so.budget() {
+			if res.Evaluations >= budget {
 				break
 			}
 			model, err := st.write(st.levels(best, to))
@@ -605,7 +609,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			lastModel, last = model, candidate{best, to}
 			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"})
 			fmt.Fprintf(errOut, "search %d/%d: %s to %s (cost %d): worst output %s dB (%+.2f dB)\n",
-				res.Evaluations, so.budget(), best.Name, levelNames[to], cost, got, gain)
+				res.Evaluations, budget, best.Name, levelNames[to], cost, got, gain)
 			continue
 		}
 		// The step's estimate is a measurement on the current model, and

@@ -133,7 +133,7 @@ func TestSearchPromotesFragileNode(t *testing.T) {
 			if !strings.Contains(string(text), "/first/Gemm: # x to int16: +") {
 				t.Errorf("the entry carries no gain comment:\n%s", text)
 			}
-			if !strings.Contains(stderr, "search 1/60: x to int16") || !strings.Contains(stderr, "search: x to int16 kept") || strings.Contains(stderr, "search 2/") {
+			if !strings.Contains(stderr, "search 1/630: x to int16") || !strings.Contains(stderr, "search: x to int16 kept") || strings.Contains(stderr, "search 2/") {
 				t.Errorf("want one evaluation, x to int16, kept; stderr:\n%s", stderr)
 			}
 
