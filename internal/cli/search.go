@@ -282,6 +282,10 @@ type searchResult struct {
 type searchMetric struct {
 	name, unit string
 	target     float64
+	// isSQNR is set when the metric is the worst output's SQNR, which
+	// every evaluation measures; other metrics are measured once per
+	// promotion.
+	isSQNR bool
 	// of measures a candidate; m is its guide measurement, made already.
 	of func(ctx context.Context, model *onnxgraph.Model, m compare.Measurement) (float64, error)
 }
@@ -302,15 +306,11 @@ func newSearchMetric(so *searchOptions) searchMetric {
 				return runEvalCmd(ctx, so.EvalCmd, model)
 			}}
 	}
-	return searchMetric{name: "worst output SQNR", unit: " dB", target: *so.TargetSQNR,
+	return searchMetric{name: "worst output SQNR", unit: " dB", target: *so.TargetSQNR, isSQNR: true,
 		of: func(_ context.Context, _ *onnxgraph.Model, m compare.Measurement) (float64, error) {
 			return float64(m.SQNR), nil
 		}}
 }
-
-// sqnrGuided reports whether the metric is the SQNR itself, which every
-// evaluation measures; other metrics are measured once per promotion.
-func (sm searchMetric) sqnrGuided() bool { return sm.name == "worst output SQNR" }
 
 func (sm searchMetric) format(v float64) string {
 	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + sm.unit
@@ -635,7 +635,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		res.ReachedSQNR = compare.DB(current)
 		step := searchStep{Unit: best.Name, To: levelNames[to], SQNR: res.ReachedSQNR, Gain: compare.DB(gain), Cost: cost, Verdict: "kept"}
 		res.Promoted = append(res.Promoted, promotion{Unit: best.Name, Values: best.Values, To: levelNames[to], Gain: compare.DB(gain), Cost: cost})
-		if metric.sqnrGuided() {
+		if metric.isSQNR {
 			res.Reached = current
 		} else {
 			got, err := m.MeasureAll(ctx, lastModel)
@@ -673,12 +673,13 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if err != nil {
 			return nil, fmt.Errorf("the emitted config's model: %w", err)
 		}
+		searched := res.ReachedSQNR
 		if res.Reached, err = metric.of(ctx, final.Result.Model, got); err != nil {
 			return nil, err
 		}
 		res.ReachedSQNR, res.Unit = got.SQNR, final
-		fmt.Fprintf(errOut, "search: the emitted config's model, quantized again: %s %s (worst output %s dB), %d of %d points (%.1f%%) raised\n",
-			metric.name, metric.format(res.Reached), got.SQNR, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
+		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s %s, worst output %s dB (the search measured %s dB); %d of %d points (%.1f%%) raised\n",
+			metric.name, metric.format(res.Reached), got.SQNR, searched, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
 	}
 	res.Met = res.Reached >= metric.target
 	return res, nil
