@@ -46,7 +46,7 @@ const defaultSensitivityEvalSamples = 4
 func NewCmdSensitivity(streams *IO, runF func(*sensitivityOptions) error) *cobra.Command {
 	opts := &sensitivityOptions{quantizeOptions: quantizeOptions{IO: streams}}
 	cmd := &cobra.Command{
-		Use:   "sensitivity --config FILE [--model PATH] [--data PATH ...] [--group node|module] [-o FILE]",
+		Use:   "sensitivity --config FILE [--model PATH] [--data PATH ...] [--group node|module|tensor] [--shard i/n] [-o FILE]",
 		Short: "Rank groups of quantization points by the output error they cause",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
