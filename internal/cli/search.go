@@ -60,7 +60,7 @@ const (
 
 func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
 	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to int16 activations, then to float, the quantization points whose measured gain per added cost is highest, one at a time, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
-	optFloat64(f, &o.TargetTop1, "target-top1", 0, "as --target-sqnr, with the target the top-1 agreement with the float model on the held-out samples, in percent (classifiers: outputs [rows, classes])")
+	optFloat64(f, &o.TargetTop1, "target-top1", 0, "as --target-sqnr, with the target the top-1 agreement with the float model on the held-out samples, in percent (classifiers: outputs [batch, classes] or [batch, classes, 1, ...])")
 	f.StringVar(&o.EvalCmd, "eval-cmd", "", "as --target-sqnr, with the target the number printed on the last line of this shell command (higher is better), run on each promotion's model written to a temporary directory in place of {model}; needs --target-metric")
 	optFloat64(f, &o.TargetMetric, "target-metric", 0, "the number --eval-cmd must reach")
 	optInt(f, &o.Budget, "search-budget", 0, "candidate models the accuracy search may write and measure after its sensitivity analysis (default: as many as take about 10 plain quantizes: 10 × calibration samples / held-out samples, at least 30)")
@@ -296,7 +296,7 @@ func newSearchMetric(so *searchOptions) searchMetric {
 		return searchMetric{name: "top-1 agreement", unit: "%", target: *so.TargetTop1,
 			of: func(_ context.Context, _ *onnxgraph.Model, m compare.Measurement) (float64, error) {
 				if m.Top1 == nil {
-					return 0, Usagef("--target-top1: no output of the model is a float tensor of rank 2 or more to take the top-1 class of")
+					return 0, Usagef("--target-top1: no float output of the model is shaped [batch, classes] or [batch, classes, 1, ...] to take the top-1 class of")
 				}
 				return *m.Top1, nil
 			}}

@@ -288,8 +288,9 @@ type Measurement struct {
 	// SQNR is the worst float output's (+Inf when no output is a float).
 	SQNR DB
 	// Top1 is the lowest top-1 agreement (percent of rows whose largest
-	// class is the float model's) among float outputs of rank 2 or more,
-	// read as [rows, classes] over the last axis; nil when there is none.
+	// class is the float model's) among the float outputs shaped [batch,
+	// classes] or [batch, classes, 1, ...] (as compare reads them); nil
+	// when there is none.
 	Top1 *float64
 }
 
@@ -326,9 +327,8 @@ func (m *Measurer) MeasureAll(ctx context.Context, model *onnxgraph.Model) (Meas
 			if err := stats[j].Add(x, y); err != nil {
 				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
 			}
-			if len(w.Shape) >= 2 && w.Shape[len(w.Shape)-1] > 0 {
-				classes := w.Shape[len(w.Shape)-1]
-				if err := tops[j].Add(x, y, len(x)/classes, classes, nil); err != nil {
+			if rows, classes, ok := logitsShape(w.Shape); ok {
+				if err := tops[j].Add(x, y, rows, classes, nil); err != nil {
 					return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
 				}
 			}
