@@ -441,7 +441,7 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	var search *searchResult
 	if opts.Search.active() || opts.Search.EmitConfig != "" {
-		sp := sensitivitySplit{grouping: compare.GroupByTensor, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset}
+		sp := sensitivitySplit{grouping: compare.GroupByTensor, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset, exceptOnly: true}
 		search, err = searchAccuracy(ctx, opts, s, u, func() *passes.Unit { return newUnit(nil) }, sp)
 		if err != nil {
 			return err

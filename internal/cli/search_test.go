@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -319,4 +321,62 @@ func TestSearchTargetTop1(t *testing.T) {
 		len(s.Promotions) != 1 || s.Promotions[0].Unit != "cat" || s.Promotions[0].To != "float" {
 		t.Errorf("report's search: %+v, want --target-top1 50 met at 75 from 0 by cat to float after 3 evaluations", s)
 	}
+}
+
+// TestSearchSensitivityCache checks, on outlierInputModel (w8a8, 256
+// samples of outlierData, 4 held out), that the search measures only the
+// all-but-this half of the tensor sensitivity analysis and caches it as
+// such, and that it reads a full analysis `coreaiq sensitivity --group
+// tensor` cached for the same inputs instead.
+func TestSearchSensitivityCache(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "outlier.onnx", outlierInputModel())
+	data := outlierData(t, dir)
+	search := append([]string{"quantize", "--model", model, "--preset", "w8a8", "--target-sqnr", "15", "-o", filepath.Join(dir, "q.onnx")}, data...)
+	cached := func(t *testing.T, cache string) []string {
+		t.Helper()
+		files, err := filepath.Glob(filepath.Join(cache, "coreaiq", "sensitivity", "*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
+	t.Run("search alone", func(t *testing.T) {
+		cache := filepath.Join(dir, "cache1")
+		t.Setenv("XDG_CACHE_HOME", cache)
+		if code, _, stderr := runCLI(t, search...); code != 0 || strings.Contains(stderr, "cached result") {
+			t.Fatalf("exit %d, want 0 measuring: %s", code, stderr)
+		}
+		files := cached(t, cache)
+		if len(files) != 1 {
+			t.Fatalf("cached %v, want one result", files)
+		}
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r compare.Sensitivity
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.ExceptOnly || r.Grouping != compare.GroupByTensor || len(r.Groups) == 0 || !math.IsNaN(float64(r.Groups[0].OnlySQNR)) {
+			t.Errorf("cached %+v, want an all-but-this tensor analysis", r)
+		}
+		if code, _, stderr := runCLI(t, search...); code != 0 || !strings.Contains(stderr, "cached result") {
+			t.Errorf("second search: exit %d, want 0 from the cache: %s", code, stderr)
+		}
+	})
+	t.Run("full analysis first", func(t *testing.T) {
+		cache := filepath.Join(dir, "cache2")
+		t.Setenv("XDG_CACHE_HOME", cache)
+		if code, _, stderr := runCLI(t, append([]string{"sensitivity", "--model", model, "--preset", "w8a8", "--group", "tensor"}, data...)...); code != 0 {
+			t.Fatalf("sensitivity: exit %d: %s", code, stderr)
+		}
+		if code, _, stderr := runCLI(t, search...); code != 0 || !strings.Contains(stderr, "cached result") {
+			t.Errorf("search: exit %d, want 0 reading the full analysis: %s", code, stderr)
+		}
+		if files := cached(t, cache); len(files) != 1 {
+			t.Errorf("cached %v, want the full analysis alone", files)
+		}
+	})
 }

@@ -133,7 +133,11 @@ type Sensitivity struct {
 	Key string `json:"key,omitempty"`
 	// Shard is "i/n" for the i-th of n shards of the groups, "" for all.
 	Shard string `json:"shard,omitempty"`
-	// Groups are ranked worst first: by OnlySQNR ascending, then name.
+	// ExceptOnly is set when only the all-but-this SQNRs were measured
+	// (OnlySQNR is NaN): what a search needs, at half the cost.
+	ExceptOnly bool `json:"except_only,omitempty"`
+	// Groups are ranked worst first: by OnlySQNR ascending, then name;
+	// with ExceptOnly, by Gain descending, then name.
 	Groups []GroupSensitivity `json:"groups"`
 }
 
@@ -166,7 +170,7 @@ func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
 		return nil, fmt.Errorf("shard %q of the first result: not a shard i/n", first.Shard)
 	}
 	seen := make([]bool, n)
-	out := &Sensitivity{Grouping: first.Grouping, Samples: first.Samples, AllQuantized: first.AllQuantized, Key: first.Key}
+	out := &Sensitivity{Grouping: first.Grouping, Samples: first.Samples, AllQuantized: first.AllQuantized, Key: first.Key, ExceptOnly: first.ExceptOnly}
 	for k, p := range parts {
 		var i, m int
 		if _, err := fmt.Sscanf(p.Shard, "%d/%d", &i, &m); err != nil || m != n || i < 0 || i >= n {
@@ -177,7 +181,7 @@ func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
 			return nil, fmt.Errorf("result %d: shard %s given twice", k+1, p.Shard)
 		case p.Key != first.Key:
 			return nil, fmt.Errorf("result %d (shard %s): measured another model, config, data or flags than shard %s (key %.12s, want %.12s)", k+1, p.Shard, first.Shard, p.Key, first.Key)
-		case p.Grouping != first.Grouping || p.Samples != first.Samples || p.AllQuantized != first.AllQuantized:
+		case p.Grouping != first.Grouping || p.Samples != first.Samples || p.AllQuantized != first.AllQuantized || p.ExceptOnly != first.ExceptOnly:
 			return nil, fmt.Errorf("result %d (shard %s): grouping %s, %d samples, %s dB all quantized, want %s, %d, %s dB as shard %s",
 				k+1, p.Shard, p.Grouping, p.Samples, p.AllQuantized, first.Grouping, first.Samples, first.AllQuantized, first.Shard)
 		}
@@ -189,15 +193,19 @@ func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
 			return nil, fmt.Errorf("shard %d/%d is missing", i, n)
 		}
 	}
-	rank(out.Groups)
+	out.rank()
 	return out, nil
 }
 
-// rank sorts groups worst first: by OnlySQNR ascending, then name.
-func rank(groups []GroupSensitivity) {
-	sort.SliceStable(groups, func(i, j int) bool {
-		a, b := groups[i], groups[j]
-		if a.OnlySQNR != b.OnlySQNR {
+// rank sorts the groups worst first: by OnlySQNR ascending, then name;
+// with ExceptOnly, by Gain descending, then name.
+func (r *Sensitivity) rank() {
+	sort.SliceStable(r.Groups, func(i, j int) bool {
+		a, b := r.Groups[i], r.Groups[j]
+		switch {
+		case r.ExceptOnly && a.Gain != b.Gain:
+			return a.Gain > b.Gain
+		case !r.ExceptOnly && a.OnlySQNR != b.OnlySQNR:
 			return a.OnlySQNR < b.OnlySQNR
 		}
 		return a.Group < b.Group
@@ -235,6 +243,9 @@ type SensitivityInput struct {
 	Grouping GroupBy
 	// Shard limits the analysis to one shard of the groups.
 	Shard Shard
+	// ExceptOnly measures each group left in float only, not quantized
+	// alone.
+	ExceptOnly bool
 	// Progress, when set, is called after each group is measured.
 	Progress func(done, total int, g GroupSensitivity)
 }
@@ -369,7 +380,7 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("all points quantized: %w", err)
 	}
-	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all, Shard: in.Shard.String()}
+	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all, Shard: in.Shard.String(), ExceptOnly: in.ExceptOnly}
 	var groups []Group
 	for i, g := range Groups(in.Prepared, in.Plan, in.Grouping) {
 		if in.Shard.has(i) {
@@ -384,9 +395,11 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		for _, v := range g.Values {
 			members[v] = true
 		}
-		only, err := measure(SubPlan(in.Plan, func(v string) bool { return members[v] }))
-		if err != nil {
-			return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
+		only := DB(math.NaN())
+		if !in.ExceptOnly {
+			if only, err = measure(SubPlan(in.Plan, func(v string) bool { return members[v] })); err != nil {
+				return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
+			}
 		}
 		except, err := measure(SubPlan(in.Plan, func(v string) bool { return !members[v] }))
 		if err != nil {
@@ -398,6 +411,6 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 			in.Progress(i+1, len(groups), gs)
 		}
 	}
-	rank(r.Groups)
+	r.rank()
 	return r, nil
 }
