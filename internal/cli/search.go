@@ -678,8 +678,12 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			return nil, err
 		}
 		res.ReachedSQNR, res.Unit = got.SQNR, final
-		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s %s, worst output %s dB (the search measured %s dB); %d of %d points (%.1f%%) raised\n",
-			metric.name, metric.format(res.Reached), got.SQNR, searched, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
+		figure := fmt.Sprintf("%s %s, worst output %s dB", metric.name, metric.format(res.Reached), got.SQNR)
+		if metric.isSQNR {
+			figure = fmt.Sprintf("worst output %s dB", got.SQNR)
+		}
+		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s (the search measured %s dB); %d of %d points (%.1f%%) raised\n",
+			figure, searched, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
 	}
 	res.Met = res.Reached >= metric.target
 	return res, nil
