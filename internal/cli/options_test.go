@@ -83,6 +83,9 @@ func TestQuantizeOptions(t *testing.T) {
 		{[]string{"--min-sqnr", "0"}, quantizeOptions{Format: "qdq", MinSQNR: ptr(0.0)}},
 		{[]string{"--target-sqnr", "30", "--search-budget", "3", "--emit-config", "c.yaml"},
 			quantizeOptions{Format: "qdq", Search: searchOptions{TargetSQNR: ptr(30.0), Budget: ptr(3), EmitConfig: "c.yaml"}}},
+		{[]string{"--target-top1", "99.5"}, quantizeOptions{Format: "qdq", Search: searchOptions{TargetTop1: ptr(99.5)}}},
+		{[]string{"--eval-cmd", "./map.sh {model}", "--target-metric", "0.31"},
+			quantizeOptions{Format: "qdq", Search: searchOptions{EvalCmd: "./map.sh {model}", TargetMetric: ptr(0.31)}}},
 	}, func(o *quantizeOptions, s *IO) { o.IO = s })
 }
 

@@ -388,12 +388,13 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		defer src.Close()
 		source = src
 	}
-	if opts.Search.TargetSQNR != nil {
+	if err := opts.Search.check(); err != nil {
+		return err
+	}
+	if opts.Search.active() {
 		switch {
 		case source == nil:
-			return Usagef("--target-sqnr needs calibration data (--data) to hold samples out of")
-		case opts.Search.budget() < 1:
-			return Usagef("--search-budget %d: want 1 or more", opts.Search.budget())
+			return Usagef("%s needs calibration data (--data) to hold samples out of", opts.Search.targetFlag())
 		case opts.EvalSamples == 0:
 			opts.EvalSamples = defaultSensitivityEvalSamples
 		}
@@ -439,8 +440,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return err
 	}
 	var search *searchResult
-	if opts.Search.TargetSQNR != nil || opts.Search.EmitConfig != "" {
-		sp := sensitivitySplit{grouping: compare.GroupByNode, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset}
+	if opts.Search.active() || opts.Search.EmitConfig != "" {
+		sp := sensitivitySplit{grouping: compare.GroupByTensor, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset, exceptOnly: true}
 		search, err = searchAccuracy(ctx, opts, s, u, func() *passes.Unit { return newUnit(nil) }, sp)
 		if err != nil {
 			return err
@@ -462,8 +463,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	rep := newReport(s, u, timings, out)
 	rep.reportPath = s.settings.Report
-	if search != nil && opts.Search.TargetSQNR != nil {
-		rep.Search = search.report(*opts.Search.TargetSQNR)
+	if search != nil && opts.Search.active() {
+		rep.Search = search.report(&opts.Search)
 	}
 	var gateErr error
 	if eval != nil {
@@ -485,8 +486,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	if err := quantizeBench(ctx, opts, source, s.model, out, u.Result.Model); err != nil {
 		return err
 	}
-	if search != nil && opts.Search.TargetSQNR != nil && !search.Met && gateErr == nil {
-		gateErr = searchGateError(*opts.Search.TargetSQNR, search)
+	if search != nil && opts.Search.active() && !search.Met && gateErr == nil {
+		gateErr = searchGateError(&opts.Search, search)
 	}
 	return gateErr
 }

@@ -3,85 +3,252 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"sort"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/spec"
 )
 
 // searchOptions are quantize's accuracy target: --target-sqnr,
-// --search-budget and --emit-config.
+// --target-top1 or --eval-cmd with --target-metric, --search-budget and
+// --emit-config.
 type searchOptions struct {
 	// TargetSQNR is the worst output's SQNR to reach on the held-out
-	// samples, nil for no search.
+	// samples, nil for none.
 	TargetSQNR *float64
-	// Budget is the number of candidate models the search may quantize
-	// and measure after the sensitivity analysis (nil: the default).
+	// TargetTop1 is the top-1 agreement with the float model to reach on
+	// the held-out samples, in percent, nil for none.
+	TargetTop1 *float64
+	// EvalCmd is the user's evaluation command ({model} stands for the
+	// candidate's path) and TargetMetric the number its last line must
+	// reach.
+	EvalCmd      string
+	TargetMetric *float64
+	// Budget is the number of candidate models the search may write and
+	// measure after the sensitivity analysis (nil: the default).
 	Budget *int
 	// EmitConfig is where the config that reproduces the written model
 	// goes ("" for none).
 	EmitConfig string
 }
 
-// defaultSearchBudget is --search-budget's default: each evaluation is a
-// whole quantize (calibration included), so the search costs about this
-// many plain runs plus the sensitivity analysis.
-const defaultSearchBudget = 8
+// defaultSearchPlainRuns is --search-budget's default in plain quantizes:
+// an evaluation writes a candidate from the calibrated statistics and runs
+// it on the held-out samples, where a plain quantize runs the calibration
+// samples, so the default is this many times as many evaluations as there
+// are calibration samples per held-out one (at least minSearchBudget).
+const (
+	defaultSearchPlainRuns = 10
+	minSearchBudget        = 30
+)
 
 func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
-	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, leave in float the nodes whose float copy gains most (sensitivity analysis, re-measured one promotion at a time) until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
-	optInt(f, &o.Budget, "search-budget", defaultSearchBudget, "candidate models --target-sqnr may quantize and measure after its sensitivity analysis")
-	f.StringVar(&o.EmitConfig, "emit-config", "", "write the config (the given one, or the preset written out, plus an op_name_config null entry per node left in float) with which quantize --config FILE writes the same model")
+	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to int16 activations, then to float, the quantization points whose measured gain per added cost is highest, one at a time, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
+	optFloat64(f, &o.TargetTop1, "target-top1", 0, "as --target-sqnr, with the target the top-1 agreement with the float model on the held-out samples, in percent (classifiers: outputs [batch, classes] or [batch, classes, 1, ...])")
+	f.StringVar(&o.EvalCmd, "eval-cmd", "", "as --target-sqnr, with the target the number printed on the last line of this shell command (higher is better), run on each promotion's model written to a temporary directory in place of {model}; needs --target-metric")
+	optFloat64(f, &o.TargetMetric, "target-metric", 0, "the number --eval-cmd must reach")
+	optInt(f, &o.Budget, "search-budget", 0, "candidate models the accuracy search may write and measure after its sensitivity analysis (default: as many as take about 10 plain quantizes: 10 × calibration samples / held-out samples, at least 30)")
+	f.StringVar(&o.EmitConfig, "emit-config", "", "write the config (the given one, or the preset written out, plus an op_name_config entry per node whose points the search raised) with which quantize --config FILE writes the same model")
 }
 
-// budget is --search-budget or its default.
-func (o *searchOptions) budget() int {
-	if o.Budget == nil {
-		return defaultSearchBudget
+// active reports whether a target is set.
+func (o *searchOptions) active() bool {
+	return o.TargetSQNR != nil || o.TargetTop1 != nil || o.TargetMetric != nil
+}
+
+// check refuses contradictory target flags.
+func (o *searchOptions) check() error {
+	n := 0
+	for _, set := range []bool{o.TargetSQNR != nil, o.TargetTop1 != nil, o.TargetMetric != nil} {
+		if set {
+			n++
+		}
 	}
-	return *o.Budget
+	switch {
+	case n > 1:
+		return Usagef("--target-sqnr, --target-top1 and --target-metric are alternatives: give one")
+	case o.EvalCmd != "" && o.TargetMetric == nil:
+		return Usagef("--eval-cmd needs --target-metric, the number its last line must reach")
+	case o.TargetMetric != nil && o.EvalCmd == "":
+		return Usagef("--target-metric needs --eval-cmd, the command that prints the metric")
+	case o.EvalCmd != "" && !strings.Contains(o.EvalCmd, "{model}"):
+		return Usagef("--eval-cmd %q: no {model} in it to put the candidate's path in", o.EvalCmd)
+	case o.Budget != nil && *o.Budget < 1:
+		return Usagef("--search-budget %d: want 1 or more", *o.Budget)
+	}
+	return nil
 }
 
-// promotion is a node the search left in float.
+// budget is --search-budget, or its default for the given numbers of
+// calibration and held-out samples.
+func (o *searchOptions) budget(calibSamples, heldOut int) int {
+	if o.Budget != nil {
+		return *o.Budget
+	}
+	return max(minSearchBudget, (defaultSearchPlainRuns*calibSamples+heldOut-1)/max(heldOut, 1))
+}
+
+// targetFlag is the target as given: "--target-sqnr 30".
+func (o *searchOptions) targetFlag() string {
+	switch {
+	case o.TargetTop1 != nil:
+		return "--target-top1 " + strconv.FormatFloat(*o.TargetTop1, 'g', -1, 64)
+	case o.TargetMetric != nil:
+		return "--target-metric " + strconv.FormatFloat(*o.TargetMetric, 'g', -1, 64)
+	case o.TargetSQNR != nil:
+		return "--target-sqnr " + strconv.FormatFloat(*o.TargetSQNR, 'g', -1, 64)
+	}
+	return ""
+}
+
+// The precisions a promotion unit goes through: as configured, int16
+// activations (weights as configured), float.
+const (
+	levelConfigured = iota
+	levelInt16
+	levelFloat
+)
+
+var levelNames = [...]string{"as configured", "int16", "float"}
+
+// searchUnit is what the search promotes: a quantization point with the
+// points that cannot be written without it (those sharing its qparams, its
+// weight's bias), compare.GroupByTensor's group. Raising it changes the
+// spec of exactly these values, which op_name_config entries for every
+// node that quantizes them express.
+type searchUnit struct {
+	Name   string
+	Values []string
+	// Acts are the 8-bit integer activations among Values, which the
+	// int16 step widens; none means the unit goes straight to float.
+	Acts  []string
+	level int
+	// est is, by level, the estimated gain of raising the unit there
+	// from its level (the sensitivity analysis's, or a measurement),
+	// measured on the model of state stamp (-1: the analysis's model).
+	est   [levelFloat + 1]float64
+	stamp [levelFloat + 1]int
+	// inexpressible says, by level, why no config writes the unit there
+	// ("" when one does).
+	inexpressible [levelFloat + 1]string
+}
+
+// steps are the levels the unit can be raised to: int16 for its 8-bit
+// activations, float.
+func (un *searchUnit) steps() []int {
+	var out []int
+	if un.level < levelInt16 && len(un.Acts) > 0 {
+		out = append(out, levelInt16)
+	}
+	if un.level < levelFloat {
+		out = append(out, levelFloat)
+	}
+	return out
+}
+
+// weight is a level's cost per point: an int16 activation costs one, a
+// point in float two (it loses the integer kernel as well as the width).
+func levelWeight(level int, act bool) int {
+	switch {
+	case level == levelInt16 && act:
+		return 1
+	case level == levelFloat:
+		return 2
+	}
+	return 0
+}
+
+// cost is what raising the unit to level adds.
+func (un *searchUnit) cost(level int) int {
+	acts := map[string]bool{}
+	for _, v := range un.Acts {
+		acts[v] = true
+	}
+	c := 0
+	for _, v := range un.Values {
+		c += levelWeight(level, acts[v]) - levelWeight(un.level, acts[v])
+	}
+	return c
+}
+
+// raised is the number of the unit's points above their configured precision.
+func (un *searchUnit) raised() int {
+	switch un.level {
+	case levelInt16:
+		return len(un.Acts)
+	case levelFloat:
+		return len(un.Values)
+	}
+	return 0
+}
+
+// promotion is a unit the search raised, with the figures of its step.
 type promotion struct {
-	Node string
-	// Gain is the sensitivity analysis's gain of the node alone; SQNR is
-	// the worst output's SQNR measured once the node joined the others.
-	Gain, SQNR compare.DB
+	Unit   string   `json:"unit"`
+	Values []string `json:"values"`
+	// To is int16 or float.
+	To string `json:"to"`
+	// Gain is the measured gain of the step in the guide metric (dB of
+	// the worst output), Cost its added cost.
+	Gain compare.DB `json:"gain_db"`
+	Cost int        `json:"cost"`
 }
 
 // searchStep is one candidate the search measured.
 type searchStep struct {
-	Node string     `json:"node"`
-	Gain compare.DB `json:"sensitivity_gain_db"`
-	// SQNR is the candidate's worst output; Kept is whether it became
-	// the model the next candidates build on.
+	Unit string `json:"unit"`
+	To   string `json:"to"`
+	// SQNR is the candidate's worst output, Gain its gain over the model
+	// it was built on, Cost the step's added cost.
 	SQNR compare.DB `json:"sqnr_db"`
-	Kept bool       `json:"kept"`
+	Gain compare.DB `json:"gain_db"`
+	Cost int        `json:"cost"`
+	// Verdict: "measured" (re-ranked), "kept" (the promotion was made),
+	// "not expressible: ..." (no config writes it).
+	Verdict string `json:"verdict"`
+	// Metric is the target metric after a kept step when it is not the
+	// SQNR (top-1 agreement, the --eval-cmd number).
+	Metric *float64 `json:"metric,omitempty"`
 }
 
 // searchReport is the search in the --report JSON.
 type searchReport struct {
-	TargetSQNR compare.DB   `json:"target_sqnr_db"`
-	Start      compare.DB   `json:"start_sqnr_db"`
-	Reached    compare.DB   `json:"reached_sqnr_db"`
-	Met        bool         `json:"met"`
-	Promoted   []string     `json:"left_in_float"`
-	Trace      []searchStep `json:"trace"`
+	Target string `json:"target"`
+	// Start and Reached are the target metric before and after, Met
+	// whether Reached meets it; StartSQNR and ReachedSQNR the worst output.
+	Start       float64      `json:"start"`
+	Reached     float64      `json:"reached"`
+	StartSQNR   compare.DB   `json:"start_sqnr_db"`
+	ReachedSQNR compare.DB   `json:"reached_sqnr_db"`
+	Met         bool         `json:"met"`
+	Evaluations int          `json:"evaluations"`
+	Points      int          `json:"points"`
+	Raised      int          `json:"points_raised"`
+	Promotions  []promotion  `json:"promotions"`
+	Trace       []searchStep `json:"trace"`
 }
 
-func (r *searchResult) report(target float64) *searchReport {
-	rep := &searchReport{TargetSQNR: compare.DB(target), Start: r.Start, Reached: r.Reached, Met: r.Met,
-		Promoted: []string{}, Trace: r.Trace}
-	for _, p := range r.Promoted {
-		rep.Promoted = append(rep.Promoted, p.Node)
+func (r *searchResult) report(so *searchOptions) *searchReport {
+	rep := &searchReport{Target: so.targetFlag(), Start: r.Start, Reached: r.Reached, StartSQNR: r.StartSQNR, ReachedSQNR: r.ReachedSQNR,
+		Met: r.Met, Evaluations: r.Evaluations, Points: r.Points, Raised: r.Raised, Promotions: r.Promoted, Trace: r.Trace}
+	if rep.Promotions == nil {
+		rep.Promotions = []promotion{}
 	}
 	if rep.Trace == nil {
 		rep.Trace = []searchStep{}
@@ -96,18 +263,258 @@ type searchResult struct {
 	// Config is the emitted config's text.
 	Config   []byte
 	Promoted []promotion
-	// Start and Reached are the worst output's SQNR before and after.
-	Start, Reached compare.DB
-	Evaluations    int
-	Met            bool
+	// Start and Reached are the target metric before and after (for
+	// --target-sqnr, the worst output's SQNR); StartSQNR and ReachedSQNR
+	// the worst output's.
+	Start, Reached         float64
+	StartSQNR, ReachedSQNR compare.DB
+	Evaluations            int
+	Met                    bool
+	// Points is the number of quantization points, Raised those above
+	// their configured precision.
+	Points, Raised int
 	// Trace is every candidate measured, in order.
 	Trace []searchStep
 }
 
+// searchMetric is the search's target: the metric of a candidate model
+// and the threshold it must reach (higher is better).
+type searchMetric struct {
+	name, unit string
+	target     float64
+	// isSQNR is set when the metric is the worst output's SQNR, which
+	// every evaluation measures; other metrics are measured once per
+	// promotion.
+	isSQNR bool
+	// of measures a candidate; m is its guide measurement, made already.
+	of func(ctx context.Context, model *onnxgraph.Model, m compare.Measurement) (float64, error)
+}
+
+func newSearchMetric(so *searchOptions) searchMetric {
+	switch {
+	case so.TargetTop1 != nil:
+		return searchMetric{name: "top-1 agreement", unit: "%", target: *so.TargetTop1,
+			of: func(_ context.Context, _ *onnxgraph.Model, m compare.Measurement) (float64, error) {
+				if m.Top1 == nil {
+					return 0, Usagef("--target-top1: no float output of the model is shaped [batch, classes] or [batch, classes, 1, ...] to take the top-1 class of")
+				}
+				return *m.Top1, nil
+			}}
+	case so.TargetMetric != nil:
+		return searchMetric{name: "--eval-cmd metric", target: *so.TargetMetric,
+			of: func(ctx context.Context, model *onnxgraph.Model, _ compare.Measurement) (float64, error) {
+				return runEvalCmd(ctx, so.EvalCmd, model)
+			}}
+	}
+	return searchMetric{name: "worst output SQNR", unit: " dB", target: *so.TargetSQNR, isSQNR: true,
+		of: func(_ context.Context, _ *onnxgraph.Model, m compare.Measurement) (float64, error) {
+			return float64(m.SQNR), nil
+		}}
+}
+
+func (sm searchMetric) format(v float64) string {
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + sm.unit
+}
+
+// runEvalCmd writes model to a temporary directory and runs the user's
+// command there through sh, {model} replaced by the model's path; the
+// number is the command's last non-empty line of output. A failing command
+// or a last line that is no number is an error that shows the command's
+// standard error.
+func runEvalCmd(ctx context.Context, tmpl string, model *onnxgraph.Model) (float64, error) {
+	dir, err := os.MkdirTemp("", "coreaiq-eval-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "model.onnx")
+	if err := model.Save(path, onnxgraph.SaveOptions{}); err != nil {
+		return 0, err
+	}
+	line := strings.ReplaceAll(tmpl, "{model}", "'"+strings.ReplaceAll(path, "'", `'\''`)+"'")
+	cmd := exec.CommandContext(ctx, "sh", "-c", line)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("--eval-cmd %q: %v; its standard error:\n%s", line, err, strings.TrimRight(stderr.String(), "\n"))
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	v, err := strconv.ParseFloat(last, 64)
+	if err != nil || math.IsNaN(v) {
+		return 0, fmt.Errorf("--eval-cmd %q: its last line %q is not a number; its standard error:\n%s", line, last, strings.TrimRight(stderr.String(), "\n"))
+	}
+	return v, nil
+}
+
+// searchState is the search's current model: the calibrated plan with the
+// units raised so far, written from the pipeline's statistics.
+type searchState struct {
+	u     *passes.Unit
+	units []*searchUnit
+	byVal map[string]*searchUnit
+}
+
+func newSearchState(u *passes.Unit) *searchState {
+	st := &searchState{u: u, byVal: map[string]*searchUnit{}}
+	for _, g := range compare.Groups(u.Model, u.Plan, compare.GroupByTensor) {
+		un := &searchUnit{Name: g.Name, stamp: [levelFloat + 1]int{-1, -1, -1}}
+		for _, v := range g.Values {
+			t := u.Plan.Tensor(v)
+			if t == nil {
+				continue // a palettized weight: kmeans_palettization_config's
+			}
+			un.Values = append(un.Values, v)
+			if t.Role == finalize.Activation && t.Spec != nil && widened(t.Spec) != nil {
+				un.Acts = append(un.Acts, v)
+			}
+			st.byVal[v] = un
+		}
+		if len(un.Values) > 0 {
+			st.units = append(st.units, un)
+		}
+	}
+	return st
+}
+
+// widened is an 8-bit integer spec with the 16-bit type of its signedness,
+// nil for other types.
+func widened(s *spec.QuantizationSpec) *spec.QuantizationSpec {
+	c := s.Clone()
+	switch s.DType {
+	case spec.Int8:
+		c.DType = spec.Int16
+	case spec.UInt8:
+		c.DType = spec.UInt16
+	default:
+		return nil
+	}
+	return c
+}
+
+// levels is each value's level with un raised to level (un nil: none).
+func (st *searchState) levels(un *searchUnit, level int) map[string]int {
+	out := map[string]int{}
+	for _, x := range st.units {
+		l := x.level
+		if x == un {
+			l = level
+		}
+		switch l {
+		case levelInt16:
+			for _, v := range x.Acts {
+				out[v] = levelInt16
+			}
+		case levelFloat:
+			for _, v := range x.Values {
+				out[v] = levelFloat
+			}
+		}
+	}
+	return out
+}
+
+// write writes the model of the given levels from the calibrated plan and
+// statistics.
+func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
+	plan, err := st.plan(levels)
+	if err != nil {
+		return nil, err
+	}
+	res, err := finalize.Write(st.u.Model, plan, st.u.Stats, st.u.Write)
+	if err != nil {
+		return nil, err
+	}
+	return res.Model, nil
+}
+
+// plan is the calibrated plan with the given levels: the values in float
+// left out (with the points that cannot be written without them), the
+// int16 ones widened, their qparams to be computed from the statistics.
+func (st *searchState) plan(levels map[string]int) (*finalize.Plan, error) {
+	plan := compare.SubPlan(st.u.Plan, func(v string) bool { return levels[v] != levelFloat })
+	for i, t := range plan.Tensors {
+		if levels[t.Value] != levelInt16 {
+			continue
+		}
+		c := *t
+		c.Spec = widened(t.Spec)
+		c.Params = nil // from the statistics, for the new type
+		if t.Fixed != nil {
+			sc, zp, err := c.Spec.QParams([]float32{t.Fixed.Min}, []float32{t.Fixed.Max})
+			if err != nil {
+				return nil, fmt.Errorf("%s in int16: %w", t.Value, err)
+			}
+			c.Params = &finalize.Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: t.Fixed.Min, Max: t.Fixed.Max}}
+		}
+		plan.Tensors[i] = &c
+	}
+	return compare.SubPlan(plan, func(string) bool { return true }), nil // reindexed
+}
+
+// comments are the emitted config's comments by value: the promotion that
+// raised it, with its measured gain and cost.
+func (st *searchState) comments(promoted []promotion) map[string]string {
+	out := map[string]string{}
+	for _, p := range promoted {
+		c := fmt.Sprintf("%s to %s: %+.2f dB for cost %d", p.Unit, p.To, float64(p.Gain), p.Cost)
+		for _, v := range p.Values {
+			if out[v] != "" && p.To == levelNames[levelFloat] {
+				c = out[v] + "; then " + c
+			}
+			out[v] = c
+		}
+	}
+	return out
+}
+
+// checkExpressible renders the config of the current levels with un
+// raised to level, prepares the model from it and compares the plan with
+// the one the search measures: why is "" when they agree, else what
+// differs.
+func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
+	base *yaml.Node, sp sensitivitySplit, un *searchUnit, level int) (why string, err error) {
+	levels := st.levels(un, level)
+	text, err := renderSearchConfig(base, st.u.Resolution, levels, nil, sp, &opts.Search)
+	if err != nil {
+		var ne *notExpressible
+		if errors.As(err, &ne) {
+			return ne.why, nil
+		}
+		return "", err
+	}
+	want, err := st.plan(levels)
+	if err != nil {
+		return "", err
+	}
+	got, err := quantizeFromConfig(ctx, opts, s, newUnit, text, "prepare")
+	if err != nil {
+		return "", fmt.Errorf("the config with %s raised to %s: %w", un.Name, levelNames[level], err)
+	}
+	for _, t := range want.Tensors {
+		g := got.Plan.Tensor(t.Value)
+		switch {
+		case g == nil:
+			return fmt.Sprintf("the config leaves %q in float", t.Value), nil
+		case !g.Spec.Equal(t.Spec) || g.SharedWith != t.SharedWith:
+			return fmt.Sprintf("the config gives %q %s, not %s", t.Value, g.SpecString(), t.SpecString()), nil
+		}
+	}
+	for _, g := range got.Plan.Tensors {
+		if want.Tensor(g.Value) == nil {
+			return fmt.Sprintf("the config quantizes %q", g.Value), nil
+		}
+	}
+	return "", nil
+}
+
 // searchAccuracy runs the accuracy search on the quantized pipeline u:
-// newUnit gives a fresh pipeline to quantize a candidate with. Each
-// candidate is quantized from the config text the search emits, so that
-// the emitted config writes the model the search chose.
+// newUnit gives a fresh pipeline to quantize from a config with. Candidates
+// are written from u's calibrated statistics; each promotion made is
+// checked to be what the emitted config gives, and the final model is
+// quantized from the emitted config, so that the config writes the model
+// the search measured.
 func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit,
 	newUnit func() *passes.Unit, sp sensitivitySplit) (*searchResult, error) {
 	so := &opts.Search
@@ -116,14 +523,12 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		return nil, err
 	}
 	res := &searchResult{Unit: u}
-	render := func(promoted []promotion) ([]byte, error) {
-		return renderSearchConfig(base, promoted, sp, so.TargetSQNR)
-	}
-	if so.TargetSQNR == nil {
-		res.Config, err = render(nil)
+	if !so.active() {
+		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
 		return res, err
 	}
-	target := compare.DB(*so.TargetSQNR)
+	errOut := opts.IO.ErrOut
+	metric := newSearchMetric(so)
 	data, err := sp.heldOut(s)
 	if err != nil {
 		return nil, err
@@ -132,73 +537,184 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	if err != nil {
 		return nil, err
 	}
-	if res.Start, err = m.Measure(ctx, u.Result.Model); err != nil {
+	first, err := m.MeasureAll(ctx, u.Result.Model)
+	if err != nil {
 		return nil, fmt.Errorf("quantized model: %w", err)
 	}
-	res.Reached = res.Start
-	errOut := opts.IO.ErrOut
-	fmt.Fprintf(errOut, "search: worst output %s dB on %d held-out samples, target %s dB\n", res.Start, m.Samples, target)
-	if res.Reached < target {
-		sens, err := cachedSensitivity(ctx, opts.IO, s, u, sp, false, nil)
-		if err != nil {
-			return nil, err
-		}
-		var ranked []compare.GroupSensitivity
-		for _, g := range sens.Groups {
-			// Groups named by a value (a point without a node) have no
-			// op_name_config entry to write.
-			if g.Gain > 0 && u.Model.Graph.Node(g.Group) != nil {
-				ranked = append(ranked, g)
+	if res.Start, err = metric.of(ctx, u.Result.Model, first); err != nil {
+		return nil, fmt.Errorf("quantized model: %w", err)
+	}
+	res.StartSQNR, res.ReachedSQNR, res.Reached = first.SQNR, first.SQNR, res.Start
+	budget := so.budget(sp.calibSamples, m.Samples)
+	st := newSearchState(u)
+	for _, un := range st.units {
+		res.Points += len(un.Values)
+	}
+	fmt.Fprintf(errOut, "search: %s %s on %d held-out samples, target %s; %d units of %d points, budget %d evaluations\n",
+		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Points, budget)
+	if res.Reached >= metric.target {
+		res.Met = true
+		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
+		return res, err
+	}
+	sens, err := cachedSensitivity(ctx, opts.IO, s, u, sp, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range sens.Groups {
+		for _, v := range g.Values {
+			if un := st.byVal[v]; un != nil && un.Name == g.Group {
+				// Int16's first estimate is float's: int16 comes first
+				// because it costs less.
+				un.est = [levelFloat + 1]float64{0, float64(g.Gain), float64(g.Gain)}
 			}
-		}
-		sort.SliceStable(ranked, func(i, j int) bool {
-			if ranked[i].Gain != ranked[j].Gain {
-				return ranked[i].Gain > ranked[j].Gain
-			}
-			return ranked[i].Group < ranked[j].Group
-		})
-		for _, g := range ranked {
-			if res.Reached >= target || res.Evaluations >= so.budget() {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			try := append(append([]promotion{}, res.Promoted...), promotion{Node: g.Group, Gain: g.Gain})
-			text, err := render(try)
-			if err != nil {
-				return nil, err
-			}
-			cand, err := quantizeFromConfig(ctx, opts, s, newUnit, text)
-			if err != nil {
-				return nil, fmt.Errorf("candidate with %s left in float: %w", g.Group, err)
-			}
-			got, err := m.Measure(ctx, cand.Result.Model)
-			if err != nil {
-				return nil, fmt.Errorf("candidate with %s left in float: %w", g.Group, err)
-			}
-			res.Evaluations++
-			verdict := "kept"
-			res.Trace = append(res.Trace, searchStep{Node: g.Group, Gain: g.Gain, SQNR: got, Kept: got > res.Reached})
-			if got > res.Reached {
-				try[len(try)-1].SQNR = got
-				res.Promoted, res.Reached, res.Unit = try, got, cand
-			} else {
-				verdict = "dropped: no better"
-			}
-			fmt.Fprintf(errOut, "search %d/%d: %s in float (sensitivity gain %s dB): worst output %s dB, %s\n",
-				res.Evaluations, so.budget(), g.Group, g.Gain, got, verdict)
 		}
 	}
-	res.Met = res.Reached >= target
-	res.Config, err = render(res.Promoted)
-	return res, err
+	stamp := 0
+	current := float64(res.ReachedSQNR)
+	type candidate struct {
+		un    *searchUnit
+		level int
+	}
+	var lastModel *onnxgraph.Model
+	var last candidate
+	for res.Reached < metric.target {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		best, to := pickStep(st.units, stamp)
+		fresh := best != nil && best.stamp[to] == stamp
+		if best == nil || fresh && best.est[to] <= 0 {
+			fmt.Fprintf(errOut, "search: no promotion left that gains\n")
+			break
+		}
+		cost := best.cost(to)
+		if !fresh {
+			// An estimate from an earlier model, re-measured on this one,
+			// even when it promised no gain there.
+			if res.Evaluations >= budget {
+				break
+			}
+			model, err := st.write(st.levels(best, to))
+			if err != nil {
+				return nil, fmt.Errorf("candidate with %s %s: %w", best.Name, levelNames[to], err)
+			}
+			got, err := m.Measure(ctx, model)
+			if err != nil {
+				return nil, fmt.Errorf("candidate with %s %s: %w", best.Name, levelNames[to], err)
+			}
+			res.Evaluations++
+			gain := float64(got) - current
+			best.est[to], best.stamp[to] = gain, stamp
+			lastModel, last = model, candidate{best, to}
+			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"})
+			fmt.Fprintf(errOut, "search %d/%d: %s to %s (cost %d): worst output %s dB (%+.2f dB)\n",
+				res.Evaluations, budget, best.Name, levelNames[to], cost, got, gain)
+			continue
+		}
+		// The step's estimate is a measurement on the current model, and
+		// no other step's estimate is better per cost: it is made, if a
+		// config expresses it.
+		if why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, best, to); err != nil {
+			return nil, err
+		} else if why != "" {
+			best.inexpressible[to] = why
+			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], Cost: cost, Verdict: "not expressible: " + why})
+			fmt.Fprintf(errOut, "search: %s to %s not promoted: %s\n", best.Name, levelNames[to], why)
+			continue
+		}
+		if last != (candidate{best, to}) {
+			if lastModel, err = st.write(st.levels(best, to)); err != nil {
+				return nil, err
+			}
+		}
+		gain := best.est[to]
+		best.level = to
+		stamp++
+		current += gain
+		res.ReachedSQNR = compare.DB(current)
+		step := searchStep{Unit: best.Name, To: levelNames[to], SQNR: res.ReachedSQNR, Gain: compare.DB(gain), Cost: cost, Verdict: "kept"}
+		res.Promoted = append(res.Promoted, promotion{Unit: best.Name, Values: best.Values, To: levelNames[to], Gain: compare.DB(gain), Cost: cost})
+		if metric.isSQNR {
+			res.Reached = current
+		} else {
+			got, err := m.MeasureAll(ctx, lastModel)
+			if err != nil {
+				return nil, err
+			}
+			v, err := metric.of(ctx, lastModel, got)
+			if err != nil {
+				return nil, err
+			}
+			res.Evaluations++
+			res.Reached = v
+			step.Metric = &v
+		}
+		res.Trace = append(res.Trace, step)
+		fmt.Fprintf(errOut, "search: %s to %s kept: %s %s\n", best.Name, levelNames[to], metric.name, metric.format(res.Reached))
+		// Float after int16 starts from its estimate less what int16 gained.
+		best.est[levelFloat] -= gain
+		lastModel, last = nil, candidate{}
+	}
+	for _, un := range st.units {
+		res.Raised += un.raised()
+	}
+	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Promoted) > 0 {
+		// The final check: the emitted config quantized from scratch.
+		final, err := quantizeFromConfig(ctx, opts, s, newUnit, res.Config, "")
+		if err != nil {
+			return nil, fmt.Errorf("the emitted config: %w", err)
+		}
+		got, err := m.MeasureAll(ctx, final.Result.Model)
+		if err != nil {
+			return nil, fmt.Errorf("the emitted config's model: %w", err)
+		}
+		searched := res.ReachedSQNR
+		if res.Reached, err = metric.of(ctx, final.Result.Model, got); err != nil {
+			return nil, err
+		}
+		res.ReachedSQNR, res.Unit = got.SQNR, final
+		figure := fmt.Sprintf("%s %s, worst output %s dB", metric.name, metric.format(res.Reached), got.SQNR)
+		if metric.isSQNR {
+			figure = fmt.Sprintf("worst output %s dB", got.SQNR)
+		}
+		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s (the search measured %s dB); %d of %d points (%.1f%%) raised\n",
+			figure, searched, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
+	}
+	res.Met = res.Reached >= metric.target
+	return res, nil
 }
 
-// quantizeFromConfig runs the whole pipeline with the quantization config,
-// algorithms and palettization of the config text (the other settings
-// stay those of s).
-func quantizeFromConfig(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit, text []byte) (*passes.Unit, error) {
+// pickStep is the unit and level with the highest estimated gain per
+// added cost (ties: an estimate from an earlier model, which may be stale,
+// before a measurement on this one; then the cheaper step, then the lower
+// name), nil when no unit can be raised.
+func pickStep(units []*searchUnit, stamp int) (*searchUnit, int) {
+	var best *searchUnit
+	var bestLevel int
+	var bestRatio float64
+	for _, un := range units {
+		for _, to := range un.steps() {
+			if un.inexpressible[to] != "" {
+				continue
+			}
+			r := un.est[to] / float64(max(un.cost(to), 1))
+			if best == nil || r > bestRatio || r == bestRatio && best.stamp[bestLevel] == stamp && un.stamp[to] != stamp {
+				best, bestLevel, bestRatio = un, to, r
+			}
+		}
+	}
+	return best, bestLevel
+}
+
+// quantizeFromConfig runs the pipeline (until the named pass, "" for all)
+// with the quantization config, algorithms and palettization of the config
+// text (the other settings stay those of s).
+func quantizeFromConfig(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit, text []byte, until string) (*passes.Unit, error) {
 	cfg, err := config.Parse(text, searchConfigName(opts))
 	if err != nil {
 		return nil, fmt.Errorf("emitted config: %w", err)
@@ -213,7 +729,7 @@ func quantizeFromConfig(ctx context.Context, opts *quantizeOptions, s *pipelineS
 	quiet := *opts
 	quiet.IO = &IO{In: opts.IO.In, Out: opts.IO.Out, ErrOut: io.Discard}
 	u := newUnit()
-	if _, err := runPipeline(ctx, &quiet, &cs, u, ""); err != nil {
+	if _, err := runPipeline(ctx, &quiet, &cs, u, until); err != nil {
 		return nil, err
 	}
 	return u, nil
@@ -270,28 +786,60 @@ func baseConfigDoc(opts *quantizeOptions, s *pipelineSetup) (*yaml.Node, error) 
 	return root, nil
 }
 
+// notExpressible is a promotion no op_name_config entry in global_config
+// writes.
+type notExpressible struct{ why string }
+
+func (e *notExpressible) Error() string { return e.why }
+
 // renderSearchConfig writes base with calibration.samples set to the
 // samples calibrated on (the held-out ones excluded, so that quantize
-// without --eval-samples calibrates on the same ones) and an
-// op_name_config null entry per promoted node.
-func renderSearchConfig(base *yaml.Node, promoted []promotion, sp sensitivitySplit, target *float64) ([]byte, error) {
+// without --eval-samples calibrates on the same ones) and, for every node
+// that quantizes a raised value, an op_name_config entry: the node's
+// resolved specs written out, the raised values in int16 or null.
+// comments, by value, go beside the entries.
+func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[string]int, comments map[string]string, sp sensitivitySplit, so *searchOptions) ([]byte, error) {
 	root := cloneNode(base)
 	if sp.source != nil {
 		cal := ensureMapping(root, "calibration")
 		setKey(cal, "samples", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: fmt.Sprint(sp.calibSamples)},
 			"calibrated on the samples before the held-out ones")
 	}
-	if len(promoted) > 0 {
+	if len(levels) > 0 {
 		names := ensureMapping(globalConfig(root), "op_name_config")
-		for _, p := range promoted {
-			setKey(names, config.OpNameKey(p.Node), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"},
-				fmt.Sprintf("left in float: +%s dB alone in the sensitivity analysis; worst output %s dB with it", p.Gain, p.SQNR))
+		globalPath := ""
+		anchors := specAnchors{}
+		for _, nr := range res.Nodes {
+			entry, touched, err := promotionEntry(nr, levels, anchors)
+			if err != nil {
+				return nil, err
+			}
+			if len(touched) == 0 {
+				continue
+			}
+			if globalPath == "" {
+				globalPath = "quantization_config.global_config"
+			}
+			if !strings.HasSuffix(nr.ModuleRule.Path, globalPath) {
+				return nil, &notExpressible{fmt.Sprintf("node %s takes its config from %s, not global_config", nr.Node.Name, nr.ModuleRule)}
+			}
+			var notes []string
+			for _, v := range touched {
+				if c := comments[v]; c != "" && !slices.Contains(notes, c) {
+					notes = append(notes, c)
+				}
+			}
+			comment := "raised by the accuracy search"
+			if len(notes) > 0 {
+				comment = strings.Join(notes, "; ")
+			}
+			setKey(names, config.OpNameKey(nr.Node.Name), entry, comment)
 		}
 	}
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
 	head := "written by coreaiq quantize --emit-config"
-	if target != nil {
-		head += fmt.Sprintf(" (--target-sqnr %s)", compare.DB(*target))
+	if t := so.targetFlag(); t != "" {
+		head += " (" + t + ")"
 	}
 	doc.HeadComment = head
 	var buf bytes.Buffer
@@ -304,6 +852,135 @@ func renderSearchConfig(base *yaml.Node, promoted []promotion, sp sensitivitySpl
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// promotionEntry is the op_name_config entry of a node that quantizes a
+// raised value: its resolved op_input_spec, op_output_spec and
+// op_state_spec written out by index or state name, the raised values
+// widened to int16 or null. touched lists the raised values it quantizes
+// (none: the node needs no entry).
+func promotionEntry(nr *config.NodeResolution, levels map[string]int, anchors specAnchors) (entry *yaml.Node, touched []string, err error) {
+	for _, t := range nr.Tensors {
+		if t.Spec != nil && levels[t.Value] != levelConfigured && !slices.Contains(touched, t.Value) {
+			touched = append(touched, t.Value)
+			if t.Boundary {
+				return nil, nil, &notExpressible{fmt.Sprintf("the spec of %q at node %s is a module boundary's (%s), which op_name_config does not override", t.Value, nr.Node.Name, t.Rule)}
+			}
+		}
+	}
+	if len(touched) == 0 {
+		return nil, nil, nil
+	}
+	fields := map[config.Role]*yaml.Node{}
+	for _, r := range []config.Role{config.RoleInput, config.RoleOutput, config.RoleState} {
+		fields[r] = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	}
+	for _, t := range nr.Tensors {
+		s := t.Spec
+		switch {
+		case s == nil && !t.Explicit:
+			continue // no key: not quantized, as the resolution has it
+		case s != nil && levels[t.Value] == levelFloat:
+			s = nil
+		case s != nil && levels[t.Value] == levelInt16 && t.Role != config.RoleState:
+			if s = widened(s); s == nil {
+				return nil, nil, &notExpressible{fmt.Sprintf("the spec of %q at node %s is %s, not an 8-bit integer", t.Value, nr.Node.Name, t.Spec)}
+			}
+		}
+		key := fmt.Sprint(t.Index)
+		if t.Role == config.RoleState {
+			if t.Key == "" {
+				return nil, nil, &notExpressible{fmt.Sprintf("state input %d of node %s has no op_state_spec name", t.Index, nr.Node.Name)}
+			}
+			key = t.Key
+		}
+		k := &yaml.Node{Kind: yaml.ScalarNode, Value: key}
+		if t.Role != config.RoleState {
+			k.Tag = "!!int"
+		}
+		fields[t.Role].Content = append(fields[t.Role].Content, k, anchors.node(s))
+	}
+	entry = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for _, f := range []struct {
+		key  string
+		role config.Role
+	}{{"op_input_spec", config.RoleInput}, {"op_output_spec", config.RoleOutput}, {"op_state_spec", config.RoleState}} {
+		v := fields[f.role]
+		if len(v.Content) == 0 {
+			v = specNode(nil) // null: nothing quantized
+		}
+		entry.Content = append(entry.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.key}, v)
+	}
+	return entry, touched, nil
+}
+
+// specAnchors writes each distinct spec of the entries once, with an
+// anchor named after it, and aliases it after that.
+type specAnchors map[string]*yaml.Node
+
+func (a specAnchors) node(s *spec.QuantizationSpec) *yaml.Node {
+	n := specNode(s)
+	if s == nil {
+		return n
+	}
+	key := s.String()
+	if first, ok := a[key]; ok {
+		return &yaml.Node{Kind: yaml.AliasNode, Value: first.Anchor, Alias: first}
+	}
+	name := strings.NewReplacer("per_", "").Replace(fmt.Sprintf("%s_%s_%s", s.DType, s.Granularity.Type, s.Calculator.Type))
+	taken := map[string]bool{}
+	for _, x := range a {
+		taken[x.Anchor] = true
+	}
+	anchor := name
+	for i := 2; taken[anchor]; i++ {
+		anchor = fmt.Sprintf("%s_%d", name, i)
+	}
+	n.Anchor = anchor
+	a[key] = n
+	return n
+}
+
+// specNode writes a resolved spec in the config's spelling, on one line;
+// nil is null.
+func specNode(s *spec.QuantizationSpec) *yaml.Node {
+	if s == nil {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+	}
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle}
+	add := func(m *yaml.Node, k string, v *yaml.Node) {
+		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}, v)
+	}
+	str := func(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
+	num := func(v string, tag string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }
+	add(m, "dtype", str(s.DType.String()))
+	add(m, "qscheme", str(s.QScheme.String()))
+	g := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle}
+	add(g, "type", str(s.Granularity.Type.String()))
+	if s.Granularity.Axis != nil {
+		add(g, "axis", num(fmt.Sprint(*s.Granularity.Axis), "!!int"))
+	}
+	if s.Granularity.BlockSize != 0 {
+		add(g, "block_size", num(fmt.Sprint(s.Granularity.BlockSize), "!!int"))
+	}
+	add(m, "granularity", g)
+	c := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle}
+	add(c, "type", str(s.Calculator.Type.String()))
+	flt := func(f float64) *yaml.Node { return num(strconv.FormatFloat(f, 'g', -1, 64), "!!float") }
+	switch s.Calculator.Type {
+	case spec.MovingAverage:
+		add(c, "averaging_constant", flt(s.Calculator.AveragingConstant))
+	case spec.Percentile:
+		add(c, "percentile", flt(s.Calculator.Percentile))
+		add(c, "num_bins", num(fmt.Sprint(s.Calculator.NumBins), "!!int"))
+	case spec.Entropy, spec.MSE:
+		add(c, "num_bins", num(fmt.Sprint(s.Calculator.NumBins), "!!int"))
+	}
+	add(m, "qparam_calculator", c)
+	if s.ScaleDType != spec.DTypeAuto && s.ScaleDType != spec.Float32 { // float32: the default
+		add(m, "scale_dtype", str(s.ScaleDType.String()))
+	}
+	return m
 }
 
 // globalConfig is the mapping of quantization_config.global_config in
@@ -402,7 +1079,7 @@ func cloneNode(n *yaml.Node) *yaml.Node {
 }
 
 // searchGateError is the exit-3 error of a search that fell short.
-func searchGateError(target float64, r *searchResult) error {
-	return &GateError{Err: fmt.Errorf("--target-sqnr %s dB not met within --search-budget: the worst output reaches %s dB (from %s dB) with %d node(s) left in float after %d evaluation(s); the best model found was written",
-		compare.DB(target), r.Reached, r.Start, len(r.Promoted), r.Evaluations)}
+func searchGateError(so *searchOptions, r *searchResult) error {
+	return &GateError{Err: fmt.Errorf("%s not met within --search-budget: the model reaches %s (from %s; worst output %s dB) with %d of %d points raised after %d evaluation(s); the best model found was written",
+		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Raised, r.Points, r.Evaluations)}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
@@ -34,6 +35,7 @@ type sensitivityOptions struct {
 	Out     string
 	Table   string
 	NoCache bool
+	Shard   string
 }
 
 // defaultSensitivityEvalSamples is the number of held-out samples the
@@ -45,7 +47,7 @@ const defaultSensitivityEvalSamples = 4
 func NewCmdSensitivity(streams *IO, runF func(*sensitivityOptions) error) *cobra.Command {
 	opts := &sensitivityOptions{quantizeOptions: quantizeOptions{IO: streams}}
 	cmd := &cobra.Command{
-		Use:   "sensitivity --config FILE [--model PATH] [--data PATH ...] [--group node|module] [-o FILE]",
+		Use:   "sensitivity --config FILE [--model PATH] [--data PATH ...] [--group node|module|tensor] [--shard i/n] [-o FILE]",
 		Short: "Rank groups of quantization points by the output error they cause",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -66,11 +68,65 @@ func NewCmdSensitivity(streams *IO, runF func(*sensitivityOptions) error) *cobra
 	optString(f, &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine for calibration and measurement: go (built-in) or ort")
 	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	f.IntVar(&opts.EvalSamples, "eval-samples", defaultSensitivityEvalSamples, "hold out the last N calibration samples and measure on them")
-	f.StringVar(&opts.Group, "group", string(compare.GroupByNode), "group quantization points by node (the points of one node) or module (its module scope)")
+	f.StringVar(&opts.Group, "group", string(compare.GroupByNode), "group quantization points by node (the points of one node), module (its module scope) or tensor (one point with the points sharing its qparams and its weight's bias)")
+	f.StringVar(&opts.Shard, "shard", "", "measure shard i of n (0-based) of the groups, as i/n; `coreaiq sensitivity merge` joins the shards")
 	f.StringVarP(&opts.Out, "output", "o", "", "also write the ranking as JSON here")
 	f.StringVar(&opts.Table, "format", "table", "stdout format: table or json")
 	f.BoolVar(&opts.NoCache, "no-cache", false, "measure again even when a cached result exists")
+	cmd.AddCommand(newCmdSensitivityMerge(streams))
 	return cmd
+}
+
+// newCmdSensitivityMerge builds `coreaiq sensitivity merge`: the results of
+// the shards of one analysis joined into the result of the whole.
+func newCmdSensitivityMerge(streams *IO) *cobra.Command {
+	opts := &sensitivityOptions{quantizeOptions: quantizeOptions{IO: streams}}
+	merge := &cobra.Command{
+		Use:   "merge SHARD.json ... [-o FILE]",
+		Short: "Join the results of sensitivity --shard i/n into the whole analysis's",
+		Long: "Join the -o files of `coreaiq sensitivity --shard i/n`, one per shard, all of one\n" +
+			"analysis (same model, config, data and flags). The result is the one an unsharded\n" +
+			"run writes, byte for byte.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSensitivityMerge(opts, args)
+		},
+	}
+	merge.Flags().StringVarP(&opts.Out, "output", "o", "", "also write the merged ranking as JSON here")
+	merge.Flags().StringVar(&opts.Table, "format", "table", "stdout format: table or json")
+	return merge
+}
+
+func runSensitivityMerge(opts *sensitivityOptions, inputs []string) error {
+	if opts.Table != "table" && opts.Table != "json" {
+		return Usagef("--format %q: want table or json", opts.Table)
+	}
+	var out []output
+	if opts.Out != "" {
+		out = append(out, output{Flag: "-o", Path: opts.Out})
+	}
+	plan, err := planOutputs(inputs, out...)
+	if err != nil {
+		return err
+	}
+	defer plan.Discard()
+	var parts []*compare.Sensitivity
+	for _, p := range inputs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return &UsageError{Err: err}
+		}
+		var r compare.Sensitivity
+		if err := json.Unmarshal(b, &r); err != nil {
+			return Usagef("%s: not a sensitivity result: %v", p, err)
+		}
+		parts = append(parts, &r)
+	}
+	merged, err := compare.MergeShards(parts)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	return writeSensitivity(opts, plan, merged)
 }
 
 func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
@@ -86,6 +142,12 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	}
 	if opts.EvalSamples < 1 {
 		return Usagef("--eval-samples %d: the analysis needs at least one held-out sample", opts.EvalSamples)
+	}
+	var shard compare.Shard
+	if opts.Shard != "" {
+		if shard.Index, shard.Count, err = parseShard(opts.Shard); err != nil {
+			return err
+		}
 	}
 	s, err := setupPipeline(&opts.quantizeOptions, nil, func(config.Settings) []output {
 		return []output{{Flag: "-o", Path: opts.Out}}
@@ -121,7 +183,7 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 		return err
 	}
 
-	r, err := cachedSensitivity(ctx, opts.IO, s, u, sensitivitySplit{grouping, calibSamples, eval, source, opts.Opset}, opts.NoCache, func() error {
+	r, err := cachedSensitivity(ctx, opts.IO, s, u, sensitivitySplit{grouping: grouping, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset, shard: shard}, opts.NoCache, func() error {
 		_, err := passes.Run(ctx, u, passes.RunOptions{})
 		calProg.Done()
 		if err != nil {
@@ -146,6 +208,10 @@ type sensitivitySplit struct {
 	eval         *quantizeEval
 	source       calibrate.Source
 	opset        int64
+	shard        compare.Shard
+	// exceptOnly measures each group left in float only (what the
+	// accuracy search uses); a full analysis in the cache serves too.
+	exceptOnly bool
 }
 
 // cachedSensitivity is the sensitivity analysis of u's plan, read from the
@@ -163,19 +229,39 @@ func (sp sensitivitySplit) heldOut(s *pipelineSetup) (iter.Seq2[compare.Batch, e
 }
 
 func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *passes.Unit, sp sensitivitySplit, noCache bool, finish func() error) (*compare.Sensitivity, error) {
-	var cachePath string
+	key, err := sensitivityKey(s, u, sp)
+	if err != nil {
+		return nil, err
+	}
+	// The paths to read, the one to write last.
+	var cachePaths []string
 	if !noCache {
-		key, err := sensitivityKey(s, u, sp)
-		if err != nil {
-			return nil, err
+		keys := []string{key}
+		if sp.exceptOnly {
+			full := sp
+			full.exceptOnly = false
+			fullKey, err := sensitivityKey(s, u, full)
+			if err != nil {
+				return nil, err
+			}
+			keys = []string{fullKey, key}
 		}
 		if dir, err := os.UserCacheDir(); err == nil {
-			cachePath = filepath.Join(dir, "coreaiq", "sensitivity", key+".json")
+			for _, k := range keys {
+				if sp.shard.Count > 0 {
+					k += fmt.Sprintf("-shard%dof%d", sp.shard.Index, sp.shard.Count)
+				}
+				cachePaths = append(cachePaths, filepath.Join(dir, "coreaiq", "sensitivity", k+".json"))
+			}
 		} else {
 			slog.Warn("no user cache directory: the result is not cached", "err", err)
 		}
 	}
-	if cachePath != "" {
+	cachePath := ""
+	if len(cachePaths) > 0 {
+		cachePath = cachePaths[len(cachePaths)-1]
+	}
+	for _, cachePath := range cachePaths {
 		if b, err := os.ReadFile(cachePath); err == nil {
 			var r compare.Sensitivity
 			if err := json.Unmarshal(b, &r); err != nil {
@@ -198,12 +284,13 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 	prog := newSensitivityProgress(streams)
 	r, err := compare.Analyze(ctx, compare.SensitivityInput{
 		Float: s.model, Prepared: u.Model, Plan: u.Plan, Stats: u.Stats, Write: u.Write,
-		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Progress: prog.report,
+		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, ExceptOnly: sp.exceptOnly, Progress: prog.report,
 	})
 	prog.done()
 	if err != nil {
 		return nil, err
 	}
+	r.Key = key
 	// The figures are used in their JSON form (DB rounds to 4 decimals),
 	// the form the cache keeps, so that a cached run prints the same bytes
 	// and makes the same choices as the run that measured.
@@ -234,15 +321,13 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (string, error) {
 	grouping, calibSamples, eval, src := sp.grouping, sp.calibSamples, sp.eval, sp.source
 	h := sha256.New()
-	fmt.Fprintf(h, "coreaiq sensitivity 1\n")
+	fmt.Fprintf(h, "coreaiq sensitivity 2\n")
 	model, err := fileSHA256(s.settings.Model)
 	if err != nil {
 		return "", err
 	}
 	fmt.Fprintf(h, "model %s\n", model)
-	if err := u.Plan.WriteJSON(h); err != nil {
-		return "", err
-	}
+	writePreparedPlan(h, u.Plan)
 	// The plan's JSON leaves out palettization settings.
 	for _, p := range u.Plan.Palettes {
 		if p.Palette != nil {
@@ -260,6 +345,9 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 	fmt.Fprintf(h, "\nprepare %+v target %s", p, s.target.Name)
 	fmt.Fprintf(h, "\ncalibrate %d batch %d eval %d-%d group %s engine %s kernels %s opset %d\n",
 		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), sp.opset)
+	if sp.exceptOnly {
+		fmt.Fprintf(h, "except only\n")
+	}
 	// Samples past the calibration ones and before the held-out ones are
 	// not read, so only the used ones are hashed.
 	for _, r := range [][2]int{{0, calibSamples}, {eval.start, eval.end}} {
@@ -283,6 +371,33 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writePreparedPlan writes what prepare decided in plan: each point's
+// value, role, spec, nodes, granularity, sharing and fixed range, a
+// weight's qparams, and the nodes skipped. What calibration and writing
+// add (activation qparams, notes) is left out, so that the plan of
+// `coreaiq sensitivity`, keyed before calibrating, and that of quantize,
+// keyed after, give one key.
+func writePreparedPlan(w io.Writer, plan *finalize.Plan) {
+	tensors := slices.Clone(plan.Tensors)
+	slices.SortFunc(tensors, func(a, b *finalize.TensorPlan) int { return strings.Compare(a.Value, b.Value) })
+	for _, t := range tensors {
+		fmt.Fprintf(w, "tensor %q %s %s nodes %q axis %d block %d shared %q input %q weight %q beta %g",
+			t.Value, t.Role, t.SpecString(), t.Nodes, t.Axis, t.BlockSize, t.SharedWith, t.Input, t.Weight, t.BiasBeta)
+		if t.Fixed != nil {
+			fmt.Fprintf(w, " fixed %g %g", t.Fixed.Min, t.Fixed.Max)
+		}
+		if t.Role == finalize.Weight && t.Params != nil {
+			fmt.Fprintf(w, " scales %v zero points %v", t.Params.Scales, t.Params.ZeroPoints)
+		}
+		fmt.Fprintln(w)
+	}
+	skipped := slices.Clone(plan.Skipped)
+	slices.SortFunc(skipped, func(a, b finalize.Skip) int { return strings.Compare(a.Node, b.Node) })
+	for _, sk := range skipped {
+		fmt.Fprintf(w, "skipped %q %s %q\n", sk.Node, sk.OpType, sk.Reason)
+	}
 }
 
 // writeSensitivity writes the ranking to stdout and to -o (through the

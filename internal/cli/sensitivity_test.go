@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -228,6 +230,58 @@ func TestSensitivityPalettes(t *testing.T) {
 		// The palettized weight replaces the int8 one; its bias stays float.
 		if got := values["/tiny/Gemm"]; !slices.Equal(got, []string{"tiny.weight"}) {
 			t.Errorf("%d bits: groups %v: want /tiny/Gemm holding the palettized tiny.weight", tt.bits, values)
+		}
+	}
+}
+
+// TestSensitivityShardsMergeExactly checks, on fragileModel (w8a8, 24
+// samples of fragileData, 4 held out), that the shards of an analysis
+// merged by `sensitivity merge` give the unsharded run's file byte for
+// byte, whatever the number of shards, and that merge refuses an
+// incomplete set.
+func TestSensitivityShardsMergeExactly(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "fragile.onnx", fragileModel())
+	data := fragileData(t, dir)
+	run := func(out string, extra ...string) {
+		t.Helper()
+		args := append([]string{"sensitivity", "--model", model, "--data", data, "--preset", "w8a8", "--group", "tensor", "-o", out}, extra...)
+		if code, _, stderr := runCLI(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
+		}
+	}
+	whole := filepath.Join(dir, "whole.json")
+	run(whole, "--no-cache")
+	want, err := os.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2, 3} {
+		var shards []string
+		for i := range n {
+			p := filepath.Join(dir, fmt.Sprintf("shard%dof%d.json", i, n))
+			run(p, "--shard", fmt.Sprintf("%d/%d", i, n))
+			shards = append(shards, p)
+		}
+		// Shards in any order.
+		slices.Reverse(shards)
+		merged := filepath.Join(dir, fmt.Sprintf("merged%d.json", n))
+		if code, _, stderr := runCLI(t, append([]string{"sensitivity", "merge", "-o", merged}, shards...)...); code != 0 {
+			t.Fatalf("merge of %d shards: exit %d: %s", n, code, stderr)
+		}
+		got, err := os.ReadFile(merged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%d shards merged differ from the unsharded run:\n%s\nwant:\n%s", n, got, want)
+		}
+		if n > 1 {
+			code, _, stderr := runCLI(t, append([]string{"sensitivity", "merge"}, shards[1:]...)...)
+			if code != ExitUsage || !strings.Contains(stderr, "missing") {
+				t.Errorf("merge without one of %d shards: exit %d, %s; want exit %d naming the missing shard", n, code, stderr, ExitUsage)
+			}
 		}
 	}
 }

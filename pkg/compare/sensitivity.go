@@ -17,19 +17,21 @@ import (
 // sensitivity analysis toggles together.
 type GroupBy string
 
-// The groupings: the points of one node, or of one module scope.
+// The groupings: the points of one node, of one module scope, or one
+// point with those that cannot be written without it (tensor).
 const (
 	GroupByNode   GroupBy = "node"
 	GroupByModule GroupBy = "module"
+	GroupByTensor GroupBy = "tensor"
 )
 
 // ParseGroupBy reads a --group value.
 func ParseGroupBy(s string) (GroupBy, error) {
 	switch g := GroupBy(s); g {
-	case GroupByNode, GroupByModule:
+	case GroupByNode, GroupByModule, GroupByTensor:
 		return g, nil
 	}
-	return "", fmt.Errorf("unknown grouping %q: want node or module", s)
+	return "", fmt.Errorf("unknown grouping %q: want node, module or tensor", s)
 }
 
 // Group is a set of quantization points switched on or off together.
@@ -38,8 +40,8 @@ type Group struct {
 	Values []string `json:"values"`
 }
 
-// Groups gathers the plan's points (palettized weights among them) by node
-// or module scope. A point belongs
+// Groups gathers the plan's points (palettized weights among them) by node,
+// module scope or tensor. A point belongs
 // to the first node it is quantized for; a point that shares qparams goes
 // with the root of its sharing group, and a bias with its weight, so that
 // each group can be dropped from the plan on its own. Groups and their
@@ -55,7 +57,7 @@ func Groups(m *onnxgraph.Model, plan *finalize.Plan, by GroupBy) []Group {
 		if r := plan.Root(t); r != nil && r != t && depth < 2 {
 			return owner(r, depth+1)
 		}
-		if len(t.Nodes) == 0 {
+		if len(t.Nodes) == 0 || by == GroupByTensor {
 			return t.Value
 		}
 		node := t.Nodes[0]
@@ -126,8 +128,88 @@ type Sensitivity struct {
 	Samples int `json:"samples"`
 	// AllQuantized is the output SQNR with every point quantized.
 	AllQuantized DB `json:"all_quantized_sqnr_db"`
-	// Groups are ranked worst first: by OnlySQNR ascending, then name.
+	// Key identifies what was measured (model, plan, data, flags): only
+	// shards with one key merge.
+	Key string `json:"key,omitempty"`
+	// Shard is "i/n" for the i-th of n shards of the groups, "" for all.
+	Shard string `json:"shard,omitempty"`
+	// ExceptOnly is set when only the all-but-this SQNRs were measured
+	// (OnlySQNR is NaN): what a search needs, at half the cost.
+	ExceptOnly bool `json:"except_only,omitempty"`
+	// Groups are ranked worst first: by OnlySQNR ascending, then name;
+	// with ExceptOnly, by Gain descending, then name.
 	Groups []GroupSensitivity `json:"groups"`
+}
+
+// Shard selects the groups of shard Index of Count: the groups in name
+// order, dealt round-robin, so that shards have about as many groups
+// whatever the group sizes. Count 0 is the whole analysis.
+type Shard struct {
+	Index, Count int
+}
+
+func (s Shard) String() string {
+	if s.Count == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", s.Index, s.Count)
+}
+
+func (s Shard) has(i int) bool { return s.Count == 0 || i%s.Count == s.Index }
+
+// MergeShards joins the results of the shards 0/n to n-1/n of one
+// analysis into the result of the whole analysis: each shard once, all with
+// the same key, grouping, samples and all-quantized SQNR.
+func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("no shard to merge")
+	}
+	first := parts[0]
+	var n int
+	if _, err := fmt.Sscanf(first.Shard, "%d/%d", new(int), &n); err != nil || n < 1 {
+		return nil, fmt.Errorf("shard %q of the first result: not a shard i/n", first.Shard)
+	}
+	seen := make([]bool, n)
+	out := &Sensitivity{Grouping: first.Grouping, Samples: first.Samples, AllQuantized: first.AllQuantized, Key: first.Key, ExceptOnly: first.ExceptOnly}
+	for k, p := range parts {
+		var i, m int
+		if _, err := fmt.Sscanf(p.Shard, "%d/%d", &i, &m); err != nil || m != n || i < 0 || i >= n {
+			return nil, fmt.Errorf("result %d: shard %q, want i/%d", k+1, p.Shard, n)
+		}
+		switch {
+		case seen[i]:
+			return nil, fmt.Errorf("result %d: shard %s given twice", k+1, p.Shard)
+		case p.Key != first.Key:
+			return nil, fmt.Errorf("result %d (shard %s): measured another model, config, data or flags than shard %s (key %.12s, want %.12s)", k+1, p.Shard, first.Shard, p.Key, first.Key)
+		case p.Grouping != first.Grouping || p.Samples != first.Samples || p.AllQuantized != first.AllQuantized || p.ExceptOnly != first.ExceptOnly:
+			return nil, fmt.Errorf("result %d (shard %s): grouping %s, %d samples, %s dB all quantized, want %s, %d, %s dB as shard %s",
+				k+1, p.Shard, p.Grouping, p.Samples, p.AllQuantized, first.Grouping, first.Samples, first.AllQuantized, first.Shard)
+		}
+		seen[i] = true
+		out.Groups = append(out.Groups, p.Groups...)
+	}
+	for i, ok := range seen {
+		if !ok {
+			return nil, fmt.Errorf("shard %d/%d is missing", i, n)
+		}
+	}
+	out.rank()
+	return out, nil
+}
+
+// rank sorts the groups worst first: by OnlySQNR ascending, then name;
+// with ExceptOnly, by Gain descending, then name.
+func (r *Sensitivity) rank() {
+	sort.SliceStable(r.Groups, func(i, j int) bool {
+		a, b := r.Groups[i], r.Groups[j]
+		switch {
+		case r.ExceptOnly && a.Gain != b.Gain:
+			return a.Gain > b.Gain
+		case !r.ExceptOnly && a.OnlySQNR != b.OnlySQNR:
+			return a.OnlySQNR < b.OnlySQNR
+		}
+		return a.Group < b.Group
+	})
 }
 
 // GroupSensitivity is the output error caused by one group.
@@ -159,6 +241,11 @@ type SensitivityInput struct {
 	Engine   string
 	Threads  int
 	Grouping GroupBy
+	// Shard limits the analysis to one shard of the groups.
+	Shard Shard
+	// ExceptOnly measures each group left in float only, not quantized
+	// alone.
+	ExceptOnly bool
 	// Progress, when set, is called after each group is measured.
 	Progress func(done, total int, g GroupSensitivity)
 }
@@ -203,45 +290,74 @@ func NewMeasurer(ctx context.Context, engine string, threads int, float *onnxgra
 // Measure is the SQNR of the candidate's worst float output on the
 // held-out batches (+Inf when no output is a float).
 func (m *Measurer) Measure(ctx context.Context, model *onnxgraph.Model) (DB, error) {
+	r, err := m.MeasureAll(ctx, model)
+	return r.SQNR, err
+}
+
+// Measurement is a candidate's agreement with the float model.
+type Measurement struct {
+	// SQNR is the worst float output's (+Inf when no output is a float).
+	SQNR DB
+	// Top1 is the lowest top-1 agreement (percent of rows whose largest
+	// class is the float model's) among the float outputs shaped [batch,
+	// classes] or [batch, classes, 1, ...] (as compare reads them); nil
+	// when there is none.
+	Top1 *float64
+}
+
+// MeasureAll measures the candidate's outputs on the held-out batches.
+func (m *Measurer) MeasureAll(ctx context.Context, model *onnxgraph.Model) (Measurement, error) {
 	cand, err := runtime.Open(m.engine, model, runtime.Options{Threads: m.threads})
 	if err != nil {
-		return 0, err
+		return Measurement{}, err
 	}
 	defer cand.Close()
 	stats := make([]Stats, len(m.outputs))
+	tops := make([]TopK, len(m.outputs))
 	for i, b := range m.batches {
 		got, err := cand.Run(ctx, b, runtime.RunOptions{})
 		if err != nil {
-			return 0, err
+			return Measurement{}, err
 		}
 		for j, o := range m.outputs {
 			w, g := m.wants[i][o.Name], got[o.Name]
 			if w == nil || g == nil {
-				return 0, fmt.Errorf("output %q missing", o.Name)
+				return Measurement{}, fmt.Errorf("output %q missing", o.Name)
 			}
 			if !w.DType.IsFloat() {
 				continue // integer outputs (indices, counts) have no SQNR
 			}
 			x, err := w.AsFloat32()
 			if err != nil {
-				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
 			}
 			y, err := g.AsFloat32()
 			if err != nil {
-				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
 			}
 			if err := stats[j].Add(x, y); err != nil {
-				return 0, fmt.Errorf("output %q: %w", o.Name, err)
+				return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
+			}
+			if rows, classes, ok := logitsShape(w.Shape); ok {
+				if err := tops[j].Add(x, y, rows, classes, nil); err != nil {
+					return Measurement{}, fmt.Errorf("output %q: %w", o.Name, err)
+				}
 			}
 		}
 	}
-	worst := DB(math.Inf(1))
+	r := Measurement{SQNR: DB(math.Inf(1))}
 	for i := range stats {
 		if stats[i].N > 0 || stats[i].NonFinite > 0 {
-			worst = min(worst, stats[i].SQNR())
+			r.SQNR = min(r.SQNR, stats[i].SQNR())
+		}
+		if tops[i].Samples > 0 {
+			p := 100 * float64(tops[i].Top1) / float64(tops[i].Samples)
+			if r.Top1 == nil || p < *r.Top1 {
+				r.Top1 = &p
+			}
 		}
 	}
-	return worst, nil
+	return r, nil
 }
 
 // Analyze measures each group's effect on the model's outputs: the SQNR
@@ -264,8 +380,13 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("all points quantized: %w", err)
 	}
-	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all}
-	groups := Groups(in.Prepared, in.Plan, in.Grouping)
+	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all, Shard: in.Shard.String(), ExceptOnly: in.ExceptOnly}
+	var groups []Group
+	for i, g := range Groups(in.Prepared, in.Plan, in.Grouping) {
+		if in.Shard.has(i) {
+			groups = append(groups, g)
+		}
+	}
 	for i, g := range groups {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -274,9 +395,11 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		for _, v := range g.Values {
 			members[v] = true
 		}
-		only, err := measure(SubPlan(in.Plan, func(v string) bool { return members[v] }))
-		if err != nil {
-			return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
+		only := DB(math.NaN())
+		if !in.ExceptOnly {
+			if only, err = measure(SubPlan(in.Plan, func(v string) bool { return members[v] })); err != nil {
+				return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
+			}
 		}
 		except, err := measure(SubPlan(in.Plan, func(v string) bool { return !members[v] }))
 		if err != nil {
@@ -288,12 +411,6 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 			in.Progress(i+1, len(groups), gs)
 		}
 	}
-	sort.SliceStable(r.Groups, func(i, j int) bool {
-		a, b := r.Groups[i], r.Groups[j]
-		if a.OnlySQNR != b.OnlySQNR {
-			return a.OnlySQNR < b.OnlySQNR
-		}
-		return a.Group < b.Group
-	})
+	r.rank()
 	return r, nil
 }
