@@ -51,13 +51,20 @@ type adaLayer struct {
 	// upstream are the layers whose output reaches this layer's input.
 	upstream []int
 
-	// Accumulated over the calibration rows, per group: gram = XᵀX
-	// (kg×kg), resid = Xᵀ(XWᵀ − T) (kg×ng); per output: signal = Σ t²
-	// and inputErr = Σ (xw − t)², the error of the float weights on the
-	// quantized input.
-	gram, resid       [][]float32
-	signal, inputErr  []float64
-	rows, stride, pos int
+	// halves are the statistics of the even calibration samples, which
+	// the rounding is fitted on, and of the odd ones, which check it.
+	halves                 [2]adaStats
+	stride, pos, samplePos int
+}
+
+// adaStats are a layer's statistics over some calibration rows, per
+// group: gram = XᵀX (kg×kg), resid = Xᵀ(XWᵀ − T) (kg×ng); per output:
+// signal = Σ y² of the float output and inputErr = Σ (xw − t)², the error
+// of the float weights on the quantized input.
+type adaStats struct {
+	gram, resid      [][]float32
+	signal, inputErr []float64
+	rows             int
 }
 
 // runAdaRound is AdaRound (Nagel et al., "Up or Down? Adaptive Rounding
@@ -395,14 +402,17 @@ func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLay
 		}
 		outTaps = append(outTaps, l.node.Outputs[0].Name)
 		inTaps = append(inTaps, quantizedInput(res.Model, l.node))
-		l.gram, l.resid = make([][]float32, l.groups), make([][]float32, l.groups)
-		for g := range l.groups {
-			l.gram[g] = make([]float32, l.kg*l.kg)
-			l.resid[g] = make([]float32, l.kg*l.ng)
+		for h := range l.halves {
+			st := &l.halves[h]
+			st.gram, st.resid = make([][]float32, l.groups), make([][]float32, l.groups)
+			for g := range l.groups {
+				st.gram[g] = make([]float32, l.kg*l.kg)
+				st.resid[g] = make([]float32, l.kg*l.ng)
+			}
+			out := l.groups * l.ng
+			st.signal, st.inputErr, st.rows = make([]float64, out), make([]float64, out), 0
 		}
-		out := l.groups * l.ng
-		l.signal, l.inputErr = make([]float64, out), make([]float64, out)
-		l.rows, l.stride, l.pos = 0, 0, 0
+		l.stride, l.pos, l.samplePos = 0, 0, 0
 	}
 	total := d.Source.Samples()
 	for _, c := range []int{d.Samples, cfg.Samples} {
@@ -547,17 +557,30 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 		}
 		l.stride = max(1, (samples*per+maxRows-1)/maxRows)
 	}
-	// The kept rows: every stride-th of the rows seen so far.
-	var keep []int
+	// The kept rows: every stride-th of the rows seen so far, split by
+	// the parity of their sample.
+	perSample := n * positions / max(x.Shape[0], 1)
+	var keep [2][]int
 	for r := range n * positions {
 		if (l.pos+r)%l.stride == 0 {
-			keep = append(keep, r)
+			h := (l.samplePos + r/max(perSample, 1)) % 2
+			keep[h] = append(keep[h], r)
 		}
 	}
 	l.pos += n * positions
-	if len(keep) == 0 {
-		return nil
+	l.samplePos += x.Shape[0]
+	for h, rows := range keep {
+		if len(rows) > 0 {
+			l.accumulateRows(&l.halves[h], rows, xs, ys, patches != nil, positions, threads)
+		}
 	}
+	return nil
+}
+
+// accumulateRows adds the rows keep of one batch (patches or input rows
+// xs, float outputs ys) to st.
+func (l *adaLayer) accumulateRows(st *adaStats, keep []int, xs, ys []float32, conv bool, positions, threads int) {
+	out := l.groups * l.ng
 	rows := len(keep)
 	xr := make([]float32, rows*l.kg)
 	tr := make([]float32, rows*l.ng)
@@ -569,7 +592,7 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 			s, p := r/positions, r%positions
 			dst := xr[i*l.kg : (i+1)*l.kg]
 			for k := range dst {
-				if patches != nil {
+				if conv {
 					dst[k] = xs[((s*l.groups+g)*l.kg+k)*positions+p]
 				} else {
 					dst[k] = xs[r*l.kg+k]
@@ -578,7 +601,7 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 			for j := range l.ng {
 				o := g*l.ng + j
 				var v float32
-				if patches != nil {
+				if conv {
 					v = ys[(s*out+o)*positions+p]
 				} else {
 					v = ys[r*out+o]
@@ -602,24 +625,21 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 			for j := range l.ng {
 				o := g*l.ng + j
 				y, e := float64(sig[i*l.ng+j]), float64(rr[i*l.ng+j])*float64(l.alpha)
-				l.signal[o] += y * y
-				l.inputErr[o] += e * e
+				st.signal[o] += y * y
+				st.inputErr[o] += e * e
 			}
 		}
-		kernels.SgemmParallel(threads, true, false, l.kg, l.kg, rows, 1, xr, l.kg, xr, l.kg, 1, l.gram[g], l.kg)
-		kernels.SgemmParallel(threads, true, false, l.kg, l.ng, rows, 1, xr, l.kg, rr, l.ng, 1, l.resid[g], l.ng)
+		kernels.SgemmParallel(threads, true, false, l.kg, l.kg, rows, 1, xr, l.kg, xr, l.kg, 1, st.gram[g], l.kg)
+		kernels.SgemmParallel(threads, true, false, l.kg, l.ng, rows, 1, xr, l.kg, rr, l.ng, 1, st.resid[g], l.ng)
 	}
-	l.rows += rows
-	return nil
+	st.rows += rows
 }
 
 // adaGroup is one group's rounding problem: minimise over the codes
 // Σₒ δₒᵀAδₒ + 2δₒᵀgₒ, δₒ being row o of the rounded minus the float
-// weight, A = XᵀX and gₒ = Xᵀ(X wₒ − tₒ).
+// weight, A = XᵀX (kg×kg) and gₒ = Xᵀ(X wₒ − tₒ) (row o of an ng×kg g).
 type adaGroup struct {
 	ng, kg int
-	a      []float32 // kg×kg
-	g0     []float32 // ng×kg
 	w      []float32 // ng×kg, float weights
 	scale  []float32 // per element
 	floor  []float32 // ⌊w/scale⌋ per element
@@ -629,19 +649,19 @@ type adaGroup struct {
 
 // extra returns, per row, δᵀAδ + 2δᵀg for the codes q (minus zero
 // points): the error added to the float weights' on the quantized input.
-func (p *adaGroup) extra(q []float32, threads int) []float64 {
+func (p *adaGroup) extra(a, g []float32, q []float32, threads int) []float64 {
 	d := make([]float32, p.ng*p.kg)
 	for i := range d {
 		d[i] = p.scale[i]*q[i] - p.w[i]
 	}
 	da := make([]float32, p.ng*p.kg)
-	kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, p.a, p.kg, 0, da, p.kg)
+	kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, a, p.kg, 0, da, p.kg)
 	out := make([]float64, p.ng)
 	for o := range p.ng {
 		var s float64
 		for k := range p.kg {
 			i := o*p.kg + k
-			s += float64(d[i]) * (float64(da[i]) + 2*float64(p.g0[i]))
+			s += float64(d[i]) * (float64(da[i]) + 2*float64(g[i]))
 		}
 		out[o] = s
 	}
@@ -653,7 +673,7 @@ func (p *adaGroup) extra(q []float32, threads int) []float64 {
 // fractional part, Adam minimises the reconstruction error (normalised to
 // 1 at round-to-nearest) plus, after the warmup, the regularisation
 // λ·mean(1 − |2h − 1|^β) with β annealed from BetaStart to BetaEnd.
-func (p *adaGroup) learn(cfg *config.AdaRound, rtnErr float64, threads int) []float32 {
+func (p *adaGroup) learn(cfg *config.AdaRound, a, g []float32, rtnErr float64, threads int) []float32 {
 	n := p.ng * p.kg
 	v := make([]float64, n)
 	for i := range v {
@@ -681,7 +701,7 @@ func (p *adaGroup) learn(cfg *config.AdaRound, rtnErr float64, threads int) []fl
 				d[i] = float32(float64(p.scale[i])*q) - p.w[i]
 			}
 		})
-		kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, p.a, p.kg, 0, da, p.kg)
+		kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, a, p.kg, 0, da, p.kg)
 		var beta float64
 		reg := it >= warm
 		if reg {
@@ -701,7 +721,7 @@ func (p *adaGroup) learn(cfg *config.AdaRound, rtnErr float64, threads int) []fl
 				q := float64(p.floor[i]) + soft[i]
 				var grad float64
 				if q > float64(p.lo[i]) && q < float64(p.hi[i]) {
-					grad = 2 * (float64(da[i]) + float64(p.g0[i])) * float64(p.scale[i]) * norm
+					grad = 2 * (float64(da[i]) + float64(g[i])) * float64(p.scale[i]) * norm
 				}
 				if u := 2*soft[i] - 1; reg && u != 0 {
 					// d/dh of λ/n·(1 − |2h − 1|^β).
@@ -726,10 +746,12 @@ func (p *adaGroup) learn(cfg *config.AdaRound, rtnErr float64, threads int) []fl
 	return q
 }
 
-// round learns the layer's rounding group by group, keeps in each output
-// the better of it and round-to-nearest, writes the rounded weight, and
-// reports the layer's output SQNR on the quantized input before (round to
-// nearest) and after.
+// round learns the layer's rounding group by group on the even
+// calibration samples, keeps it in each output where it lowers the error
+// on the even and on the odd samples (so on all of them), round to
+// nearest elsewhere, writes the rounded weight, and reports the layer's
+// output SQNR over all the rows (its input from the quantized model)
+// before (round to nearest) and after.
 func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 	rep := LayerReport{Algorithm: adaroundAlgorithmName, Node: l.node.Name, OpType: l.node.OpType, Measure: "output"}
 	tp := l.plan
@@ -739,16 +761,21 @@ func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 		return rep, err
 	}
 	threads := u.Data.Runtime.Threads
+	fit, check := &l.halves[0], &l.halves[1]
 	out := make([]float32, len(l.w))
 	var signal, inputErr, errRTN, errAda float64
-	for o := range l.groups * l.ng {
-		signal += l.signal[o]
-		inputErr += l.inputErr[o]
+	for _, st := range l.halves {
+		for o := range l.groups * l.ng {
+			signal += st.signal[o]
+			inputErr += st.inputErr[o]
+		}
 	}
+	// The statistics are of the product before Gemm's alpha scales it.
+	a2 := float64(l.alpha) * float64(l.alpha)
+	kept := 0
 	for g := range l.groups {
-		p := &adaGroup{ng: l.ng, kg: l.kg, a: l.gram[g]}
+		p := &adaGroup{ng: l.ng, kg: l.kg}
 		n := l.ng * l.kg
-		p.g0 = make([]float32, n)
 		p.w, p.scale, p.floor = make([]float32, n), make([]float32, n), make([]float32, n)
 		p.lo, p.hi, p.rtn = make([]float32, n), make([]float32, n), make([]float32, n)
 		for j := range l.ng {
@@ -762,37 +789,42 @@ func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 				p.floor[i] = float32(math.Floor(float64(w / s)))
 				p.lo[i], p.hi[i] = float32(grid.QMin-zp), float32(grid.QMax-zp)
 				p.rtn[i] = float32(quant.Int(w, s, zp, grid.QMin, grid.QMax) - zp)
-				p.g0[i] = l.resid[g][k*l.ng+j]
 			}
 		}
-		rtn := p.extra(p.rtn, threads)
+		fitA, fitG := fit.gram[g], p.rowMajor(fit.resid[g])
+		checkA, checkG := check.gram[g], p.rowMajor(check.resid[g])
+		rtnFit := p.extra(fitA, fitG, p.rtn, threads)
 		var total float64
 		for j := range l.ng {
-			total += max(rtn[j]+l.inputErr[g*l.ng+j], 0)
+			total += max(rtnFit[j]+fit.inputErr[g*l.ng+j], 0)
 		}
-		learned := p.learn(cfg, total, threads)
-		ada := p.extra(learned, threads)
+		learned := p.learn(cfg, fitA, fitG, total, threads)
+		adaFit := p.extra(fitA, fitG, learned, threads)
+		rtnCheck := p.extra(checkA, checkG, p.rtn, threads)
+		adaCheck := p.extra(checkA, checkG, learned, threads)
 		for j := range l.ng {
+			rtn, ada := rtnFit[j]+rtnCheck[j], adaFit[j]+adaCheck[j]
 			chosen := learned
-			if !(ada[j] < rtn[j]) {
-				chosen = p.rtn
+			if !(adaFit[j] < rtnFit[j] && adaCheck[j] < rtnCheck[j]) {
+				chosen, ada = p.rtn, rtn
+				kept++
 			}
-			// The statistics are of the product before alpha scales it.
-			a2 := float64(l.alpha) * float64(l.alpha)
-			errRTN += a2 * rtn[j]
-			errAda += a2 * min(ada[j], rtn[j])
+			errRTN += a2 * rtn
+			errAda += a2 * ada
 			for k := range l.kg {
 				i := j*l.kg + k
 				out[l.index(g*l.ng+j, k)] = p.scale[i] * chosen[i]
 			}
 		}
-		l.gram[g], l.resid[g] = nil, nil
+	}
+	for h := range l.halves {
+		l.halves[h].gram, l.halves[h].resid = nil, nil
 	}
 	rep.Before = sqnrDB(signal, max(inputErr+errRTN, 0))
 	rep.After = sqnrDB(signal, max(inputErr+errAda, 0))
-	rep.Note = fmt.Sprintf("%d calibration rows; the quantized input alone: %s dB", l.rows, sqnrDB(signal, inputErr))
+	rep.Note = fmt.Sprintf("fitted on %d calibration rows, checked on %d; %d of %d outputs kept round-to-nearest; the quantized input alone: %s dB",
+		fit.rows, check.rows, kept, l.groups*l.ng, sqnrDB(signal, inputErr))
 	if !(errAda < errRTN) {
-		rep.Note = "kept round-to-nearest: the learned rounding's error is not lower; " + rep.Note
 		return rep, nil
 	}
 	if err := setConst(u.Model, l.weight, out, l.shape); err != nil {
@@ -803,4 +835,15 @@ func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 	}
 	u.roundedWeights[l.weight.Name] = l.w
 	return rep, nil
+}
+
+// rowMajor returns a kg×ng matrix as ng×kg.
+func (p *adaGroup) rowMajor(m []float32) []float32 {
+	t := make([]float32, p.ng*p.kg)
+	for k := range p.kg {
+		for j := range p.ng {
+			t[j*p.kg+k] = m[k*p.ng+j]
+		}
+	}
+	return t
 }
