@@ -33,6 +33,9 @@ type Algorithms struct {
 	// weight rounds up or down, layer by layer, to minimise the layer's
 	// output error on calibration data.
 	AdaRound *AdaRound
+	// SmoothQuant divides the features of the activations MatMul and Gemm
+	// layers read by a per-feature scale folded into the weights.
+	SmoothQuant *SmoothQuant
 	// Rule locates the block.
 	Rule Rule
 }
@@ -291,6 +294,8 @@ func (a *Algorithms) enabled(name string) bool {
 		return a.GPTQ != nil
 	case adaroundName:
 		return a.AdaRound != nil
+	case smoothQuantName:
+		return a.SmoothQuant != nil
 	}
 	return false
 }

@@ -133,3 +133,27 @@ func TestAdaRoundSettings(t *testing.T) {
 		t.Errorf("--algorithms adaround: %v, %+v", err, a.AdaRound)
 	}
 }
+
+func TestSmoothQuantSettings(t *testing.T) {
+	for _, tt := range []struct {
+		text    string
+		samples int
+		alpha   float64
+	}{
+		{"algorithms:\n  smoothquant: true\n", DefaultAlgorithmSamples, DefaultSmoothQuantAlpha},
+		{"algorithms:\n  smoothquant: {alpha: 0.8, samples: 4, exclude: [lm_head]}\n", 4, 0.8},
+	} {
+		cfg, err := Parse([]byte(tt.text), "a.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := cfg.Algorithms.SmoothQuant
+		if s == nil || s.Samples != tt.samples || s.Alpha != tt.alpha || !cfg.Algorithms.Any() {
+			t.Errorf("%q: got %+v", tt.text, s)
+		}
+	}
+	a := &Algorithms{}
+	if err := a.EnableAlgorithms([]string{"smoothquant"}); err != nil || a.SmoothQuant == nil || a.SmoothQuant.Alpha != DefaultSmoothQuantAlpha {
+		t.Errorf("--algorithms smoothquant: %v, %+v", err, a.SmoothQuant)
+	}
+}
