@@ -15,12 +15,6 @@ type AdaRound struct {
 	// at an even stride, so the work per layer does not grow with the
 	// image size.
 	Rows int
-	// MemoryMiB bounds the statistics held during one pass over the data
-	// (default 256): layers are processed in passes, each serving as many
-	// consecutive layers as fit, later passes reading the layers rounded
-	// before. 0 gives one pass per wave of independent layers: every layer
-	// then reads its input from the model with all layers before it rounded.
-	MemoryMiB int
 	// Iterations is the number of optimisation steps per layer (default 100).
 	Iterations int
 	// LearningRate is Adam's step size on the rounding variables
@@ -43,7 +37,6 @@ type AdaRound struct {
 const (
 	DefaultAdaRoundRows           = 2048
 	DefaultAdaRoundIterations     = 100
-	DefaultAdaRoundMemoryMiB      = 256
 	DefaultAdaRoundLearningRate   = 0.05
 	DefaultAdaRoundRegularization = 0.01
 	DefaultAdaRoundWarmup         = 0.2
@@ -53,7 +46,7 @@ const (
 )
 
 func init() {
-	keys := []string{algorithmSamplesKey, "rows", "memory_mib", "iterations", "learning_rate", "regularization", "warmup", "beta_start", "beta_end"}
+	keys := []string{algorithmSamplesKey, "rows", "iterations", "learning_rate", "regularization", "warmup", "beta_start", "beta_end"}
 	algorithmTable[adaroundName] = algorithmDecoder{
 		keys: keys,
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
@@ -61,22 +54,12 @@ func init() {
 			r := &AdaRound{AlgorithmCommon: c,
 				Samples:        d.positive(s[algorithmSamplesKey], path+algorithmSamplesKey, DefaultAlgorithmSamples),
 				Rows:           d.positive(s["rows"], path+"rows", DefaultAdaRoundRows),
-				MemoryMiB:      DefaultAdaRoundMemoryMiB,
 				Iterations:     d.positive(s["iterations"], path+"iterations", DefaultAdaRoundIterations),
 				LearningRate:   d.positiveNumber(s["learning_rate"], path+"learning_rate", DefaultAdaRoundLearningRate),
 				Regularization: d.positiveNumber(s["regularization"], path+"regularization", DefaultAdaRoundRegularization),
 				Warmup:         DefaultAdaRoundWarmup,
 				BetaStart:      d.positiveNumber(s["beta_start"], path+"beta_start", DefaultAdaRoundBetaStart),
 				BetaEnd:        d.positiveNumber(s["beta_end"], path+"beta_end", DefaultAdaRoundBetaEnd),
-			}
-			if n := s["memory_mib"]; n != nil {
-				if i, ok := d.integer(n, path+"memory_mib"); ok {
-					if i < 0 {
-						d.errorf(n, "", "%smemory_mib must not be negative, got %d", path, i)
-					} else {
-						r.MemoryMiB = int(i)
-					}
-				}
 			}
 			if n := s["warmup"]; n != nil {
 				if f, ok := d.number(n, path+"warmup"); ok {

@@ -107,10 +107,10 @@ func TestAdaRoundSettings(t *testing.T) {
 		want       AdaRound
 	}{
 		{name: "defaults", text: "algorithms:\n  adaround: true\n", want: AdaRound{Samples: DefaultAlgorithmSamples, Rows: DefaultAdaRoundRows,
-			MemoryMiB: DefaultAdaRoundMemoryMiB, Iterations: DefaultAdaRoundIterations, LearningRate: DefaultAdaRoundLearningRate,
+			Iterations: DefaultAdaRoundIterations, LearningRate: DefaultAdaRoundLearningRate,
 			Regularization: DefaultAdaRoundRegularization, Warmup: DefaultAdaRoundWarmup, BetaStart: DefaultAdaRoundBetaStart, BetaEnd: DefaultAdaRoundBetaEnd}},
-		{name: "settings", text: "algorithms:\n  adaround: {samples: 8, rows: 100, memory_mib: 0, iterations: 7, learning_rate: 0.5, regularization: 1, warmup: 0, beta_start: 10, beta_end: 10}\n",
-			want: AdaRound{Samples: 8, Rows: 100, MemoryMiB: 0, Iterations: 7, LearningRate: 0.5, Regularization: 1, Warmup: 0, BetaStart: 10, BetaEnd: 10}},
+		{name: "settings", text: "algorithms:\n  adaround: {samples: 8, rows: 100, iterations: 7, learning_rate: 0.5, regularization: 1, warmup: 0, beta_start: 10, beta_end: 10}\n",
+			want: AdaRound{Samples: 8, Rows: 100, Iterations: 7, LearningRate: 0.5, Regularization: 1, Warmup: 0, BetaStart: 10, BetaEnd: 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

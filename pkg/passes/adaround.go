@@ -77,8 +77,9 @@ type adaStats struct {
 // Xᵀ(XW − T) of at most cfg.Rows rows, summed batch by batch: memory holds
 // one batch of one layer's patches and two small matrices per layer, never
 // the activations of the data set. Layers whose inputs do not depend on
-// each other share a pass over the data, and so do later layers while
-// their statistics fit in cfg.MemoryMiB. A layer keeps round-to-nearest
+// each other share a pass over the data; the passes are sequential because
+// a layer's rounding compensates part of its input's error, which depends
+// on the rounding of every layer before it. A layer keeps round-to-nearest
 // in every output whose error the learned rounding does not lower.
 func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 	if err := ownModel(u); err != nil {
@@ -115,37 +116,25 @@ func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 	}
 	defer fs.Close()
 	done := make([]bool, len(layers))
-	budget := int64(cfg.MemoryMiB) << 20
 	for remaining := len(layers); remaining > 0; {
-		// One pass over the data serves consecutive waves of layers whose
-		// inputs are ready, while their statistics fit the memory budget;
-		// a wave's layers then see the waves before it in the same pass
-		// rounded to nearest.
-		var chunk []*adaLayer
-		var bytes int64
-		for {
-			var ready []int
-			var need int64
-			for i, l := range layers {
-				if !done[i] && allDone(l.upstream, done) {
-					ready = append(ready, i)
-					need += l.statBytes()
-				}
+		// One pass over the data serves the layers whose inputs no layer
+		// left to round reaches.
+		var wave []*adaLayer
+		var ready []int
+		for i, l := range layers {
+			if !done[i] && allDone(l.upstream, done) {
+				wave = append(wave, l)
+				ready = append(ready, i)
 			}
-			if len(ready) == 0 || (len(chunk) > 0 && bytes+need > budget) {
-				break
-			}
-			for _, i := range ready {
-				done[i] = true
-				chunk = append(chunk, layers[i])
-			}
-			bytes += need
-			remaining -= len(ready)
 		}
-		if err := adaCollect(ctx, u, fs, chunk, cfg); err != nil {
+		for _, i := range ready {
+			done[i] = true
+		}
+		remaining -= len(ready)
+		if err := adaCollect(ctx, u, fs, wave, cfg); err != nil {
 			return fmt.Errorf("%s: %w", adaroundAlgorithmName, err)
 		}
-		for _, l := range chunk {
+		for _, l := range wave {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -157,11 +146,6 @@ func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 		}
 	}
 	return nil
-}
-
-// statBytes is the memory the layer's statistics take during a pass.
-func (l *adaLayer) statBytes() int64 {
-	return 4 * int64(l.groups) * int64(l.kg) * int64(l.kg+l.ng)
 }
 
 func allDone(idx []int, done []bool) bool {

@@ -170,8 +170,8 @@ func layerSquaredError(t *testing.T, m *onnxgraph.Model, n *onnxgraph.Node, x *t
 // on the model as a whole, that every rounded weight is a code of the
 // plan's qparams (finalize's round trip leaves it unchanged), and that the report's figures agree.
 func TestAdaRoundNeverRaisesReconstructionError(t *testing.T) {
-	// One pass per layer, and every row: the guarantee is then exact.
-	u := quantizeAdaRound(t, "algorithms:\n  adaround: {rows: 100000, memory_mib: 0, iterations: 200}\n", 1)
+	// Every row: the guarantee is then exact.
+	u := quantizeAdaRound(t, "algorithms:\n  adaround: {rows: 100000, iterations: 200}\n", 1)
 	float := adaroundModel(t)
 	src := newSampleSource(41, 24, 3, 8, 8)
 	reported := map[string]LayerReport{}
@@ -241,7 +241,7 @@ func TestAdaRoundNeverRaisesReconstructionError(t *testing.T) {
 }
 
 // TestAdaRoundDeterministic checks byte-identical models across runs and
-// thread counts, with the default settings (several layers per pass).
+// thread counts.
 func TestAdaRoundDeterministic(t *testing.T) {
 	var outs [][]byte
 	for _, threads := range []int{1, 3, 1} {
