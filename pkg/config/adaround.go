@@ -1,6 +1,8 @@
 package config
 
 import (
+	"math"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -29,7 +31,8 @@ type AdaRound struct {
 	// BetaStart and BetaEnd are the rounding term's exponent at the end of
 	// the warmup and at the last iteration (defaults 20 and 2): it is
 	// annealed linearly, from a flat term that lets variables move to a
-	// sharp one that pins them to 0 or 1.
+	// sharp one that pins them to 0 or 1. One given alone moves the other's
+	// default so that BetaEnd ≤ BetaStart.
 	BetaStart, BetaEnd float64
 }
 
@@ -46,9 +49,23 @@ const (
 )
 
 func init() {
-	keys := []string{algorithmSamplesKey, "rows", "iterations", "learning_rate", "regularization", "warmup", "beta_start", "beta_end"}
+	// warmup is a fraction in [0, 1).
+	zero, one := 0.0, 1.0
+	warmup := typed("number")
+	warmup.Minimum, warmup.ExclusiveMaximum = &zero, &one
+	warmupFields := fields{{"warmup", "fraction of the iterations run without the rounding term", warmup, DefaultAdaRoundWarmup}}
 	algorithmTable[adaroundName] = algorithmDecoder{
-		keys: keys,
+		doc: "learn whether each Conv, ConvTranspose, Gemm and MatMul weight rounds up or down, layer by layer, on the quantized model's inputs (AdaRound)",
+		settings: append(fields{
+			{algorithmSamplesKey, "calibration samples read", intIn(1, math.MaxInt), DefaultAlgorithmSamples},
+			{"rows", "rows (output positions × samples) a layer is fitted on", intIn(1, math.MaxInt), DefaultAdaRoundRows},
+			{"iterations", "optimisation steps per layer", intIn(1, math.MaxInt), DefaultAdaRoundIterations},
+			{"learning_rate", "Adam's step size on the rounding variables", numberIn(0, math.Inf(1)), DefaultAdaRoundLearningRate},
+			{"regularization", "weight of the term pushing each rounding variable to 0 or 1", numberIn(0, math.Inf(1)), DefaultAdaRoundRegularization},
+		}, append(warmupFields, fields{
+			{"beta_start", "exponent of the rounding term at the end of the warmup", numberIn(0, math.Inf(1)), float64(DefaultAdaRoundBetaStart)},
+			{"beta_end", "exponent of the rounding term at the last iteration, at most beta_start", numberIn(0, math.Inf(1)), float64(DefaultAdaRoundBetaEnd)},
+		}...)...),
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			path := algorithmsKey + "." + adaroundName + "."
 			r := &AdaRound{AlgorithmCommon: c,
@@ -70,8 +87,15 @@ func init() {
 					}
 				}
 			}
-			if r.BetaEnd > r.BetaStart {
-				d.errorf(s["beta_end"], "", "%sbeta_end (%g) must not exceed beta_start (%g): the rounding term sharpens as it anneals", path, r.BetaEnd, r.BetaStart)
+			// A bound given alone moves the other's default so that the
+			// term still sharpens; both given must agree.
+			switch start, end := s["beta_start"], s["beta_end"]; {
+			case start != nil && end == nil:
+				r.BetaEnd = min(r.BetaEnd, r.BetaStart)
+			case start == nil && end != nil:
+				r.BetaStart = max(r.BetaStart, r.BetaEnd)
+			case r.BetaEnd > r.BetaStart:
+				d.errorf(end, "", "%sbeta_end (%g) must not exceed beta_start (%g): the rounding term sharpens as it anneals", path, r.BetaEnd, r.BetaStart)
 			}
 			a.AdaRound = r
 		},

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"math"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -23,7 +25,11 @@ const (
 
 func init() {
 	algorithmTable[smoothQuantName] = algorithmDecoder{
-		keys: []string{algorithmSamplesKey, "alpha"},
+		doc: "divide the features of LayerNorm outputs read by MatMul and Gemm by a scale folded into their weights (SmoothQuant)",
+		settings: fields{
+			{algorithmSamplesKey, "calibration samples read", intIn(1, math.MaxInt), DefaultAlgorithmSamples},
+			{"alpha", "migration strength: feature j is divided by max|X_j|^alpha / max|W_j|^(1-alpha)", numberIn(0, 1), DefaultSmoothQuantAlpha},
+		},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			path := algorithmsKey + "." + smoothQuantName + "."
 			a.SmoothQuant = &SmoothQuant{AlgorithmCommon: c,
