@@ -29,6 +29,13 @@ type Algorithms struct {
 	// column's rounding error onto the columns not yet rounded, weighted by
 	// the layer's input statistics on calibration data.
 	GPTQ *GPTQ
+	// AdaRound learns whether each Conv, ConvTranspose, Gemm and MatMul
+	// weight rounds up or down, layer by layer, to minimise the layer's
+	// output error on calibration data.
+	AdaRound *AdaRound
+	// SmoothQuant divides the features of the activations MatMul and Gemm
+	// layers read by a per-feature scale folded into the weights.
+	SmoothQuant *SmoothQuant
 	// Rule locates the block.
 	Rule Rule
 }
@@ -285,6 +292,10 @@ func (a *Algorithms) enabled(name string) bool {
 		return a.BiasCorrection != nil
 	case gptqName:
 		return a.GPTQ != nil
+	case adaroundName:
+		return a.AdaRound != nil
+	case smoothQuantName:
+		return a.SmoothQuant != nil
 	}
 	return false
 }

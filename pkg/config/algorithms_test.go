@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -97,5 +98,62 @@ func TestEnableAlgorithms(t *testing.T) {
 	err = a.EnableAlgorithms([]string{"bias_corection"})
 	if err == nil || !strings.Contains(err.Error(), `did you mean "bias_correction"`) {
 		t.Errorf("unknown name: %v", err)
+	}
+}
+
+func TestAdaRoundSettings(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       AdaRound
+	}{
+		{name: "defaults", text: "algorithms:\n  adaround: true\n", want: AdaRound{Samples: DefaultAlgorithmSamples, Rows: DefaultAdaRoundRows,
+			Iterations: DefaultAdaRoundIterations, LearningRate: DefaultAdaRoundLearningRate,
+			Regularization: DefaultAdaRoundRegularization, Warmup: DefaultAdaRoundWarmup, BetaStart: DefaultAdaRoundBetaStart, BetaEnd: DefaultAdaRoundBetaEnd}},
+		{name: "settings", text: "algorithms:\n  adaround: {samples: 8, rows: 100, iterations: 7, learning_rate: 0.5, regularization: 1, warmup: 0, beta_start: 10, beta_end: 10}\n",
+			want: AdaRound{Samples: 8, Rows: 100, Iterations: 7, LearningRate: 0.5, Regularization: 1, Warmup: 0, BetaStart: 10, BetaEnd: 10}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.text), "a.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cfg.Algorithms.AdaRound
+			if got == nil || !cfg.Algorithms.Any() {
+				t.Fatal("adaround is off")
+			}
+			got.AlgorithmCommon = AlgorithmCommon{}
+			if !reflect.DeepEqual(*got, tt.want) {
+				t.Errorf("got %+v, want %+v", *got, tt.want)
+			}
+		})
+	}
+	a := &Algorithms{}
+	if err := a.EnableAlgorithms([]string{"adaround"}); err != nil || a.AdaRound == nil || a.AdaRound.Iterations != DefaultAdaRoundIterations {
+		t.Errorf("--algorithms adaround: %v, %+v", err, a.AdaRound)
+	}
+}
+
+func TestSmoothQuantSettings(t *testing.T) {
+	for _, tt := range []struct {
+		text    string
+		samples int
+		alpha   float64
+	}{
+		{"algorithms:\n  smoothquant: true\n", DefaultAlgorithmSamples, DefaultSmoothQuantAlpha},
+		{"algorithms:\n  smoothquant: {alpha: 0.8, samples: 4, exclude: [lm_head]}\n", 4, 0.8},
+	} {
+		cfg, err := Parse([]byte(tt.text), "a.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := cfg.Algorithms.SmoothQuant
+		if s == nil || s.Samples != tt.samples || s.Alpha != tt.alpha || !cfg.Algorithms.Any() {
+			t.Errorf("%q: got %+v", tt.text, s)
+		}
+	}
+	a := &Algorithms{}
+	if err := a.EnableAlgorithms([]string{"smoothquant"}); err != nil || a.SmoothQuant == nil || a.SmoothQuant.Alpha != DefaultSmoothQuantAlpha {
+		t.Errorf("--algorithms smoothquant: %v, %+v", err, a.SmoothQuant)
 	}
 }

@@ -21,6 +21,7 @@ type jsonSchema struct {
 	Minimum              *float64               `json:"minimum,omitempty"`
 	Maximum              *float64               `json:"maximum,omitempty"`
 	ExclusiveMinimum     *float64               `json:"exclusiveMinimum,omitempty"`
+	ExclusiveMaximum     *float64               `json:"exclusiveMaximum,omitempty"`
 	Pattern              string                 `json:"pattern,omitempty"`
 	MinItems             *int                   `json:"minItems,omitempty"`
 	MaxItems             *int                   `json:"maxItems,omitempty"`

@@ -29,7 +29,7 @@ func (e *MissingDataError) Error() string {
 
 // runDataAlgorithms runs the algorithms that need calibration data and the
 // planned weight qparams, before finalize writes the weights.
-// GPTQ runs first: bias correction then folds the mean error of the
+// AdaRound runs first, then GPTQ on the weights AdaRound left; bias correction then folds the mean error of the
 // weights finalize will write.
 func runDataAlgorithms(ctx context.Context, u *Unit) error {
 	if u.Algorithms == nil {
@@ -40,6 +40,14 @@ func runDataAlgorithms(ctx context.Context, u *Unit) error {
 			return &MissingDataError{Algorithm: name, Rule: r}
 		}
 		return nil
+	}
+	if a := u.Algorithms.AdaRound; a != nil {
+		if err := needData(adaroundAlgorithmName, a.Rule); err != nil {
+			return err
+		}
+		if err := runAdaRound(ctx, u, a); err != nil {
+			return err
+		}
 	}
 	if g := u.Algorithms.GPTQ; g != nil {
 		if err := needData(gptqAlgorithmName, g.Rule); err != nil {

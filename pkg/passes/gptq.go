@@ -208,6 +208,8 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 		return nil, "the weight is shared by several nodes", nil
 	case initializerIndex(u.Model, wv) < 0 || tensor.DType(wv.Const.GetDataType()) != tensor.Float:
 		return nil, "the weight is not a float32 initializer", nil
+	case u.roundedWeights[wv.Name] != nil:
+		return nil, "already rounded by adaround", nil
 	}
 	w, shape, err := constFloats(u.Model, wv)
 	if err != nil {

@@ -62,6 +62,9 @@ type Unit struct {
 	// pendingWeightReports are weights changed before prepare, reported
 	// once their spec is planned.
 	pendingWeightReports []pendingWeightReport
+	// smoothed are the activations SmoothQuant scaled, reported once
+	// their specs are planned.
+	smoothed []*smoothSite
 
 	Resolution *config.Resolution
 	Plan       *Plan
@@ -176,7 +179,7 @@ func inspectPass(_ context.Context, u *Unit) error {
 	return nil
 }
 
-func preparePass(_ context.Context, u *Unit) error {
+func preparePass(ctx context.Context, u *Unit) error {
 	if u.Config == nil {
 		return errors.New("no quantization config")
 	}
@@ -195,6 +198,9 @@ func preparePass(_ context.Context, u *Unit) error {
 		u.Model, folded = m, notes
 	}
 	if err := runWeightAlgorithms(u); err != nil {
+		return err
+	}
+	if err := runActivationAlgorithms(ctx, u); err != nil {
 		return err
 	}
 	res, err := resolveFor(u.Config, u.Model.Graph, u.Prepare)
@@ -216,6 +222,9 @@ func preparePass(_ context.Context, u *Unit) error {
 		planPalettes(plan, pres)
 	}
 	u.Plan = plan
+	if err := reportSmoothed(u); err != nil {
+		return err
+	}
 	return reportWeights(u)
 }
 

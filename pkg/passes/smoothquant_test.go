@@ -1,0 +1,180 @@
+package passes
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// smoothFeatures is the width of the smoothing test model.
+const smoothFeatures = 16
+
+// smoothModel is x [n, 16] → LayerNormalization (γ with two outlier
+// features) → {MatMul 16→8, Gemm transB 16→8} → Add → Relu → y1, and a
+// written-out LayerNorm tail x·γ₂ + β₂ → MatMul 16→4 → y2, and the Add's
+// output → MatMul 8→4 → y3, an activation the Relu reads too.
+func smoothModel(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(51, 52))
+	normal := func(n int, s float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * s)
+		}
+		return v
+	}
+	k := smoothFeatures
+	gamma := normal(k, 0.5)
+	gamma[3], gamma[11] = 20, -30 // outlier features, as LayerNorm scales leave them in transformers
+	b := testmodels.New("smooth", 17)
+	b.Input("x", tensor.Float, "n", k).Output("y1", tensor.Float, "n", 8).Output("y2", tensor.Float, "n", 4).Output("y3", tensor.Float, "n", 4)
+	b.Init("gamma", []int64{int64(k)}, gamma)
+	b.Init("beta", []int64{int64(k)}, normal(k, 0.1))
+	b.Init("wa", []int64{int64(k), 8}, normal(k*8, 0.3))
+	b.Init("wb", []int64{8, int64(k)}, normal(k*8, 0.3))
+	b.Init("wb_bias", []int64{8}, normal(8, 0.1))
+	g2 := normal(k, 1)
+	g2[5] = 15
+	b.Init("gamma2", []int64{int64(k)}, g2)
+	b.Init("beta2", []int64{int64(k)}, normal(k, 0.1))
+	b.Init("wc", []int64{int64(k), 4}, normal(k*4, 0.3))
+	b.Init("wd", []int64{8, 4}, normal(8*4, 0.3))
+	b.Node("LayerNormalization", "ln", []string{"x", "gamma", "beta"}, []string{"h"})
+	b.Node("MatMul", "fa", []string{"h", "wa"}, []string{"a"})
+	b.Node("Gemm", "fb", []string{"h", "wb", "wb_bias"}, []string{"bb"}, testmodels.AttrInt("transB", 1))
+	b.Node("Add", "sum", []string{"a", "bb"}, []string{"s"})
+	b.Node("Relu", "relu", []string{"s"}, []string{"y1"})
+	b.Node("Mul", "scale2", []string{"x", "gamma2"}, []string{"m2"})
+	b.Node("Add", "shift2", []string{"m2", "beta2"}, []string{"h2"})
+	b.Node("MatMul", "fc", []string{"h2", "wc"}, []string{"y2"})
+	b.Node("MatMul", "fd", []string{"s", "wd"}, []string{"y3"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+const smoothConfig = `quantization_config:
+  global_config:
+    op_input_spec: {"*": {dtype: int8, qscheme: symmetric, granularity: {type: per_tensor}, qparam_calculator: global_minmax}}
+    op_output_spec: null
+    op_state_spec: {weight: {dtype: int8, qscheme: symmetric, granularity: {type: per_channel}}}
+`
+
+func quantizeSmooth(t *testing.T, alg string, threads int) *Unit {
+	t.Helper()
+	cfg, err := config.Parse([]byte(smoothConfig+alg), "smooth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &Unit{Model: smoothModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+			return observe(t, m, plan), nil
+		},
+		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(61, 40, smoothFeatures), BatchSize: 8}}
+	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestSmoothQuant checks on the model above (fixed seeds) that smoothing
+// keeps the float function (within 1e-5 of each output's magnitude), that
+// with α = 0.5 every smoothed feature ends with the same range in the
+// activation (measured here on the calibration data) as in the weights
+// reading it, that the quantized products of the smoothed layers gain in
+// the report, and that the activation the graph output also reads is
+// reported as skipped.
+func TestSmoothQuant(t *testing.T) {
+	u := quantizeSmooth(t, "algorithms:\n  smoothquant: {alpha: 0.5}\n", 1)
+	src := newSampleSource(61, 40, smoothFeatures)
+	want := runValues(t, smoothModel(t), src, "y1", "y2", "y3", "h", "h2")
+	got := runValues(t, u.Model, src, "y1", "y2", "y3", "h", "h2")
+	for _, name := range []string{"y1", "y2", "y3"} {
+		w, _ := want[name].AsFloat32()
+		g, _ := got[name].AsFloat32()
+		var scale, diff float64
+		for i := range w {
+			scale = max(scale, math.Abs(float64(w[i])))
+			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
+		}
+		if diff > 1e-5*scale {
+			t.Errorf("%s: smoothing changed the float output by %g (magnitude %g)", name, diff, scale)
+		}
+	}
+	for _, site := range []struct {
+		x       string
+		weights []string
+		rowAxis []int // the axis of a weight that indexes input features
+	}{{"h", []string{"wa", "wb"}, []int{0, 1}}, {"h2", []string{"wc"}, []int{0}}} {
+		x, _ := got[site.x].AsFloat32()
+		for j := range smoothFeatures {
+			var xMax, wMax float64
+			for r := range len(x) / smoothFeatures {
+				xMax = max(xMax, math.Abs(float64(x[r*smoothFeatures+j])))
+			}
+			for i, name := range site.weights {
+				w, shape, err := constFloats(u.Model, u.Model.Graph.Value(name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for idx, v := range w {
+					if (site.rowAxis[i] == 0 && idx/shape[1] == j) || (site.rowAxis[i] == 1 && idx%shape[1] == j) {
+						wMax = max(wMax, math.Abs(float64(v)))
+					}
+				}
+			}
+			if math.Abs(xMax-wMax) > 1e-4*max(xMax, wMax) {
+				t.Errorf("%s feature %d: activation range %g, weight range %g; α = 0.5 equalizes them", site.x, j, xMax, wMax)
+			}
+		}
+	}
+	reported := map[string]LayerReport{}
+	for _, l := range u.Layers {
+		if l.Algorithm == smoothQuantName {
+			reported[l.Node] = l
+		}
+	}
+	for _, n := range []string{"fa", "fb", "fc"} {
+		r := reported[n]
+		if r.Skipped != "" || !(r.After > r.Before) {
+			t.Errorf("%s: report %+v, want a quantized product that gained", n, r)
+		}
+		t.Logf("%s: %.2f → %.2f dB (%s)", n, float64(r.Before), float64(r.After), r.Note)
+	}
+	if r := reported["fd"]; !strings.Contains(r.Skipped, "also read by") {
+		t.Errorf("fd: report %+v, want skipped: the Relu reads its input too", r)
+	}
+}
+
+// TestSmoothQuantDeterministic checks byte-identical models across runs
+// and thread counts.
+func TestSmoothQuantDeterministic(t *testing.T) {
+	var outs [][]byte
+	for _, threads := range []int{1, 3, 1} {
+		u := quantizeSmooth(t, "algorithms:\n  smoothquant: true\n", threads)
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, b)
+	}
+	for i := 1; i < len(outs); i++ {
+		if !bytes.Equal(outs[0], outs[i]) {
+			t.Fatalf("run %d wrote a different model", i)
+		}
+	}
+}
