@@ -11,12 +11,14 @@ package kernels
 func gemm8x8NEON(kc int, a, b, c *float32, ldc int, accumulate int)
 
 // neonGemm is the arm64 micro-kernel family. Its one kernel computes
-// eight rows; the blocked product sends tiles of fewer rows through its
-// scratch tile, so rows lists 8 alone.
+// eight rows; the blocked product and the wide convolution send tiles of
+// fewer rows through their scratch tiles, so rows lists 8 alone.
 var neonGemm = &gemmArch{name: "neon", mr: 8, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{8},
-	tile: func(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
-		gemm8x8NEON(kc, a, b, c, ldc, flag(accumulate))
-	}}
+	tile: neonTile, tileI: gatheredTileI(neonTile)}
+
+func neonTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
+	gemm8x8NEON(kc, a, b, c, ldc, flag(accumulate))
+}
 
 func flag(b bool) int {
 	if b {
