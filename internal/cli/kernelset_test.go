@@ -47,6 +47,8 @@ func TestQuantizeDeterministicPerKernelSet(t *testing.T) {
 		sets = append(sets, kernels.SetAVX2, kernels.SetAVX512)
 	case kernels.SetAVX2:
 		sets = append(sets, kernels.SetAVX2)
+	case kernels.SetNEON:
+		sets = append(sets, kernels.SetNEON)
 	}
 	dir := t.TempDir()
 	sums := map[string][32]byte{}

@@ -4,6 +4,9 @@ package kernels
 
 import "golang.org/x/sys/cpu"
 
+// kernelSets are this build's sets, narrowest first.
+var kernelSets = []string{SetPortable, SetAVX2, SetAVX512}
+
 // availableKernelLevel is the widest set this CPU runs: AVX-512 needs the
 // foundation and vector-length extensions (the kernels use 256-bit forms
 // of AVX-512 instructions), AVX2 needs FMA as well.

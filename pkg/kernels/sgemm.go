@@ -57,18 +57,21 @@ var oneRowInPlace = true
 
 // goArch is the portable micro-kernel (the noasm build and CPUs without
 // AVX2/FMA).
-var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile, tileI: goTileI}
+var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile, tileI: gatheredTileI(goTile)}
 
-// goTileI is goTile reading step p's B row at b + offs[p]: it gathers the
-// rows into a panel and runs goTile on it.
-func goTileI(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
-	const nr = 8
-	var panel [256 * nr]float32
-	os := unsafe.Slice(offs, kc)
-	for p, o := range os {
-		*(*[nr]float32)(panel[p*nr:]) = *(*[nr]float32)(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(b), 4*o)), nr))
+// gatheredTileI makes the tileI of a family whose tile has nr = 8 and kc
+// at most 256: it gathers step p's B row at b + offs[p] into a panel and
+// runs tile on it.
+func gatheredTileI(tile func(rows, kc int, a, b, c *float32, ldc int, accumulate bool)) func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
+	return func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
+		const nr = 8
+		var panel [256 * nr]float32
+		os := unsafe.Slice(offs, kc)
+		for p, o := range os {
+			*(*[nr]float32)(panel[p*nr:]) = *(*[nr]float32)(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(b), 4*o)), nr))
+		}
+		tile(rows, kc, a, &panel[0], c, ldc, accumulate)
 	}
-	goTile(rows, kc, a, &panel[0], c, ldc, accumulate)
 }
 
 // goTile is the portable micro-kernel on 4×8 tiles.
