@@ -25,6 +25,7 @@ var layers = []string{
 	"pkg/calibrate",
 	"pkg/runtime",
 	"pkg/config",
+	"pkg/ops",
 	"pkg/onnxgraph",
 	"pkg/spec",
 	"pkg/quant",
