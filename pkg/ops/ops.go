@@ -127,7 +127,7 @@ type Quant struct {
 
 // QuantizesInput reports whether activation input i may be quantized.
 func (q *Quant) QuantizesInput(i int) bool {
-	if q.Inputs == nil {
+	if q == nil || q.Inputs == nil {
 		return true
 	}
 	for _, j := range q.Inputs {
@@ -139,7 +139,7 @@ func (q *Quant) QuantizesInput(i int) bool {
 }
 
 // QuantizesOutput reports whether output i is quantized.
-func (q *Quant) QuantizesOutput(i int) bool { return i == 0 || q.AllOutputs }
+func (q *Quant) QuantizesOutput(i int) bool { return i == 0 || q != nil && q.AllOutputs }
 
 // WeightAxes are the guide's default axes of a weight, translated to the
 // ONNX layout of the op.

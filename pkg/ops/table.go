@@ -25,12 +25,12 @@ var entries = []Op{
 		Torch:   []Torch{{Name: "add"}},
 		Quant:   &Quant{Kind: Generic, FusesActivation: true},
 		Fusion:  FuseConvResidual,
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "And",
 		Out:     OutType{Fixed: tensor.Bool},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "ArgMax",
@@ -64,7 +64,7 @@ var entries = []Op{
 		Torch:   []Torch{{Name: "batch_norm", States: []string{"weight", "bias", "running_mean", "running_var"}}},
 		Quant:   &Quant{Kind: Generic, Inputs: []int{0}, FusesActivation: true},
 		Fusion:  FuseConvNorm,
-		Changes: changedAt(7, 9),
+		Changes: changedAt(7, 9), // v7 dropped is_test, v9 spatial (v14's training_mode defaults to inference)
 	},
 	{Type: "BitShift", Changes: unchanged},
 	{
@@ -91,7 +91,7 @@ var entries = []Op{
 		Torch:   []Torch{{Name: "clamp", Preferred: true, Targets: []string{"clip"}}, {Name: "clip", Targets: []string{"clamp"}}, {Name: "hardtanh"}, {Name: "relu6"}},
 		Quant:   &Quant{Kind: Generic, Inputs: []int{0}, Activation: true},
 		Bounds:  clipBounds,
-		Changes: changedAt(11),
+		Changes: changedAt(11), // v11: min and max moved from attributes to inputs
 	},
 	{
 		Type:             "Concat",
@@ -102,7 +102,7 @@ var entries = []Op{
 		Quant:            &Quant{Kind: Generic},
 		KeepsNonNegative: true,
 		Intrinsic:        &Intrinsic{Scheme: spec.Asymmetric, What: "Concat of non-negative inputs", IfInputsNonNegative: true},
-		Changes:          changedAt(4),
+		Changes:          changedAt(4), // v4: axis became required
 	},
 	{Type: "Constant", Changes: unchanged},
 	{
@@ -158,13 +158,13 @@ var entries = []Op{
 		Args:    [][]string{{"input", "self"}, {"other"}},
 		Torch:   []Torch{{Name: "div"}},
 		Quant:   &Quant{Kind: Generic},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "Dropout",
 		Torch:   []Torch{{Name: "dropout"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(7, 10, 12),
+		Changes: changedAt(7, 10, 12), // v7 dropped is_test, v10 made the mask bool, v12 moved ratio to an input
 	},
 	{
 		Type:    "DynamicQuantizeLinear",
@@ -184,7 +184,7 @@ var entries = []Op{
 	{
 		Type:    "Equal",
 		Out:     OutType{Fixed: tensor.Bool},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "Erf",
@@ -261,7 +261,7 @@ var entries = []Op{
 	{
 		Type:    "Greater",
 		Out:     OutType{Fixed: tensor.Bool},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "GreaterOrEqual",
@@ -273,7 +273,7 @@ var entries = []Op{
 		Args:    [][]string{{"input"}, {"weight"}, {"bias"}},
 		States:  map[int]string{1: "weight", 2: "bias"},
 		Torch:   []Torch{{Name: "group_norm", States: []string{"weight", "bias"}}},
-		Changes: changedAt(21),
+		Changes: changedAt(21), // v21: scale and bias became per channel
 	},
 	{
 		Type:        "HardSigmoid",
@@ -289,7 +289,7 @@ var entries = []Op{
 		Quant:   &Quant{Kind: Generic, Inputs: []int{0}},
 		Changes: unchanged,
 	},
-	{Type: "Hardmax", Changes: changedAt(13)},
+	{Type: "Hardmax", Changes: changedAt(13)}, // v13: the 2-D coercion around axis was dropped
 	{
 		Type:    "Identity",
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
@@ -335,7 +335,7 @@ var entries = []Op{
 	{
 		Type:    "Less",
 		Out:     OutType{Fixed: tensor.Bool},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "LessOrEqual",
@@ -348,7 +348,7 @@ var entries = []Op{
 		Inputs:  []string{"input"},
 		Outputs: []string{"output"},
 		Torch:   []Torch{{Name: "log_softmax"}},
-		Changes: changedAt(13),
+		Changes: changedAt(13), // v13: the 2-D coercion around axis was dropped
 	},
 	{Type: "Loop", Changes: unchanged},
 	{Type: "LpNormalization", Changes: unchanged},
@@ -369,7 +369,7 @@ var entries = []Op{
 		Type:    "Max",
 		Args:    [][]string{{"input", "self"}, {"other"}},
 		Torch:   []Torch{{Name: "maximum"}},
-		Changes: changedAt(8),
+		Changes: changedAt(8), // v8: numpy broadcasting
 	},
 	{
 		Type:             "MaxPool",
@@ -382,12 +382,12 @@ var entries = []Op{
 	},
 	{Type: "MaxRoiPool", Changes: unchanged},
 	{Type: "MaxUnpool", Changes: unchanged},
-	{Type: "Mean", Changes: changedAt(8)},
+	{Type: "Mean", Changes: changedAt(8)}, // v8: numpy broadcasting
 	{
 		Type:    "Min",
 		Args:    [][]string{{"input", "self"}, {"other"}},
 		Torch:   []Torch{{Name: "minimum"}},
-		Changes: changedAt(8),
+		Changes: changedAt(8), // v8: numpy broadcasting
 	},
 	{
 		Type:    "Mish",
@@ -403,7 +403,7 @@ var entries = []Op{
 		Torch:   []Torch{{Name: "mul"}},
 		Quant:   &Quant{Kind: Generic},
 		Fusion:  FuseSigmoidMulTail,
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "Neg",
@@ -429,19 +429,19 @@ var entries = []Op{
 	{
 		Type:    "Or",
 		Out:     OutType{Fixed: tensor.Bool},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "PRelu",
 		Args:    [][]string{{"input"}, {"weight"}},
 		Torch:   []Torch{{Name: "prelu"}},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
 		Type:    "Pad",
 		Torch:   []Torch{{Name: "pad"}},
 		Quant:   &Quant{Kind: Generic, Inputs: []int{0}},
-		Changes: changedAt(11),
+		Changes: changedAt(11), // v11: pads moved to an input
 	},
 	{
 		Type:    "Pow",
@@ -449,7 +449,7 @@ var entries = []Op{
 		Outputs: []string{"Z"},
 		Args:    [][]string{{"input", "self"}, {"exponent"}},
 		Torch:   []Torch{{Name: "pow"}},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{Type: "QLinearConv", Changes: unchanged},
 	{Type: "QLinearMatMul", Changes: unchanged},
@@ -471,25 +471,25 @@ var entries = []Op{
 		Torch:   []Torch{{Name: "rsqrt"}},
 		Changes: unchanged,
 	},
-	{Type: "ReduceL1", Changes: changedAt(18)},
-	{Type: "ReduceL2", Changes: changedAt(18)},
-	{Type: "ReduceLogSum", Changes: changedAt(18)},
-	{Type: "ReduceLogSumExp", Changes: changedAt(18)},
-	{Type: "ReduceMax", Changes: changedAt(18)},
+	{Type: "ReduceL1", Changes: changedAt(18)},        // v18: axes moved to an input
+	{Type: "ReduceL2", Changes: changedAt(18)},        // v18: axes moved to an input
+	{Type: "ReduceLogSum", Changes: changedAt(18)},    // v18: axes moved to an input
+	{Type: "ReduceLogSumExp", Changes: changedAt(18)}, // v18: axes moved to an input
+	{Type: "ReduceMax", Changes: changedAt(18)},       // v18: axes moved to an input
 	{
 		Type:    "ReduceMean",
 		Torch:   []Torch{{Name: "mean", Preferred: true}},
 		Quant:   &Quant{Kind: Generic, Inputs: []int{0}},
-		Changes: changedAt(18),
+		Changes: changedAt(18), // v18: axes moved to an input
 	},
-	{Type: "ReduceMin", Changes: changedAt(18)},
-	{Type: "ReduceProd", Changes: changedAt(18)},
+	{Type: "ReduceMin", Changes: changedAt(18)},  // v18: axes moved to an input
+	{Type: "ReduceProd", Changes: changedAt(18)}, // v18: axes moved to an input
 	{
 		Type:    "ReduceSum",
 		Torch:   []Torch{{Name: "sum"}},
-		Changes: changedAt(13),
+		Changes: changedAt(13), // v13: axes moved to an input
 	},
-	{Type: "ReduceSumSquare", Changes: changedAt(18)},
+	{Type: "ReduceSumSquare", Changes: changedAt(18)}, // v18: axes moved to an input
 	{
 		Type:        "Relu",
 		Inputs:      []string{"X"},
@@ -508,7 +508,7 @@ var entries = []Op{
 		Args:    [][]string{{"input", "self"}, {"shape"}},
 		Torch:   []Torch{{Name: "reshape", Preferred: true, Targets: []string{"view"}}, {Name: "view", Targets: []string{"reshape"}}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(5),
+		Changes: changedAt(5), // v5: shape moved to an input
 	},
 	{
 		Type:    "Resize",
@@ -516,10 +516,10 @@ var entries = []Op{
 		Outputs: []string{"Y"},
 		Torch:   []Torch{{Name: "interpolate", Preferred: true}, {Name: "upsample"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(11),
+		Changes: changedAt(11), // v11: the roi input was inserted before scales
 	},
 	{Type: "Round", Changes: unchanged},
-	{Type: "Scan", Changes: changedAt(9)},
+	{Type: "Scan", Changes: changedAt(9)}, // v9: the batch axis was dropped
 	{Type: "Scatter", Changes: unchanged},
 	{Type: "ScatterElements", Changes: unchanged},
 	{Type: "ScatterND", Changes: unchanged},
@@ -556,7 +556,7 @@ var entries = []Op{
 		Type:    "Slice",
 		Torch:   []Torch{{Name: "slice"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(10),
+		Changes: changedAt(10), // v10: starts, ends and axes moved to inputs
 	},
 	{
 		Type:        "Softmax",
@@ -567,7 +567,7 @@ var entries = []Op{
 		Range:       unitRange,
 		NonNegative: true,
 		Intrinsic:   &Intrinsic{Scheme: spec.Asymmetric, Range: unitRange, What: "Softmax output is in [0, 1]"},
-		Changes:     changedAt(13),
+		Changes:     changedAt(13), // v13: the 2-D coercion around axis was dropped
 	},
 	{
 		Type:    "Softplus",
@@ -592,7 +592,7 @@ var entries = []Op{
 		Args:    [][]string{{"input", "self"}, {"split_size_or_sections"}},
 		Torch:   []Torch{{Name: "chunk"}, {Name: "split", Preferred: true, Targets: []string{"split_with_sizes"}}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}, AllOutputs: true},
-		Changes: changedAt(13),
+		Changes: changedAt(13), // v13: split moved to an input
 	},
 	{
 		Type:    "Sqrt",
@@ -603,7 +603,7 @@ var entries = []Op{
 		Type:    "Squeeze",
 		Torch:   []Torch{{Name: "squeeze"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(13),
+		Changes: changedAt(13), // v13: axes moved to an input
 	},
 	{
 		Type:    "Sub",
@@ -612,9 +612,9 @@ var entries = []Op{
 		Args:    [][]string{{"input", "self"}, {"other"}},
 		Torch:   []Torch{{Name: "sub"}},
 		Quant:   &Quant{Kind: Generic},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
-	{Type: "Sum", Changes: changedAt(8)},
+	{Type: "Sum", Changes: changedAt(8)}, // v8: numpy broadcasting
 	{Type: "Tan", Changes: unchanged},
 	{
 		Type:      "Tanh",
@@ -631,13 +631,13 @@ var entries = []Op{
 		Type:    "Tile",
 		Torch:   []Torch{{Name: "tile"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(6),
+		Changes: changedAt(6), // v6: tiles and axis became the repeats input
 	},
 	{
 		Type:    "TopK",
 		Torch:   []Torch{{Name: "topk"}},
 		Out:     OutType{Extra: map[int]tensor.DType{1: tensor.Int64}},
-		Changes: changedAt(10),
+		Changes: changedAt(10), // v10: k moved to an input
 	},
 	{
 		Type:    "Transpose",
@@ -652,9 +652,9 @@ var entries = []Op{
 		Type:    "Unsqueeze",
 		Torch:   []Torch{{Name: "unsqueeze"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
-		Changes: changedAt(13),
+		Changes: changedAt(13), // v13: axes moved to an input
 	},
-	{Type: "Upsample", Changes: changedAt(10)},
+	{Type: "Upsample", Changes: changedAt(10)}, // removed at v10
 	{
 		Type:    "Where",
 		Inputs:  []string{"condition", "X", "Y"},
@@ -668,7 +668,7 @@ var entries = []Op{
 	{
 		Type:    "Xor",
 		Out:     OutType{Fixed: tensor.Bool},
-		Changes: changedAt(7),
+		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 }
 
