@@ -36,7 +36,7 @@ var layers = []string{
 }
 
 // testOnly are packages that production code must not import.
-var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest", "pkg/quant/quanttest"}
+var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest", "pkg/quant/quanttest", "pkg/ops/opstest"}
 
 func rank(pkg string) int {
 	best, bestLen := -1, -1
