@@ -65,17 +65,23 @@ func exactOpType(key string, n *onnxgraph.Node) bool {
 }
 
 // nodeTorchArgs returns the torch argument names of input i of a node that
-// is a whole torch op by itself: the op table's Args, except that a Gather
-// on a constant table (embedding) reads (weight, input).
+// is a whole torch op by itself: the NodeArgs of a torch name whose
+// condition holds (an embedding's Gather reads (weight, input)), else the
+// op table's Args, else "input"/"self" for input 0.
 func nodeTorchArgs(n *onnxgraph.Node, i int) []string {
 	if n.Domain != "" {
 		return nil
 	}
-	if n.OpType == "Gather" && constInput(0)(n) {
-		return [][]string{{"weight"}, {"input"}}[min(i, 1)]
-	}
-	if op, ok := ops.Of(n); ok && op.Args != nil {
-		return op.Args[min(i, len(op.Args)-1)]
+	op, ok := ops.Of(n)
+	if ok {
+		for _, t := range op.Torch {
+			if t.NodeArgs != nil && (t.If == nil || t.If(n)) {
+				return t.NodeArgs[min(i, len(t.NodeArgs)-1)]
+			}
+		}
+		if op.Args != nil {
+			return op.Args[min(i, len(op.Args)-1)]
+		}
 	}
 	if i == 0 {
 		return []string{"input", "self"}

@@ -82,6 +82,10 @@ type Torch struct {
 	// (a Linear on a 3-D input is MatMul + Add). Unset: "input", "other"
 	// and no state names.
 	Args, States []string
+	// NodeArgs name the inputs of a node that is a whole call of this torch
+	// op by ONNX position, where they differ from the op's Args (an
+	// embedding is a Gather reading (weight, input)).
+	NodeArgs [][]string
 	// Targets are other torch names a traced call may carry for the same
 	// op: the name also selects their calls (concat selects a call of
 	// aten.cat, split one of aten.split_with_sizes).

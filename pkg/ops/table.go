@@ -220,7 +220,7 @@ var entries = []Op{
 		Outputs: []string{"output"},
 		Args:    [][]string{{"input", "self"}, {"index"}},
 		States:  map[int]string{0: "weight"},
-		Torch:   []Torch{{Name: "embedding", If: constInput(0), States: []string{"weight"}}, {Name: "gather", Preferred: true}, {Name: "index_select"}},
+		Torch:   []Torch{{Name: "embedding", If: constInput(0), States: []string{"weight"}, NodeArgs: [][]string{{"weight"}, {"input"}}}, {Name: "gather", Preferred: true}, {Name: "index_select"}},
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
 		Weight:  fixedAxes(0, 1, "per_channel 0, per_block 1 (embedding table)"),
 		Changes: unchanged,
