@@ -368,20 +368,22 @@ func ElemType(n *onnxgraph.Node, o int, input func(i int) tensor.DType) tensor.D
 	return input(t.Input)
 }
 
-// TorchOp returns the torch op name's entry in the table (the first
-// listing it, by type: linear is Gemm's and MatMul's) and the op types it
-// exports as.
+// TorchOp returns the op types a torch op name exports as, sorted, and its
+// listing in the first of them (linear: Gemm's and MatMul's, which agree on
+// its Args, States and Targets, as TestTableConsistent checks).
 func TorchOp(name string) (t Torch, types []string, ok bool) {
-	for _, op := range All() {
+	first := ""
+	for _, op := range table {
 		for _, x := range op.Torch {
 			if x.Name == name {
-				if !ok {
-					t, ok = x, true
+				if !ok || op.Type < first {
+					t, ok, first = x, true, op.Type
 				}
 				types = append(types, op.Type)
 			}
 		}
 	}
+	sort.Strings(types)
 	return t, types, ok
 }
 
@@ -406,7 +408,7 @@ func TorchNames() []string {
 // sorted.
 func Synonyms(name string) []string {
 	var out []string
-	for _, op := range All() {
+	for _, op := range table {
 		for _, t := range op.Torch {
 			for _, x := range t.Targets {
 				if x == name && !slices.Contains(out, t.Name) {
