@@ -25,6 +25,7 @@ var layers = []string{
 	"pkg/calibrate",
 	"pkg/runtime",
 	"pkg/config",
+	"pkg/ops",
 	"pkg/onnxgraph",
 	"pkg/spec",
 	"pkg/quant",
@@ -35,7 +36,7 @@ var layers = []string{
 }
 
 // testOnly are packages that production code must not import.
-var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest", "pkg/quant/quanttest"}
+var testOnly = []string{"internal/testutil", "internal/testmodels", "internal/archtest", "pkg/quant/quanttest", "pkg/ops/opstest"}
 
 func rank(pkg string) int {
 	best, bestLen := -1, -1

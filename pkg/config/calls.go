@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 )
 
 // OpCall is one torch op call as the exporter wrote it: one ONNX node, or
@@ -103,8 +104,8 @@ func (c *OpCall) slots() map[*onnxgraph.Node][]slot {
 		out[n] = s
 		return out
 	}
-	a := opAliases[c.Type]
-	args := a.args
+	a, _, _ := ops.TorchOp(c.Type)
+	args := a.Args
 	if len(args) == 0 {
 		args = []string{"input", "other"}
 	}
@@ -123,8 +124,8 @@ func (c *OpCall) slots() map[*onnxgraph.Node][]slot {
 					if name != "" {
 						s[i].names = []string{name}
 					}
-				} else if states < len(a.states) {
-					s[i].names = []string{a.states[states]}
+				} else if states < len(a.States) {
+					s[i].names = []string{a.States[states]}
 				} else if name := stateName(n, i); name != "" {
 					s[i].names = []string{name}
 				}
@@ -173,7 +174,7 @@ func opCalls(g *onnxgraph.Graph) (calls []*OpCall, byNode map[*onnxgraph.Node]*O
 			if !ok {
 				typ = strings.ToLower(n.OpType)
 			}
-			c := &OpCall{Type: typ, Types: append([]string{typ}, opSynonyms[typ]...), Nodes: []*onnxgraph.Node{n}, Module: n.Module, GraphName: fx}
+			c := &OpCall{Type: typ, Types: append([]string{typ}, ops.Synonyms(typ)...), Nodes: []*onnxgraph.Node{n}, Module: n.Module, GraphName: fx}
 			byFX[fx] = c
 			byNode[n] = c
 			calls = append(calls, c)
@@ -188,9 +189,9 @@ func opCalls(g *onnxgraph.Graph) (calls []*OpCall, byNode map[*onnxgraph.Node]*O
 		} else if d, nodes := decomposed(n, byNode); d != nil {
 			c.Nodes, c.Types = nodes, []string{d.typ}
 			c.stateNames = map[*onnxgraph.Node]string{}
-			for i, m := range nodes {
+			for _, m := range nodes {
 				byNode[m] = c
-				c.stateNames[m] = d.states[i]
+				c.stateNames[m] = ""
 			}
 		}
 		c.Type = c.Types[0]
@@ -237,30 +238,30 @@ func biasAdd(n *onnxgraph.Node) *onnxgraph.Node {
 	return add
 }
 
-// inferredTypes are the torch op types an ONNX node may have come from:
-// aliases whose condition holds first (linear, conv2d, embedding), then
-// the plain ones, each group sorted; the lower-cased ONNX type when none.
+// inferredTypes are the torch op types an ONNX node may have come from
+// (the op table's Torch names): those whose condition holds first (linear,
+// conv2d, embedding), then the plain ones, each group sorted, the preferred
+// plain one first when no condition holds; the lower-cased ONNX type when
+// none.
 func inferredTypes(n *onnxgraph.Node) []string {
 	var cond, plain []string
-	for key, a := range opAliases {
-		if n.Domain != "" {
-			break
-		}
-		for _, op := range a.ops {
-			if op != n.OpType {
-				continue
-			}
+	pref := ""
+	if op, ok := ops.Of(n); ok {
+		for _, t := range op.Torch {
 			switch {
-			case a.match == nil:
-				plain = append(plain, key)
-			case a.match(n):
-				cond = append(cond, key)
+			case t.If == nil:
+				plain = append(plain, t.Name)
+				if t.Preferred {
+					pref = t.Name
+				}
+			case t.If(n):
+				cond = append(cond, t.Name)
 			}
 		}
 	}
 	sort.Strings(cond)
 	sort.Strings(plain)
-	if pref, ok := preferredTorchName[n.OpType]; ok && len(cond) == 0 {
+	if pref != "" && len(cond) == 0 {
 		for i, p := range plain {
 			if p == pref {
 				plain[0], plain[i] = plain[i], plain[0]
@@ -274,34 +275,26 @@ func inferredTypes(n *onnxgraph.Node) []string {
 	return out
 }
 
-// preferredTorchName is the op type shown for an inferred call when several
-// torch ops export to the same ONNX op.
-var preferredTorchName = map[string]string{
-	"MatMul": "matmul", "Concat": "cat", "Clip": "clamp", "Reshape": "reshape", "Transpose": "transpose",
-	"Split": "split", "Resize": "interpolate", "ReduceMean": "mean", "GlobalAveragePool": "adaptive_avg_pool2d",
-	"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d", "Gather": "gather",
-}
-
 // decomposition is an op that exporters without op metadata write as a
 // chain of ONNX nodes, each reading the previous one's output: TorchScript
-// at opsets without Gelu (20) or LayerNormalization (17).
+// at opsets without Gelu (20) or LayerNormalization (17). They are the op
+// table's patterns that name a torch op. The chain's constant inputs stay
+// unnamed (the weight and bias of a decomposed LayerNorm), so the default
+// op_state_spec leaves them in float, as prepare's patterns do.
 type decomposition struct {
 	typ string
 	ops []string
-	// states name the constant input of each step ("" for none: the
-	// weight and bias of a decomposed LayerNorm stay unnamed, so the
-	// default op_state_spec leaves them in float, as prepare's patterns
-	// do).
-	states []string
 }
 
-var decompositions = []decomposition{
-	// 0.5 · x · (1 + erf(x / √2))
-	{typ: "gelu", ops: []string{"Div", "Erf", "Add", "Mul", "Mul"}, states: []string{"", "", "", "", ""}},
-	// (x − mean) / √(var + eps) · weight + bias
-	{typ: "layer_norm", ops: []string{"ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"},
-		states: []string{"", "", "", "", "", "", "", "", ""}},
-}
+var decompositions = func() []decomposition {
+	var out []decomposition
+	for _, p := range ops.Patterns() {
+		if p.Torch != "" {
+			out = append(out, decomposition{typ: p.Torch, ops: p.OpTypes()})
+		}
+	}
+	return out
+}()
 
 // decomposed matches a decomposition starting at n: each next step is a
 // consumer of the previous step's output in n's module, and every value

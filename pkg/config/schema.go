@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 )
 
@@ -131,7 +132,7 @@ func qschemeSchema() *jsonSchema {
 // (torch.add, aten.linear.default, or domain.OpType of a custom domain).
 func opTypeSchema() *jsonSchema {
 	keys := opTypeKeys()
-	for k := range opSynonyms {
+	for _, k := range ops.TargetNames() {
 		if !contains(keys, k) {
 			keys = append(keys, k)
 		}

@@ -15,7 +15,7 @@ import (
 // An adapter rewrites one node written for opset c.from so that it means
 // the same at opset c.to. It edits n in place (the node keeps its name and
 // metadata_props) and returns the nodes to insert before and after it. It
-// is called only when one of the op's versions in the table `breaking`
+// is called only when one of the op's versions in the op table (ops.Op.Changes)
 // lies in (from, to], and must handle every such version.
 type adapter func(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error)
 
@@ -150,7 +150,8 @@ func adaptOpset(m *onnxpb.ModelProto, from, to int64, name func(string) string, 
 // changedBetween reports whether op changed meaning at a version in
 // (from, to].
 func changedBetween(op string, from, to int64) bool {
-	for _, v := range breaking[op] {
+	versions, _ := meaningChanges(op)
+	for _, v := range versions {
 		if v > from && v <= to {
 			return true
 		}

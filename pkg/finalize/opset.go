@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 )
 
 // MaxOpset is the newest default-domain opset coreaiq writes: the last
@@ -61,61 +62,17 @@ func irForOpset(opset int64) int64 {
 	return 13
 }
 
-// breaking lists, per default-domain op, the opset versions at which the op
-// changed in a way that alters the meaning of an existing node (an
-// attribute turned into an input, a changed default or semantics). Versions
-// that only added element types, or added attributes and inputs whose
-// defaults keep the old behaviour, are not listed. An op absent from the
-// table is unknown: raising the opset of a model that uses it is refused,
-// since nothing here says it is safe. A listed change is rewritten by the
-// op's version adapter (adapt.go) when it has one, and refused otherwise.
-var breaking = map[string][]int64{
-	// Element-wise arithmetic: v7 replaced the broadcast attribute by
-	// numpy broadcasting; later versions only added types.
-	"Add": {7}, "Sub": {7}, "Mul": {7}, "Div": {7}, "Pow": {7}, "PRelu": {7},
-	"Equal": {7}, "Greater": {7}, "Less": {7}, "And": {7}, "Or": {7}, "Xor": {7},
-	"Sum": {8}, "Max": {8}, "Min": {8}, "Mean": {8},
-	"Abs": nil, "Neg": nil, "Exp": nil, "Log": nil, "Sqrt": nil, "Reciprocal": nil,
-	"Floor": nil, "Ceil": nil, "Sign": nil, "Erf": nil, "Not": nil, "Mod": nil,
-	"Sin": nil, "Cos": nil, "Tan": nil, "Round": nil, "IsNaN": nil, "IsInf": nil,
-	"GreaterOrEqual": nil, "LessOrEqual": nil, "BitShift": nil, "Where": nil,
-	"Relu": nil, "LeakyRelu": nil, "Sigmoid": nil, "Tanh": nil, "Elu": nil, "Selu": nil,
-	"HardSigmoid": nil, "HardSwish": nil, "Softplus": nil, "Softsign": nil,
-	"ThresholdedRelu": nil, "Celu": nil, "Mish": nil, "Gelu": nil,
-	// Clip v11: min and max moved from attributes to inputs.
-	"Clip": {11},
-	// Softmax family v13: the 2-D coercion around axis was dropped.
-	"Softmax": {13}, "LogSoftmax": {13}, "Hardmax": {13},
-	"Conv": nil, "ConvTranspose": nil, "ConvInteger": nil, "QLinearConv": nil,
-	"Gemm": nil, "MatMul": nil, "MatMulInteger": nil, "QLinearMatMul": nil, "Einsum": nil,
-	"MaxPool": nil, "AveragePool": nil, "GlobalAveragePool": nil, "GlobalMaxPool": nil,
-	"LpPool": nil, "GlobalLpPool": nil, "MaxRoiPool": nil, "MaxUnpool": nil,
-	// BatchNormalization v7 dropped is_test, v9 `spatial`; v14 training_mode defaults to inference.
-	"BatchNormalization": {7, 9}, "InstanceNormalization": nil, "LayerNormalization": nil,
-	"GroupNormalization": {21}, "LRN": nil, "LpNormalization": nil,
-	// Dropout v7 dropped is_test, v10 made the mask bool, v12 moved ratio to an input.
-	"Dropout": {7, 10, 12}, "Identity": nil, "Cast": nil, "CastLike": nil,
-	"Reshape": {5}, "Flatten": nil, "Transpose": nil, "Concat": {4},
-	// Squeeze/Unsqueeze v13 and Split v13: axes/split moved to inputs.
-	"Squeeze": {13}, "Unsqueeze": {13}, "Split": {13},
-	// Slice v10: starts/ends moved to inputs.
-	"Slice":  {10},
-	"Gather": nil, "GatherElements": nil, "GatherND": nil, "Scatter": nil,
-	"ScatterElements": nil, "ScatterND": nil, "Expand": nil, "Tile": {6},
-	"Shape": nil, "Size": nil, "ConstantOfShape": nil, "Constant": nil, "Range": nil,
-	// Pad v11: pads moved to an input.
-	"Pad": {11},
-	// Resize v11: roi input inserted before scales; Upsample removed at 10.
-	"Resize": {11}, "Upsample": {10},
-	"DepthToSpace": nil, "SpaceToDepth": nil, "TopK": {10}, "ArgMax": nil, "ArgMin": nil,
-	// Reductions: ReduceSum's axes became an input at v13, the others' at v18.
-	"ReduceSum": {13}, "ReduceMean": {18}, "ReduceMax": {18}, "ReduceMin": {18},
-	"ReduceProd": {18}, "ReduceL1": {18}, "ReduceL2": {18}, "ReduceLogSum": {18},
-	"ReduceLogSumExp": {18}, "ReduceSumSquare": {18},
-	"CumSum": nil, "NonZero": nil, "Trilu": nil, "OneHot": nil, "NonMaxSuppression": nil,
-	"If": nil, "Loop": nil, "Scan": {9},
-	"LSTM": nil, "GRU": nil, "RNN": nil,
-	"QuantizeLinear": nil, "DequantizeLinear": nil, "DynamicQuantizeLinear": nil,
+// meaningChanges returns the opsets at which op's meaning changed (the op
+// table's Changes); known is false for an op the table does not know, whose
+// opset raise is refused, since nothing says it is safe. A listed change is
+// rewritten by the op's version adapter (adapt.go) when it has one, and
+// refused otherwise.
+func meaningChanges(op string) (versions []int64, known bool) {
+	entry, ok := ops.Lookup(op)
+	if !ok || !entry.Changes.Known {
+		return nil, false
+	}
+	return entry.Changes.At, true
 }
 
 // checkOpsetRaise returns an error naming every op of the model (in the
@@ -135,7 +92,7 @@ func checkOpsetRaise(m *onnxpb.ModelProto, from, to int64) error {
 			}
 			op := n.GetOpType()
 			if _, seen := changed[op]; !seen {
-				versions, known := breaking[op]
+				versions, known := meaningChanges(op)
 				switch {
 				case !known:
 					changed[op] = "not in coreaiq's table of operator changes"

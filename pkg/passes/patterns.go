@@ -9,30 +9,16 @@ import (
 	"unicode"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// A pattern is a group of nodes that a backend runs as one op (torch.ao's
-// BackendPatternConfig): a LayerNormalization or GELU that the exporter
-// wrote out op by op, a Conv followed by the Add of a residual, a MatMul
-// and the Add of its bias, the scores of an attention head up to their
-// Softmax. Its values are quantized at the pattern's boundary only: the
-// inputs it reads from outside and the output of its last node. The values
-// inside never meet a QuantizeLinear; a Q/DQ pair there (between the mean
-// and the variance of a LayerNorm, or on x/√2 inside a GELU) costs accuracy
-// and no runtime uses it.
-//
-// Patterns are written as data, one statement per node in topological
-// order, the last node's output being the pattern's output:
-//
-//	name = Op(arg, arg, ...)
-//
-// An arg is a name defined by an earlier statement (that node's output,
-// which must be consumed only inside the pattern), another name (a value
-// from outside the pattern; every use of the name must be the same value),
-// `$` (any constant) or a number (a constant scalar equal to it within
-// 1e-3 relative). Add and Mul match their two inputs in either order.
-// Inputs past the args (Conv's weight, ReduceMean's axes) must be constant.
+// A pattern is one of the op table's multi-node patterns (ops.Pattern),
+// parsed: a group of nodes that a backend runs as one op, whose values are
+// quantized at the pattern's boundary only. The values inside never meet a
+// QuantizeLinear; a Q/DQ pair there (between the mean and the variance of
+// a LayerNorm, or on x/√2 inside a GELU) costs accuracy and no runtime
+// uses it.
 type pattern struct {
 	name  string
 	nodes []patternNode
@@ -66,88 +52,18 @@ type patternArg struct {
 
 // patternTable lists the patterns, larger ones first: when two patterns
 // could claim the same node, the first in the table wins.
-var patternTable = mustPatterns(withFusions(map[string][]string{
-	"layer_norm": {
-		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
-		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
-	},
-	"layer_norm_square_by_mul": {
-		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Mul(d, d)", "v = ReduceMean(p)",
-		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
-	},
-	"layer_norm_no_affine": {
-		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
-		"e = Add(v, $)", "s = Sqrt(e)", "y = Div(d, s)",
-	},
-	"rms_norm": {
-		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "n = Div(x, s)", "y = Mul(n, $)",
-	},
-	"gelu_tanh": {
-		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
-		"t = Tanh(s)", "u = Add(t, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
-	},
-	"gelu_tanh_half_last": {
-		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
-		"t = Tanh(s)", "u = Add(t, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
-	},
-	"gelu": {
-		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
-	},
-	"gelu_by_mul": {
-		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
-	},
-	"gelu_half_first": {
-		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
-	},
-	"gelu_by_mul_half_first": {
-		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
-	},
-	"hard_swish":          {"a = Add(x, 3)", "c = Clip(a)", "d = Div(c, 6)", "y = Mul(x, d)"},
-	"hard_swish_div_last": {"a = Add(x, 3)", "c = Clip(a)", "m = Mul(x, c)", "y = Div(m, 6)"},
-	"hard_swish_by_mul":   {"a = Add(x, 3)", "c = Clip(a)", "d = Mul(c, 0.16666667)", "y = Mul(x, d)"},
-	"hard_sigmoid":        {"a = Add(x, 3)", "c = Clip(a)", "y = Div(c, 6)"},
-	"hard_sigmoid_by_mul": {"a = Add(x, 3)", "c = Clip(a)", "y = Mul(c, 0.16666667)"},
-	"hard_swish_op":       {"h = HardSigmoid(x)", "y = Mul(x, h)"},
-	"silu":                {"s = Sigmoid(x)", "y = Mul(x, s)"},
-	"attention_scores": {
-		"s = MatMul(q, k)", "t = Mul(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
-	},
-	"attention_scores_div": {
-		"s = MatMul(q, k)", "t = Div(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
-	},
-	"attention_scores_scaled":      {"s = MatMul(q, k)", "t = Mul(s, $)", "y = Softmax(t)"},
-	"attention_scores_div_no_mask": {"s = MatMul(q, k)", "t = Div(s, $)", "y = Softmax(t)"},
-	"attention_scores_masked":      {"s = MatMul(q, k)", "a = Add(s, mask)", "y = Softmax(a)"},
-	"linear":                       {"m = MatMul(x, $)", "y = Add(m, $)"},
-}))
-
-// withFusions adds fusionPatterns to the op patterns.
-func withFusions(ops map[string][]string) map[string][]string {
-	for name, stmts := range fusionPatterns {
-		ops[name] = stmts
-	}
-	return ops
-}
-
-// fusionPatterns are the patterns that runtimes fuse into one kernel
-// (pattern.fusion).
-var fusionPatterns = map[string][]string{
-	"conv_add":           {"c = Conv(x)", "y = Add(c, r)"},
-	"conv_transpose_add": {"c = ConvTranspose(x)", "y = Add(c, r)"},
-	"gemm_add":           {"c = Gemm(x)", "y = Add(c, r)"},
-}
+var patternTable = mustPatterns(ops.Patterns())
 
 // mustPatterns parses the table and orders it: more nodes first, then by
 // name, so that matching is deterministic and the largest pattern wins.
-// Patterns named in fusionPatterns are marked as fusions.
-func mustPatterns(src map[string][]string) []pattern {
+func mustPatterns(src []ops.Pattern) []pattern {
 	var out []pattern
-	for name, stmts := range src {
-		p, err := parsePattern(name, stmts)
+	for _, s := range src {
+		p, err := parsePattern(s.Name, s.Statements)
 		if err != nil {
 			panic(err)
 		}
-		_, p.fusion = fusionPatterns[name]
+		p.fusion = s.Fusion
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool {

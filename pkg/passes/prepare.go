@@ -177,7 +177,7 @@ func (p *preparer) run() error {
 		v := n.Outputs[0]
 		if len(v.Consumers) == 1 && !v.IsGraphOutput {
 			c := v.Consumers[0]
-			if c.Domain == "" && (c.OpType == "Relu" || c.OpType == "Clip") {
+			if isActivation(c) {
 				p.fused[v.Name] = true
 				fusedPairs = append(fusedPairs, [3]string{v.Name, n.String(), c.String()})
 			}
@@ -239,14 +239,6 @@ func (p *preparer) run() error {
 	}
 	p.skips()
 	return nil
-}
-
-func ruleOf(n *onnxgraph.Node) (opRule, bool) {
-	if n.Domain != "" {
-		return opRule{}, false
-	}
-	r, ok := opRules[n.OpType]
-	return r, ok
 }
 
 // valueOrder lists requested values: graph inputs, then each node's
@@ -640,11 +632,7 @@ func (p *preparer) biasBlocker(n *onnxgraph.Node, v *onnxgraph.Value) string {
 	if w.BlockSize > 0 {
 		return "the weight is quantized per block"
 	}
-	transB := false
-	if a := n.Attr("transB"); a != nil {
-		transB = a.GetI() != 0
-	}
-	if w.Axis >= 0 && w.Axis != channelAxis(n.OpType, transB) {
+	if w.Axis >= 0 && w.Axis != channelAxis(n, len(w.Shape)) {
 		return fmt.Sprintf("the weight's axis %d is not the output-channel axis", w.Axis)
 	}
 	if dims, ok := v.Shape(); !ok || len(dims) != 1 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -65,7 +66,7 @@ func residualAdd(v *onnxgraph.Value, ready func(*onnxgraph.Value) bool) (add *on
 		return nil, nil, false
 	}
 	n := v.Consumers[0]
-	if n.OpType != "Add" || n.Domain != "" || len(n.Inputs) != 2 || len(n.Outputs) != 1 || n.Outputs[0] == nil {
+	if ops.FusionOf(n) != ops.FuseConvResidual || len(n.Inputs) != 2 || len(n.Outputs) != 1 || n.Outputs[0] == nil {
 		return nil, nil, false
 	}
 	switch {
@@ -90,13 +91,13 @@ func planConvChain(conv *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.
 		return nil
 	}
 	ch := &convChain{conv: conv, out: conv.Outputs[0]}
-	if bn := fusibleNext(ch.out); bn != nil && bn.OpType == "BatchNormalization" && foldableBN(bn, conv, constOf) {
+	if bn := fusibleNext(ch.out); bn != nil && ops.FusionOf(bn) == ops.FuseConvNorm && foldableBN(bn, conv, constOf) {
 		ch.bn, ch.out = bn, bn.Outputs[0]
 	}
 	if add, other, first := residualAdd(ch.out, ready); add != nil {
 		ch.add, ch.residual, ch.residualFirst, ch.out = add, other, first, add.Outputs[0]
 	}
-	if act := fusibleNext(ch.out); act != nil && act.OpType == "Relu" && len(act.Outputs) == 1 && act.Outputs[0] != nil {
+	if act := fusibleNext(ch.out); act != nil && ops.FusionOf(act) == ops.FuseConvRelu && len(act.Outputs) == 1 && act.Outputs[0] != nil {
 		ch.act, ch.out = act, act.Outputs[0]
 	}
 	if ch.bn == nil && ch.add == nil && ch.act == nil {
@@ -279,7 +280,7 @@ func planSiLU(sig *onnxgraph.Node) *onnxgraph.Node {
 		return nil
 	}
 	mul := s.Consumers[0]
-	if mul.OpType != "Mul" || mul.Domain != "" || len(mul.Inputs) != 2 || len(mul.Outputs) != 1 || mul.Outputs[0] == nil || mul.Attr("broadcast") != nil {
+	if ops.FusionOf(mul) != ops.FuseSigmoidMulTail || len(mul.Inputs) != 2 || len(mul.Outputs) != 1 || mul.Outputs[0] == nil || mul.Attr("broadcast") != nil {
 		return nil
 	}
 	if !(mul.Inputs[0] == x && mul.Inputs[1] == s || mul.Inputs[0] == s && mul.Inputs[1] == x) {

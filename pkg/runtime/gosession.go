@@ -12,6 +12,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -458,10 +459,10 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		var chain *convChain
 		var siluMul *onnxgraph.Node
 		switch {
-		case c.noFuse || n.Domain != "":
-		case n.OpType == "Conv":
+		case c.noFuse:
+		case ops.FusionOf(n) == ops.FuseConv:
 			chain = planConvChain(n, constOf, ready)
-		case n.OpType == "Sigmoid":
+		case ops.FusionOf(n) == ops.FuseSigmoidMul:
 			siluMul = planSiLU(n)
 		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)

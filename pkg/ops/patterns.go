@@ -1,0 +1,114 @@
+package ops
+
+import (
+	"sort"
+	"strings"
+)
+
+// A Pattern is a group of nodes that a backend runs as one op (torch.ao's
+// BackendPatternConfig): a LayerNormalization or GELU that the exporter
+// wrote out op by op, a Conv followed by the Add of a residual, a MatMul
+// and the Add of its bias, the scores of an attention head up to their
+// Softmax. prepare quantizes its values at the pattern's boundary only:
+// the inputs it reads from outside and the output of its last node.
+//
+// A pattern is written as data, one statement per node in topological
+// order, the last node's output being the pattern's output:
+//
+//	name = Op(arg, arg, ...)
+//
+// An arg is a name defined by an earlier statement (that node's output,
+// which must be consumed only inside the pattern), another name (a value
+// from outside the pattern; every use of the name must be the same value),
+// `$` (any constant) or a number (a constant scalar equal to it within
+// 1e-3 relative). Add and Mul match their two inputs in either order.
+// Inputs past the args (Conv's weight, ReduceMean's axes) must be constant.
+type Pattern struct {
+	Name       string
+	Statements []string
+	// Fusion marks a pattern that is one op only to runtimes that fuse it
+	// (Conv + Add: oneDNN and torch.ao's backends do, ONNX Runtime's x86
+	// QDQ fusions do not and run a Conv without an output Q in float).
+	Fusion bool
+	// Torch is the torch op that exporters without op metadata write as
+	// this chain (TorchScript at opsets without Gelu or
+	// LayerNormalization); the config language then addresses the chain
+	// as one call of it. "" for none.
+	Torch string
+}
+
+// OpTypes are the op types of the pattern's statements, in order.
+func (p Pattern) OpTypes() []string {
+	out := make([]string, len(p.Statements))
+	for i, s := range p.Statements {
+		_, rhs, _ := strings.Cut(s, "=")
+		op, _, _ := strings.Cut(strings.TrimSpace(rhs), "(")
+		out[i] = op
+	}
+	return out
+}
+
+// Patterns lists the patterns sorted by name.
+func Patterns() []Pattern {
+	out := append([]Pattern(nil), patterns...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+var patterns = []Pattern{
+	{Name: "layer_norm", Torch: "layer_norm", Statements: []string{
+		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
+		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
+	}},
+	{Name: "layer_norm_square_by_mul", Statements: []string{
+		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Mul(d, d)", "v = ReduceMean(p)",
+		"e = Add(v, $)", "s = Sqrt(e)", "n = Div(d, s)", "g = Mul(n, $)", "y = Add(g, $)",
+	}},
+	{Name: "layer_norm_no_affine", Statements: []string{
+		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
+		"e = Add(v, $)", "s = Sqrt(e)", "y = Div(d, s)",
+	}},
+	{Name: "rms_norm", Statements: []string{
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "n = Div(x, s)", "y = Mul(n, $)",
+	}},
+	{Name: "gelu_tanh", Statements: []string{
+		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
+		"t = Tanh(s)", "u = Add(t, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
+	}},
+	{Name: "gelu_tanh_half_last", Statements: []string{
+		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
+		"t = Tanh(s)", "u = Add(t, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
+	}},
+	{Name: "gelu", Torch: "gelu", Statements: []string{
+		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
+	}},
+	{Name: "gelu_by_mul", Statements: []string{
+		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
+	}},
+	{Name: "gelu_half_first", Statements: []string{
+		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
+	}},
+	{Name: "gelu_by_mul_half_first", Statements: []string{
+		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
+	}},
+	{Name: "hard_swish", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Div(c, 6)", "y = Mul(x, d)"}},
+	{Name: "hard_swish_div_last", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "m = Mul(x, c)", "y = Div(m, 6)"}},
+	{Name: "hard_swish_by_mul", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Mul(c, 0.16666667)", "y = Mul(x, d)"}},
+	{Name: "hard_sigmoid", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "y = Div(c, 6)"}},
+	{Name: "hard_sigmoid_by_mul", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "y = Mul(c, 0.16666667)"}},
+	{Name: "hard_swish_op", Statements: []string{"h = HardSigmoid(x)", "y = Mul(x, h)"}},
+	{Name: "silu", Statements: []string{"s = Sigmoid(x)", "y = Mul(x, s)"}},
+	{Name: "attention_scores", Statements: []string{
+		"s = MatMul(q, k)", "t = Mul(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
+	}},
+	{Name: "attention_scores_div", Statements: []string{
+		"s = MatMul(q, k)", "t = Div(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
+	}},
+	{Name: "attention_scores_scaled", Statements: []string{"s = MatMul(q, k)", "t = Mul(s, $)", "y = Softmax(t)"}},
+	{Name: "attention_scores_div_no_mask", Statements: []string{"s = MatMul(q, k)", "t = Div(s, $)", "y = Softmax(t)"}},
+	{Name: "attention_scores_masked", Statements: []string{"s = MatMul(q, k)", "a = Add(s, mask)", "y = Softmax(a)"}},
+	{Name: "linear", Statements: []string{"m = MatMul(x, $)", "y = Add(m, $)"}},
+	{Name: "conv_add", Statements: []string{"c = Conv(x)", "y = Add(c, r)"}, Fusion: true},
+	{Name: "conv_transpose_add", Statements: []string{"c = ConvTranspose(x)", "y = Add(c, r)"}, Fusion: true},
+	{Name: "gemm_add", Statements: []string{"c = Gemm(x)", "y = Add(c, r)"}, Fusion: true},
+}
