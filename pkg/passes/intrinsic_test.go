@@ -171,3 +171,48 @@ func TestConcatShare(t *testing.T) {
 		})
 	}
 }
+
+// TestUnusedCalculatorIsNoted: a calculator other than the default that a
+// user's rule names for values whose range is fixed (Sigmoid, Tanh,
+// Softmax, bounded Clips) gets one note for the rule, naming the count and
+// the first value; a spec with the default calculator, or a preset's, gets
+// none.
+func TestUnusedCalculatorIsNoted(t *testing.T) {
+	m := intrinsicModel(t)
+	prep := func(yaml string) *Plan {
+		t.Helper()
+		cfg, err := config.Parse([]byte(yaml), "user.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := config.Resolve(cfg.Quant, m.Graph)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := Prepare(m, res, PrepareOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	count := func(notes []string) (n int, text string) {
+		for _, s := range notes {
+			if strings.Contains(s, "is not used for") {
+				n, text = n+1, s
+			}
+		}
+		return n, text
+	}
+	const named = "quantization_config:\n  global_config:\n    op_output_spec: {\"*\": {dtype: int8, qscheme: symmetric, qparam_calculator: {type: percentile, percentile: 99.9}}}\n"
+	n, text := count(prep(named).Notes)
+	if n != 1 || !strings.Contains(text, "user.yaml:3") || !strings.Contains(text, "percentile") || !strings.Contains(text, `"sig"`) {
+		t.Errorf("a named calculator on fixed ranges: %d notes, %q; want one naming user.yaml:3, the calculator and the first value", n, text)
+	}
+	const unnamed = "quantization_config:\n  global_config:\n    op_output_spec: {\"*\": {dtype: int8, qscheme: symmetric}}\n"
+	if n, text := count(prep(unnamed).Notes); n != 0 {
+		t.Errorf("no calculator named: %d notes (%q), want none", n, text)
+	}
+	if n, text := count(preparePreset(t, m, "w8a8", PrepareOptions{}).Notes); n != 0 {
+		t.Errorf("preset w8a8: %d notes (%q), want none", n, text)
+	}
+}

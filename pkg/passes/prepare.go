@@ -292,6 +292,8 @@ func floatTypeOfDType(dt tensor.DType) int32 {
 }
 
 func (p *preparer) planActivations() error {
+	unused := &unusedCalculators{}
+	defer unused.notes(p)
 	for _, v := range p.valueOrder() {
 		reqs := p.requests[v.Name]
 		first := reqs[0]
@@ -344,6 +346,7 @@ func (p *preparer) planActivations() error {
 				}
 			}
 		}
+		unused.add(t)
 		if err := p.plan.Add(t); err != nil {
 			return err
 		}
@@ -352,6 +355,41 @@ func (p *preparer) planActivations() error {
 		}
 	}
 	return nil
+}
+
+// unusedCalculators collects the values whose spec names a qparam
+// calculator that their fixed range (a Sigmoid's, a Softmax's, a Clip's
+// bounds) makes moot, by config rule, so that a calculator a user chose
+// for them is never silently ignored: one note per rule. The default
+// activation calculator (moving average, which a spec that names none
+// gets) and presets are left out: a user did not choose them.
+type unusedCalculators struct {
+	rules []string
+	count map[string]int
+	first map[string]*TensorPlan
+}
+
+func (u *unusedCalculators) add(t *TensorPlan) {
+	if t.Fixed == nil || t.Spec.Calculator.Type == spec.CalculatorAuto || t.Spec.Calculator.Type == spec.MovingAverage || strings.HasPrefix(t.Rule.File, "preset:") {
+		return
+	}
+	key := t.Rule.String() + "\x00" + t.Spec.Calculator.Type.String()
+	if u.count == nil {
+		u.count, u.first = map[string]int{}, map[string]*TensorPlan{}
+	}
+	if u.count[key] == 0 {
+		u.rules = append(u.rules, key)
+		u.first[key] = t
+	}
+	u.count[key]++
+}
+
+func (u *unusedCalculators) notes(p *preparer) {
+	for _, key := range u.rules {
+		t := u.first[key]
+		p.note("rule %s: its qparam_calculator %s is not used for %d value(s) with a fixed range (first %q, [%g, %g]): their qparams come from the range",
+			t.Rule, t.Spec.Calculator.Type, u.count[key], t.Value, t.Fixed.Min, t.Fixed.Max)
+	}
 }
 
 // isNonNeg reports whether v is known to be non-negative (nonNegative),
