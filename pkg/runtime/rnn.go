@@ -260,14 +260,8 @@ func (s *rnnSpec) outputs(y []float32, seq, batch int, finals ...[]float32) []*t
 	return res
 }
 
-func (s *rnnSpec) clipf(v float32) float32 {
-	if s.clip > 0 {
-		return min(max(v, -s.clip), s.clip)
-	}
-	return v
-}
-
-// clipRow applies clipf to every element of x.
+// clipRow clips every element of x to [−clip, clip] when the node has
+// a clip.
 func (s *rnnSpec) clipRow(x []float32) {
 	if s.clip > 0 {
 		for i, v := range x {
@@ -414,47 +408,52 @@ func buildGRU(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := &packCache{}
+	wCache, rCache := &packCache{}, &packCache{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, false)
 		if err != nil {
 			return nil, err
 		}
 		h, g, nb := s.hidden, 3, d.batch
-		rPacks := s.packR(cache, in[2], d.r, g)
+		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
+		rPacks := s.packR(rCache, in[2], d.r, g)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN := make([]float32, s.dirs*nb*h)
 		xw := make([]float32, d.seq*nb*g*h)
 		hr := make([]float32, nb*g*h)
-		rh := make([]float32, h)
+		bias := make([]float32, g*h)
+		rbh := make([]float32, h) // the recurrent bias of h left out of xw
+		zr, rh, hc := make([]float32, 2*h), make([]float32, h), make([]float32, h)
 		for dir := 0; dir < s.dirs; dir++ {
-			f, gf := s.acts[dir*2], s.acts[dir*2+1]
+			f, gf := s.rows[dir*2], s.rows[dir*2+1]
 			rev := s.reverse || dir == 1
-			w := d.w[dir*g*h*d.in : (dir+1)*g*h*d.in]
 			r := d.r[dir*g*h*h : (dir+1)*g*h*h]
-			kernels.SgemmParallel(rc.threads, false, true, d.seq*nb, g*h, d.in, 1, d.x, d.in, w, d.in, 0, xw, g*h)
+			// All input projections at once, with the biases that add to
+			// them: Wb, Rb of z and r, and Rb of h unless the reset gate
+			// multiplies it (linear_before_reset).
+			var ep *kernels.Epilogue
+			clear(rbh)
+			if d.bias != nil {
+				wb, rb := d.bias[dir*2*g*h:], d.bias[dir*2*g*h+g*h:]
+				for j := range bias {
+					bias[j] = wb[j] + rb[j]
+				}
+				if s.linBefore {
+					copy(bias[2*h:], wb[2*h:3*h])
+					copy(rbh, rb[2*h:3*h])
+				}
+				ep = &kernels.Epilogue{ColBias: bias}
+			}
+			kernels.SgemmPackedB(rc.threads, false, d.seq*nb, 1, d.x, d.in, wPacks[dir], 0, xw, g*h, ep)
 			hs := hN[dir*nb*h : (dir+1)*nb*h]
 			if d.h0 != nil {
 				copy(hs, d.h0[dir*nb*h:])
-			}
-			bias := func(q, j int, rec bool) float32 {
-				if d.bias == nil {
-					return 0
-				}
-				off := dir*6*h + q*h + j
-				if rec {
-					off += 3 * h
-				}
-				return d.bias[off]
 			}
 			for t := 0; t < d.seq; t++ {
 				// z and r recurrences (and h's when linear_before_reset).
 				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 0, hr, g*h, nil)
 				for bi := 0; bi < nb; bi++ {
-					n := d.seq
-					if d.lens != nil {
-						n = int(d.lens[bi])
-					}
+					n := d.steps(bi)
 					if t >= n {
 						continue
 					}
@@ -462,31 +461,29 @@ func buildGRU(b *builder) (kernel, error) {
 					xr := xw[(ts*nb+bi)*g*h:]
 					hrow := hs[bi*h : (bi+1)*h]
 					hh := hr[bi*g*h:]
-					z := make([]float32, h)
-					rg := make([]float32, h)
-					for j := 0; j < h; j++ {
-						z[j] = f(s.clipf(xr[j] + hh[j] + bias(0, j, false) + bias(0, j, true)))
-						rg[j] = f(s.clipf(xr[h+j] + hh[h+j] + bias(1, j, false) + bias(1, j, true)))
+					for j := range zr {
+						zr[j] = xr[j] + hh[j]
 					}
-					var hc []float32
+					s.clipRow(zr)
+					f(zr, zr)
+					z, rg := zr[:h], zr[h:]
 					if s.linBefore {
-						hc = make([]float32, h)
-						for j := 0; j < h; j++ {
-							hc[j] = rg[j] * (hh[2*h+j] + bias(2, j, true))
+						for j := range hc {
+							hc[j] = rg[j] * (hh[2*h+j] + rbh[j])
 						}
 					} else {
-						for j := 0; j < h; j++ {
+						for j := range rh {
 							rh[j] = rg[j] * hrow[j]
 						}
-						hc = make([]float32, h)
 						kernels.Sgemm(false, true, 1, h, h, 1, rh, h, r[2*h*h:], h, 0, hc, h)
-						for j := 0; j < h; j++ {
-							hc[j] += bias(2, j, true)
-						}
 					}
+					for j := range hc {
+						hc[j] += xr[2*h+j]
+					}
+					s.clipRow(hc)
+					gf(hc, hc)
 					yr := y[((ts*s.dirs+dir)*nb+bi)*h:]
-					for j := 0; j < h; j++ {
-						ht := gf(s.clipf(xr[2*h+j] + hc[j] + bias(2, j, false)))
+					for j, ht := range hc {
 						hnew := (1-z[j])*ht + z[j]*hrow[j]
 						hrow[j] = hnew
 						yr[j] = hnew
