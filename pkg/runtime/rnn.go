@@ -77,10 +77,9 @@ type rnnSpec struct {
 	reverse bool // forward-only models may run reversed
 	layout  int
 	clip    float32
-	acts    []func(float32) float32
-	// rows are acts over whole rows: the vector kernel where there is
-	// one, giving the same values as acts.
-	rows      []func(dst, src []float32)
+	// acts are the activations over whole rows, per direction in the
+	// node's order.
+	acts      []func(dst, src []float32)
 	linBefore bool
 	inForget  bool
 }
@@ -126,8 +125,7 @@ func readRNN(b *builder, gates int, defActs []string) (*rnnSpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.acts = append(s.acts, f)
-		s.rows = append(s.rows, rnnRow(n, f))
+		s.acts = append(s.acts, rnnRow(n, f))
 	}
 	return s, nil
 }
@@ -278,16 +276,10 @@ func stepIndex(t, n int, rev bool) int {
 	return t
 }
 
-// packR returns the recurrence weights of each direction (g·h × h, used
-// transposed at every time step) packed for the GEMM, from the cache
-// when R is a constant.
-func (s *rnnSpec) packR(cache *packCache, rt *tensor.Tensor, r []float32, g int) []*kernels.PackedB {
-	return s.packWeights(cache, rt, r, g, s.hidden)
-}
-
-// packWeights returns the g·h × in weights of each direction in w (W or
-// R), used transposed, packed for the GEMM, from the cache when the
-// weights are a constant.
+// packWeights returns the g·h × in weights of each direction in w, used
+// transposed, packed for the GEMM, from the cache when the weights are a
+// constant: W (in the input size) for the projection of every time step,
+// R (in the hidden size) for the recurrence of each step.
 func (s *rnnSpec) packWeights(cache *packCache, wt *tensor.Tensor, w []float32, g, in int) []*kernels.PackedB {
 	h := s.hidden
 	pack := func() []*kernels.PackedB {
@@ -316,7 +308,7 @@ func buildLSTM(b *builder) (kernel, error) {
 		}
 		h, g, nb := s.hidden, 4, d.batch
 		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
-		rPacks := s.packR(rCache, in[2], d.r, g)
+		rPacks := s.packWeights(rCache, in[2], d.r, g, h)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN, cN := make([]float32, s.dirs*nb*h), make([]float32, s.dirs*nb*h)
 		gates := make([]float32, nb*g*h)
@@ -324,7 +316,7 @@ func buildLSTM(b *builder) (kernel, error) {
 		bias := make([]float32, g*h)
 		tanhC := make([]float32, h)
 		for dir := 0; dir < s.dirs; dir++ {
-			f, gf, hf := s.rows[dir*3], s.rows[dir*3+1], s.rows[dir*3+2]
+			f, gf, hf := s.acts[dir*3], s.acts[dir*3+1], s.acts[dir*3+2]
 			rev := s.reverse || dir == 1
 			// All input projections at once, with both biases: xw = X·Wᵀ + Wb + Rb.
 			var ep *kernels.Epilogue
@@ -416,7 +408,7 @@ func buildGRU(b *builder) (kernel, error) {
 		}
 		h, g, nb := s.hidden, 3, d.batch
 		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
-		rPacks := s.packR(rCache, in[2], d.r, g)
+		rPacks := s.packWeights(rCache, in[2], d.r, g, h)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN := make([]float32, s.dirs*nb*h)
 		xw := make([]float32, d.seq*nb*g*h)
@@ -425,7 +417,7 @@ func buildGRU(b *builder) (kernel, error) {
 		rbh := make([]float32, h) // the recurrent bias of h left out of xw
 		zr, rh, hc := make([]float32, 2*h), make([]float32, h), make([]float32, h)
 		for dir := 0; dir < s.dirs; dir++ {
-			f, gf := s.rows[dir*2], s.rows[dir*2+1]
+			f, gf := s.acts[dir*2], s.acts[dir*2+1]
 			rev := s.reverse || dir == 1
 			r := d.r[dir*g*h*h : (dir+1)*g*h*h]
 			// All input projections at once, with the biases that add to
