@@ -45,9 +45,6 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 		ways[PlanConv(&PackedA{arch: &countArch, m: tc.m, k: tc.c * tc.kh * tc.kw}, g, ConvAuto).Way]++
 		for _, arch := range gemmArches() {
 			t.Run(fmt.Sprintf("%s/%+v", arch.name, tc), func(t *testing.T) {
-				saved := activeGemm
-				activeGemm = arch
-				defer func() { activeGemm = saved }()
 				k, n := tc.c*tc.kh*tc.kw, oh*ow
 				x, w := randSlice(r, tc.c*tc.ih*tc.iw), randSlice(r, tc.m*k)
 				for i := range x {
@@ -55,7 +52,7 @@ func TestSgemmConvBitIdentical(t *testing.T) {
 						x[i] = dwSpecials[r.IntN(len(dwSpecials))]
 					}
 				}
-				pa := PackA(false, tc.m, k, 1, w, k)
+				pa := packAFor(arch, false, tc.m, k, 1, w, k)
 				col := randSlice(r, k*n) // overwritten
 				Im2col(g, tc.c, x, col)
 				bias, scale, shift, res := randSlice(r, tc.m), randSlice(r, tc.m), randSlice(r, tc.m), randSlice(r, tc.m*n)

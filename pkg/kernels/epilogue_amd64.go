@@ -125,6 +125,25 @@ func sigmoidRow(dst, src []float32, silu bool) {
 	}
 }
 
+// tanhRow is tanhGo in AVX2, bit-identical but for NaN payloads; the tail
+// of fewer than 8 elements goes through the same kernel via a buffer.
+func tanhRow(dst, src []float32) {
+	if !hasAVX2 {
+		tanhGo(dst, src)
+		return
+	}
+	n := len(dst) &^ 7
+	if n > 0 {
+		tanhRowAVX2(&dst[0], &src[0], n)
+	}
+	if n < len(dst) {
+		var buf [8]float32
+		copy(buf[:], src[n:])
+		tanhRowAVX2(&buf[0], &buf[0], 8)
+		copy(dst[n:], buf[:])
+	}
+}
+
 // clipVec computes the first len(dst) &^ 7 elements of Clip in AVX2 and
 // returns how many; the caller has checked the bounds (clipVecOK).
 func clipVec(dst, src []float32, lo, hi float32) int {

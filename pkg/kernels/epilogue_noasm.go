@@ -34,4 +34,6 @@ func maxPoolS2Rows(x []float32, at, ldx, rows, taps, n int, y []float32, count, 
 
 func sigmoidRow(dst, src []float32, silu bool) { sigmoidGo(dst, src, silu) }
 
+func tanhRow(dst, src []float32) { tanhGo(dst, src) }
+
 func clipVec(dst, src []float32, lo, hi float32) int { return 0 }

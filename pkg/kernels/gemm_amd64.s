@@ -15980,6 +15980,157 @@ sigmoid_done:
 	VZEROUPPER
 	RET
 
+// func tanhRowAVX2(dst *float32, src *float32, n int)
+// Requires: AVX, AVX2
+TEXT ·tanhRowAVX2(SB), NOSPLIT, $0-24
+	VMOVUPS      expconsts<>+0(SB), Y0
+	VMOVUPS      expconsts<>+32(SB), Y1
+	VMOVUPS      expconsts<>+64(SB), Y2
+	VMOVUPS      expconsts<>+288(SB), Y3
+	VMOVUPS      expconsts<>+320(SB), Y4
+	VMOVUPS      expconsts<>+352(SB), Y5
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVL         $0x0000007f, BX
+	VMOVD        BX, X6
+	VPBROADCASTD X6, Y6
+	MOVL         $0x80000000, BX
+	VMOVD        BX, X7
+	VPBROADCASTD X7, Y7
+
+tanh_loop:
+	TESTQ     DX, DX
+	JZ        tanh_done
+	VMOVUPS   (CX), Y8
+	VANDNPS   Y8, Y7, Y9
+	VMINPS    tanhconsts<>+32(SB), Y9, Y10
+	VADDPS    Y10, Y10, Y10
+	VMINPS    Y10, Y5, Y10
+	VCMPPS    $0x01, Y4, Y10, Y11
+	VMULPS    Y0, Y10, Y12
+	VROUNDPS  $0x00, Y12, Y12
+	VMULPS    Y1, Y12, Y13
+	VSUBPS    Y13, Y10, Y10
+	VMULPS    Y2, Y12, Y13
+	VSUBPS    Y13, Y10, Y10
+	VMOVUPS   expconsts<>+96(SB), Y13
+	VMULPS    Y10, Y13, Y13
+	VADDPS    expconsts<>+128(SB), Y13, Y13
+	VMULPS    Y10, Y13, Y13
+	VADDPS    expconsts<>+160(SB), Y13, Y13
+	VMULPS    Y10, Y13, Y13
+	VADDPS    expconsts<>+192(SB), Y13, Y13
+	VMULPS    Y10, Y13, Y13
+	VADDPS    expconsts<>+224(SB), Y13, Y13
+	VMULPS    Y10, Y13, Y13
+	VADDPS    expconsts<>+256(SB), Y13, Y13
+	VMULPS    Y10, Y10, Y14
+	VMULPS    Y14, Y13, Y13
+	VADDPS    Y10, Y13, Y13
+	VADDPS    Y3, Y13, Y13
+	VCVTPS2DQ Y12, Y10
+	VPADDD    Y6, Y10, Y10
+	VPSLLD    $0x17, Y10, Y10
+	VMULPS    Y10, Y13, Y13
+	VANDNPS   Y13, Y11, Y13
+	VADDPS    Y3, Y13, Y13
+	VMOVUPS   tanhconsts<>+64(SB), Y10
+	VDIVPS    Y13, Y10, Y10
+	VSUBPS    Y10, Y3, Y10
+	VMULPS    Y9, Y9, Y11
+	VMOVUPS   tanhconsts<>+96(SB), Y12
+	VMULPS    Y11, Y12, Y12
+	VADDPS    tanhconsts<>+128(SB), Y12, Y12
+	VMULPS    Y11, Y12, Y12
+	VADDPS    tanhconsts<>+160(SB), Y12, Y12
+	VMULPS    Y11, Y12, Y12
+	VADDPS    tanhconsts<>+192(SB), Y12, Y12
+	VMULPS    Y11, Y12, Y12
+	VADDPS    tanhconsts<>+224(SB), Y12, Y12
+	VMULPS    Y11, Y12, Y12
+	VMULPS    Y9, Y12, Y12
+	VADDPS    Y9, Y12, Y12
+	VCMPPS    $0x09, tanhconsts<>+0(SB), Y9, Y9
+	VBLENDVPS Y9, Y12, Y10, Y10
+	VANDPS    Y7, Y8, Y8
+	VORPS     Y8, Y10, Y10
+	VMOVUPS   Y10, (AX)
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JMP       tanh_loop
+
+tanh_done:
+	VZEROUPPER
+	RET
+
+DATA tanhconsts<>+0(SB)/4, $0x3f200000
+DATA tanhconsts<>+4(SB)/4, $0x3f200000
+DATA tanhconsts<>+8(SB)/4, $0x3f200000
+DATA tanhconsts<>+12(SB)/4, $0x3f200000
+DATA tanhconsts<>+16(SB)/4, $0x3f200000
+DATA tanhconsts<>+20(SB)/4, $0x3f200000
+DATA tanhconsts<>+24(SB)/4, $0x3f200000
+DATA tanhconsts<>+28(SB)/4, $0x3f200000
+DATA tanhconsts<>+32(SB)/4, $0x41100000
+DATA tanhconsts<>+36(SB)/4, $0x41100000
+DATA tanhconsts<>+40(SB)/4, $0x41100000
+DATA tanhconsts<>+44(SB)/4, $0x41100000
+DATA tanhconsts<>+48(SB)/4, $0x41100000
+DATA tanhconsts<>+52(SB)/4, $0x41100000
+DATA tanhconsts<>+56(SB)/4, $0x41100000
+DATA tanhconsts<>+60(SB)/4, $0x41100000
+DATA tanhconsts<>+64(SB)/4, $0x40000000
+DATA tanhconsts<>+68(SB)/4, $0x40000000
+DATA tanhconsts<>+72(SB)/4, $0x40000000
+DATA tanhconsts<>+76(SB)/4, $0x40000000
+DATA tanhconsts<>+80(SB)/4, $0x40000000
+DATA tanhconsts<>+84(SB)/4, $0x40000000
+DATA tanhconsts<>+88(SB)/4, $0x40000000
+DATA tanhconsts<>+92(SB)/4, $0x40000000
+DATA tanhconsts<>+96(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+100(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+104(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+108(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+112(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+116(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+120(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+124(SB)/4, $0xbbbaf0ea
+DATA tanhconsts<>+128(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+132(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+136(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+140(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+144(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+148(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+152(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+156(SB)/4, $0x3ca9134e
+DATA tanhconsts<>+160(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+164(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+168(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+172(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+176(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+180(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+184(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+188(SB)/4, $0xbd5c1e2d
+DATA tanhconsts<>+192(SB)/4, $0x3e088393
+DATA tanhconsts<>+196(SB)/4, $0x3e088393
+DATA tanhconsts<>+200(SB)/4, $0x3e088393
+DATA tanhconsts<>+204(SB)/4, $0x3e088393
+DATA tanhconsts<>+208(SB)/4, $0x3e088393
+DATA tanhconsts<>+212(SB)/4, $0x3e088393
+DATA tanhconsts<>+216(SB)/4, $0x3e088393
+DATA tanhconsts<>+220(SB)/4, $0x3e088393
+DATA tanhconsts<>+224(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+228(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+232(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+236(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+240(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+244(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+248(SB)/4, $0xbeaaaa99
+DATA tanhconsts<>+252(SB)/4, $0xbeaaaa99
+GLOBL tanhconsts<>(SB), RODATA|NOPTR, $256
+
 // func clipRowAVX2(dst *float32, src *float32, n int, lo float32, hi float32)
 // Requires: AVX, AVX2, SSE
 TEXT ·clipRowAVX2(SB), NOSPLIT, $0-32

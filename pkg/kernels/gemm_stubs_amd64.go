@@ -258,6 +258,9 @@ func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
 // sigmoidRowAVX2 sets dst[j] = Sigmoid32(src[j]), times src[j] when silu != 0, for j < n (a multiple of 8).
 func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 
+// tanhRowAVX2 sets dst[j] = Tanh32(src[j]) for j < n (a multiple of 8).
+func tanhRowAVX2(dst *float32, src *float32, n int)
+
 // clipRowAVX2 sets dst[j] = min(max(src[j], lo), hi) as Go computes it, for j < n (a multiple of 8) and bounds Clip accepts.
 func clipRowAVX2(dst *float32, src *float32, n int, lo float32, hi float32)
 

@@ -45,15 +45,26 @@ type gemmArch struct {
 	convRowStore func(tile *float32, pixels int, c *float32, ldc, channels int, ep, res *float32, relu, resFirst bool)
 }
 
-// unpackedB makes products with a row-major B read its full panels in
-// place when the kernels can (tileS): packing them was a pure copy of B,
-// at memory speed when B is a large activation. Tests turn it off to
-// compare both ways.
-var unpackedB = true
-
-// oneRowInPlace makes one-row products read their row of A in place when
-// the kernels can (tileA1). Tests turn it off to compare both ways.
-var oneRowInPlace = true
+// packing returns arch, or a copy of it that packs what its kernels
+// would read in place: every panel of a row-major B (packB; in place,
+// tileS, because packing them was a pure copy of B at memory speed when B
+// is a large activation) and the row of a one-row A (packRowA; in place,
+// tileA1). The products are the same bit for bit either way, which the
+// tests check by running both.
+func (arch *gemmArch) packing(packB, packRowA bool) *gemmArch {
+	if !packB && !packRowA {
+		return arch
+	}
+	c := *arch
+	c.name += "/packed"
+	if packB {
+		c.tileS, c.tileSEp, c.tileSA1 = nil, nil, nil
+	}
+	if packRowA {
+		c.tileA1, c.tileSA1 = nil, nil
+	}
+	return &c
+}
 
 // goArch is the portable micro-kernel (the noasm build and CPUs without
 // AVX2/FMA).
@@ -138,10 +149,14 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // computed by the same sequence of operations whatever the split, so the
 // result is bit-identical for any thread count.
 func SgemmParallel(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemmParallel(activeGemm, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmParallel is SgemmParallel on the kernels of arch.
+func sgemmParallel(arch *gemmArch, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if gemmTrivial(m, n, k, alpha, beta, c, ldc, nil) {
 		return
 	}
-	arch := activeGemm
 	threads, mt, nt := gemmSplit(arch, threads, m, n, k)
 	if threads <= 1 {
 		gemmBlocked(arch, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -270,7 +285,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	// rowA: a one-row product reads its row of A in place (tileA1):
 	// packed, the row took a cache line per k step (a panel row is mr
 	// floats), which cost about a third as much as the product itself.
-	rowA := oneRowInPlace && pa == nil && m == 1 && !transA && alpha == 1 && arch.tileA1 != nil
+	rowA := pa == nil && m == 1 && !transA && alpha == 1 && arch.tileA1 != nil
 	tile, tileS := arch.tile, arch.tileS
 	if rowA {
 		tile = func(_, kc int, a, b, c *float32, ldc int, accumulate bool) { arch.tileA1(kc, a, b, c, ldc, accumulate) }
@@ -286,7 +301,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	rowEp := ep != nil && arch.tileEp != nil && ep.rowOnly()
 	// direct: full panels of a row-major B are read in place; a short
 	// last panel is packed alone.
-	direct := pb == nil && cb == nil && !transB && unpackedB && arch.tileS != nil
+	direct := pb == nil && cb == nil && !transB && arch.tileS != nil
 	for jc := 0; jc < n; jc += arch.nc {
 		nc := min(arch.nc, n-jc)
 		for pc := 0; pc < k; pc += arch.kc {
@@ -399,7 +414,11 @@ type PackedA struct {
 
 // PackA packs alpha·op(A) (m×k) for SgemmPacked.
 func PackA(transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA {
-	arch := activeGemm
+	return packAFor(activeGemm, transA, m, k, alpha, a, lda)
+}
+
+// packAFor is PackA for the kernels of arch.
+func packAFor(arch *gemmArch, transA bool, m, k int, alpha float32, a []float32, lda int) *PackedA {
 	mp := roundUp(m, arch.mr)
 	p := &PackedA{arch: arch, m: m, k: k, data: make([]float32, mp*k)}
 	for pc := 0; pc < k; pc += arch.kc {
@@ -543,7 +562,11 @@ type PackedB struct {
 
 // PackB packs op(B) (k×n) for SgemmPackedB.
 func PackB(transB bool, k, n int, b []float32, ldb int) *PackedB {
-	arch := activeGemm
+	return packBFor(activeGemm, transB, k, n, b, ldb)
+}
+
+// packBFor is PackB for the kernels of arch.
+func packBFor(arch *gemmArch, transB bool, k, n int, b []float32, ldb int) *PackedB {
 	np := roundUp(n, arch.nr)
 	p := &PackedB{arch: arch, k: k, n: n, data: make([]float32, np*k)}
 	for pc := 0; pc < k; pc += arch.kc {

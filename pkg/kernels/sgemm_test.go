@@ -104,12 +104,8 @@ func BenchmarkSgemm(b *testing.B) {
 					}
 					r := rand.New(rand.NewPCG(1, 1))
 					x, y, z := randSlice(r, n*n), randSlice(r, n*n), make([]float32, n*n)
-					saved := activeGemm
-					activeGemm = arch
-					defer func() { activeGemm = saved }()
-					b.ResetTimer()
 					for b.Loop() {
-						SgemmParallel(threads, false, false, n, n, n, 1, x, n, y, n, 0, z, n)
+						sgemmParallel(arch, threads, false, false, n, n, n, 1, x, n, y, n, 0, z, n)
 					}
 					b.ReportMetric(2*float64(n)*float64(n)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
 				})
@@ -177,11 +173,13 @@ func BenchmarkPack(b *testing.B) {
 }
 
 // TestUnpackedBMatchesPacked checks products that read a row-major B in
-// place (unpackedB) bit for bit against the same products with B packed,
-// over row counts with and without an exact micro-kernel, short last
-// panels, k past one cache block, epilogues and thread counts.
+// place (tileS) bit for bit against the same products with B packed, over
+// row counts with and without an exact micro-kernel, short last panels, k
+// past one cache block, epilogues and thread counts.
 func TestUnpackedBMatchesPacked(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(13, 14))
+	packing := activeGemm.packing(true, false)
 	for _, sz := range [][3]int{{12, 32, 8}, {16, 3136, 24}, {3, 70, 300}, {29, 96, 513}, {144, 1030, 40}, {7, 33, 1}, {150, 64, 260}, {300, 45, 270}} {
 		m, n, k := sz[0], sz[1], sz[2]
 		a, b := randSlice(r, m*k), randSlice(r, k*n)
@@ -190,16 +188,14 @@ func TestUnpackedBMatchesPacked(t *testing.T) {
 				b[i] = dwSpecials[r.IntN(len(dwSpecials))]
 			}
 		}
-		pa := PackA(false, m, k, 1, a, k)
+		inPlace, packed := packAFor(activeGemm, false, m, k, 1, a, k), packAFor(packing, false, m, k, 1, a, k)
 		bias, scale, shift := randSlice(r, m), randSlice(r, m), randSlice(r, m)
 		for _, ep := range []*Epilogue{nil, {RowBias: bias, RowScale: scale, RowShift: shift, Act: ActRelu}, {ColBias: randSlice(r, n)}} {
 			for threads := 1; threads <= 3; threads++ {
 				c0 := randSlice(r, m*n)
 				want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
-				unpackedB = false
-				SgemmPacked(threads, pa, n, false, b, n, 0.5, want, n, ep)
-				unpackedB = true
-				SgemmPacked(threads, pa, n, false, b, n, 0.5, got, n, ep)
+				SgemmPacked(threads, packed, n, false, b, n, 0.5, want, n, ep)
+				SgemmPacked(threads, inPlace, n, false, b, n, 0.5, got, n, ep)
 				for i := range got {
 					if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
 						t.Fatalf("%v threads %d ep %v: C[%d] = %g, packed B gives %g", sz, threads, ep != nil, i, got[i], want[i])
@@ -211,12 +207,13 @@ func TestUnpackedBMatchesPacked(t *testing.T) {
 }
 
 // TestOneRowInPlaceMatchesPacked checks one-row products that read their
-// row of A in place (oneRowInPlace) bit for bit against the same products
-// with A packed: B packed per call, read in place and prepacked, short
-// last panels, k past one cache block, beta and thread counts.
+// row of A in place (tileA1) bit for bit against the same products with A
+// packed: B packed per call, read in place and prepacked, short last
+// panels, k past one cache block, beta and thread counts.
 func TestOneRowInPlaceMatchesPacked(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(15, 16))
-	defer func() { oneRowInPlace = true }()
+	packing := activeGemm.packing(false, true)
 	for _, sz := range [][2]int{{32, 8}, {70, 300}, {800, 128}, {1030, 40}, {33, 1}, {128, 513}} {
 		n, k := sz[0], sz[1]
 		a, b := randSlice(r, k), randSlice(r, k*n)
@@ -225,7 +222,7 @@ func TestOneRowInPlaceMatchesPacked(t *testing.T) {
 				a[i] = dwSpecials[r.IntN(len(dwSpecials))]
 			}
 		}
-		pb := PackB(false, k, n, b, n)
+		inPlace, packed := packBFor(activeGemm, false, k, n, b, n), packBFor(packing, false, k, n, b, n)
 		for _, beta := range []float32{0, 0.5} {
 			for threads := 1; threads <= 3; threads++ {
 				c0 := randSlice(r, n)
@@ -235,17 +232,13 @@ func TestOneRowInPlaceMatchesPacked(t *testing.T) {
 						ldb = k
 					}
 					want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
-					oneRowInPlace = false
-					SgemmParallel(threads, false, tb, 1, n, k, 1, a, k, b, ldb, beta, want, n)
-					oneRowInPlace = true
-					SgemmParallel(threads, false, tb, 1, n, k, 1, a, k, b, ldb, beta, got, n)
+					sgemmParallel(packing, threads, false, tb, 1, n, k, 1, a, k, b, ldb, beta, want, n)
+					sgemmParallel(activeGemm, threads, false, tb, 1, n, k, 1, a, k, b, ldb, beta, got, n)
 					requireSameBits(t, fmt.Sprintf("n %d k %d tb %v beta %g threads %d", n, k, tb, beta, threads), got, want)
 				}
 				want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
-				oneRowInPlace = false
-				SgemmPackedB(threads, false, 1, 1, a, k, pb, beta, want, n, nil)
-				oneRowInPlace = true
-				SgemmPackedB(threads, false, 1, 1, a, k, pb, beta, got, n, nil)
+				SgemmPackedB(threads, false, 1, 1, a, k, packed, beta, want, n, nil)
+				SgemmPackedB(threads, false, 1, 1, a, k, inPlace, beta, got, n, nil)
 				requireSameBits(t, fmt.Sprintf("prepacked n %d k %d beta %g threads %d", n, k, beta, threads), got, want)
 			}
 		}

@@ -44,6 +44,13 @@ func Sigmoid32(v float32) float32 {
 	if x < expLo {
 		return 1
 	}
+	e := expReduced(x)
+	return 1 / (1 + e)
+}
+
+// expReduced is e^x for expLo ≤ x ≤ expHi by the steps Sigmoid32 lists
+// (range reduction, P, scaling by 2^k), each rounded to float32.
+func expReduced(x float32) float32 {
 	k := float32(math.RoundToEven(float64(float32(x * expLog2e))))
 	r := x - float32(k*expC1)
 	r -= float32(k * expC2)
@@ -53,8 +60,7 @@ func Sigmoid32(v float32) float32 {
 	}
 	p = float32(p*float32(r*r)) + r
 	p++
-	e := float32(p * math.Float32frombits(uint32(int32(k)+127)<<23))
-	return 1 / (1 + e)
+	return float32(p * math.Float32frombits(uint32(int32(k)+127)<<23))
 }
 
 // sigmoidGo is Sigmoid element by element in Go (silu: SiLU).

@@ -84,6 +84,7 @@ func EngineCalibrator(engine string, ropts runtime.Options, data calibrate.Sourc
 			return nil, err
 		}
 		defer s.Close()
+		defer runtime.BatchGC()()
 		st, err := calibrate.Calibrate(ctx, s, markConditional(m, ToObserve(plan)), data, copts)
 		if err != nil {
 			return nil, err

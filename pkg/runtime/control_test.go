@@ -79,7 +79,7 @@ func TestScan(t *testing.T) {
 	for step := range 5 {
 		for j := range s {
 			s[j] = s[j] + float32(x.Float32s()[step*3+j]*w[j]) - z.Float32s()[j*5+4-step]
-			rows[j*5+step] = float32(math.Tanh(float64(s[j])))
+			rows[j*5+step] = kernels.Tanh32(s[j])
 		}
 	}
 	for _, threads := range []int{1, 2} {

@@ -235,8 +235,16 @@ func variadicKernel(fs arithFuncs, mean bool) kernel {
 	}
 }
 
+// powFloat is Pow of a float32 base: x·x rounded once for the square.
+func powFloat(x float32, y float64) float32 {
+	if y == 2 {
+		return x * x
+	}
+	return float32(math.Pow(float64(x), y))
+}
+
 // powKernel computes Pow; the exponent may have another type than the base.
-func powKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func powKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	a, b := in[0], in[1]
 	os, err := broadcastShape(a.Shape, b.Shape)
 	if err != nil {
@@ -247,13 +255,24 @@ func powKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return nil, err
 	}
 	if fa, ok := a.Data.([]float32); ok {
-		out := tensor.New(tensor.Float, os...)
-		binaryLoop(fa, a.Shape, bf, b.Shape, out.Float32s(), os, func(x float32, y float64) float32 {
-			if y == 2 {
-				return x * x
+		out := rc.newFloatOut(os...)
+		o := out.Float32s()
+		if len(bf) == 1 && len(fa) == len(o) {
+			// One exponent (x², the variance of a decomposed layer
+			// norm): the loop of binaryLoop's scalar case with powFloat
+			// inlined, the same values without a call per element.
+			if y := bf[0]; y == 2 {
+				for i, x := range fa {
+					o[i] = x * x
+				}
+			} else {
+				for i, x := range fa {
+					o[i] = float32(math.Pow(float64(x), y))
+				}
 			}
-			return float32(math.Pow(float64(x), y))
-		})
+			return []*tensor.Tensor{out}, nil
+		}
+		binaryLoop(fa, a.Shape, bf, b.Shape, o, os, powFloat)
 		return []*tensor.Tensor{out}, nil
 	}
 	if !a.DType.IsInteger() {

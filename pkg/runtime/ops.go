@@ -53,7 +53,7 @@ func init() {
 		"Asinh":                 {9, 0, simple(unaryFloat(via64(math.Asinh)))},
 		"Acosh":                 {9, 0, simple(unaryFloat(via64(math.Acosh)))},
 		"Atanh":                 {9, 0, simple(unaryFloat(via64(math.Atanh)))},
-		"Tanh":                  {1, 0, simple(unaryFloat(via64(math.Tanh)))},
+		"Tanh":                  {1, 0, simple(unaryFloatRows(kernels.Tanh))},
 		"Erf":                   {9, 0, simple(unaryFloatRows(kernels.Erf))},
 		"Sigmoid":               {1, 0, simple(unaryFloatRows(kernels.Sigmoid))},
 		"Relu":                  {1, 0, simple(signedKernel(unaryFloatRows(reluRow), func(x int64) int64 { return max(x, 0) }))},

@@ -10,23 +10,32 @@ import (
 )
 
 // reducer accumulates one output element: init, per-element step, final.
+// sums marks the reductions whose step is a + x, which the contiguous-run
+// loop adds inline: the same sums in the same order without a call per
+// element.
 type reducer struct {
 	init  float64
 	step  func(acc, x float64) float64
 	final func(acc float64, n int) float64
+	sums  bool
+}
+
+// summing is the reducer that adds its elements, then applies final.
+func summing(final func(acc float64, n int) float64) reducer {
+	return reducer{0, func(a, x float64) float64 { return a + x }, final, true}
 }
 
 var reducers = map[string]reducer{
-	"ReduceSum":       {0, func(a, x float64) float64 { return a + x }, nil},
-	"ReduceMean":      {0, func(a, x float64) float64 { return a + x }, func(a float64, n int) float64 { return a / float64(n) }},
-	"ReduceMax":       {math.Inf(-1), func(a, x float64) float64 { return maxNaN(a, x) }, nil},
-	"ReduceMin":       {math.Inf(1), func(a, x float64) float64 { return minNaN(a, x) }, nil},
-	"ReduceProd":      {1, func(a, x float64) float64 { return a * x }, nil},
-	"ReduceL1":        {0, func(a, x float64) float64 { return a + math.Abs(x) }, nil},
-	"ReduceL2":        {0, func(a, x float64) float64 { return a + x*x }, func(a float64, _ int) float64 { return math.Sqrt(a) }},
-	"ReduceSumSquare": {0, func(a, x float64) float64 { return a + x*x }, nil},
-	"ReduceLogSum":    {0, func(a, x float64) float64 { return a + x }, func(a float64, _ int) float64 { return math.Log(a) }},
-	"ReduceLogSumExp": {0, func(a, x float64) float64 { return a + math.Exp(x) }, func(a float64, _ int) float64 { return math.Log(a) }},
+	"ReduceSum":       summing(nil),
+	"ReduceMean":      summing(func(a float64, n int) float64 { return a / float64(n) }),
+	"ReduceMax":       {math.Inf(-1), func(a, x float64) float64 { return maxNaN(a, x) }, nil, false},
+	"ReduceMin":       {math.Inf(1), func(a, x float64) float64 { return minNaN(a, x) }, nil, false},
+	"ReduceProd":      {1, func(a, x float64) float64 { return a * x }, nil, false},
+	"ReduceL1":        {0, func(a, x float64) float64 { return a + math.Abs(x) }, nil, false},
+	"ReduceL2":        {0, func(a, x float64) float64 { return a + x*x }, func(a float64, _ int) float64 { return math.Sqrt(a) }, false},
+	"ReduceSumSquare": {0, func(a, x float64) float64 { return a + x*x }, nil, false},
+	"ReduceLogSum":    summing(func(a float64, _ int) float64 { return math.Log(a) }),
+	"ReduceLogSumExp": {0, func(a, x float64) float64 { return a + math.Exp(x) }, func(a float64, _ int) float64 { return math.Log(a) }, false},
 }
 
 func maxNaN(a, x float64) float64 {
@@ -107,8 +116,14 @@ func buildReduce(op string) func(b *builder) (kernel, error) {
 				kernels.Parallel(rc.threads, no, max(1, parGrain/max(1, run)), func(lo, hi int) {
 					for o := lo; o < hi; o++ {
 						a := acc[o]
-						for _, v := range xf[o*run : (o+1)*run] {
-							a = red.step(a, float64(v))
+						if red.sums {
+							for _, v := range xf[o*run : (o+1)*run] {
+								a += float64(v)
+							}
+						} else {
+							for _, v := range xf[o*run : (o+1)*run] {
+								a = red.step(a, float64(v))
+							}
 						}
 						acc[o] = a
 					}

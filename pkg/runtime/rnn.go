@@ -22,7 +22,7 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 	case "Sigmoid":
 		return kernels.Sigmoid32, nil
 	case "Tanh":
-		return via64(math.Tanh), nil
+		return kernels.Tanh32, nil
 	case "Relu":
 		return func(x float32) float32 { return max(x, 0) }, nil
 	case "HardSigmoid":
@@ -71,13 +71,15 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 
 // rnnSpec holds the attributes LSTM and GRU share.
 type rnnSpec struct {
-	gates     int
-	hidden    int
-	dirs      int
-	reverse   bool // forward-only models may run reversed
-	layout    int
-	clip      float32
-	acts      []func(float32) float32
+	gates   int
+	hidden  int
+	dirs    int
+	reverse bool // forward-only models may run reversed
+	layout  int
+	clip    float32
+	// acts are the activations over whole rows, per direction in the
+	// node's order.
+	acts      []func(dst, src []float32)
 	linBefore bool
 	inForget  bool
 }
@@ -123,9 +125,27 @@ func readRNN(b *builder, gates int, defActs []string) (*rnnSpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.acts = append(s.acts, f)
+		s.acts = append(s.acts, rnnRow(n, f))
 	}
 	return s, nil
+}
+
+// rnnRow is the activation f named name over a row: Sigmoid and Tanh
+// through their vector kernels (the values of kernels.Sigmoid32 and
+// kernels.Tanh32, which rnnActivation returns for them), others element
+// by element.
+func rnnRow(name string, f func(float32) float32) func(dst, src []float32) {
+	switch name {
+	case "Sigmoid":
+		return kernels.Sigmoid
+	case "Tanh":
+		return kernels.Tanh
+	}
+	return func(dst, src []float32) {
+		for i, v := range src[:len(dst)] {
+			dst[i] = f(v)
+		}
+	}
 }
 
 // rnnInputs checks and unpacks the inputs common to LSTM and GRU.
@@ -211,6 +231,15 @@ func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
 	return d, nil
 }
 
+// steps is the number of time steps of batch row bi: its sequence
+// length, or all of them.
+func (d *rnnData) steps(bi int) int {
+	if d.lens != nil {
+		return int(d.lens[bi])
+	}
+	return d.seq
+}
+
 // outputs packs Y (seq, dirs, batch, h) and the final states in the layout.
 func (s *rnnSpec) outputs(y []float32, seq, batch int, finals ...[]float32) []*tensor.Tensor {
 	h := s.hidden
@@ -229,11 +258,14 @@ func (s *rnnSpec) outputs(y []float32, seq, batch int, finals ...[]float32) []*t
 	return res
 }
 
-func (s *rnnSpec) clipf(v float32) float32 {
+// clipRow clips every element of x to [−clip, clip] when the node has
+// a clip.
+func (s *rnnSpec) clipRow(x []float32) {
 	if s.clip > 0 {
-		return min(max(v, -s.clip), s.clip)
+		for i, v := range x {
+			x[i] = min(max(v, -s.clip), s.clip)
+		}
 	}
-	return v
 }
 
 // stepOrder returns the time steps a direction visits for one batch row.
@@ -244,19 +276,20 @@ func stepIndex(t, n int, rev bool) int {
 	return t
 }
 
-// packR returns the recurrence weights of each direction (g·h × h, used
-// transposed at every time step) packed for the GEMM, from the cache
-// when R is a constant.
-func (s *rnnSpec) packR(cache *packCache, rt *tensor.Tensor, r []float32, g int) []*kernels.PackedB {
+// packWeights returns the g·h × in weights of each direction in w, used
+// transposed, packed for the GEMM, from the cache when the weights are a
+// constant: W (in the input size) for the projection of every time step,
+// R (in the hidden size) for the recurrence of each step.
+func (s *rnnSpec) packWeights(cache *packCache, wt *tensor.Tensor, w []float32, g, in int) []*kernels.PackedB {
 	h := s.hidden
 	pack := func() []*kernels.PackedB {
 		ps := make([]*kernels.PackedB, s.dirs)
 		for dir := range ps {
-			ps[dir] = kernels.PackB(true, h, g*h, r[dir*g*h*h:(dir+1)*g*h*h], h)
+			ps[dir] = kernels.PackB(true, in, g*h, w[dir*g*h*in:(dir+1)*g*h*in], in)
 		}
 		return ps
 	}
-	if ps := cache.get(rt, pack); ps != nil {
+	if ps := cache.get(wt, pack); ps != nil {
 		return ps
 	}
 	return pack()
@@ -267,24 +300,34 @@ func buildLSTM(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := &packCache{}
+	wCache, rCache := &packCache{}, &packCache{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, true)
 		if err != nil {
 			return nil, err
 		}
 		h, g, nb := s.hidden, 4, d.batch
-		rPacks := s.packR(cache, in[2], d.r, g)
+		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
+		rPacks := s.packWeights(rCache, in[2], d.r, g, h)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN, cN := make([]float32, s.dirs*nb*h), make([]float32, s.dirs*nb*h)
 		gates := make([]float32, nb*g*h)
 		xw := make([]float32, d.seq*nb*g*h)
+		bias := make([]float32, g*h)
+		tanhC := make([]float32, h)
 		for dir := 0; dir < s.dirs; dir++ {
 			f, gf, hf := s.acts[dir*3], s.acts[dir*3+1], s.acts[dir*3+2]
 			rev := s.reverse || dir == 1
-			w := d.w[dir*g*h*d.in : (dir+1)*g*h*d.in]
-			// All input projections at once: xw = X · Wᵀ.
-			kernels.SgemmParallel(rc.threads, false, true, d.seq*nb, g*h, d.in, 1, d.x, d.in, w, d.in, 0, xw, g*h)
+			// All input projections at once, with both biases: xw = X·Wᵀ + Wb + Rb.
+			var ep *kernels.Epilogue
+			if d.bias != nil {
+				wb, rb := d.bias[dir*2*g*h:], d.bias[dir*2*g*h+g*h:]
+				for j := range bias {
+					bias[j] = wb[j] + rb[j]
+				}
+				ep = &kernels.Epilogue{ColBias: bias}
+			}
+			kernels.SgemmPackedB(rc.threads, false, d.seq*nb, 1, d.x, d.in, wPacks[dir], 0, xw, g*h, ep)
 			hs, cs := hN[dir*nb*h:(dir+1)*nb*h], cN[dir*nb*h:(dir+1)*nb*h]
 			if d.h0 != nil {
 				copy(hs, d.h0[dir*nb*h:])
@@ -297,46 +340,53 @@ func buildLSTM(b *builder) (kernel, error) {
 				pi, po, pf = d.p[dir*3*h:dir*3*h+h], d.p[dir*3*h+h:dir*3*h+2*h], d.p[dir*3*h+2*h:dir*3*h+3*h]
 			}
 			for t := 0; t < d.seq; t++ {
-				// gates = H · Rᵀ, then each batch row adds its own time step's xw.
-				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 0, gates, g*h, nil)
+				// gates = xw of each batch row's own time step + H·Rᵀ.
 				for bi := 0; bi < nb; bi++ {
-					n := d.seq
-					if d.lens != nil {
-						n = int(d.lens[bi])
+					if n := d.steps(bi); t < n {
+						ts := stepIndex(t, n, rev)
+						copy(gates[bi*g*h:(bi+1)*g*h], xw[(ts*nb+bi)*g*h:])
 					}
+				}
+				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 1, gates, g*h, nil)
+				for bi := 0; bi < nb; bi++ {
+					n := d.steps(bi)
 					if t >= n {
 						continue
 					}
 					ts := stepIndex(t, n, rev)
 					gr := gates[bi*g*h : (bi+1)*g*h]
-					xr := xw[(ts*nb+bi)*g*h:]
+					// The gates in ONNX's order: input, output, forget, cell.
+					ig, og, fg, cg := gr[:h], gr[h:2*h], gr[2*h:3*h], gr[3*h:]
 					hr, cr := hs[bi*h:(bi+1)*h], cs[bi*h:(bi+1)*h]
+					if pi != nil {
+						for j, c := range cr {
+							ig[j] += pi[j] * c
+							fg[j] += pf[j] * c
+						}
+						s.clipRow(gr[:h])
+						s.clipRow(gr[2*h:])
+						f(ig, ig)
+						f(fg, fg)
+					} else {
+						s.clipRow(gr)
+						f(gr[:3*h], gr[:3*h])
+					}
+					gf(cg, cg)
+					for j, c := range cr {
+						cr[j] = fg[j]*c + ig[j]*cg[j]
+					}
+					if pi != nil {
+						for j, c := range cr {
+							og[j] += po[j] * c
+						}
+						s.clipRow(og)
+						f(og, og)
+					}
+					hf(tanhC, cr)
 					yr := y[((ts*s.dirs+dir)*nb+bi)*h:]
-					for j := 0; j < h; j++ {
-						v := [4]float32{}
-						for q := 0; q < 4; q++ {
-							v[q] = gr[q*h+j] + xr[q*h+j]
-							if d.bias != nil {
-								v[q] += d.bias[dir*8*h+q*h+j] + d.bias[dir*8*h+4*h+q*h+j]
-							}
-						}
-						cprev := cr[j]
-						ii, oo, ff, cc := v[0], v[1], v[2], v[3]
-						if pi != nil {
-							ii += pi[j] * cprev
-							ff += pf[j] * cprev
-						}
-						it := f(s.clipf(ii))
-						ft := f(s.clipf(ff))
-						ct := gf(s.clipf(cc))
-						cnew := ft*cprev + it*ct
-						if pi != nil {
-							oo += po[j] * cnew
-						}
-						ot := f(s.clipf(oo))
-						hnew := ot * hf(cnew)
-						cr[j], hr[j] = cnew, hnew
-						yr[j] = hnew
+					for j, o := range og {
+						hr[j] = o * tanhC[j]
+						yr[j] = hr[j]
 					}
 				}
 			}
@@ -350,47 +400,52 @@ func buildGRU(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := &packCache{}
+	wCache, rCache := &packCache{}, &packCache{}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, false)
 		if err != nil {
 			return nil, err
 		}
 		h, g, nb := s.hidden, 3, d.batch
-		rPacks := s.packR(cache, in[2], d.r, g)
+		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
+		rPacks := s.packWeights(rCache, in[2], d.r, g, h)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN := make([]float32, s.dirs*nb*h)
 		xw := make([]float32, d.seq*nb*g*h)
 		hr := make([]float32, nb*g*h)
-		rh := make([]float32, h)
+		bias := make([]float32, g*h)
+		rbh := make([]float32, h) // the recurrent bias of h left out of xw
+		zr, rh, hc := make([]float32, 2*h), make([]float32, h), make([]float32, h)
 		for dir := 0; dir < s.dirs; dir++ {
 			f, gf := s.acts[dir*2], s.acts[dir*2+1]
 			rev := s.reverse || dir == 1
-			w := d.w[dir*g*h*d.in : (dir+1)*g*h*d.in]
 			r := d.r[dir*g*h*h : (dir+1)*g*h*h]
-			kernels.SgemmParallel(rc.threads, false, true, d.seq*nb, g*h, d.in, 1, d.x, d.in, w, d.in, 0, xw, g*h)
+			// All input projections at once, with the biases that add to
+			// them: Wb, Rb of z and r, and Rb of h unless the reset gate
+			// multiplies it (linear_before_reset).
+			var ep *kernels.Epilogue
+			clear(rbh)
+			if d.bias != nil {
+				wb, rb := d.bias[dir*2*g*h:], d.bias[dir*2*g*h+g*h:]
+				for j := range bias {
+					bias[j] = wb[j] + rb[j]
+				}
+				if s.linBefore {
+					copy(bias[2*h:], wb[2*h:3*h])
+					copy(rbh, rb[2*h:3*h])
+				}
+				ep = &kernels.Epilogue{ColBias: bias}
+			}
+			kernels.SgemmPackedB(rc.threads, false, d.seq*nb, 1, d.x, d.in, wPacks[dir], 0, xw, g*h, ep)
 			hs := hN[dir*nb*h : (dir+1)*nb*h]
 			if d.h0 != nil {
 				copy(hs, d.h0[dir*nb*h:])
-			}
-			bias := func(q, j int, rec bool) float32 {
-				if d.bias == nil {
-					return 0
-				}
-				off := dir*6*h + q*h + j
-				if rec {
-					off += 3 * h
-				}
-				return d.bias[off]
 			}
 			for t := 0; t < d.seq; t++ {
 				// z and r recurrences (and h's when linear_before_reset).
 				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 0, hr, g*h, nil)
 				for bi := 0; bi < nb; bi++ {
-					n := d.seq
-					if d.lens != nil {
-						n = int(d.lens[bi])
-					}
+					n := d.steps(bi)
 					if t >= n {
 						continue
 					}
@@ -398,31 +453,29 @@ func buildGRU(b *builder) (kernel, error) {
 					xr := xw[(ts*nb+bi)*g*h:]
 					hrow := hs[bi*h : (bi+1)*h]
 					hh := hr[bi*g*h:]
-					z := make([]float32, h)
-					rg := make([]float32, h)
-					for j := 0; j < h; j++ {
-						z[j] = f(s.clipf(xr[j] + hh[j] + bias(0, j, false) + bias(0, j, true)))
-						rg[j] = f(s.clipf(xr[h+j] + hh[h+j] + bias(1, j, false) + bias(1, j, true)))
+					for j := range zr {
+						zr[j] = xr[j] + hh[j]
 					}
-					var hc []float32
+					s.clipRow(zr)
+					f(zr, zr)
+					z, rg := zr[:h], zr[h:]
 					if s.linBefore {
-						hc = make([]float32, h)
-						for j := 0; j < h; j++ {
-							hc[j] = rg[j] * (hh[2*h+j] + bias(2, j, true))
+						for j := range hc {
+							hc[j] = rg[j] * (hh[2*h+j] + rbh[j])
 						}
 					} else {
-						for j := 0; j < h; j++ {
+						for j := range rh {
 							rh[j] = rg[j] * hrow[j]
 						}
-						hc = make([]float32, h)
 						kernels.Sgemm(false, true, 1, h, h, 1, rh, h, r[2*h*h:], h, 0, hc, h)
-						for j := 0; j < h; j++ {
-							hc[j] += bias(2, j, true)
-						}
 					}
+					for j := range hc {
+						hc[j] += xr[2*h+j]
+					}
+					s.clipRow(hc)
+					gf(hc, hc)
 					yr := y[((ts*s.dirs+dir)*nb+bi)*h:]
-					for j := 0; j < h; j++ {
-						ht := gf(s.clipf(xr[2*h+j] + hc[j] + bias(2, j, false)))
+					for j, ht := range hc {
 						hnew := (1-z[j])*ht + z[j]*hrow[j]
 						hrow[j] = hnew
 						yr[j] = hnew

@@ -82,6 +82,7 @@ func main() {
 	binary()
 	expSub()
 	sigmoid()
+	tanh()
 	clip()
 	layerNorm()
 	Generate()

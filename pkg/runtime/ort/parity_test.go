@@ -215,6 +215,38 @@ func generated() map[string]*testmodels.Builder {
 			}
 		}
 	}
+	for _, dir := range []string{"forward", "reverse", "bidirectional"} {
+		dirs := int64(1)
+		if dir == "bidirectional" {
+			dirs = 2
+		}
+		const hidden, in = 9, 6
+		for _, v := range []struct {
+			op, variant string
+			gates       int64
+			inputs      []string
+			attrs       []*onnxpb.AttributeProto
+		}{
+			{"LSTM", "", 4, []string{"x", "w", "r", "b"}, nil},
+			{"LSTM", "peepholes_clip", 4, []string{"x", "w", "r", "b", "", "", "", "p"}, []*onnxpb.AttributeProto{testmodels.AttrFloat("clip", 0.7)}},
+			{"GRU", "", 3, []string{"x", "w", "r", "b"}, nil},
+			{"GRU", "linear_before_reset_clip", 3, []string{"x", "w", "r", "b"}, []*onnxpb.AttributeProto{testmodels.AttrInt("linear_before_reset", 1), testmodels.AttrFloat("clip", 0.7)}},
+		} {
+			name := strings.ToLower(v.op) + "_" + dir
+			if v.variant != "" {
+				name += "_" + v.variant
+			}
+			b = testmodels.New(name, 14)
+			b.Input("x", tensor.Float, 5, "N", in).Output("y", tensor.Float).Output("yh", tensor.Float)
+			b.RandomInit("w", 0.5, dirs, v.gates*hidden, in).RandomInit("r", 0.5, dirs, v.gates*hidden, hidden).RandomInit("b", 0.5, dirs, 2*v.gates*hidden)
+			if v.op == "LSTM" {
+				b.RandomInit("p", 0.5, dirs, 3*hidden)
+			}
+			attrs := append([]*onnxpb.AttributeProto{testmodels.AttrInt("hidden_size", hidden), testmodels.AttrString("direction", dir)}, v.attrs...)
+			b.Node(v.op, "rnn", v.inputs, []string{"y", "yh"}, attrs...)
+			models[name] = b
+		}
+	}
 	models["loop"] = testmodels.Loop()
 	models["scan"] = testmodels.Scan()
 	return models
