@@ -24,6 +24,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
 
@@ -523,7 +524,7 @@ type report struct {
 	Opset     int64           `json:"opset"`
 	IRVersion int64           `json:"ir_version"`
 	Tensors   []reportTensor  `json:"tensors"`
-	Skipped   []finalize.Skip `json:"skipped"`
+	Skipped   []plan.Skip     `json:"skipped"`
 	Notes     []string        `json:"notes"`
 	Passes    []passes.Timing `json:"passes"`
 	PeakRSS   int64           `json:"peak_rss_bytes"`
@@ -550,26 +551,26 @@ type report struct {
 }
 
 type reportTensor struct {
-	Value     string          `json:"value"`
-	Role      string          `json:"role"`
-	Spec      string          `json:"spec"`
-	Rule      config.Rule     `json:"rule"`
-	Nodes     []string        `json:"nodes"`
-	Shared    string          `json:"shared_with,omitempty"`
-	Scales    int             `json:"scales"`
-	ScaleMin  float32         `json:"scale_min"`
-	ScaleMax  float32         `json:"scale_max"`
-	ZPMin     int32           `json:"zero_point_min"`
-	ZPMax     int32           `json:"zero_point_max"`
-	Observed  *finalize.Range `json:"observed,omitempty"`
-	Fixed     *finalize.Range `json:"fixed,omitempty"`
-	Axis      int             `json:"axis"`
-	BlockSize int             `json:"block_size,omitempty"`
+	Value     string      `json:"value"`
+	Role      string      `json:"role"`
+	Spec      string      `json:"spec"`
+	Rule      config.Rule `json:"rule"`
+	Nodes     []string    `json:"nodes"`
+	Shared    string      `json:"shared_with,omitempty"`
+	Scales    int         `json:"scales"`
+	ScaleMin  float32     `json:"scale_min"`
+	ScaleMax  float32     `json:"scale_max"`
+	ZPMin     int32       `json:"zero_point_min"`
+	ZPMax     int32       `json:"zero_point_max"`
+	Observed  *plan.Range `json:"observed,omitempty"`
+	Fixed     *plan.Range `json:"fixed,omitempty"`
+	Axis      int         `json:"axis"`
+	BlockSize int         `json:"block_size,omitempty"`
 }
 
 func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out string) *report {
 	r := &report{Model: s.settings.Model, Output: out, Opset: u.Result.Opset, IRVersion: u.Result.IRVersion,
-		Skipped: append([]finalize.Skip{}, u.Plan.Skipped...), Notes: append(append([]string{}, u.Plan.Notes...), u.Result.Notes...),
+		Skipped: append([]plan.Skip{}, u.Plan.Skipped...), Notes: append(append([]string{}, u.Plan.Notes...), u.Result.Notes...),
 		Passes: timings, PeakRSS: peakRSS(), Counts: map[string]int{}, Naming: finalize.ValueNaming}
 	for _, t := range u.Result.Tensors {
 		rt := reportTensor{Value: t.Value, Role: t.Role.String(), Spec: t.SpecString(), Rule: t.Rule, Nodes: t.Nodes,

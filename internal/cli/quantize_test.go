@@ -10,8 +10,8 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -302,7 +302,7 @@ func TestReportTableCapsSkips(t *testing.T) {
 	}{{3, 3, ""}, {maxTableSkips + 1, maxTableSkips + 1, ""}, {maxTableSkips + 7, maxTableSkips, "and 7 more"}} {
 		r := &report{Output: "q.onnx", Counts: map[string]int{}, reportPath: "rep.json"}
 		for i := range c.skips {
-			r.Skipped = append(r.Skipped, finalize.Skip{Node: fmt.Sprintf("n%03d", i), OpType: "Relu", Reason: "why"})
+			r.Skipped = append(r.Skipped, plan.Skip{Node: fmt.Sprintf("n%03d", i), OpType: "Relu", Reason: "why"})
 		}
 		var b strings.Builder
 		if err := writeReportTable(&b, r); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -52,19 +53,19 @@ func TestQuantizeHandComputed(t *testing.T) {
 		data        []float32
 		shape       []int
 		axis, block int
-		p           Params
+		p           plan.Params
 		want        any
 	}{
 		// Per channel on axis 0: row 0 scale 0.5, row 1 scale 2; 2.5/0.5 =
 		// 5, 1.25/0.5 = 2.5 → 2 (half to even), 300/2 saturates at 127.
 		{"int8 per channel", int8sym, []float32{2.5, 1.25, -4, 300, -1, 3}, []int{2, 3}, 0, 0,
-			Params{Scales: []float32{0.5, 2}, ZeroPoints: []int32{0, 0}}, []int8{5, 2, -8, 127, 0, 2}},
+			plan.Params{Scales: []float32{0.5, 2}, ZeroPoints: []int32{0, 0}}, []int8{5, 2, -8, 127, 0, 2}},
 		// Blocks of 2 along axis 1 of [1, 4]: scales 1 and 0.25; int4 saturates at ±7/-8.
 		{"int4 per block", int4, []float32{3, -9, 0.5, -0.25}, []int{1, 4}, 1, 2,
-			Params{Scales: []float32{1, 0.25}, ZeroPoints: []int32{0, 0}}, []int8{3, -8, 2, -1}},
+			plan.Params{Scales: []float32{1, 0.25}, ZeroPoints: []int32{0, 0}}, []int8{3, -8, 2, -1}},
 		// Asymmetric uint8, zero point 10: 0 → 10, -1/0.1 = -10 → 0, 25.5/0.1 → 265 saturates.
 		{"uint8 asymmetric", uint8a, []float32{0, -1, 25.5, 0.05}, []int{4}, -1, 0,
-			Params{Scales: []float32{0.1}, ZeroPoints: []int32{10}}, []uint8{10, 0, 255, 10}},
+			plan.Params{Scales: []float32{0.1}, ZeroPoints: []int32{10}}, []uint8{10, 0, 255, 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +91,7 @@ func TestQuantizeHandComputed(t *testing.T) {
 // low nibble first, through pkg/tensor.
 func TestInt4Packing(t *testing.T) {
 	s := &spec.QuantizationSpec{DType: spec.Int4, QScheme: spec.Symmetric}
-	q, err := Quantize([]float32{1, 2, 3, -3, -8}, []int{5}, -1, 0, s, &Params{Scales: []float32{1}, ZeroPoints: []int32{0}})
+	q, err := Quantize([]float32{1, 2, 3, -3, -8}, []int{5}, -1, 0, s, &plan.Params{Scales: []float32{1}, ZeroPoints: []int32{0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +121,16 @@ func biasModel(t *testing.T, bias []float32) *onnxgraph.Model {
 	return m
 }
 
-func biasPlan(wScales []float32, axis int) *Plan {
+func biasPlan(wScales []float32, axis int) *plan.Plan {
 	act := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric}
 	w := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric, Granularity: spec.Granularity{Type: spec.PerChannel, Axis: intPtr(0)}}
-	p := &Plan{Stage: Calibrated}
-	for _, tp := range []*TensorPlan{
-		{Value: "x", Role: Activation, Spec: act, Nodes: []string{"conv"}, Axis: -1,
-			Params: &Params{Scales: []float32{0.01}, ZeroPoints: []int32{0}}},
-		{Value: "W", Role: Weight, Spec: w, Nodes: []string{"conv"}, Axis: axis, Shape: []int{2, 1, 1, 1},
-			Params: &Params{Scales: wScales, ZeroPoints: make([]int32, len(wScales))}},
-		{Value: "B", Role: Bias, Nodes: []string{"conv"}, Input: "x", Weight: "W", Axis: axis},
+	p := &plan.Plan{Stage: plan.Calibrated}
+	for _, tp := range []*plan.TensorPlan{
+		{Value: "x", Role: plan.Activation, Spec: act, Nodes: []string{"conv"}, Axis: -1,
+			Params: &plan.Params{Scales: []float32{0.01}, ZeroPoints: []int32{0}}},
+		{Value: "W", Role: plan.Weight, Spec: w, Nodes: []string{"conv"}, Axis: axis, Shape: []int{2, 1, 1, 1},
+			Params: &plan.Params{Scales: wScales, ZeroPoints: make([]int32, len(wScales))}},
+		{Value: "B", Role: plan.Bias, Nodes: []string{"conv"}, Input: "x", Weight: "W", Axis: axis},
 	} {
 		if err := p.Add(tp); err != nil {
 			panic(err)
@@ -138,7 +139,7 @@ func biasPlan(wScales []float32, axis int) *Plan {
 	return p
 }
 
-func resultTensor(t *testing.T, r *Result, value string) *TensorPlan {
+func resultTensor(t *testing.T, r *Result, value string) *plan.TensorPlan {
 	t.Helper()
 	for _, tp := range r.Tensors {
 		if tp.Value == value {
@@ -237,7 +238,7 @@ func TestOpsetRaise(t *testing.T) {
 		}
 		return m
 	}
-	weightPlan := func(m *onnxgraph.Model, dt spec.DType, g spec.Granularity, axis, block int) *Plan {
+	weightPlan := func(m *onnxgraph.Model, dt spec.DType, g spec.Granularity, axis, block int) *plan.Plan {
 		s := &spec.QuantizationSpec{DType: dt, QScheme: spec.Symmetric, Granularity: g}
 		v := m.Graph.Value("W")
 		x, _ := tensor.FromProto(v.Const, m)
@@ -250,9 +251,9 @@ func TestOpsetRaise(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &Plan{Stage: Calibrated}
-		_ = p.Add(&TensorPlan{Value: "W", Role: Weight, Spec: s, Nodes: []string{"mm"}, Axis: axis, BlockSize: block,
-			Shape: x.Shape, Params: &Params{Scales: sc, ZeroPoints: zp}})
+		p := &plan.Plan{Stage: plan.Calibrated}
+		_ = p.Add(&plan.TensorPlan{Value: "W", Role: plan.Weight, Spec: s, Nodes: []string{"mm"}, Axis: axis, BlockSize: block,
+			Shape: x.Shape, Params: &plan.Params{Scales: sc, ZeroPoints: zp}})
 		return p
 	}
 	perChannel := spec.Granularity{Type: spec.PerChannel, Axis: intPtr(1)}

@@ -1,3 +1,7 @@
+// Package finalize writes the quantized model: it turns a Plan (one entry
+// per quantization point, with qparams) into a new ONNX model with integer
+// initializers, QuantizeLinear/DequantizeLinear nodes and the opset and IR
+// version the content needs. It is the only package that edits a model.
 package finalize
 
 import (
@@ -12,6 +16,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -21,15 +26,15 @@ import (
 type Stats interface {
 	// ActivationParams returns the qparams of the activation t (a group
 	// root without a fixed range) under t.Spec, with the observed range.
-	ActivationParams(t *TensorPlan) (*Params, error)
+	ActivationParams(t *plan.TensorPlan) (*plan.Params, error)
 }
 
 // RangeStats are observed [min, max] ranges by value name; their qparams
 // are spec.QParams of the range.
-type RangeStats map[string]Range
+type RangeStats map[string]plan.Range
 
 // ActivationParams implements Stats.
-func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
+func (r RangeStats) ActivationParams(t *plan.TensorPlan) (*plan.Params, error) {
 	rg, ok := r[t.Value]
 	if !ok {
 		return nil, fmt.Errorf("no calibration range for activation %q", t.Value)
@@ -37,12 +42,12 @@ func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	return paramsOfRange(t.Spec, rg)
 }
 
-func paramsOfRange(s *spec.QuantizationSpec, rg Range) (*Params, error) {
+func paramsOfRange(s *spec.QuantizationSpec, rg plan.Range) (*plan.Params, error) {
 	sc, zp, err := s.QParams([]float32{rg.Min}, []float32{rg.Max})
 	if err != nil {
 		return nil, err
 	}
-	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
+	return &plan.Params{Scales: sc, ZeroPoints: zp, Observed: &plan.Range{Min: rg.Min, Max: rg.Max}}, nil
 }
 
 // Options control Write.
@@ -82,7 +87,7 @@ func (o Options) keepE8M0() bool { return o.Opset >= 24 }
 // except float4 e2m1 weights under FP4AsFP8, which are written as the
 // float8 e4m3fn codes of the same values (every e2m1 value is exact in
 // e4m3fn).
-func (o Options) storedDType(t *TensorPlan) spec.DType {
+func (o Options) storedDType(t *plan.TensorPlan) spec.DType {
 	if o.FP4AsFP8 && t.Spec.DType == spec.Float4E2M1 {
 		return spec.Float8E4M3FN
 	}
@@ -97,11 +102,11 @@ type Result struct {
 	IRVersion int64
 	// Tensors are the written quantization points with their final
 	// qparams (biases and enlarged weight scales included), sorted by name.
-	Tensors []*TensorPlan
+	Tensors []*plan.TensorPlan
 	// Notes record adjustments (enlarged weight scales, raised opset).
 	Notes []string
 	// Palettes are the palettized weights with their reports.
-	Palettes []*PalettePlan
+	Palettes []*plan.PalettePlan
 }
 
 // ValueNaming documents how the written model names tensors, so that a
@@ -117,11 +122,11 @@ const ValueNaming = "dequantized tensors keep the float value name; producers wr
 // writer holds the state of one Write.
 type writer struct {
 	src    *onnxgraph.Model
-	plan   *Plan
+	plan   *plan.Plan
 	out    *onnxpb.ModelProto
 	opts   Options
-	params map[string]*Params // by value, roots and own params
-	owned  map[string]bool    // params copied from the plan (ownParams)
+	params map[string]*plan.Params // by value, roots and own params
+	owned  map[string]bool         // params copied from the plan (ownParams)
 	used   map[string]bool
 	notes  []string
 
@@ -136,7 +141,7 @@ type writer struct {
 	// msImport adds the com.microsoft opset import (contrib ops).
 	msImport bool
 	// palettes are the written palettized weights, with their reports.
-	palettes []*PalettePlan
+	palettes []*plan.PalettePlan
 	// stats are the calibration statistics (nil without calibration).
 	stats Stats
 
@@ -167,8 +172,8 @@ type innerGraph struct {
 // QuantizeLinear → DequantizeLinear pair, biases of Conv/ConvTranspose/Gemm
 // become int32. stats supplies calibrated activation qparams and may be nil
 // when the plan has none to calibrate. Neither m nor plan is modified.
-func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, error) {
-	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{}, stats: stats,
+func Write(m *onnxgraph.Model, pl *plan.Plan, stats Stats, opts Options) (*Result, error) {
+	w := &writer{src: m, plan: pl, opts: opts, params: map[string]*plan.Params{}, stats: stats,
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
 	w.out = onnxgraph.CloneSharingData(m.Proto)
@@ -184,17 +189,17 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	if err := w.chooseOpset(); err != nil {
 		return nil, err
 	}
-	tensors := slices.Clone(plan.Tensors)
-	slices.SortStableFunc(tensors, func(a, b *TensorPlan) int { return strings.Compare(a.Value, b.Value) })
-	var final []*TensorPlan
+	tensors := slices.Clone(pl.Tensors)
+	slices.SortStableFunc(tensors, func(a, b *plan.TensorPlan) int { return strings.Compare(a.Value, b.Value) })
+	var final []*plan.TensorPlan
 	for _, t := range tensors {
 		var err error
 		switch _, nb := w.nbits[t.Value]; {
 		case nb:
 			err = w.writeNBits(t)
-		case t.Role == Weight || t.Role == Bias:
+		case t.Role == plan.Weight || t.Role == plan.Bias:
 			err = w.writeConst(t)
-		case t.Role == Activation:
+		case t.Role == plan.Activation:
 			err = w.writeActivation(t)
 		}
 		if err != nil {
@@ -208,7 +213,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	for i, p := range plan.Palettes {
+	for i, p := range pl.Palettes {
 		if err := w.writePalette(p, clusters[i]); err != nil {
 			return nil, err
 		}
@@ -319,7 +324,7 @@ func uniqueIn(used map[string]bool, base string) string {
 func (w *writer) resolveParams(stats Stats) error {
 	var missing []string
 	for _, t := range w.plan.Tensors {
-		if t.Role == Bias || t.SharedWith != "" {
+		if t.Role == plan.Bias || t.SharedWith != "" {
 			continue
 		}
 		switch {
@@ -333,7 +338,7 @@ func (w *writer) resolveParams(stats Stats) error {
 				return fmt.Errorf("tensor %q: %w", t.Value, err)
 			}
 			w.params[t.Value] = p
-		case t.Role == Activation && stats != nil:
+		case t.Role == plan.Activation && stats != nil:
 			p, err := stats.ActivationParams(t)
 			if err != nil {
 				return fmt.Errorf("tensor %q: %w", t.Value, err)
@@ -370,7 +375,7 @@ func (w *writer) resolveParams(stats Stats) error {
 // paramsOf returns the params t uses (its root's when shared).
 // ownParams returns the params of value for the writer to change: the
 // plan's are copied the first time, so that the plan is left as it was.
-func (w *writer) ownParams(value string) *Params {
+func (w *writer) ownParams(value string) *plan.Params {
 	if w.owned == nil {
 		w.owned = map[string]bool{}
 	}
@@ -381,7 +386,7 @@ func (w *writer) ownParams(value string) *Params {
 	return w.params[value]
 }
 
-func (w *writer) paramsOf(t *TensorPlan) *Params {
+func (w *writer) paramsOf(t *plan.TensorPlan) *plan.Params {
 	if r := w.plan.Root(t); r != nil {
 		return w.params[r.Value]
 	}
@@ -396,7 +401,7 @@ const int32Max = math.MaxInt32
 // int32 rather than saturating the bias.
 func (w *writer) resolveBiases() error {
 	for _, t := range w.plan.Tensors {
-		if t.Role != Bias {
+		if t.Role != plan.Bias {
 			continue
 		}
 		in, wt := w.plan.Tensor(t.Input), w.plan.Tensor(t.Weight)
@@ -435,7 +440,7 @@ func (w *writer) resolveBiases() error {
 		if t.Axis < 0 && len(scales) > 0 {
 			scales = scales[:1]
 		}
-		w.params[t.Value] = &Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
+		w.params[t.Value] = &plan.Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
 	}
 	return nil
 }
@@ -460,7 +465,7 @@ func (w *writer) constData(name string) ([]float32, error) {
 // needs is the default-domain opset a quantized tensor needs with
 // standard ONNX Q/DQ, and whether com.microsoft Q/DQ (contrib opset 1:
 // per-tensor or per-axis int8/16 and int4) can serve it at any opset.
-func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK bool) {
+func needs(t *plan.TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK bool) {
 	opset = 10
 	if t.Axis >= 0 {
 		opset = 13
@@ -487,7 +492,7 @@ func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK 
 	if t.BlockSize > 0 {
 		opset, msOK = max(opset, 21), false
 	}
-	if t.Role == Weight {
+	if t.Role == plan.Weight {
 		switch t.Spec.ScaleDType {
 		case spec.Float8E8M0FNU:
 			if o.keepE8M0() {
@@ -502,7 +507,7 @@ func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK 
 	return opset, msOK
 }
 
-func floatTypeOf(t *TensorPlan) tensor.DType {
+func floatTypeOf(t *plan.TensorPlan) tensor.DType {
 	if t.FloatType == 0 {
 		return tensor.Float
 	}
@@ -516,9 +521,9 @@ func floatTypeOf(t *TensorPlan) tensor.DType {
 // the whole model when the scales are float16. Behind a Cast the pair is
 // no fusion's pattern and runs as written. Weights keep their type: their
 // DequantizeLinear feeds the op directly.
-func qdqFloatType(t *TensorPlan) tensor.DType {
+func qdqFloatType(t *plan.TensorPlan) tensor.DType {
 	ft := floatTypeOf(t)
-	if t.Role == Activation && (ft == tensor.Float16 || ft == tensor.BFloat16) {
+	if t.Role == plan.Activation && (ft == tensor.Float16 || ft == tensor.BFloat16) {
 		return tensor.Float
 	}
 	return ft
@@ -576,7 +581,7 @@ func (w *writer) chooseOpset() error {
 }
 
 // msType reports whether a Q/DQ of dtype d goes to com.microsoft.
-func (w *writer) msType(t *TensorPlan) bool {
+func (w *writer) msType(t *plan.TensorPlan) bool {
 	if !w.msDomain || t.Spec == nil {
 		return false
 	}
@@ -588,7 +593,7 @@ func (w *writer) msType(t *TensorPlan) bool {
 }
 
 // servedNode returns the source node a tensor is quantized for.
-func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
+func (w *writer) servedNode(t *plan.TensorPlan) *onnxgraph.Node {
 	for _, n := range t.Nodes {
 		if node := w.nodes[n]; node != nil {
 			return node
@@ -597,7 +602,7 @@ func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
 	return nil
 }
 
-func (w *writer) node(op, name string, in, out []string, t *TensorPlan, attrs ...*onnxpb.AttributeProto) *onnxpb.NodeProto {
+func (w *writer) node(op, name string, in, out []string, t *plan.TensorPlan, attrs ...*onnxpb.AttributeProto) *onnxpb.NodeProto {
 	n := &onnxpb.NodeProto{OpType: proto.String(op), Name: proto.String(w.name(name)), Input: in, Output: out, Attribute: attrs}
 	if w.msType(t) {
 		n.Domain = proto.String("com.microsoft")
@@ -653,7 +658,7 @@ func (w *writer) addInitIn(ig *innerGraph, t *tensor.Tensor, name string) error 
 
 // qparamInits writes the scale and zero point initializers of t (once per
 // group: shared tensors reuse their root's) and returns their names.
-func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool) (scale, zp string, err error) {
+func (w *writer) qparamInits(t *plan.TensorPlan, scaleType tensor.DType, withZP bool) (scale, zp string, err error) {
 	root := w.plan.Root(t)
 	key := root.Value
 	if s, ok := w.rename["scale:"+key]; ok {
@@ -685,7 +690,7 @@ func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool)
 
 // writeConst writes a weight or bias: integer initializer → DequantizeLinear
 // whose output keeps the float initializer's name.
-func (w *writer) writeConst(t *TensorPlan) error {
+func (w *writer) writeConst(t *plan.TensorPlan) error {
 	data, err := w.constData(t.Value)
 	if err != nil {
 		return err
@@ -701,7 +706,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	ft := floatTypeOf(t)
 	attrs := []*onnxpb.AttributeProto{}
 	axis := t.Axis
-	if t.Role == Bias {
+	if t.Role == plan.Bias {
 		if len(p.Scales) == 1 {
 			axis = -1
 		}
@@ -755,7 +760,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	}
 	tt := *t
 	tt.Shape, tt.Axis = shape, axis
-	scale, zp, err := w.qparamInits(&tt, scaleType, t.Role != Bias)
+	scale, zp, err := w.qparamInits(&tt, scaleType, t.Role != plan.Bias)
 	if err != nil {
 		return err
 	}
@@ -776,7 +781,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 // writeActivation inserts QuantizeLinear → DequantizeLinear on a value:
 // one pair shared by all consumers. The dequantized output keeps the value's
 // name (so graph outputs keep theirs); the producer's output is renamed.
-func (w *writer) writeActivation(t *TensorPlan) error {
+func (w *writer) writeActivation(t *plan.TensorPlan) error {
 	v := w.value(t.Value)
 	if v == nil {
 		return fmt.Errorf("activation %q: no such value in the model", t.Value)
@@ -821,7 +826,7 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 
 // castNode casts in to dt as part of t's Q/DQ (default domain, whatever
 // domain t's Q/DQ take).
-func (w *writer) castNode(name, in, out string, dt tensor.DType, t *TensorPlan) *onnxpb.NodeProto {
+func (w *writer) castNode(name, in, out string, dt tensor.DType, t *plan.TensorPlan) *onnxpb.NodeProto {
 	n := w.node("Cast", name, []string{in}, []string{out}, t, attrInt("to", int64(dt)))
 	n.Domain = nil
 	return n
@@ -955,7 +960,7 @@ func (w *writer) foldGemmBeta(np *onnxpb.NodeProto) {
 		return
 	}
 	b := w.plan.Tensor(np.Input[2])
-	if b == nil || b.Role != Bias || b.BiasBeta == 0 || b.BiasBeta == 1 {
+	if b == nil || b.Role != plan.Bias || b.BiasBeta == 0 || b.BiasBeta == 1 {
 		return
 	}
 	for _, a := range np.Attribute {

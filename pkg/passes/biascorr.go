@@ -245,7 +245,7 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 		return nil, "", nil
 	}
 	wt := u.Plan.Tensor(n.Inputs[1].Name)
-	if wt == nil || wt.Role != finalize.Weight || wt.Params == nil {
+	if wt == nil || wt.Role != Weight || wt.Params == nil {
 		return nil, "", nil
 	}
 	switch {

@@ -3,10 +3,10 @@ package passes
 import (
 	"context"
 	"fmt"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
@@ -54,7 +54,7 @@ func StatsOf(st *calibrate.Stats) finalize.Stats { return calibStats{st} }
 type calibStats struct{ st *calibrate.Stats }
 
 // ActivationParams applies the observer's calculator to the tensor's spec.
-func (c calibStats) ActivationParams(t *finalize.TensorPlan) (*finalize.Params, error) {
+func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	o := c.st.Tensor(t.Value)
 	if o == nil {
 		return nil, fmt.Errorf("activation %q is not in the calibration statistics (were they computed with this config and model?)", t.Value)
@@ -67,9 +67,9 @@ func (c calibStats) ActivationParams(t *finalize.TensorPlan) (*finalize.Params, 
 	if err != nil {
 		return nil, fmt.Errorf("activation %q: %w", t.Value, err)
 	}
-	p := &finalize.Params{Scales: sc, ZeroPoints: zp}
+	p := &Params{Scales: sc, ZeroPoints: zp}
 	if len(mins) == 1 {
-		p.Observed = &finalize.Range{Min: mins[0], Max: maxs[0]}
+		p.Observed = &Range{Min: mins[0], Max: maxs[0]}
 	}
 	return p, nil
 }
@@ -140,7 +140,7 @@ func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
 		}
 		var group []string
 		for _, t := range plan.Tensors {
-			if t.Role == finalize.Activation && plan.Root(t) == root {
+			if t.Role == Activation && plan.Root(t) == root {
 				drop[t.Value] = true
 				group = append(group, t.Value)
 			}
@@ -153,7 +153,7 @@ func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
 		return
 	}
 	for _, t := range plan.Tensors {
-		if t.Role == finalize.Bias && drop[t.Input] {
+		if t.Role == Bias && drop[t.Input] {
 			drop[t.Value] = true
 			plan.Notes = append(plan.Notes, fmt.Sprintf("bias %q: left in float, its input %q is", t.Value, t.Input))
 		}

@@ -67,11 +67,11 @@ func TestKeepInfinitiesFloat(t *testing.T) {
 			}
 		})
 	}
-	// Statistics without infinity counts (RangeStats) leave the plan alone.
+	// Statistics without infinity counts (finalize.RangeStats) leave the plan alone.
 	plan := preparePreset(t, m, "w8a8", PrepareOptions{})
 	n := len(plan.Tensors)
 	keepInfinitiesFloat(plan, finalize.RangeStats{})
 	if len(plan.Tensors) != n {
-		t.Errorf("RangeStats removed %d tensors", n-len(plan.Tensors))
+		t.Errorf("finalize.RangeStats removed %d tensors", n-len(plan.Tensors))
 	}
 }

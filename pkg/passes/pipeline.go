@@ -10,18 +10,33 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 )
 
-// Stage is how far the pipeline has filled in the Plan.
-type Stage = finalize.Stage
+// The Plan the passes fill in is defined in pkg/plan, below finalize,
+// which writes it; these are the names the passes use for it.
+type (
+	Plan        = plan.Plan
+	TensorPlan  = plan.TensorPlan
+	Skip        = plan.Skip
+	Params      = plan.Params
+	Range       = plan.Range
+	Role        = plan.Role
+	Stage       = plan.Stage
+	PalettePlan = plan.PalettePlan
+)
 
-// The stages, re-exported from finalize.
+// The roles and stages.
 const (
-	StageNone  = finalize.StageNone
-	Inspected  = finalize.Inspected
-	Prepared   = finalize.Prepared
-	Calibrated = finalize.Calibrated
-	Finalized  = finalize.Finalized
+	Activation = plan.Activation
+	Weight     = plan.Weight
+	Bias       = plan.Bias
+
+	StageNone  = plan.StageNone
+	Inspected  = plan.Inspected
+	Prepared   = plan.Prepared
+	Calibrated = plan.Calibrated
+	Finalized  = plan.Finalized
 )
 
 // Calibrator runs the float model on calibration data and returns the

@@ -81,7 +81,7 @@ func observe(t *testing.T, m *onnxgraph.Model, plan *Plan) finalize.RangeStats {
 		r, ok := stats[name]
 		for _, v := range f {
 			if !ok {
-				r, ok = finalize.Range{Min: v, Max: v}, true
+				r, ok = Range{Min: v, Max: v}, true
 			}
 			r.Min, r.Max = min(r.Min, v), max(r.Max, v)
 		}
@@ -116,7 +116,7 @@ func slicesContain(s []string, v string) bool {
 func syntheticStats(_ context.Context, _ *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
 	st := finalize.RangeStats{}
 	for i, t := range plan.Observed() {
-		st[t.Value] = finalize.Range{Min: -(1 + float32(i)/4), Max: 2 + float32(i)/2}
+		st[t.Value] = Range{Min: -(1 + float32(i)/4), Max: 2 + float32(i)/2}
 	}
 	return st, nil
 }

@@ -1,12 +1,8 @@
-// Package finalize writes the quantized model: it turns a Plan (one entry
-// per quantization point, with qparams) into a new ONNX model with integer
-// initializers, QuantizeLinear/DequantizeLinear nodes and the opset and IR
-// version the content needs. It is the only package that edits a model.
-//
-// The Plan types live here rather than in pkg/passes because the layer rule
-// of DESIGN.md §3 puts passes above finalize and Write consumes the Plan;
-// pkg/passes re-exports them and is the package that fills them in.
-package finalize
+// Package plan holds the Plan: every quantization point of a model with
+// its spec and qparams, the nodes left in float and the notes on decisions.
+// The passes fill it in, one stage after another; finalize writes what it
+// says. It sits below both so that neither owns the other's data.
+package plan
 
 import (
 	"encoding/json"
