@@ -423,7 +423,11 @@ func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := finalize.Write(st.u.Model, sub, st.u.Stats, st.u.Write)
+	decided, err := passes.DecidedCopy(st.u.Model, sub, st.u.Stats)
+	if err != nil {
+		return nil, err
+	}
+	res, err := finalize.Write(st.u.Model, decided, st.u.Write)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/passes"
@@ -201,8 +200,8 @@ func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data 
 	if err != nil {
 		t.Fatal(err)
 	}
-	calib := func(_ context.Context, m *onnxgraph.Model, pl *passes.Plan) (finalize.Stats, error) {
-		stats := finalize.RangeStats{}
+	calib := func(_ context.Context, m *onnxgraph.Model, pl *passes.Plan) (passes.Stats, error) {
+		stats := passes.RangeStats{}
 		var names []string
 		for _, tp := range pl.Observed() {
 			names = append(names, tp.Value)

@@ -38,7 +38,7 @@ func TestPalettizedWeights(t *testing.T) {
 		{Value: "W", Nodes: []string{"mm"}, Palette: p3, Shape: []int{8, 4}, Axis: 1, ScaleAxis: 1, InputAxis: 0},
 		{Value: "V", Nodes: []string{"mv"}, Palette: p2, Shape: []int{8, 4}, Axis: 1, ScaleAxis: 1, InputAxis: 0},
 	}}
-	r, err := finalize.Write(m, plan, nil, finalize.Options{Threads: 1})
+	r, err := finalize.Write(m, plan, finalize.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,7 +235,6 @@ type SensitivityInput struct {
 	Float    *onnxgraph.Model
 	Prepared *onnxgraph.Model
 	Plan     *plan.Plan
-	Stats    finalize.Stats
 	Write    finalize.Options
 	// Data yields the held-out batches; it is called once.
 	Data     iter.Seq2[Batch, error]
@@ -371,7 +370,7 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		return nil, err
 	}
 	measure := func(pl *plan.Plan) (DB, error) {
-		res, err := finalize.Write(in.Prepared, pl, in.Stats, in.Write)
+		res, err := finalize.Write(in.Prepared, pl, in.Write)
 		if err != nil {
 			return 0, err
 		}

@@ -19,7 +19,7 @@ func TestRuleMetadata(t *testing.T) {
 	for v, r := range rules {
 		p.Tensor(v).Rule = r
 	}
-	r, err := Write(m, p, nil, Options{})
+	r, err := Write(m, p, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

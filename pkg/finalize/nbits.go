@@ -179,7 +179,7 @@ func (w *writer) writeNBits(t *plan.TensorPlan) error {
 	if err != nil {
 		return err
 	}
-	p := w.params[t.Value]
+	p := t.Params
 	q, err := Quantize(data, t.Shape, t.Axis, t.BlockSize, t.Spec, p)
 	if err != nil {
 		return fmt.Errorf("weight %q: %w", t.Value, err)

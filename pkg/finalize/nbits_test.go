@@ -57,7 +57,7 @@ func TestNBitsLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := Write(m, p, nil, Options{Format: FormatORTNBits})
+	r, err := Write(m, p, Options{Format: FormatORTNBits})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func TestPaletteReconstruction(t *testing.T) {
 			p := tc.p
 			pl := &plan.Plan{Stage: plan.Calibrated, Palettes: []*plan.PalettePlan{{Value: "W", Nodes: []string{"id"}, Palette: &p,
 				Shape: shape, Axis: tc.axis, ScaleAxis: 0, InputAxis: -1, FloatType: int32(tensor.Float)}}}
-			r, err := Write(m, pl, nil, Options{Threads: 2})
+			r, err := Write(m, pl, Options{Threads: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestPaletteDeterministic(t *testing.T) {
 		for _, threads := range []int{1, 3, 8} {
 			pl := &plan.Plan{Stage: plan.Calibrated, Palettes: []*plan.PalettePlan{{Value: "W", Nodes: []string{"id"}, Palette: &p,
 				Shape: []int{8, 6, 3, 3}, Axis: tc.axis, InputAxis: -1}}}
-			r, err := Write(m, pl, nil, Options{Threads: threads})
+			r, err := Write(m, pl, Options{Threads: threads})
 			if err != nil {
 				t.Fatal(err)
 			}

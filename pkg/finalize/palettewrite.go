@@ -14,15 +14,6 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// MomentStats are calibration statistics that hold the second moments of
-// activations: palettization weighs each weight's error by its input
-// channel's moment when they do (data-aware mode).
-type MomentStats interface {
-	// SecondMoments is E[x²] per channel of an activation, nil when the
-	// statistics have none for it.
-	SecondMoments(value string) []float32
-}
-
 // clustered is one palettized weight's data and clustering.
 type clustered struct {
 	data, importance []float32
@@ -51,18 +42,16 @@ func (w *writer) clusterPalettes() ([]*clustered, error) {
 }
 
 // cluster reads a weight, weighs it by its input's second moments when
-// the statistics have them (data-aware mode), and palettizes it.
+// the plan has them (data-aware mode), and palettizes it.
 func (w *writer) cluster(p *plan.PalettePlan, threads int) (*clustered, error) {
 	data, err := w.constData(p.Value)
 	if err != nil {
 		return nil, err
 	}
 	c := &clustered{data: data}
-	if ms, ok := w.stats.(MomentStats); ok && p.Input != "" {
-		if m := ms.SecondMoments(p.Input); m != nil {
-			if c.importance, err = importance(p, m); err != nil {
-				return nil, err
-			}
+	if p.Input != "" && p.InputMoments != nil {
+		if c.importance, err = importance(p, p.InputMoments); err != nil {
+			return nil, err
 		}
 	}
 	if c.q, err = Palettize(data, p.Shape, p.Axis, p.ScaleAxis, p.Palette, c.importance, threads); err != nil {

@@ -22,34 +22,6 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// Stats supplies the qparams of calibrated activations.
-type Stats interface {
-	// ActivationParams returns the qparams of the activation t (a group
-	// root without a fixed range) under t.Spec, with the observed range.
-	ActivationParams(t *plan.TensorPlan) (*plan.Params, error)
-}
-
-// RangeStats are observed [min, max] ranges by value name; their qparams
-// are spec.QParams of the range.
-type RangeStats map[string]plan.Range
-
-// ActivationParams implements Stats.
-func (r RangeStats) ActivationParams(t *plan.TensorPlan) (*plan.Params, error) {
-	rg, ok := r[t.Value]
-	if !ok {
-		return nil, fmt.Errorf("no calibration range for activation %q", t.Value)
-	}
-	return paramsOfRange(t.Spec, rg)
-}
-
-func paramsOfRange(s *spec.QuantizationSpec, rg plan.Range) (*plan.Params, error) {
-	sc, zp, err := s.QParams([]float32{rg.Min}, []float32{rg.Max})
-	if err != nil {
-		return nil, err
-	}
-	return &plan.Params{Scales: sc, ZeroPoints: zp, Observed: &plan.Range{Min: rg.Min, Max: rg.Max}}, nil
-}
-
 // Options control Write.
 type Options struct {
 	// Opset pins the default-domain opset of the output (0: the lowest
@@ -121,14 +93,12 @@ const ValueNaming = "dequantized tensors keep the float value name; producers wr
 
 // writer holds the state of one Write.
 type writer struct {
-	src    *onnxgraph.Model
-	plan   *plan.Plan
-	out    *onnxpb.ModelProto
-	opts   Options
-	params map[string]*plan.Params // by value, roots and own params
-	owned  map[string]bool         // params copied from the plan (ownParams)
-	used   map[string]bool
-	notes  []string
+	src   *onnxgraph.Model
+	plan  *plan.Plan
+	out   *onnxpb.ModelProto
+	opts  Options
+	used  map[string]bool
+	notes []string
 
 	opset    int64
 	msDomain bool // Q/DQ with int4/16-bit types go to com.microsoft
@@ -142,8 +112,6 @@ type writer struct {
 	msImport bool
 	// palettes are the written palettized weights, with their reports.
 	palettes []*plan.PalettePlan
-	// stats are the calibration statistics (nil without calibration).
-	stats Stats
 
 	prologue []*onnxpb.NodeProto
 	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
@@ -170,19 +138,16 @@ type innerGraph struct {
 // Write builds the quantized model of m under plan: weights become integer
 // initializers followed by DequantizeLinear, activations get a shared
 // QuantizeLinear → DequantizeLinear pair, biases of Conv/ConvTranspose/Gemm
-// become int32. stats supplies calibrated activation qparams and may be nil
-// when the plan has none to calibrate. Neither m nor plan is modified.
-func Write(m *onnxgraph.Model, pl *plan.Plan, stats Stats, opts Options) (*Result, error) {
-	w := &writer{src: m, plan: pl, opts: opts, params: map[string]*plan.Params{}, stats: stats,
+// become int32, each with the qparams the plan holds (passes.DecideQParams
+// decides them). Neither m nor plan is modified.
+func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
+	w := &writer{src: m, plan: pl, opts: opts,
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
 	w.out = onnxgraph.CloneSharingData(m.Proto)
 	w.index()
 	w.collectNames()
-	if err := w.resolveParams(stats); err != nil {
-		return nil, err
-	}
-	if err := w.resolveBiases(); err != nil {
+	if err := w.checkParams(); err != nil {
 		return nil, err
 	}
 	w.chooseNBits()
@@ -318,129 +283,25 @@ func uniqueIn(used map[string]bool, base string) string {
 	return n
 }
 
-// resolveParams fills params for every tensor: weights from the plan,
-// fixed ranges from the spec, calibrated roots from stats, shared tensors
-// from their root.
-func (w *writer) resolveParams(stats Stats) error {
-	var missing []string
+// checkParams checks that every tensor has its qparams, through its
+// group's root when it shares them.
+func (w *writer) checkParams() error {
 	for _, t := range w.plan.Tensors {
-		if t.Role == plan.Bias || t.SharedWith != "" {
-			continue
-		}
-		switch {
-		case t.Params != nil:
-			// Shared with the plan until the writer changes them (ownParams):
-			// a billion-weight model's block params are hundreds of MB.
-			w.params[t.Value] = t.Params
-		case t.Fixed != nil:
-			p, err := paramsOfRange(t.Spec, *t.Fixed)
-			if err != nil {
-				return fmt.Errorf("tensor %q: %w", t.Value, err)
-			}
-			w.params[t.Value] = p
-		case t.Role == plan.Activation && stats != nil:
-			p, err := stats.ActivationParams(t)
-			if err != nil {
-				return fmt.Errorf("tensor %q: %w", t.Value, err)
-			}
-			w.params[t.Value] = p.Clone()
-		default:
-			missing = append(missing, t.Value)
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		more := ""
-		if len(missing) > 5 {
-			more = fmt.Sprintf(" and %d more", len(missing)-5)
-			missing = missing[:5]
-		}
-		return fmt.Errorf("no qparams for %q%s: activations need calibration statistics (run calibrate, or use a weight-only preset)", missing, more)
-	}
-	for _, t := range w.plan.Tensors {
-		if t.SharedWith == "" {
-			continue
-		}
 		root := w.plan.Root(t)
 		if root == nil || root.SharedWith != "" {
 			return fmt.Errorf("tensor %q: shares qparams with %q, which is not planned", t.Value, t.SharedWith)
 		}
-		if !root.Spec.Equal(t.Spec) {
-			return fmt.Errorf("tensor %q: shares qparams with %q but has spec %s, not %s", t.Value, root.Value, t.Spec, root.Spec)
+		if root.Params == nil {
+			return fmt.Errorf("tensor %q: no qparams in the plan (activations need calibration statistics: run calibrate, or use a weight-only preset)", t.Value)
 		}
 	}
 	return nil
 }
 
 // paramsOf returns the params t uses (its root's when shared).
-// ownParams returns the params of value for the writer to change: the
-// plan's are copied the first time, so that the plan is left as it was.
-func (w *writer) ownParams(value string) *plan.Params {
-	if w.owned == nil {
-		w.owned = map[string]bool{}
-	}
-	if !w.owned[value] {
-		w.params[value] = w.params[value].Clone()
-		w.owned[value] = true
-	}
-	return w.params[value]
-}
-
 func (w *writer) paramsOf(t *plan.TensorPlan) *plan.Params {
 	if r := w.plan.Root(t); r != nil {
-		return w.params[r.Value]
-	}
-	return nil
-}
-
-// int32Max is the largest int32 bias code.
-const int32Max = math.MaxInt32
-
-// resolveBiases computes each bias's int32 params as input scale × weight
-// scale, enlarging the weight scale of a channel whose bias would overflow
-// int32 rather than saturating the bias.
-func (w *writer) resolveBiases() error {
-	for _, t := range w.plan.Tensors {
-		if t.Role != plan.Bias {
-			continue
-		}
-		in, wt := w.plan.Tensor(t.Input), w.plan.Tensor(t.Weight)
-		if in == nil || wt == nil {
-			return fmt.Errorf("bias %q: input %q or weight %q is not planned", t.Value, t.Input, t.Weight)
-		}
-		ip, wp := w.paramsOf(in), w.paramsOf(wt)
-		if len(ip.Scales) != 1 {
-			return fmt.Errorf("bias %q: input %q is not quantized per tensor", t.Value, t.Input)
-		}
-		b, err := w.constData(t.Value)
-		if err != nil {
-			return err
-		}
-		beta := t.BiasBeta
-		if beta == 0 {
-			beta = 1
-		}
-		sIn := float64(ip.Scales[0])
-		scales := make([]float32, len(b))
-		for c, v := range b {
-			j := c % len(wp.Scales)
-			need := math.Abs(float64(v)*float64(beta)) / (sIn * int32Max)
-			if float64(wp.Scales[j]) < need {
-				wp = w.ownParams(w.plan.Root(wt).Value)
-				old := wp.Scales[j]
-				wp.Scales[j] = math.Nextafter32(float32(need), float32(math.Inf(1)))
-				w.notes = append(w.notes, fmt.Sprintf("weight %q: scale %d enlarged from %g to %g so that bias %q fits int32",
-					t.Weight, j, old, wp.Scales[j], t.Value))
-			}
-		}
-		for c := range b {
-			// float32 product, as a runtime fusing the bias recomputes it.
-			scales[c] = ip.Scales[0] * wp.Scales[c%len(wp.Scales)]
-		}
-		if t.Axis < 0 && len(scales) > 0 {
-			scales = scales[:1]
-		}
-		w.params[t.Value] = &plan.Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
+		return r.Params
 	}
 	return nil
 }
@@ -664,7 +525,7 @@ func (w *writer) qparamInits(t *plan.TensorPlan, scaleType tensor.DType, withZP 
 	if s, ok := w.rename["scale:"+key]; ok {
 		return s, w.rename["zp:"+key], nil
 	}
-	p := w.params[key]
+	p := root.Params
 	shape := quant.ParamShape(t.Shape, t.Axis, t.BlockSize)
 	st, err := scaleTensor(scaleType, shape, p.Scales)
 	if err != nil {
@@ -700,7 +561,7 @@ func (w *writer) writeConst(t *plan.TensorPlan) error {
 	for i, d := range v.Const.GetDims() {
 		shape[i] = int(d)
 	}
-	p := w.params[t.Value]
+	p := t.Params
 	var q *tensor.Tensor
 	var scaleType tensor.DType
 	ft := floatTypeOf(t)
@@ -717,17 +578,10 @@ func (w *writer) writeConst(t *plan.TensorPlan) error {
 		q = tensor.New(tensor.Int32, shape...)
 		codes := q.Data.([]int32)
 		for i, x := range data {
-			codes[i] = int32(quant.Int(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, int32Max))
+			codes[i] = int32(quant.Int(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, math.MaxInt32))
 		}
 		scaleType = ft
 	} else {
-		if t.Spec.ScaleDType == spec.Float8E8M0FNU {
-			// The codes must be computed with the scale as stored.
-			p = w.ownParams(t.Value)
-			for i, s := range p.Scales {
-				p.Scales[i] = tensor.Float8E8M0ToFloat32(tensor.Float32ToFloat8E8M0(s, true, tensor.E8M0Up))
-			}
-		}
 		q, err = Quantize(data, shape, t.Axis, t.BlockSize, t.Spec, p)
 		if err != nil {
 			return fmt.Errorf("weight %q: %w", t.Value, err)

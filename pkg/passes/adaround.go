@@ -359,7 +359,11 @@ func patchModel(m *onnxgraph.Model, n *onnxgraph.Node, shape []int, groups int) 
 // wave layer's statistics over its rows: the patches of its quantized
 // input against its float output.
 func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLayer, cfg *config.AdaRound) error {
-	res, err := finalize.Write(u.Model, u.Plan, u.Stats, u.Write)
+	now, err := DecidedCopy(u.Model, u.Plan, u.Stats)
+	if err != nil {
+		return err
+	}
+	res, err := finalize.Write(u.Model, now, u.Write)
 	if err != nil {
 		return err
 	}

@@ -27,8 +27,9 @@ func (e *MissingDataError) Error() string {
 	return fmt.Sprintf("%s (%s) needs calibration data: give --data (calibration.data or calibration.images in the config)", e.Algorithm, e.Rule.Location())
 }
 
-// runDataAlgorithms runs the algorithms that need calibration data and the
-// planned weight qparams, before finalize writes the weights.
+// runDataAlgorithms is the algorithms pass: it runs the algorithms that
+// need calibration data and the planned weight qparams, before the qparams
+// pass decides the biases' qparams from the weights and biases they leave.
 // AdaRound runs first, then GPTQ on the weights AdaRound left; bias correction then folds the mean error of the
 // weights finalize will write.
 func runDataAlgorithms(ctx context.Context, u *Unit) error {

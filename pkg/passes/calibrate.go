@@ -3,7 +3,6 @@ package passes
 import (
 	"context"
 	"fmt"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
@@ -48,8 +47,8 @@ func markConditional(m *onnxgraph.Model, tensors []calibrate.TensorToObserve) []
 	return tensors
 }
 
-// StatsOf adapts calibration statistics to what finalize.Write reads.
-func StatsOf(st *calibrate.Stats) finalize.Stats { return calibStats{st} }
+// StatsOf adapts calibration statistics to what DecideQParams reads.
+func StatsOf(st *calibrate.Stats) Stats { return calibStats{st} }
 
 type calibStats struct{ st *calibrate.Stats }
 
@@ -78,7 +77,7 @@ func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 // the named engine on data and observes the plan's activations. The
 // statistics are also handed to keep, when set (to write a stats file).
 func EngineCalibrator(engine string, ropts runtime.Options, data calibrate.Source, copts calibrate.Options, keep func(*calibrate.Stats)) Calibrator {
-	return func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+	return func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 		s, err := runtime.Open(engine, m, ropts)
 		if err != nil {
 			return nil, err
@@ -127,7 +126,7 @@ type infinityCounter interface {
 // positions would get attention weight. The tensors run in float instead.
 // An int32 bias whose input is taken out goes with it (it needs the input's
 // scale).
-func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
+func keepInfinitiesFloat(plan *Plan, st Stats) {
 	ic, ok := st.(infinityCounter)
 	if !ok {
 		return

@@ -32,16 +32,17 @@ const (
 	Weight     = plan.Weight
 	Bias       = plan.Bias
 
-	StageNone  = plan.StageNone
-	Inspected  = plan.Inspected
-	Prepared   = plan.Prepared
-	Calibrated = plan.Calibrated
-	Finalized  = plan.Finalized
+	StageNone      = plan.StageNone
+	Inspected      = plan.Inspected
+	Prepared       = plan.Prepared
+	Calibrated     = plan.Calibrated
+	QParamsDecided = plan.QParamsDecided
+	Finalized      = plan.Finalized
 )
 
 // Calibrator runs the float model on calibration data and returns the
 // statistics of the plan's observed activations (Plan.Observed).
-type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error)
+type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error)
 
 // Unit is what the passes work on: the model (read-only), the config, and
 // the Plan they fill in.
@@ -83,7 +84,7 @@ type Unit struct {
 
 	Resolution *config.Resolution
 	Plan       *Plan
-	Stats      finalize.Stats
+	Stats      Stats
 	Result     *finalize.Result
 }
 
@@ -93,7 +94,9 @@ type Pass struct {
 	Name string
 	// Needs is the stage the Plan must be at before the pass runs.
 	Needs Stage
-	// Makes is the stage the Plan is at after it.
+	// Makes is the stage the Plan is at after it. A pass that makes the
+	// stage it needs changes the model or the plan without filling more of
+	// it in; it runs when the plan is at that stage.
 	Makes Stage
 	Run   func(ctx context.Context, u *Unit) error
 }
@@ -103,7 +106,9 @@ var Pipeline = []Pass{
 	{Name: "inspect", Needs: StageNone, Makes: Inspected, Run: inspectPass},
 	{Name: "prepare", Needs: Inspected, Makes: Prepared, Run: preparePass},
 	{Name: "calibrate", Needs: Prepared, Makes: Calibrated, Run: calibratePass},
-	{Name: "finalize", Needs: Calibrated, Makes: Finalized, Run: finalizePass},
+	{Name: "algorithms", Needs: Calibrated, Makes: Calibrated, Run: runDataAlgorithms},
+	{Name: "qparams", Needs: Calibrated, Makes: QParamsDecided, Run: qparamsPass},
+	{Name: "finalize", Needs: QParamsDecided, Makes: Finalized, Run: finalizePass},
 }
 
 // RunOptions control Run.
@@ -158,7 +163,7 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 		if stage < p.Needs {
 			return timings, fmt.Errorf("%s: needs a plan at stage %s, have %s", p.Name, p.Needs, stage)
 		}
-		if stage >= p.Makes {
+		if stage > p.Makes || stage == p.Makes && p.Makes > p.Needs {
 			continue // already done (a plan handed in at a later stage)
 		}
 		if err := ctx.Err(); err != nil {
@@ -268,11 +273,8 @@ func calibratePass(ctx context.Context, u *Unit) error {
 	return nil
 }
 
-func finalizePass(ctx context.Context, u *Unit) error {
-	if err := runDataAlgorithms(ctx, u); err != nil {
-		return err
-	}
-	res, err := finalize.Write(u.Model, u.Plan, u.Stats, u.Write)
+func finalizePass(_ context.Context, u *Unit) error {
+	res, err := finalize.Write(u.Model, u.Plan, u.Write)
 	if err != nil {
 		return err
 	}

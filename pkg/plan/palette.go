@@ -32,6 +32,9 @@ type PalettePlan struct {
 	Input          string `json:"input,omitempty"`
 	ActivationAxis int    `json:"activation_axis,omitempty"`
 	Groups         int    `json:"groups,omitempty"`
+	// InputMoments are E[x²] per channel of Input from calibration, nil
+	// without (plain k-means); the qparams pass sets them.
+	InputMoments []float32 `json:"-"`
 	// Report is filled in by Write.
 	Report *PaletteReport `json:"report,omitempty"`
 }

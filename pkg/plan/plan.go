@@ -52,10 +52,13 @@ const (
 	Inspected
 	Prepared
 	Calibrated
+	// QParamsDecided: every tensor has its scales and zero points (its
+	// group root's when shared), biases included.
+	QParamsDecided
 	Finalized
 )
 
-var stageNames = [...]string{"none", "inspected", "prepared", "calibrated", "finalized"}
+var stageNames = [...]string{"none", "inspected", "prepared", "calibrated", "qparams", "finalized"}
 
 func (s Stage) String() string {
 	if int(s) < len(stageNames) {
@@ -138,7 +141,8 @@ type TensorPlan struct {
 	// BiasBeta is Gemm's beta, folded into the quantized bias (0 or 1: none).
 	BiasBeta float32 `json:"bias_beta,omitempty"`
 	// Params are the qparams: set in prepare for weights and fixed ranges,
-	// from calibration for activations, at write time for biases.
+	// by the qparams pass for calibrated activations and biases (which may
+	// enlarge a weight's scales); nil on a tensor sharing its root's.
 	Params *Params `json:"params,omitempty"`
 }
 
