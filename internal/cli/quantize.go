@@ -40,6 +40,8 @@ type quantizeOptions struct {
 	Algorithms []string
 	Opset      int64
 	DumpAfter  string
+	// Check runs Plan.Check after every pass (--check).
+	Check bool
 	// Format is the --format flag: qdq or ort-nbits.
 	Format string
 	// FP4AsFP8 writes float4 weights as float8 e4m3fn codes.
@@ -134,6 +136,7 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f.StringVar(&opts.Format, "format", "qdq", "output format: qdq (QuantizeLinear/DequantizeLinear), or ort-nbits (4-bit MatMul/Gemm weights as ONNX Runtime's com.microsoft MatMulNBits, the rest QDQ)")
 	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
 	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
+	f.BoolVar(&opts.Check, "check", false, "check the plan's invariants after every pass; a broken one fails the run (exit 1), naming the pass, tensor and rule")
 	addPrepareFlags(f, &opts.Prepare)
 	addTargetFlag(f, &opts.Settings)
 }
@@ -346,7 +349,7 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	timings, err := passes.Run(ctx, u, passes.RunOptions{Until: until, DumpAfter: opts.DumpAfter, Dump: opts.IO.ErrOut})
+	timings, err := passes.Run(ctx, u, passes.RunOptions{Until: until, DumpAfter: opts.DumpAfter, Dump: opts.IO.ErrOut, Check: opts.Check})
 	if u.Resolution != nil {
 		for _, w := range u.Resolution.Warnings {
 			fmt.Fprintf(opts.IO.ErrOut, "warning: %s\n", w.Error())

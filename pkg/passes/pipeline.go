@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"testing"
 	"time"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
@@ -119,6 +120,9 @@ type RunOptions struct {
 	// text.
 	DumpAfter string
 	Dump      io.Writer
+	// Check runs Plan.Check after every pass and fails the run, naming the
+	// pass, when the plan breaks an invariant. Test binaries always check.
+	Check bool
 }
 
 // Timing is the wall time of one pass.
@@ -179,6 +183,11 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 			u.Plan = &Plan{}
 		}
 		u.Plan.Stage = p.Makes
+		if opts.Check || testing.Testing() {
+			if err := u.Plan.Check(); err != nil {
+				return timings, fmt.Errorf("%s: the plan it left is invalid: %w", p.Name, err)
+			}
+		}
 		if opts.DumpAfter == p.Name && opts.Dump != nil {
 			if err := u.Plan.Dump(opts.Dump); err != nil {
 				return timings, err

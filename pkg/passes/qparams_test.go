@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"context"
 	"math"
 	"slices"
 	"strings"
@@ -152,5 +153,22 @@ func TestQParamsNeedStats(t *testing.T) {
 	}
 	if got := p.Tensor("x").Params; !slices.Equal(got.Scales, want) || got.Observed == nil || got.Observed.Max != 2 {
 		t.Errorf("x params %+v, want scale %v observed [-1, 2]", got, want)
+	}
+}
+
+// TestRunChecksThePlan hands the pipeline a calibrated plan whose bias
+// names an unplanned input: the first pass that runs (algorithms) must
+// fail, naming itself and the bias, before the writer sees the plan.
+func TestRunChecksThePlan(t *testing.T) {
+	m := convBiasModel(t, []float32{0.3, -0.2})
+	p := convBiasPlan([]float32{0.004, 0.008})
+	p.Tensor("B").Input = "y"
+	u := &Unit{Model: m, Plan: p}
+	_, err := Run(context.Background(), u, RunOptions{Check: true})
+	if err == nil || !strings.HasPrefix(err.Error(), "algorithms: the plan it left is invalid") || !strings.Contains(err.Error(), `bias "B"`) {
+		t.Fatalf("error %v, want the algorithms pass's plan check naming bias B", err)
+	}
+	if u.Result != nil {
+		t.Error("finalize ran on an invalid plan")
 	}
 }
