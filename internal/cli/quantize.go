@@ -156,6 +156,9 @@ type pipelineSetup struct {
 	target *config.Target
 	// palette is the config's kmeans_palettization_config, nil for none.
 	palette *config.QuantizerConfig
+	// randomData is set when the activation statistics came from random
+	// inputs (calibrate --random-data): the written model is marked.
+	randomData bool
 	// batchFrom names where an explicit calibration batch size came from
 	// ("" when it is the default).
 	batchFrom string
@@ -339,7 +342,7 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
 	}
-	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch}
+	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch, RandomData: s.randomData}
 	if u.Write.Threads == 0 {
 		u.Write.Threads = goruntime.NumCPU()
 	}

@@ -45,7 +45,16 @@ type Options struct {
 	// a model larger than memory are never all held at once. The result's
 	// model reads them from there; the caller closes it after saving.
 	Scratch *onnxgraph.Scratch
+	// RandomData marks the model as calibrated on random inputs, only good
+	// for testing: CalibrationDataMetadataKey = "random" in its
+	// metadata_props.
+	RandomData bool
 }
+
+// CalibrationDataMetadataKey is the model metadata_props key whose value
+// "random" marks a model whose activation ranges came from random
+// calibration data (Options.RandomData).
+const CalibrationDataMetadataKey = "coreaiq.calibration_data"
 
 // keepE8M0 reports whether float8e8m0 scales are written as such. They
 // need opset 24 and IR 12, which ONNX Runtime 1.23 cannot load ("Unsupported
@@ -199,6 +208,10 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	ir, err := w.stamp()
 	if err != nil {
 		return nil, err
+	}
+	if opts.RandomData {
+		w.out.MetadataProps = append(w.out.MetadataProps, &onnxpb.StringStringEntryProto{
+			Key: proto.String(CalibrationDataMetadataKey), Value: proto.String("random")})
 	}
 	qm, err := m.Derive(w.out, opts.Scratch)
 	if err != nil {
