@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,9 +49,10 @@ type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats
 // Unit is what the passes work on: the model (read-only), the config, and
 // the Plan they fill in.
 type Unit struct {
-	// Model is the model to quantize. Prepare replaces it with a copy in
-	// which BatchNormalization is folded into the preceding Conv (unless
-	// Prepare.KeepBatchNorm): calibration and finalize work on that copy.
+	// Model is the model to quantize. The fold pass replaces it with a copy
+	// in which Constant nodes are initializers and BatchNormalization is
+	// folded into the preceding Conv (unless Prepare.KeepBatchNorm):
+	// prepare, calibration and finalize work on that copy.
 	Model  *onnxgraph.Model
 	Config *config.QuantizerConfig
 	// Palette is the kmeans_palettization_config, nil for none.
@@ -105,6 +107,7 @@ type Pass struct {
 // Pipeline is the order of passes; Run is the only loop over it.
 var Pipeline = []Pass{
 	{Name: "inspect", Needs: StageNone, Makes: Inspected, Run: inspectPass},
+	{Name: "fold", Needs: Inspected, Makes: Inspected, Run: foldPass},
 	{Name: "prepare", Needs: Inspected, Makes: Prepared, Run: preparePass},
 	{Name: "calibrate", Needs: Prepared, Makes: Calibrated, Run: calibratePass},
 	{Name: "algorithms", Needs: Calibrated, Makes: Calibrated, Run: runDataAlgorithms},
@@ -208,23 +211,33 @@ func inspectPass(_ context.Context, u *Unit) error {
 	return nil
 }
 
-func preparePass(ctx context.Context, u *Unit) error {
-	if u.Config == nil {
-		return errors.New("no quantization config")
-	}
-	var folded []string
+// foldPass turns Constant nodes into initializers (the rules and the
+// folding read weights as initializers) and, unless Prepare.KeepBatchNorm,
+// folds each BatchNormalization into the Conv before it, once, with a note
+// per fold: the passes after it see one Conv whose weight prepare
+// quantizes with the normalisation absorbed.
+func foldPass(_ context.Context, u *Unit) error {
 	m, _, err := finalize.ConstantsAsInitializers(u.Model)
 	if err != nil {
 		return err
 	}
 	u.Model = m
-	if !u.Prepare.KeepBatchNorm {
-		m, notes, err := finalize.FoldBatchNorm(u.Model)
-		if err != nil {
-			return err
-		}
-		u.ownsModel = u.ownsModel || m != u.Model
-		u.Model, folded = m, notes
+	if u.Prepare.KeepBatchNorm {
+		return nil
+	}
+	m, notes, err := finalize.FoldBatchNorm(u.Model)
+	if err != nil {
+		return err
+	}
+	u.ownsModel = u.ownsModel || m != u.Model
+	u.Model = m
+	u.Plan.Notes = append(u.Plan.Notes, notes...)
+	return nil
+}
+
+func preparePass(ctx context.Context, u *Unit) error {
+	if u.Config == nil {
+		return errors.New("no quantization config")
 	}
 	if err := runWeightAlgorithms(u); err != nil {
 		return err
@@ -241,7 +254,7 @@ func preparePass(ctx context.Context, u *Unit) error {
 	if err != nil {
 		return err
 	}
-	plan.Notes = append(folded, plan.Notes...)
+	plan.Notes = append(slices.Clone(u.Plan.Notes), plan.Notes...)
 	if u.Palette != nil {
 		pres, err := config.ResolvePalettization(u.Palette, u.Model.Graph)
 		if err != nil {
