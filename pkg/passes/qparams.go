@@ -169,8 +169,8 @@ func decideBiases(m *onnxgraph.Model, p *Plan) error {
 		if len(ip.Scales) != 1 {
 			return fmt.Errorf("bias %q: input %q is not quantized per tensor", t.Value, t.Input)
 		}
-		bv := m.Graph.Value(t.Value)
-		if bv == nil || bv.Const == nil {
+		bv := constantIn(m, t.Value)
+		if bv == nil {
 			return fmt.Errorf("bias %q: not a constant of the model", t.Value)
 		}
 		b, _, err := constFloats(m, bv)
@@ -208,6 +208,20 @@ func decideBiases(m *onnxgraph.Model, p *Plan) error {
 			scales = scales[:1]
 		}
 		t.Params = &Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
+	}
+	return nil
+}
+
+// constantIn returns the constant called name in whichever graph of m
+// holds it (a bias may be a subgraph's), nil when none does.
+func constantIn(m *onnxgraph.Model, name string) *onnxgraph.Value {
+	if v := m.Graph.Value(name); v != nil && v.Const != nil {
+		return v
+	}
+	for _, g := range m.Graph.Graphs()[1:] {
+		if v := g.Value(name); v != nil && v.Const != nil {
+			return v
+		}
 	}
 	return nil
 }

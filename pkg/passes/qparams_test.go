@@ -172,3 +172,38 @@ func TestRunChecksThePlan(t *testing.T) {
 		t.Error("finalize ran on an invalid plan")
 	}
 }
+
+// TestQParamsBiasInSubgraph: a Gemm's int32 bias inside an If branch gets
+// its qparams from the branch's constant.
+func TestQParamsBiasInSubgraph(t *testing.T) {
+	b := testmodels.New("gemm_if", 13)
+	b.Input("x", tensor.Float, 2, 8).Output("y", tensor.Float, 2, 8)
+	b.RandomInit("W0", 0.5, 8, 8)
+	b.Init("zero", []int64{}, []float32{0})
+	b.Node("MatMul", "mm0", []string{"x", "W0"}, []string{"h"})
+	b.Node("ReduceMean", "mean", []string{"x"}, []string{"mx"}, testmodels.AttrInt("keepdims", 0))
+	b.Node("Greater", "positive", []string{"mx", "zero"}, []string{"cond"})
+	then := testmodels.New("then", 13)
+	then.Output("t_out", tensor.Float, 2, 8)
+	then.RandomInit("Wt", 0.3, 8, 8).RandomInit("bt", 0.1, 8)
+	then.Node("Gemm", "gemm", []string{"h", "Wt", "bt"}, []string{"t_gemm"})
+	then.Node("Relu", "relu", []string{"t_gemm"}, []string{"t_out"})
+	els := testmodels.New("else", 13)
+	els.Output("e_out", tensor.Float, 2, 8)
+	els.Node("Relu", "relu_e", []string{"h"}, []string{"e_out"})
+	b.Node("If", "branch", []string{"cond"}, []string{"y"},
+		testmodels.AttrGraph("then_branch", then.Model.Graph), testmodels.AttrGraph("else_branch", els.Model.Graph))
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := quantize(t, m, "w8a8", PrepareOptions{}, true)
+	bt := u.Plan.Tensor("bt")
+	if bt == nil || bt.Role != Bias || bt.Params == nil {
+		t.Fatalf("bias bt inside the branch: planned %+v", bt)
+	}
+	in, w := u.Plan.Root(u.Plan.Tensor(bt.Input)).Params, u.Plan.Tensor("Wt").Params
+	if bt.Params.Scales[0] != in.Scales[0]*w.Scales[0] {
+		t.Errorf("bias scale %g, want input × weight scale %g", bt.Params.Scales[0], in.Scales[0]*w.Scales[0])
+	}
+}
