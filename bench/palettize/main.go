@@ -31,6 +31,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -169,7 +170,7 @@ func bitsPerWeight(set map[string]int, r *finalize.Result) float64 {
 		bits[p.Value] = p.Report.BitsPerWeight * float64(set[p.Value])
 	}
 	for _, t := range r.Tensors {
-		if n, ok := set[t.Value]; ok && t.Role == finalize.Weight && t.Spec != nil {
+		if n, ok := set[t.Value]; ok && t.Role == plan.Weight && t.Spec != nil {
 			b := float64(t.Spec.DType.Bits()*n) + 32*float64(len(t.Params.Scales))
 			if t.Spec.QScheme.String() == "asymmetric" {
 				b += float64(t.Spec.DType.Bits() * len(t.Params.ZeroPoints))

@@ -22,6 +22,7 @@ var layers = []string{
 	"pkg/compare",
 	"pkg/passes",
 	"pkg/finalize",
+	"pkg/plan",
 	"pkg/calibrate",
 	"pkg/runtime",
 	"pkg/config",

@@ -15,7 +15,6 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
@@ -103,7 +102,7 @@ func TestCalibrateMatchesBruteForce(t *testing.T) {
 			// results can differ in the last bit between sessions set up
 			// differently, which is not what this test is about.
 			u := &passes.Unit{Model: m, Config: q}
-			u.Calibrate = func(ctx context.Context, m *onnxgraph.Model, plan *passes.Plan) (finalize.Stats, error) {
+			u.Calibrate = func(ctx context.Context, m *onnxgraph.Model, plan *passes.Plan) (passes.Stats, error) {
 				for _, p := range passes.ToObserve(plan) {
 					names = append(names, p.Name)
 					lo[p.Name], hi[p.Name] = math.Inf(1), math.Inf(-1)

@@ -11,7 +11,6 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/passes"
 )
 
@@ -44,10 +43,6 @@ func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Comma
 	return cmd
 }
 
-// RandomDataMetadataKey is the model metadata_props key that marks a model
-// whose activation ranges came from random calibration data.
-const RandomDataMetadataKey = "coreaiq.calibration_data"
-
 func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 	s, err := setupPipeline(&opts.quantizeOptions, []string{opts.Stats}, func(st config.Settings) []output {
 		return []output{{"-o", outputPath(st), opts.IO.Out}, {"--report", st.Report, nil}}
@@ -71,6 +66,7 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 			return &UsageError{Err: fmt.Errorf("%s: %w", opts.Stats, err)}
 		}
 		randomData = st.RandomData
+		s.randomData = randomData
 		u.Stats = passes.StatsOf(st)
 	}
 	out := outputPath(s.settings)
@@ -85,12 +81,6 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 			return Usagef("%v: give --stats (from coreaiq calibrate)", err)
 		}
 		return err
-	}
-	if randomData {
-		// Every output made from random calibration data says so.
-		key, value := RandomDataMetadataKey, "random"
-		u.Result.Model.Proto.MetadataProps = append(u.Result.Model.Proto.MetadataProps,
-			&onnxpb.StringStringEntryProto{Key: &key, Value: &value})
 	}
 	if err := u.Result.Model.Save(s.outputs.Staged(out), onnxgraph.SaveOptions{}); err != nil {
 		return err

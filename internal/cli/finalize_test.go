@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 )
 
@@ -29,7 +30,7 @@ func TestFinalizeStatsChecks(t *testing.T) {
 	}
 	marked := false
 	for _, p := range m.Proto.GetMetadataProps() {
-		marked = marked || p.GetKey() == RandomDataMetadataKey && p.GetValue() == "random"
+		marked = marked || p.GetKey() == finalize.CalibrationDataMetadataKey && p.GetValue() == "random"
 	}
 	if !marked {
 		t.Error("the model does not carry the random-data marker")

@@ -74,8 +74,8 @@ func TestQuantizeOptions(t *testing.T) {
 			quantizeOptions{Config: "c.yaml", Format: "qdq", Settings: config.Overrides{Model: ptr("m.onnx"), Output: ptr("out.onnx"), Preset: ptr("w4"),
 				Data: []string{"a.npy", "x=b,c.npy"}, Samples: ptr(16), BatchSize: ptr(4), Engine: ptr("ort"), Threads: ptr(2), Report: ptr("r.json")}}},
 		{[]string{"--engine", "go", "--threads", "0"}, quantizeOptions{Format: "qdq", Settings: config.Overrides{Engine: ptr("go"), Threads: ptr(0)}}},
-		{[]string{"--opset", "21", "--format", "ort-nbits", "--fp4-as-fp8", "--dump-after", "prepare"},
-			quantizeOptions{Format: "ort-nbits", Opset: 21, FP4AsFP8: true, DumpAfter: "prepare"}},
+		{[]string{"--opset", "21", "--format", "ort-nbits", "--fp4-as-fp8", "--dump-after", "prepare", "--check"},
+			quantizeOptions{Format: "ort-nbits", Opset: 21, FP4AsFP8: true, DumpAfter: "prepare", Check: true}},
 		{[]string{"--op-intrinsics=false", "--concat-share=false"},
 			quantizeOptions{Format: "qdq", Prepare: passes.PrepareOptions{NoOpIntrinsics: true, ConcatOwnQParams: true}}},
 		{[]string{"--op-intrinsics", "--concat-share=true"}, quantizeOptions{Format: "qdq"}},
@@ -103,8 +103,8 @@ func TestCalibrateOptions(t *testing.T) {
 func TestFinalizeOptions(t *testing.T) {
 	checkOptions(t, NewCmdFinalize, []optionsCase[finalizeOptions]{
 		{[]string{"--config", "c.yaml", "--stats", "s.json"}, finalizeOptions{Stats: "s.json", quantizeOptions: quantizeOptions{Config: "c.yaml", Format: "qdq"}}},
-		{[]string{"--stats", "s.json", "--model", "m.onnx", "-o", "q.onnx", "--report", "r.json", "--op-intrinsics=false", "--opset", "19"},
-			finalizeOptions{Stats: "s.json", quantizeOptions: quantizeOptions{Format: "qdq", Opset: 19, Prepare: passes.PrepareOptions{NoOpIntrinsics: true},
+		{[]string{"--stats", "s.json", "--model", "m.onnx", "-o", "q.onnx", "--report", "r.json", "--op-intrinsics=false", "--opset", "19", "--check"},
+			finalizeOptions{Stats: "s.json", quantizeOptions: quantizeOptions{Format: "qdq", Opset: 19, Check: true, Prepare: passes.PrepareOptions{NoOpIntrinsics: true},
 				Settings: config.Overrides{Model: ptr("m.onnx"), Output: ptr("q.onnx"), Report: ptr("r.json")}}}},
 	}, func(o *finalizeOptions, s *IO) { o.IO = s })
 }
@@ -112,8 +112,8 @@ func TestFinalizeOptions(t *testing.T) {
 func TestPrepareOptions(t *testing.T) {
 	checkOptions(t, NewCmdPrepare, []optionsCase[quantizeOptions]{
 		{[]string{"--config", "c.yaml"}, quantizeOptions{Config: "c.yaml", Format: "qdq"}},
-		{[]string{"--config", "c.yaml", "-o", "plan.json", "--preset", "fp8", "--model", "m.onnx"},
-			quantizeOptions{Config: "c.yaml", Format: "qdq", Settings: config.Overrides{Output: ptr("plan.json"), Preset: ptr("fp8"), Model: ptr("m.onnx")}}},
+		{[]string{"--config", "c.yaml", "-o", "plan.json", "--preset", "fp8", "--model", "m.onnx", "--check"},
+			quantizeOptions{Config: "c.yaml", Format: "qdq", Check: true, Settings: config.Overrides{Output: ptr("plan.json"), Preset: ptr("fp8"), Model: ptr("m.onnx")}}},
 	}, func(o *quantizeOptions, s *IO) { o.IO = s })
 }
 

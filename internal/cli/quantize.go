@@ -24,6 +24,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
 
@@ -39,6 +40,8 @@ type quantizeOptions struct {
 	Algorithms []string
 	Opset      int64
 	DumpAfter  string
+	// Check runs Plan.Check after every pass (--check).
+	Check bool
 	// Format is the --format flag: qdq or ort-nbits.
 	Format string
 	// FP4AsFP8 writes float4 weights as float8 e4m3fn codes.
@@ -133,6 +136,7 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	f.StringVar(&opts.Format, "format", "qdq", "output format: qdq (QuantizeLinear/DequantizeLinear), or ort-nbits (4-bit MatMul/Gemm weights as ONNX Runtime's com.microsoft MatMulNBits, the rest QDQ)")
 	f.BoolVar(&opts.FP4AsFP8, "fp4-as-fp8", false, "write float4 e2m1 weights as float8 e4m3fn codes of the same values (ONNX Runtime 1.23's CPU provider cannot load float4)")
 	f.StringVar(&opts.DumpAfter, "dump-after", "", "print the plan as text to stderr after this pass: "+strings.Join(passes.PassNames(), ", "))
+	f.BoolVar(&opts.Check, "check", false, "check the plan's invariants after every pass; a broken one fails the run (exit 1), naming the pass, tensor and rule")
 	addPrepareFlags(f, &opts.Prepare)
 	addTargetFlag(f, &opts.Settings)
 }
@@ -152,6 +156,9 @@ type pipelineSetup struct {
 	target *config.Target
 	// palette is the config's kmeans_palettization_config, nil for none.
 	palette *config.QuantizerConfig
+	// randomData is set when the activation statistics came from random
+	// inputs (calibrate --random-data): the written model is marked.
+	randomData bool
 	// batchFrom names where an explicit calibration batch size came from
 	// ("" when it is the default).
 	batchFrom string
@@ -335,7 +342,7 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
 	}
-	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch}
+	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch, RandomData: s.randomData}
 	if u.Write.Threads == 0 {
 		u.Write.Threads = goruntime.NumCPU()
 	}
@@ -345,7 +352,7 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	timings, err := passes.Run(ctx, u, passes.RunOptions{Until: until, DumpAfter: opts.DumpAfter, Dump: opts.IO.ErrOut})
+	timings, err := passes.Run(ctx, u, passes.RunOptions{Until: until, DumpAfter: opts.DumpAfter, Dump: opts.IO.ErrOut, Check: opts.Check})
 	if u.Resolution != nil {
 		for _, w := range u.Resolution.Warnings {
 			fmt.Fprintf(opts.IO.ErrOut, "warning: %s\n", w.Error())
@@ -523,7 +530,7 @@ type report struct {
 	Opset     int64           `json:"opset"`
 	IRVersion int64           `json:"ir_version"`
 	Tensors   []reportTensor  `json:"tensors"`
-	Skipped   []finalize.Skip `json:"skipped"`
+	Skipped   []plan.Skip     `json:"skipped"`
 	Notes     []string        `json:"notes"`
 	Passes    []passes.Timing `json:"passes"`
 	PeakRSS   int64           `json:"peak_rss_bytes"`
@@ -550,26 +557,26 @@ type report struct {
 }
 
 type reportTensor struct {
-	Value     string          `json:"value"`
-	Role      string          `json:"role"`
-	Spec      string          `json:"spec"`
-	Rule      config.Rule     `json:"rule"`
-	Nodes     []string        `json:"nodes"`
-	Shared    string          `json:"shared_with,omitempty"`
-	Scales    int             `json:"scales"`
-	ScaleMin  float32         `json:"scale_min"`
-	ScaleMax  float32         `json:"scale_max"`
-	ZPMin     int32           `json:"zero_point_min"`
-	ZPMax     int32           `json:"zero_point_max"`
-	Observed  *finalize.Range `json:"observed,omitempty"`
-	Fixed     *finalize.Range `json:"fixed,omitempty"`
-	Axis      int             `json:"axis"`
-	BlockSize int             `json:"block_size,omitempty"`
+	Value     string      `json:"value"`
+	Role      string      `json:"role"`
+	Spec      string      `json:"spec"`
+	Rule      config.Rule `json:"rule"`
+	Nodes     []string    `json:"nodes"`
+	Shared    string      `json:"shared_with,omitempty"`
+	Scales    int         `json:"scales"`
+	ScaleMin  float32     `json:"scale_min"`
+	ScaleMax  float32     `json:"scale_max"`
+	ZPMin     int32       `json:"zero_point_min"`
+	ZPMax     int32       `json:"zero_point_max"`
+	Observed  *plan.Range `json:"observed,omitempty"`
+	Fixed     *plan.Range `json:"fixed,omitempty"`
+	Axis      int         `json:"axis"`
+	BlockSize int         `json:"block_size,omitempty"`
 }
 
 func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out string) *report {
 	r := &report{Model: s.settings.Model, Output: out, Opset: u.Result.Opset, IRVersion: u.Result.IRVersion,
-		Skipped: append([]finalize.Skip{}, u.Plan.Skipped...), Notes: append(append([]string{}, u.Plan.Notes...), u.Result.Notes...),
+		Skipped: append([]plan.Skip{}, u.Plan.Skipped...), Notes: append(append([]string{}, u.Plan.Notes...), u.Result.Notes...),
 		Passes: timings, PeakRSS: peakRSS(), Counts: map[string]int{}, Naming: finalize.ValueNaming}
 	for _, t := range u.Result.Tensors {
 		rt := reportTensor{Value: t.Value, Role: t.Role.String(), Spec: t.SpecString(), Rule: t.Rule, Nodes: t.Nodes,

@@ -9,9 +9,9 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 )
 
 // reportPalette is one palettized weight in the --report JSON.
@@ -37,7 +37,7 @@ type fileSizes struct {
 	After  int64 `json:"after_bytes"`
 }
 
-func reportPalettes(ps []*finalize.PalettePlan) []reportPalette {
+func reportPalettes(ps []*plan.PalettePlan) []reportPalette {
 	var out []reportPalette
 	for _, p := range ps {
 		r := p.Report

@@ -22,6 +22,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 )
 
@@ -366,7 +367,7 @@ func newSearchState(u *passes.Unit) *searchState {
 				continue // a palettized weight: kmeans_palettization_config's
 			}
 			un.Values = append(un.Values, v)
-			if t.Role == finalize.Activation && t.Spec != nil && widened(t.Spec) != nil {
+			if t.Role == plan.Activation && t.Spec != nil && widened(t.Spec) != nil {
 				un.Acts = append(un.Acts, v)
 			}
 			st.byVal[v] = un
@@ -418,11 +419,15 @@ func (st *searchState) levels(un *searchUnit, level int) map[string]int {
 // write writes the model of the given levels from the calibrated plan and
 // statistics.
 func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
-	plan, err := st.plan(levels)
+	sub, err := st.plan(levels)
 	if err != nil {
 		return nil, err
 	}
-	res, err := finalize.Write(st.u.Model, plan, st.u.Stats, st.u.Write)
+	decided, err := passes.DecidedCopy(st.u.Model, sub, st.u.Stats)
+	if err != nil {
+		return nil, err
+	}
+	res, err := finalize.Write(st.u.Model, decided, st.u.Write)
 	if err != nil {
 		return nil, err
 	}
@@ -432,9 +437,9 @@ func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
 // plan is the calibrated plan with the given levels: the values in float
 // left out (with the points that cannot be written without them), the
 // int16 ones widened, their qparams to be computed from the statistics.
-func (st *searchState) plan(levels map[string]int) (*finalize.Plan, error) {
-	plan := compare.SubPlan(st.u.Plan, func(v string) bool { return levels[v] != levelFloat })
-	for i, t := range plan.Tensors {
+func (st *searchState) plan(levels map[string]int) (*plan.Plan, error) {
+	sub := compare.SubPlan(st.u.Plan, func(v string) bool { return levels[v] != levelFloat })
+	for i, t := range sub.Tensors {
 		if levels[t.Value] != levelInt16 {
 			continue
 		}
@@ -446,11 +451,11 @@ func (st *searchState) plan(levels map[string]int) (*finalize.Plan, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s in int16: %w", t.Value, err)
 			}
-			c.Params = &finalize.Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: t.Fixed.Min, Max: t.Fixed.Max}}
+			c.Params = &plan.Params{Scales: sc, ZeroPoints: zp, Observed: &plan.Range{Min: t.Fixed.Min, Max: t.Fixed.Max}}
 		}
-		plan.Tensors[i] = &c
+		sub.Tensors[i] = &c
 	}
-	return compare.SubPlan(plan, func(string) bool { return true }), nil // reindexed
+	return compare.SubPlan(sub, func(string) bool { return true }), nil // reindexed
 }
 
 // comments are the emitted config's comments by value: the promotion that

@@ -22,10 +22,10 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/compare"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
 
@@ -283,7 +283,7 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 	}
 	prog := newSensitivityProgress(streams)
 	r, err := compare.Analyze(ctx, compare.SensitivityInput{
-		Float: s.model, Prepared: u.Model, Plan: u.Plan, Stats: u.Stats, Write: u.Write,
+		Float: s.model, Prepared: u.Model, Plan: u.Plan, Write: u.Write,
 		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, ExceptOnly: sp.exceptOnly, Progress: prog.report,
 	})
 	prog.done()
@@ -379,22 +379,22 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 // add (activation qparams, notes) is left out, so that the plan of
 // `coreaiq sensitivity`, keyed before calibrating, and that of quantize,
 // keyed after, give one key.
-func writePreparedPlan(w io.Writer, plan *finalize.Plan) {
-	tensors := slices.Clone(plan.Tensors)
-	slices.SortFunc(tensors, func(a, b *finalize.TensorPlan) int { return strings.Compare(a.Value, b.Value) })
+func writePreparedPlan(w io.Writer, p *plan.Plan) {
+	tensors := slices.Clone(p.Tensors)
+	slices.SortFunc(tensors, func(a, b *plan.TensorPlan) int { return strings.Compare(a.Value, b.Value) })
 	for _, t := range tensors {
 		fmt.Fprintf(w, "tensor %q %s %s nodes %q axis %d block %d shared %q input %q weight %q beta %g",
 			t.Value, t.Role, t.SpecString(), t.Nodes, t.Axis, t.BlockSize, t.SharedWith, t.Input, t.Weight, t.BiasBeta)
 		if t.Fixed != nil {
 			fmt.Fprintf(w, " fixed %g %g", t.Fixed.Min, t.Fixed.Max)
 		}
-		if t.Role == finalize.Weight && t.Params != nil {
+		if t.Role == plan.Weight && t.Params != nil {
 			fmt.Fprintf(w, " scales %v zero points %v", t.Params.Scales, t.Params.ZeroPoints)
 		}
 		fmt.Fprintln(w)
 	}
-	skipped := slices.Clone(plan.Skipped)
-	slices.SortFunc(skipped, func(a, b finalize.Skip) int { return strings.Compare(a.Node, b.Node) })
+	skipped := slices.Clone(p.Skipped)
+	slices.SortFunc(skipped, func(a, b plan.Skip) int { return strings.Compare(a.Node, b.Node) })
 	for _, sk := range skipped {
 		fmt.Fprintf(w, "skipped %q %s %q\n", sk.Node, sk.OpType, sk.Reason)
 	}

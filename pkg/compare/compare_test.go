@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -388,10 +388,10 @@ func TestPerLayerOnQuantizedModel(t *testing.T) {
 			t.Run(name+"/"+preset, func(t *testing.T) {
 				ref := load(t, testmodels.Catalog[name]().Model)
 				data := batchesFor(t, ref, 3, 4)
-				cand, plan := quantizeWithPipeline(t, ref, preset, data)
+				cand, pl := quantizeWithPipeline(t, ref, preset, data)
 				var want []string
-				for _, tp := range plan.Tensors {
-					if tp.Role == finalize.Activation {
+				for _, tp := range pl.Tensors {
+					if tp.Role == plan.Activation {
 						want = append(want, tp.Value)
 					}
 				}

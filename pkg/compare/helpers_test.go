@@ -12,10 +12,10 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/passes"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -200,10 +200,10 @@ func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data 
 	if err != nil {
 		t.Fatal(err)
 	}
-	calib := func(_ context.Context, m *onnxgraph.Model, plan *passes.Plan) (finalize.Stats, error) {
-		stats := finalize.RangeStats{}
+	calib := func(_ context.Context, m *onnxgraph.Model, pl *passes.Plan) (passes.Stats, error) {
+		stats := passes.RangeStats{}
 		var names []string
-		for _, tp := range plan.Observed() {
+		for _, tp := range pl.Observed() {
 			names = append(names, tp.Value)
 		}
 		sess := open(t, m)
@@ -215,7 +215,7 @@ func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data 
 			r, ok := stats[name]
 			for _, v := range f {
 				if !ok {
-					r, ok = finalize.Range{Min: v, Max: v}, true
+					r, ok = plan.Range{Min: v, Max: v}, true
 				}
 				r.Min, r.Max = min(r.Min, v), max(r.Max, v)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 )
 
 // PaletteWeight is one palettized weight of a candidate, as the node that
@@ -34,7 +35,7 @@ func PalettizedWeights(cand *onnxgraph.Model) ([]PaletteWeight, error) {
 		if !ok || len(n.Outputs) != 1 || n.Outputs[0] == nil {
 			continue
 		}
-		var r finalize.PaletteReport
+		var r plan.PaletteReport
 		if err := json.Unmarshal([]byte(meta), &r); err != nil {
 			return nil, fmt.Errorf("%s: %s metadata: %w", n, finalize.PaletteMetadataKey, err)
 		}

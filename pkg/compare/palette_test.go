@@ -8,6 +8,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -33,11 +34,11 @@ func TestPalettizedWeights(t *testing.T) {
 	}
 	p3 := &config.Palettization{NBits: 3, ClusterDim: 1}
 	p2 := &config.Palettization{NBits: 2, ClusterDim: 1}
-	plan := &finalize.Plan{Stage: finalize.Calibrated, Palettes: []*finalize.PalettePlan{
+	plan := &plan.Plan{Stage: plan.Calibrated, Palettes: []*plan.PalettePlan{
 		{Value: "W", Nodes: []string{"mm"}, Palette: p3, Shape: []int{8, 4}, Axis: 1, ScaleAxis: 1, InputAxis: 0},
 		{Value: "V", Nodes: []string{"mv"}, Palette: p2, Shape: []int{8, 4}, Axis: 1, ScaleAxis: 1, InputAxis: 0},
 	}}
-	r, err := finalize.Write(m, plan, nil, finalize.Options{Threads: 1})
+	r, err := finalize.Write(m, plan, finalize.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

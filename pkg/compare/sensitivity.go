@@ -9,6 +9,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -46,15 +47,15 @@ type Group struct {
 // with the root of its sharing group, and a bias with its weight, so that
 // each group can be dropped from the plan on its own. Groups and their
 // values are sorted by name.
-func Groups(m *onnxgraph.Model, plan *finalize.Plan, by GroupBy) []Group {
-	var owner func(t *finalize.TensorPlan, depth int) string
-	owner = func(t *finalize.TensorPlan, depth int) string {
-		if t.Role == finalize.Bias && depth < 2 {
-			if w := plan.Tensor(t.Weight); w != nil {
+func Groups(m *onnxgraph.Model, pl *plan.Plan, by GroupBy) []Group {
+	var owner func(t *plan.TensorPlan, depth int) string
+	owner = func(t *plan.TensorPlan, depth int) string {
+		if t.Role == plan.Bias && depth < 2 {
+			if w := pl.Tensor(t.Weight); w != nil {
 				return owner(w, depth+1)
 			}
 		}
-		if r := plan.Root(t); r != nil && r != t && depth < 2 {
+		if r := pl.Root(t); r != nil && r != t && depth < 2 {
 			return owner(r, depth+1)
 		}
 		if len(t.Nodes) == 0 || by == GroupByTensor {
@@ -69,12 +70,12 @@ func Groups(m *onnxgraph.Model, plan *finalize.Plan, by GroupBy) []Group {
 		return node
 	}
 	byName := map[string][]string{}
-	for _, t := range plan.Tensors {
+	for _, t := range pl.Tensors {
 		g := owner(t, 0)
 		byName[g] = append(byName[g], t.Value)
 	}
-	for _, p := range plan.Palettes {
-		g := owner(&finalize.TensorPlan{Value: p.Value, Nodes: p.Nodes}, 0)
+	for _, p := range pl.Palettes {
+		g := owner(&plan.TensorPlan{Value: p.Value, Nodes: p.Nodes}, 0)
 		byName[g] = append(byName[g], p.Value)
 	}
 	out := make([]Group, 0, len(byName))
@@ -89,14 +90,14 @@ func Groups(m *onnxgraph.Model, plan *finalize.Plan, by GroupBy) []Group {
 // SubPlan is a copy of plan holding only the points keep accepts, less
 // those that cannot be written without a dropped one: a bias whose input or
 // weight is gone, a point sharing the qparams of a dropped root.
-func SubPlan(plan *finalize.Plan, keep func(value string) bool) *finalize.Plan {
-	sub := &finalize.Plan{Stage: plan.Stage, Skipped: plan.Skipped, Notes: plan.Notes}
-	for _, t := range plan.Tensors {
+func SubPlan(pl *plan.Plan, keep func(value string) bool) *plan.Plan {
+	sub := &plan.Plan{Stage: pl.Stage, Skipped: pl.Skipped, Notes: pl.Notes}
+	for _, t := range pl.Tensors {
 		if keep(t.Value) {
 			sub.Tensors = append(sub.Tensors, t)
 		}
 	}
-	for _, p := range plan.Palettes {
+	for _, p := range pl.Palettes {
 		if keep(p.Value) {
 			c := *p
 			c.Report = nil // Write fills it in
@@ -107,7 +108,7 @@ func SubPlan(plan *finalize.Plan, keep func(value string) bool) *finalize.Plan {
 		drop := map[string]bool{}
 		for _, t := range sub.Tensors {
 			switch {
-			case t.Role == finalize.Bias && (sub.Tensor(t.Input) == nil || sub.Tensor(t.Weight) == nil):
+			case t.Role == plan.Bias && (sub.Tensor(t.Input) == nil || sub.Tensor(t.Weight) == nil):
 				drop[t.Value] = true
 			case t.SharedWith != "" && sub.Tensor(t.SharedWith) == nil:
 				drop[t.Value] = true
@@ -233,8 +234,7 @@ type GroupSensitivity struct {
 type SensitivityInput struct {
 	Float    *onnxgraph.Model
 	Prepared *onnxgraph.Model
-	Plan     *finalize.Plan
-	Stats    finalize.Stats
+	Plan     *plan.Plan
 	Write    finalize.Options
 	// Data yields the held-out batches; it is called once.
 	Data     iter.Seq2[Batch, error]
@@ -369,8 +369,8 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 	if err != nil {
 		return nil, err
 	}
-	measure := func(plan *finalize.Plan) (DB, error) {
-		res, err := finalize.Write(in.Prepared, plan, in.Stats, in.Write)
+	measure := func(pl *plan.Plan) (DB, error) {
+		res, err := finalize.Write(in.Prepared, pl, in.Write)
 		if err != nil {
 			return 0, err
 		}

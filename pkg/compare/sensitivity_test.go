@@ -4,20 +4,20 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 )
 
 // TestSubPlan checks that a subset of a plan keeps only points that can be
 // written without the dropped ones.
 func TestSubPlan(t *testing.T) {
-	plan := &finalize.Plan{Tensors: []*finalize.TensorPlan{
-		{Value: "x", Role: finalize.Activation, Nodes: []string{"conv"}},
-		{Value: "w", Role: finalize.Weight, Nodes: []string{"conv"}},
-		{Value: "b", Role: finalize.Bias, Nodes: []string{"conv"}, Input: "x", Weight: "w"},
-		{Value: "cat", Role: finalize.Activation, Nodes: []string{"concat"}},
-		{Value: "a", Role: finalize.Activation, Nodes: []string{"concat"}, SharedWith: "cat"},
-		{Value: "a2", Role: finalize.Activation, Nodes: []string{"concat"}, SharedWith: "a"},
-	}, Palettes: []*finalize.PalettePlan{{Value: "lut", Nodes: []string{"gemm"}, Report: &finalize.PaletteReport{}}}}
+	plan := &plan.Plan{Tensors: []*plan.TensorPlan{
+		{Value: "x", Role: plan.Activation, Nodes: []string{"conv"}},
+		{Value: "w", Role: plan.Weight, Nodes: []string{"conv"}},
+		{Value: "b", Role: plan.Bias, Nodes: []string{"conv"}, Input: "x", Weight: "w"},
+		{Value: "cat", Role: plan.Activation, Nodes: []string{"concat"}},
+		{Value: "a", Role: plan.Activation, Nodes: []string{"concat"}, SharedWith: "cat"},
+		{Value: "a2", Role: plan.Activation, Nodes: []string{"concat"}, SharedWith: "a"},
+	}, Palettes: []*plan.PalettePlan{{Value: "lut", Nodes: []string{"gemm"}, Report: &plan.PaletteReport{}}}}
 	tests := []struct {
 		name string
 		keep []string
@@ -55,14 +55,14 @@ func TestSubPlan(t *testing.T) {
 // TestGroups checks that a bias goes with its weight's node and a point
 // sharing qparams with its root's, whichever node they are planned for.
 func TestGroups(t *testing.T) {
-	plan := &finalize.Plan{Tensors: []*finalize.TensorPlan{
-		{Value: "x", Role: finalize.Activation, Nodes: []string{"conv0", "conv1"}},
-		{Value: "w1", Role: finalize.Weight, Nodes: []string{"conv1"}},
-		{Value: "b1", Role: finalize.Bias, Nodes: []string{"conv1"}, Input: "x", Weight: "w1"},
-		{Value: "cat", Role: finalize.Activation, Nodes: []string{"concat"}},
-		{Value: "y", Role: finalize.Activation, Nodes: []string{"conv2"}, SharedWith: "cat"},
-		{Value: "loose", Role: finalize.Activation},
-	}, Palettes: []*finalize.PalettePlan{{Value: "lut", Nodes: []string{"conv1"}}}}
+	plan := &plan.Plan{Tensors: []*plan.TensorPlan{
+		{Value: "x", Role: plan.Activation, Nodes: []string{"conv0", "conv1"}},
+		{Value: "w1", Role: plan.Weight, Nodes: []string{"conv1"}},
+		{Value: "b1", Role: plan.Bias, Nodes: []string{"conv1"}, Input: "x", Weight: "w1"},
+		{Value: "cat", Role: plan.Activation, Nodes: []string{"concat"}},
+		{Value: "y", Role: plan.Activation, Nodes: []string{"conv2"}, SharedWith: "cat"},
+		{Value: "loose", Role: plan.Activation},
+	}, Palettes: []*plan.PalettePlan{{Value: "lut", Nodes: []string{"conv1"}}}}
 	got := Groups(nil, plan, GroupByNode)
 	want := []Group{
 		{Name: "concat", Values: []string{"cat", "y"}},

@@ -1,6 +1,7 @@
 package finalize
 
 import (
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 )
@@ -8,7 +9,7 @@ import (
 // FakeQuantize is DequantizeLinear(QuantizeLinear(data)) with the params
 // laid out by axis and blockSize: the real values the written model's
 // consumers see. The algorithms measure weight error with it.
-func FakeQuantize(data []float32, shape []int, axis, blockSize int, s *spec.QuantizationSpec, p *Params) ([]float32, error) {
+func FakeQuantize(data []float32, shape []int, axis, blockSize int, s *spec.QuantizationSpec, p *plan.Params) ([]float32, error) {
 	q, err := Quantize(data, shape, axis, blockSize, s, p)
 	if err != nil {
 		return nil, err

@@ -1,13 +1,13 @@
 package finalize
 
 import (
-	"math"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -52,19 +52,19 @@ func TestQuantizeHandComputed(t *testing.T) {
 		data        []float32
 		shape       []int
 		axis, block int
-		p           Params
+		p           plan.Params
 		want        any
 	}{
 		// Per channel on axis 0: row 0 scale 0.5, row 1 scale 2; 2.5/0.5 =
 		// 5, 1.25/0.5 = 2.5 → 2 (half to even), 300/2 saturates at 127.
 		{"int8 per channel", int8sym, []float32{2.5, 1.25, -4, 300, -1, 3}, []int{2, 3}, 0, 0,
-			Params{Scales: []float32{0.5, 2}, ZeroPoints: []int32{0, 0}}, []int8{5, 2, -8, 127, 0, 2}},
+			plan.Params{Scales: []float32{0.5, 2}, ZeroPoints: []int32{0, 0}}, []int8{5, 2, -8, 127, 0, 2}},
 		// Blocks of 2 along axis 1 of [1, 4]: scales 1 and 0.25; int4 saturates at ±7/-8.
 		{"int4 per block", int4, []float32{3, -9, 0.5, -0.25}, []int{1, 4}, 1, 2,
-			Params{Scales: []float32{1, 0.25}, ZeroPoints: []int32{0, 0}}, []int8{3, -8, 2, -1}},
+			plan.Params{Scales: []float32{1, 0.25}, ZeroPoints: []int32{0, 0}}, []int8{3, -8, 2, -1}},
 		// Asymmetric uint8, zero point 10: 0 → 10, -1/0.1 = -10 → 0, 25.5/0.1 → 265 saturates.
 		{"uint8 asymmetric", uint8a, []float32{0, -1, 25.5, 0.05}, []int{4}, -1, 0,
-			Params{Scales: []float32{0.1}, ZeroPoints: []int32{10}}, []uint8{10, 0, 255, 10}},
+			plan.Params{Scales: []float32{0.1}, ZeroPoints: []int32{10}}, []uint8{10, 0, 255, 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestQuantizeHandComputed(t *testing.T) {
 // low nibble first, through pkg/tensor.
 func TestInt4Packing(t *testing.T) {
 	s := &spec.QuantizationSpec{DType: spec.Int4, QScheme: spec.Symmetric}
-	q, err := Quantize([]float32{1, 2, 3, -3, -8}, []int{5}, -1, 0, s, &Params{Scales: []float32{1}, ZeroPoints: []int32{0}})
+	q, err := Quantize([]float32{1, 2, 3, -3, -8}, []int{5}, -1, 0, s, &plan.Params{Scales: []float32{1}, ZeroPoints: []int32{0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +120,17 @@ func biasModel(t *testing.T, bias []float32) *onnxgraph.Model {
 	return m
 }
 
-func biasPlan(wScales []float32, axis int) *Plan {
+func biasPlan(wScales []float32, axis int) *plan.Plan {
 	act := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric}
 	w := &spec.QuantizationSpec{DType: spec.Int8, QScheme: spec.Symmetric, Granularity: spec.Granularity{Type: spec.PerChannel, Axis: intPtr(0)}}
-	p := &Plan{Stage: Calibrated}
-	for _, tp := range []*TensorPlan{
-		{Value: "x", Role: Activation, Spec: act, Nodes: []string{"conv"}, Axis: -1,
-			Params: &Params{Scales: []float32{0.01}, ZeroPoints: []int32{0}}},
-		{Value: "W", Role: Weight, Spec: w, Nodes: []string{"conv"}, Axis: axis, Shape: []int{2, 1, 1, 1},
-			Params: &Params{Scales: wScales, ZeroPoints: make([]int32, len(wScales))}},
-		{Value: "B", Role: Bias, Nodes: []string{"conv"}, Input: "x", Weight: "W", Axis: axis},
+	p := &plan.Plan{Stage: plan.Calibrated}
+	for _, tp := range []*plan.TensorPlan{
+		{Value: "x", Role: plan.Activation, Spec: act, Nodes: []string{"conv"}, Axis: -1,
+			Params: &plan.Params{Scales: []float32{0.01}, ZeroPoints: []int32{0}}},
+		{Value: "W", Role: plan.Weight, Spec: w, Nodes: []string{"conv"}, Axis: axis, Shape: []int{2, 1, 1, 1},
+			Params: &plan.Params{Scales: wScales, ZeroPoints: make([]int32, len(wScales))}},
+		{Value: "B", Role: plan.Bias, Nodes: []string{"conv"}, Input: "x", Weight: "W", Axis: axis,
+			Params: biasParams(0.01, wScales, axis)},
 	} {
 		if err := p.Add(tp); err != nil {
 			panic(err)
@@ -138,15 +139,17 @@ func biasPlan(wScales []float32, axis int) *Plan {
 	return p
 }
 
-func resultTensor(t *testing.T, r *Result, value string) *TensorPlan {
-	t.Helper()
-	for _, tp := range r.Tensors {
-		if tp.Value == value {
-			return tp
-		}
+// biasParams are the int32 bias qparams the qparams pass decides: input
+// scale × weight scale, in float32.
+func biasParams(in float32, w []float32, axis int) *plan.Params {
+	if axis < 0 {
+		w = w[:1]
 	}
-	t.Fatalf("no tensor %q in the result", value)
-	return nil
+	p := &plan.Params{ZeroPoints: make([]int32, len(w))}
+	for _, s := range w {
+		p.Scales = append(p.Scales, in*s)
+	}
+	return p
 }
 
 func initData(t *testing.T, m *onnxgraph.Model, name string) *tensor.Tensor {
@@ -162,56 +165,19 @@ func initData(t *testing.T, m *onnxgraph.Model, name string) *tensor.Tensor {
 	return x
 }
 
-// TestBiasInt32 checks bias scale = input scale × weight scale and the
-// int32 codes: 0.3 / (0.01·0.004) = 7500, -0.2 / (0.01·0.008) = -2500.
+// TestBiasInt32 checks the int32 codes of a bias written with the plan's
+// scales: 0.3 / (0.01·0.004) = 7500, -0.2 / (0.01·0.008) = -2500.
 func TestBiasInt32(t *testing.T) {
 	m := biasModel(t, []float32{0.3, -0.2})
-	r, err := Write(m, biasPlan([]float32{0.004, 0.008}, 0), nil, Options{})
+	r, err := Write(m, biasPlan([]float32{0.004, 0.008}, 0), Options{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	b := resultTensor(t, r, "B")
-	// The product is taken in float32, as runtimes recompute it.
-	if want := []float32{float32(0.01) * float32(0.004), float32(0.01) * float32(0.008)}; !slices.Equal(b.Params.Scales, want) {
-		t.Errorf("bias scales %v, want %v", b.Params.Scales, want)
 	}
 	if got := initData(t, r.Model, "B_quantized").Data.([]int32); !slices.Equal(got, []int32{7500, -2500}) {
 		t.Errorf("bias codes %v, want [7500 -2500]", got)
 	}
 	if got := initData(t, r.Model, "W_quantized").Data.([]int8); !slices.Equal(got, []int8{125, -125}) {
 		t.Errorf("weight codes %v, want [125 -125]", got)
-	}
-}
-
-// TestBiasEnlargesWeightScale checks that a bias too large for int32 at
-// input scale × weight scale enlarges that channel's weight scale (and the
-// weight is requantized with it) instead of saturating.
-func TestBiasEnlargesWeightScale(t *testing.T) {
-	// Channel 0: 100 / (0.01·1e-9) = 1e13 overflows int32; channel 1 fits.
-	m := biasModel(t, []float32{100, 0.5})
-	r, err := Write(m, biasPlan([]float32{1e-9, 0.008}, 0), nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := resultTensor(t, r, "W")
-	need := 100 / (0.01 * float64(math.MaxInt32))
-	if s := float64(w.Params.Scales[0]); s < need || s > need*1.000001 {
-		t.Errorf("enlarged weight scale %g, want just above %g", s, need)
-	}
-	if w.Params.Scales[1] != 0.008 {
-		t.Errorf("channel 1 weight scale changed to %g", w.Params.Scales[1])
-	}
-	codes := initData(t, r.Model, "B_quantized").Data.([]int32)
-	// float32 has 24 bits of mantissa: near 2^31 its step is 128.
-	if codes[0] < math.MaxInt32-256 {
-		t.Errorf("bias code %d, want the int32 maximum within float32 precision", codes[0])
-	}
-	// 0.5 / (0.01·1e-9 enlarged) saturates the int8 weight: 0.5/4.66e-9.
-	if got := initData(t, r.Model, "W_quantized").Data.([]int8); got[0] != 127 {
-		t.Errorf("weight code %d, want 127 under the enlarged scale", got[0])
-	}
-	if len(r.Notes) == 0 || !strings.Contains(r.Notes[0], "enlarged") {
-		t.Errorf("notes %q do not report the enlargement", r.Notes)
 	}
 }
 
@@ -237,7 +203,7 @@ func TestOpsetRaise(t *testing.T) {
 		}
 		return m
 	}
-	weightPlan := func(m *onnxgraph.Model, dt spec.DType, g spec.Granularity, axis, block int) *Plan {
+	weightPlan := func(m *onnxgraph.Model, dt spec.DType, g spec.Granularity, axis, block int) *plan.Plan {
 		s := &spec.QuantizationSpec{DType: dt, QScheme: spec.Symmetric, Granularity: g}
 		v := m.Graph.Value("W")
 		x, _ := tensor.FromProto(v.Const, m)
@@ -250,9 +216,9 @@ func TestOpsetRaise(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &Plan{Stage: Calibrated}
-		_ = p.Add(&TensorPlan{Value: "W", Role: Weight, Spec: s, Nodes: []string{"mm"}, Axis: axis, BlockSize: block,
-			Shape: x.Shape, Params: &Params{Scales: sc, ZeroPoints: zp}})
+		p := &plan.Plan{Stage: plan.Calibrated}
+		_ = p.Add(&plan.TensorPlan{Value: "W", Role: plan.Weight, Spec: s, Nodes: []string{"mm"}, Axis: axis, BlockSize: block,
+			Shape: x.Shape, Params: &plan.Params{Scales: sc, ZeroPoints: zp}})
 		return p
 	}
 	perChannel := spec.Granularity{Type: spec.PerChannel, Axis: intPtr(1)}
@@ -281,7 +247,7 @@ func TestOpsetRaise(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := build(tt.opset, tt.softmax)
-			r, err := Write(m, weightPlan(m, tt.dt, tt.g, tt.axis, tt.blk), nil, Options{Opset: tt.pin})
+			r, err := Write(m, weightPlan(m, tt.dt, tt.g, tt.axis, tt.blk), Options{Opset: tt.pin})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -316,14 +282,14 @@ func TestWriteLeavesInputAlone(t *testing.T) {
 	m := biasModel(t, []float32{100, 0.5})
 	before := m.Proto.String()
 	p := biasPlan([]float32{1e-9, 0.008}, 0)
-	if _, err := Write(m, p, nil, Options{}); err != nil {
+	if _, err := Write(m, p, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if m.Proto.String() != before {
 		t.Error("Write changed the input model")
 	}
-	if p.Tensor("W").Params.Scales[0] != 1e-9 {
-		t.Error("Write changed the plan's weight scale")
+	if p.Tensor("W").Params.Scales[0] != 1e-9 || p.Tensor("B").Params.Scales[0] != float32(0.01)*1e-9 {
+		t.Error("Write changed the plan's qparams")
 	}
 }
 
@@ -332,7 +298,7 @@ func TestWriteNeedsStats(t *testing.T) {
 	m := biasModel(t, []float32{0, 0})
 	p := biasPlan([]float32{0.1, 0.1}, 0)
 	p.Tensor("x").Params = nil
-	_, err := Write(m, p, nil, Options{})
+	_, err := Write(m, p, Options{})
 	if err == nil || !strings.Contains(err.Error(), "calibration") {
 		t.Fatalf("error %v, want one asking for calibration statistics", err)
 	}

@@ -19,7 +19,7 @@ func TestRuleMetadata(t *testing.T) {
 	for v, r := range rules {
 		p.Tensor(v).Rule = r
 	}
-	r, err := Write(m, p, nil, Options{})
+	r, err := Write(m, p, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,5 +42,26 @@ func TestRuleMetadata(t *testing.T) {
 	}
 	if seen != len(want) {
 		t.Errorf("%d Q/DQ nodes, want %d", seen, len(want))
+	}
+}
+
+// TestRandomDataMetadata: Options.RandomData marks the written model, and
+// only then.
+func TestRandomDataMetadata(t *testing.T) {
+	m := biasModel(t, []float32{0.3, -0.2})
+	for _, random := range []bool{false, true} {
+		r, err := Write(m, biasPlan([]float32{0.004, 0.008}, 0), Options{RandomData: random})
+		if err != nil {
+			t.Fatal(err)
+		}
+		marked := 0
+		for _, kv := range r.Model.Proto.GetMetadataProps() {
+			if kv.GetKey() == CalibrationDataMetadataKey && kv.GetValue() == "random" {
+				marked++
+			}
+		}
+		if want := map[bool]int{false: 0, true: 1}[random]; marked != want {
+			t.Errorf("RandomData %v: %d markers, want %d", random, marked, want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -66,9 +67,9 @@ type nbitsLayout struct {
 // 2-D 4-bit with float32/float16 data, blocked along K with a block size
 // ONNX Runtime's kernel accepts, or per channel along N with K ≤ 256. It
 // returns "" and the layout, or the reason it cannot.
-func (w *writer) nbitsPlan(t *TensorPlan) (nbitsLayout, string) {
+func (w *writer) nbitsPlan(t *plan.TensorPlan) (nbitsLayout, string) {
 	var l nbitsLayout
-	if t.Role != Weight || (t.Spec.DType != spec.Int4 && t.Spec.DType != spec.UInt4) {
+	if t.Role != plan.Weight || (t.Spec.DType != spec.Int4 && t.Spec.DType != spec.UInt4) {
 		return l, "not a 4-bit weight"
 	}
 	if len(t.Shape) != 2 {
@@ -156,7 +157,7 @@ func (w *writer) chooseNBits() {
 	}
 	w.nbits = map[string]nbitsLayout{}
 	for _, t := range w.plan.Tensors {
-		if t.Role != Weight || (t.Spec.DType != spec.Int4 && t.Spec.DType != spec.UInt4) {
+		if t.Role != plan.Weight || (t.Spec.DType != spec.Int4 && t.Spec.DType != spec.UInt4) {
 			continue
 		}
 		l, why := w.nbitsPlan(t)
@@ -172,13 +173,13 @@ func (w *writer) chooseNBits() {
 // k_blocks, block_size/2] (K packed low nibble first, padded with the zero
 // point), scales [N, k_blocks] in the float type, and zero points packed
 // per row when they are not all 8 (MatMulNBits' implicit zero point).
-func (w *writer) writeNBits(t *TensorPlan) error {
+func (w *writer) writeNBits(t *plan.TensorPlan) error {
 	l := w.nbits[t.Value]
 	data, err := w.constData(t.Value)
 	if err != nil {
 		return err
 	}
-	p := w.params[t.Value]
+	p := t.Params
 	q, err := Quantize(data, t.Shape, t.Axis, t.BlockSize, t.Spec, p)
 	if err != nil {
 		return fmt.Errorf("weight %q: %w", t.Value, err)

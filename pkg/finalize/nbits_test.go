@@ -6,6 +6,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -45,18 +46,18 @@ func TestNBitsLayout(t *testing.T) {
 	}
 	s := &spec.QuantizationSpec{DType: spec.Int4, QScheme: spec.Symmetric, ScaleDType: spec.Float32,
 		Granularity: spec.Granularity{Type: spec.PerBlock, Axis: intPtr(0), BlockSize: 16}}
-	p := &Plan{Stage: Calibrated}
-	for _, tp := range []*TensorPlan{
-		{Value: "W", Role: Weight, Spec: s, Nodes: []string{"mm"}, Axis: 0, BlockSize: 16, Shape: []int{20, 2},
-			Params: &Params{Scales: []float32{1, 1, 1, 1}, ZeroPoints: []int32{0, 0, 0, 0}}},
-		{Value: "V", Role: Weight, Spec: s, Nodes: []string{"gemm"}, Axis: 1, BlockSize: 16, Shape: []int{2, 20},
-			Params: &Params{Scales: []float32{1, 1, 1, 1}, ZeroPoints: []int32{0, 0, 0, 0}}},
+	p := &plan.Plan{Stage: plan.Calibrated}
+	for _, tp := range []*plan.TensorPlan{
+		{Value: "W", Role: plan.Weight, Spec: s, Nodes: []string{"mm"}, Axis: 0, BlockSize: 16, Shape: []int{20, 2},
+			Params: &plan.Params{Scales: []float32{1, 1, 1, 1}, ZeroPoints: []int32{0, 0, 0, 0}}},
+		{Value: "V", Role: plan.Weight, Spec: s, Nodes: []string{"gemm"}, Axis: 1, BlockSize: 16, Shape: []int{2, 20},
+			Params: &plan.Params{Scales: []float32{1, 1, 1, 1}, ZeroPoints: []int32{0, 0, 0, 0}}},
 	} {
 		if err := p.Add(tp); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := Write(m, p, nil, Options{Format: FormatORTNBits})
+	r, err := Write(m, p, Options{Format: FormatORTNBits})
 	if err != nil {
 		t.Fatal(err)
 	}

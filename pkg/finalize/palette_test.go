@@ -12,6 +12,7 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -85,9 +86,9 @@ func TestPaletteReconstruction(t *testing.T) {
 	for _, tc := range paletteCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p
-			plan := &Plan{Stage: Calibrated, Palettes: []*PalettePlan{{Value: "W", Nodes: []string{"id"}, Palette: &p,
+			pl := &plan.Plan{Stage: plan.Calibrated, Palettes: []*plan.PalettePlan{{Value: "W", Nodes: []string{"id"}, Palette: &p,
 				Shape: shape, Axis: tc.axis, ScaleAxis: 0, InputAxis: -1, FloatType: int32(tensor.Float)}}}
-			r, err := Write(m, plan, nil, Options{Threads: 2})
+			r, err := Write(m, pl, Options{Threads: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,9 +133,9 @@ func TestPaletteDeterministic(t *testing.T) {
 		p := tc.p
 		var first []byte
 		for _, threads := range []int{1, 3, 8} {
-			plan := &Plan{Stage: Calibrated, Palettes: []*PalettePlan{{Value: "W", Nodes: []string{"id"}, Palette: &p,
+			pl := &plan.Plan{Stage: plan.Calibrated, Palettes: []*plan.PalettePlan{{Value: "W", Nodes: []string{"id"}, Palette: &p,
 				Shape: []int{8, 6, 3, 3}, Axis: tc.axis, InputAxis: -1}}}
-			r, err := Write(m, plan, nil, Options{Threads: threads})
+			r, err := Write(m, pl, Options{Threads: threads})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,8 +212,8 @@ func TestPaletteDataAware(t *testing.T) {
 	for c := range moments {
 		moments[c] = float32(math.Pow(10, float64(c%4)-2))
 	}
-	plan := &PalettePlan{Value: "W", Shape: shape, InputAxis: 1, Input: "x"}
-	imp, err := plan.Importance(moments)
+	wp := &plan.PalettePlan{Value: "W", Shape: shape, InputAxis: 1, Input: "x"}
+	imp, err := importance(wp, moments)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,15 +232,15 @@ func TestPaletteDataAware(t *testing.T) {
 	if a, b := weighted(aware), weighted(plain); a >= b {
 		t.Errorf("moment-weighted error %.4g data-aware, not below plain %.4g", a, b)
 	}
-	conv := &PalettePlan{Value: "C", Shape: []int{4, 2, 1, 1}, InputAxis: 1, Input: "x", Groups: 2}
-	ci, err := conv.Importance([]float32{1, 2, 30, 40})
+	conv := &plan.PalettePlan{Value: "C", Shape: []int{4, 2, 1, 1}, InputAxis: 1, Input: "x", Groups: 2}
+	ci, err := importance(conv, []float32{1, 2, 30, 40})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []float32{1, 2, 1, 2, 30, 40, 30, 40}; !slices.Equal(ci, want) {
 		t.Errorf("grouped conv importance %v, want %v", ci, want)
 	}
-	if _, err := conv.Importance([]float32{1, 2, 3}); err == nil {
+	if _, err := importance(conv, []float32{1, 2, 3}); err == nil {
 		t.Error("3 moments for 4 input channels accepted")
 	}
 }

@@ -10,17 +10,9 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
-
-// MomentStats are calibration statistics that hold the second moments of
-// activations: palettization weighs each weight's error by its input
-// channel's moment when they do (data-aware mode).
-type MomentStats interface {
-	// SecondMoments is E[x²] per channel of an activation, nil when the
-	// statistics have none for it.
-	SecondMoments(value string) []float32
-}
 
 // clustered is one palettized weight's data and clustering.
 type clustered struct {
@@ -50,18 +42,16 @@ func (w *writer) clusterPalettes() ([]*clustered, error) {
 }
 
 // cluster reads a weight, weighs it by its input's second moments when
-// the statistics have them (data-aware mode), and palettizes it.
-func (w *writer) cluster(p *PalettePlan, threads int) (*clustered, error) {
+// the plan has them (data-aware mode), and palettizes it.
+func (w *writer) cluster(p *plan.PalettePlan, threads int) (*clustered, error) {
 	data, err := w.constData(p.Value)
 	if err != nil {
 		return nil, err
 	}
 	c := &clustered{data: data}
-	if ms, ok := w.stats.(MomentStats); ok && p.Input != "" {
-		if m := ms.SecondMoments(p.Input); m != nil {
-			if c.importance, err = p.Importance(m); err != nil {
-				return nil, err
-			}
+	if p.Input != "" && p.InputMoments != nil {
+		if c.importance, err = importance(p, p.InputMoments); err != nil {
+			return nil, err
 		}
 	}
 	if c.q, err = Palettize(data, p.Shape, p.Axis, p.ScaleAxis, p.Palette, c.importance, threads); err != nil {
@@ -74,7 +64,7 @@ func (w *writer) cluster(p *PalettePlan, threads int) (*clustered, error) {
 // uint4 indices (≤ 4 bits) need opset 21; otherwise per-axis
 // DequantizeLinear of an int8 LUT needs 13 and the rest (Cast, Add,
 // Gather, Transpose, Reshape, Mul) any opset coreaiq writes.
-func paletteOpset(p *PalettePlan) int64 {
+func paletteOpset(p *plan.PalettePlan) int64 {
 	if p.Palette.NBits <= 4 {
 		return 21
 	}
@@ -93,13 +83,13 @@ func paletteOpset(p *PalettePlan) int64 {
 //
 // with an int8/uint8 LUT first dequantized (DequantizeLinear per LUT,
 // then Reshape to rows of cluster_dim).
-func (w *writer) writePalette(p *PalettePlan, c *clustered) error {
+func (w *writer) writePalette(p *plan.PalettePlan, c *clustered) error {
 	data, importance, q := c.data, c.importance, c.q
 	ft := tensor.DType(p.FloatType)
 	if ft == tensor.Undefined {
 		ft = tensor.Float
 	}
-	tp := &TensorPlan{Value: p.Value, Nodes: p.Nodes, Rule: p.Rule}
+	tp := &plan.TensorPlan{Value: p.Value, Nodes: p.Nodes, Rule: p.Rule}
 	add := func(op, out string, in []string, attrs ...*onnxpb.AttributeProto) string {
 		name := w.name(out)
 		w.prologue = append(w.prologue, w.node(op, p.Value+"_palette_"+op, in, []string{name}, tp, attrs...))
@@ -249,7 +239,7 @@ func (w *writer) writePalette(p *PalettePlan, c *clustered) error {
 		w.prologue = append(w.prologue, w.node("Mul", p.Value+"_palette_Mul", []string{cur, scales}, []string{out}, tp))
 	}
 	w.removed[p.Value] = true
-	rep := &PaletteReport{LUTs: q.LUTs, Entries: q.Entries, ClusterDim: cd, BitsPerWeight: q.BitsPerWeight(),
+	rep := &plan.PaletteReport{LUTs: q.LUTs, Entries: q.Entries, ClusterDim: cd, BitsPerWeight: q.BitsPerWeight(),
 		SQNR: SQNR(data, q.Dequantize()), DataAware: importance != nil}
 	if err := w.stampPalette(p.Value, rep); err != nil {
 		return err
@@ -267,7 +257,7 @@ func (w *writer) writePalette(p *PalettePlan, c *clustered) error {
 const PaletteMetadataKey = "coreaiq.palette"
 
 // stampPalette records rep on the prologue node that writes value.
-func (w *writer) stampPalette(value string, rep *PaletteReport) error {
+func (w *writer) stampPalette(value string, rep *plan.PaletteReport) error {
 	b, err := json.Marshal(rep)
 	if err != nil {
 		return err

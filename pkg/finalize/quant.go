@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -49,7 +50,7 @@ func GroupValues(data []float32, shape []int, axis, blockSize int) ([][]float32,
 // axis and blockSize into a tensor of the spec's dtype, with pkg/quant's
 // arithmetic: integer codes for integer dtypes, float8/float4 codes
 // (saturating, round to nearest even) for float dtypes.
-func Quantize(data []float32, shape []int, axis, blockSize int, s *spec.QuantizationSpec, p *Params) (*tensor.Tensor, error) {
+func Quantize(data []float32, shape []int, axis, blockSize int, s *spec.QuantizationSpec, p *plan.Params) (*tensor.Tensor, error) {
 	dt, err := s.DType.TensorType()
 	if err != nil {
 		return nil, err

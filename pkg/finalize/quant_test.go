@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant/quanttest"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -35,7 +36,7 @@ func TestQuantizeCases(t *testing.T) {
 				if rows > 1 {
 					axis = 0
 				}
-				p := &Params{Scales: slices.Repeat([]float32{c.Scale}, rows), ZeroPoints: slices.Repeat([]int32{int32(c.ZeroPoint)}, rows)}
+				p := &plan.Params{Scales: slices.Repeat([]float32{c.Scale}, rows), ZeroPoints: slices.Repeat([]int32{int32(c.ZeroPoint)}, rows)}
 				q, err := Quantize(slices.Concat(slices.Repeat([][]float32{c.X}, rows)...), []int{rows, len(c.X)}, axis, 0, s, p)
 				if err != nil {
 					t.Fatal(err)

@@ -1,3 +1,7 @@
+// Package finalize writes the quantized model: it turns a Plan (one entry
+// per quantization point, with qparams) into a new ONNX model with integer
+// initializers, QuantizeLinear/DequantizeLinear nodes and the opset and IR
+// version the content needs. It is the only package that edits a model.
 package finalize
 
 import (
@@ -12,38 +16,11 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
-
-// Stats supplies the qparams of calibrated activations.
-type Stats interface {
-	// ActivationParams returns the qparams of the activation t (a group
-	// root without a fixed range) under t.Spec, with the observed range.
-	ActivationParams(t *TensorPlan) (*Params, error)
-}
-
-// RangeStats are observed [min, max] ranges by value name; their qparams
-// are spec.QParams of the range.
-type RangeStats map[string]Range
-
-// ActivationParams implements Stats.
-func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
-	rg, ok := r[t.Value]
-	if !ok {
-		return nil, fmt.Errorf("no calibration range for activation %q", t.Value)
-	}
-	return paramsOfRange(t.Spec, rg)
-}
-
-func paramsOfRange(s *spec.QuantizationSpec, rg Range) (*Params, error) {
-	sc, zp, err := s.QParams([]float32{rg.Min}, []float32{rg.Max})
-	if err != nil {
-		return nil, err
-	}
-	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
-}
 
 // Options control Write.
 type Options struct {
@@ -68,7 +45,16 @@ type Options struct {
 	// a model larger than memory are never all held at once. The result's
 	// model reads them from there; the caller closes it after saving.
 	Scratch *onnxgraph.Scratch
+	// RandomData marks the model as calibrated on random inputs, only good
+	// for testing: CalibrationDataMetadataKey = "random" in its
+	// metadata_props.
+	RandomData bool
 }
+
+// CalibrationDataMetadataKey is the model metadata_props key whose value
+// "random" marks a model whose activation ranges came from random
+// calibration data (Options.RandomData).
+const CalibrationDataMetadataKey = "coreaiq.calibration_data"
 
 // keepE8M0 reports whether float8e8m0 scales are written as such. They
 // need opset 24 and IR 12, which ONNX Runtime 1.23 cannot load ("Unsupported
@@ -82,7 +68,7 @@ func (o Options) keepE8M0() bool { return o.Opset >= 24 }
 // except float4 e2m1 weights under FP4AsFP8, which are written as the
 // float8 e4m3fn codes of the same values (every e2m1 value is exact in
 // e4m3fn).
-func (o Options) storedDType(t *TensorPlan) spec.DType {
+func (o Options) storedDType(t *plan.TensorPlan) spec.DType {
 	if o.FP4AsFP8 && t.Spec.DType == spec.Float4E2M1 {
 		return spec.Float8E4M3FN
 	}
@@ -97,11 +83,11 @@ type Result struct {
 	IRVersion int64
 	// Tensors are the written quantization points with their final
 	// qparams (biases and enlarged weight scales included), sorted by name.
-	Tensors []*TensorPlan
+	Tensors []*plan.TensorPlan
 	// Notes record adjustments (enlarged weight scales, raised opset).
 	Notes []string
 	// Palettes are the palettized weights with their reports.
-	Palettes []*PalettePlan
+	Palettes []*plan.PalettePlan
 }
 
 // ValueNaming documents how the written model names tensors, so that a
@@ -116,14 +102,12 @@ const ValueNaming = "dequantized tensors keep the float value name; producers wr
 
 // writer holds the state of one Write.
 type writer struct {
-	src    *onnxgraph.Model
-	plan   *Plan
-	out    *onnxpb.ModelProto
-	opts   Options
-	params map[string]*Params // by value, roots and own params
-	owned  map[string]bool    // params copied from the plan (ownParams)
-	used   map[string]bool
-	notes  []string
+	src   *onnxgraph.Model
+	plan  *plan.Plan
+	out   *onnxpb.ModelProto
+	opts  Options
+	used  map[string]bool
+	notes []string
 
 	opset    int64
 	msDomain bool // Q/DQ with int4/16-bit types go to com.microsoft
@@ -136,9 +120,7 @@ type writer struct {
 	// msImport adds the com.microsoft opset import (contrib ops).
 	msImport bool
 	// palettes are the written palettized weights, with their reports.
-	palettes []*PalettePlan
-	// stats are the calibration statistics (nil without calibration).
-	stats Stats
+	palettes []*plan.PalettePlan
 
 	prologue []*onnxpb.NodeProto
 	after    map[string][]*onnxpb.NodeProto // Q/DQ nodes to insert after a producer's output
@@ -165,36 +147,33 @@ type innerGraph struct {
 // Write builds the quantized model of m under plan: weights become integer
 // initializers followed by DequantizeLinear, activations get a shared
 // QuantizeLinear → DequantizeLinear pair, biases of Conv/ConvTranspose/Gemm
-// become int32. stats supplies calibrated activation qparams and may be nil
-// when the plan has none to calibrate. Neither m nor plan is modified.
-func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, error) {
-	w := &writer{src: m, plan: plan, opts: opts, params: map[string]*Params{}, stats: stats,
+// become int32, each with the qparams the plan holds (passes.DecideQParams
+// decides them). Neither m nor plan is modified.
+func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
+	w := &writer{src: m, plan: pl, opts: opts,
 		after: map[string][]*onnxpb.NodeProto{}, removed: map[string]bool{}, rename: map[string]string{},
 		nbitsInits: map[string][3]string{}}
 	w.out = onnxgraph.CloneSharingData(m.Proto)
 	w.index()
 	w.collectNames()
-	if err := w.resolveParams(stats); err != nil {
-		return nil, err
-	}
-	if err := w.resolveBiases(); err != nil {
+	if err := w.checkParams(); err != nil {
 		return nil, err
 	}
 	w.chooseNBits()
 	if err := w.chooseOpset(); err != nil {
 		return nil, err
 	}
-	tensors := slices.Clone(plan.Tensors)
-	slices.SortStableFunc(tensors, func(a, b *TensorPlan) int { return strings.Compare(a.Value, b.Value) })
-	var final []*TensorPlan
+	tensors := slices.Clone(pl.Tensors)
+	slices.SortStableFunc(tensors, func(a, b *plan.TensorPlan) int { return strings.Compare(a.Value, b.Value) })
+	var final []*plan.TensorPlan
 	for _, t := range tensors {
 		var err error
 		switch _, nb := w.nbits[t.Value]; {
 		case nb:
 			err = w.writeNBits(t)
-		case t.Role == Weight || t.Role == Bias:
+		case t.Role == plan.Weight || t.Role == plan.Bias:
 			err = w.writeConst(t)
-		case t.Role == Activation:
+		case t.Role == plan.Activation:
 			err = w.writeActivation(t)
 		}
 		if err != nil {
@@ -208,7 +187,7 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	for i, p := range plan.Palettes {
+	for i, p := range pl.Palettes {
 		if err := w.writePalette(p, clusters[i]); err != nil {
 			return nil, err
 		}
@@ -229,6 +208,10 @@ func Write(m *onnxgraph.Model, plan *Plan, stats Stats, opts Options) (*Result, 
 	ir, err := w.stamp()
 	if err != nil {
 		return nil, err
+	}
+	if opts.RandomData {
+		w.out.MetadataProps = append(w.out.MetadataProps, &onnxpb.StringStringEntryProto{
+			Key: proto.String(CalibrationDataMetadataKey), Value: proto.String("random")})
 	}
 	qm, err := m.Derive(w.out, opts.Scratch)
 	if err != nil {
@@ -313,129 +296,25 @@ func uniqueIn(used map[string]bool, base string) string {
 	return n
 }
 
-// resolveParams fills params for every tensor: weights from the plan,
-// fixed ranges from the spec, calibrated roots from stats, shared tensors
-// from their root.
-func (w *writer) resolveParams(stats Stats) error {
-	var missing []string
+// checkParams checks that every tensor has its qparams, through its
+// group's root when it shares them.
+func (w *writer) checkParams() error {
 	for _, t := range w.plan.Tensors {
-		if t.Role == Bias || t.SharedWith != "" {
-			continue
-		}
-		switch {
-		case t.Params != nil:
-			// Shared with the plan until the writer changes them (ownParams):
-			// a billion-weight model's block params are hundreds of MB.
-			w.params[t.Value] = t.Params
-		case t.Fixed != nil:
-			p, err := paramsOfRange(t.Spec, *t.Fixed)
-			if err != nil {
-				return fmt.Errorf("tensor %q: %w", t.Value, err)
-			}
-			w.params[t.Value] = p
-		case t.Role == Activation && stats != nil:
-			p, err := stats.ActivationParams(t)
-			if err != nil {
-				return fmt.Errorf("tensor %q: %w", t.Value, err)
-			}
-			w.params[t.Value] = p.Clone()
-		default:
-			missing = append(missing, t.Value)
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		more := ""
-		if len(missing) > 5 {
-			more = fmt.Sprintf(" and %d more", len(missing)-5)
-			missing = missing[:5]
-		}
-		return fmt.Errorf("no qparams for %q%s: activations need calibration statistics (run calibrate, or use a weight-only preset)", missing, more)
-	}
-	for _, t := range w.plan.Tensors {
-		if t.SharedWith == "" {
-			continue
-		}
 		root := w.plan.Root(t)
 		if root == nil || root.SharedWith != "" {
 			return fmt.Errorf("tensor %q: shares qparams with %q, which is not planned", t.Value, t.SharedWith)
 		}
-		if !root.Spec.Equal(t.Spec) {
-			return fmt.Errorf("tensor %q: shares qparams with %q but has spec %s, not %s", t.Value, root.Value, t.Spec, root.Spec)
+		if root.Params == nil {
+			return fmt.Errorf("tensor %q: no qparams in the plan (activations need calibration statistics: run calibrate, or use a weight-only preset)", t.Value)
 		}
 	}
 	return nil
 }
 
 // paramsOf returns the params t uses (its root's when shared).
-// ownParams returns the params of value for the writer to change: the
-// plan's are copied the first time, so that the plan is left as it was.
-func (w *writer) ownParams(value string) *Params {
-	if w.owned == nil {
-		w.owned = map[string]bool{}
-	}
-	if !w.owned[value] {
-		w.params[value] = w.params[value].Clone()
-		w.owned[value] = true
-	}
-	return w.params[value]
-}
-
-func (w *writer) paramsOf(t *TensorPlan) *Params {
+func (w *writer) paramsOf(t *plan.TensorPlan) *plan.Params {
 	if r := w.plan.Root(t); r != nil {
-		return w.params[r.Value]
-	}
-	return nil
-}
-
-// int32Max is the largest int32 bias code.
-const int32Max = math.MaxInt32
-
-// resolveBiases computes each bias's int32 params as input scale × weight
-// scale, enlarging the weight scale of a channel whose bias would overflow
-// int32 rather than saturating the bias.
-func (w *writer) resolveBiases() error {
-	for _, t := range w.plan.Tensors {
-		if t.Role != Bias {
-			continue
-		}
-		in, wt := w.plan.Tensor(t.Input), w.plan.Tensor(t.Weight)
-		if in == nil || wt == nil {
-			return fmt.Errorf("bias %q: input %q or weight %q is not planned", t.Value, t.Input, t.Weight)
-		}
-		ip, wp := w.paramsOf(in), w.paramsOf(wt)
-		if len(ip.Scales) != 1 {
-			return fmt.Errorf("bias %q: input %q is not quantized per tensor", t.Value, t.Input)
-		}
-		b, err := w.constData(t.Value)
-		if err != nil {
-			return err
-		}
-		beta := t.BiasBeta
-		if beta == 0 {
-			beta = 1
-		}
-		sIn := float64(ip.Scales[0])
-		scales := make([]float32, len(b))
-		for c, v := range b {
-			j := c % len(wp.Scales)
-			need := math.Abs(float64(v)*float64(beta)) / (sIn * int32Max)
-			if float64(wp.Scales[j]) < need {
-				wp = w.ownParams(w.plan.Root(wt).Value)
-				old := wp.Scales[j]
-				wp.Scales[j] = math.Nextafter32(float32(need), float32(math.Inf(1)))
-				w.notes = append(w.notes, fmt.Sprintf("weight %q: scale %d enlarged from %g to %g so that bias %q fits int32",
-					t.Weight, j, old, wp.Scales[j], t.Value))
-			}
-		}
-		for c := range b {
-			// float32 product, as a runtime fusing the bias recomputes it.
-			scales[c] = ip.Scales[0] * wp.Scales[c%len(wp.Scales)]
-		}
-		if t.Axis < 0 && len(scales) > 0 {
-			scales = scales[:1]
-		}
-		w.params[t.Value] = &Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
+		return r.Params
 	}
 	return nil
 }
@@ -460,7 +339,7 @@ func (w *writer) constData(name string) ([]float32, error) {
 // needs is the default-domain opset a quantized tensor needs with
 // standard ONNX Q/DQ, and whether com.microsoft Q/DQ (contrib opset 1:
 // per-tensor or per-axis int8/16 and int4) can serve it at any opset.
-func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK bool) {
+func needs(t *plan.TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK bool) {
 	opset = 10
 	if t.Axis >= 0 {
 		opset = 13
@@ -487,7 +366,7 @@ func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK 
 	if t.BlockSize > 0 {
 		opset, msOK = max(opset, 21), false
 	}
-	if t.Role == Weight {
+	if t.Role == plan.Weight {
 		switch t.Spec.ScaleDType {
 		case spec.Float8E8M0FNU:
 			if o.keepE8M0() {
@@ -502,7 +381,7 @@ func needs(t *TensorPlan, floatType tensor.DType, o Options) (opset int64, msOK 
 	return opset, msOK
 }
 
-func floatTypeOf(t *TensorPlan) tensor.DType {
+func floatTypeOf(t *plan.TensorPlan) tensor.DType {
 	if t.FloatType == 0 {
 		return tensor.Float
 	}
@@ -516,9 +395,9 @@ func floatTypeOf(t *TensorPlan) tensor.DType {
 // the whole model when the scales are float16. Behind a Cast the pair is
 // no fusion's pattern and runs as written. Weights keep their type: their
 // DequantizeLinear feeds the op directly.
-func qdqFloatType(t *TensorPlan) tensor.DType {
+func qdqFloatType(t *plan.TensorPlan) tensor.DType {
 	ft := floatTypeOf(t)
-	if t.Role == Activation && (ft == tensor.Float16 || ft == tensor.BFloat16) {
+	if t.Role == plan.Activation && (ft == tensor.Float16 || ft == tensor.BFloat16) {
 		return tensor.Float
 	}
 	return ft
@@ -576,7 +455,7 @@ func (w *writer) chooseOpset() error {
 }
 
 // msType reports whether a Q/DQ of dtype d goes to com.microsoft.
-func (w *writer) msType(t *TensorPlan) bool {
+func (w *writer) msType(t *plan.TensorPlan) bool {
 	if !w.msDomain || t.Spec == nil {
 		return false
 	}
@@ -588,7 +467,7 @@ func (w *writer) msType(t *TensorPlan) bool {
 }
 
 // servedNode returns the source node a tensor is quantized for.
-func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
+func (w *writer) servedNode(t *plan.TensorPlan) *onnxgraph.Node {
 	for _, n := range t.Nodes {
 		if node := w.nodes[n]; node != nil {
 			return node
@@ -597,7 +476,7 @@ func (w *writer) servedNode(t *TensorPlan) *onnxgraph.Node {
 	return nil
 }
 
-func (w *writer) node(op, name string, in, out []string, t *TensorPlan, attrs ...*onnxpb.AttributeProto) *onnxpb.NodeProto {
+func (w *writer) node(op, name string, in, out []string, t *plan.TensorPlan, attrs ...*onnxpb.AttributeProto) *onnxpb.NodeProto {
 	n := &onnxpb.NodeProto{OpType: proto.String(op), Name: proto.String(w.name(name)), Input: in, Output: out, Attribute: attrs}
 	if w.msType(t) {
 		n.Domain = proto.String("com.microsoft")
@@ -653,13 +532,13 @@ func (w *writer) addInitIn(ig *innerGraph, t *tensor.Tensor, name string) error 
 
 // qparamInits writes the scale and zero point initializers of t (once per
 // group: shared tensors reuse their root's) and returns their names.
-func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool) (scale, zp string, err error) {
+func (w *writer) qparamInits(t *plan.TensorPlan, scaleType tensor.DType, withZP bool) (scale, zp string, err error) {
 	root := w.plan.Root(t)
 	key := root.Value
 	if s, ok := w.rename["scale:"+key]; ok {
 		return s, w.rename["zp:"+key], nil
 	}
-	p := w.params[key]
+	p := root.Params
 	shape := quant.ParamShape(t.Shape, t.Axis, t.BlockSize)
 	st, err := scaleTensor(scaleType, shape, p.Scales)
 	if err != nil {
@@ -685,7 +564,7 @@ func (w *writer) qparamInits(t *TensorPlan, scaleType tensor.DType, withZP bool)
 
 // writeConst writes a weight or bias: integer initializer → DequantizeLinear
 // whose output keeps the float initializer's name.
-func (w *writer) writeConst(t *TensorPlan) error {
+func (w *writer) writeConst(t *plan.TensorPlan) error {
 	data, err := w.constData(t.Value)
 	if err != nil {
 		return err
@@ -695,13 +574,13 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	for i, d := range v.Const.GetDims() {
 		shape[i] = int(d)
 	}
-	p := w.params[t.Value]
+	p := t.Params
 	var q *tensor.Tensor
 	var scaleType tensor.DType
 	ft := floatTypeOf(t)
 	attrs := []*onnxpb.AttributeProto{}
 	axis := t.Axis
-	if t.Role == Bias {
+	if t.Role == plan.Bias {
 		if len(p.Scales) == 1 {
 			axis = -1
 		}
@@ -712,17 +591,10 @@ func (w *writer) writeConst(t *TensorPlan) error {
 		q = tensor.New(tensor.Int32, shape...)
 		codes := q.Data.([]int32)
 		for i, x := range data {
-			codes[i] = int32(quant.Int(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, int32Max))
+			codes[i] = int32(quant.Int(x*beta, p.Scales[min(i, len(p.Scales)-1)], 0, math.MinInt32, math.MaxInt32))
 		}
 		scaleType = ft
 	} else {
-		if t.Spec.ScaleDType == spec.Float8E8M0FNU {
-			// The codes must be computed with the scale as stored.
-			p = w.ownParams(t.Value)
-			for i, s := range p.Scales {
-				p.Scales[i] = tensor.Float8E8M0ToFloat32(tensor.Float32ToFloat8E8M0(s, true, tensor.E8M0Up))
-			}
-		}
 		q, err = Quantize(data, shape, t.Axis, t.BlockSize, t.Spec, p)
 		if err != nil {
 			return fmt.Errorf("weight %q: %w", t.Value, err)
@@ -755,7 +627,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 	}
 	tt := *t
 	tt.Shape, tt.Axis = shape, axis
-	scale, zp, err := w.qparamInits(&tt, scaleType, t.Role != Bias)
+	scale, zp, err := w.qparamInits(&tt, scaleType, t.Role != plan.Bias)
 	if err != nil {
 		return err
 	}
@@ -776,7 +648,7 @@ func (w *writer) writeConst(t *TensorPlan) error {
 // writeActivation inserts QuantizeLinear → DequantizeLinear on a value:
 // one pair shared by all consumers. The dequantized output keeps the value's
 // name (so graph outputs keep theirs); the producer's output is renamed.
-func (w *writer) writeActivation(t *TensorPlan) error {
+func (w *writer) writeActivation(t *plan.TensorPlan) error {
 	v := w.value(t.Value)
 	if v == nil {
 		return fmt.Errorf("activation %q: no such value in the model", t.Value)
@@ -821,7 +693,7 @@ func (w *writer) writeActivation(t *TensorPlan) error {
 
 // castNode casts in to dt as part of t's Q/DQ (default domain, whatever
 // domain t's Q/DQ take).
-func (w *writer) castNode(name, in, out string, dt tensor.DType, t *TensorPlan) *onnxpb.NodeProto {
+func (w *writer) castNode(name, in, out string, dt tensor.DType, t *plan.TensorPlan) *onnxpb.NodeProto {
 	n := w.node("Cast", name, []string{in}, []string{out}, t, attrInt("to", int64(dt)))
 	n.Domain = nil
 	return n
@@ -955,7 +827,7 @@ func (w *writer) foldGemmBeta(np *onnxpb.NodeProto) {
 		return
 	}
 	b := w.plan.Tensor(np.Input[2])
-	if b == nil || b.Role != Bias || b.BiasBeta == 0 || b.BiasBeta == 1 {
+	if b == nil || b.Role != plan.Bias || b.BiasBeta == 0 || b.BiasBeta == 1 {
 		return
 	}
 	for _, a := range np.Attribute {

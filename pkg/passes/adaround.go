@@ -202,7 +202,7 @@ func adaLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.AdaRound) (*adaLayer, st
 	}
 	wv := n.Inputs[1]
 	tp := u.Plan.Tensor(wv.Name)
-	if tp == nil || tp.Role != finalize.Weight || tp.Params == nil || !wv.IsConst() {
+	if tp == nil || tp.Role != Weight || tp.Params == nil || !wv.IsConst() {
 		return nil, "", nil
 	}
 	_, intGrid := tp.Spec.IntGrid()
@@ -359,7 +359,11 @@ func patchModel(m *onnxgraph.Model, n *onnxgraph.Node, shape []int, groups int) 
 // wave layer's statistics over its rows: the patches of its quantized
 // input against its float output.
 func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLayer, cfg *config.AdaRound) error {
-	res, err := finalize.Write(u.Model, u.Plan, u.Stats, u.Write)
+	now, err := DecidedCopy(u.Model, u.Plan, u.Stats)
+	if err != nil {
+		return err
+	}
+	res, err := finalize.Write(u.Model, now, u.Write)
 	if err != nil {
 		return err
 	}

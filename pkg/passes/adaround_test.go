@@ -81,7 +81,7 @@ func quantizeAdaRound(t *testing.T, algorithmsText string, threads int) *Unit {
 		t.Fatal(err)
 	}
 	u := &Unit{Model: adaroundModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
-		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		},
 		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(41, 24, 3, 8, 8), BatchSize: 5}}

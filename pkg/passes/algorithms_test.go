@@ -11,7 +11,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -289,7 +288,7 @@ func quantizeWith(t *testing.T, m *onnxgraph.Model, preset string, alg *config.A
 		}
 	}
 	u := &Unit{Model: m, Config: cfg, Algorithms: alg,
-		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		}}
 	if src != nil {
@@ -313,7 +312,7 @@ func TestAlgorithmsDeterministic(t *testing.T) {
 	for _, threads := range []int{1, 3, 1} {
 		m := cleModel(t)
 		u := &Unit{Model: m, Config: cfg.Quant, Algorithms: cfg.Algorithms,
-			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 				return observe(t, m, plan), nil
 			},
 			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(4, 12, 3, 8, 8), BatchSize: 5}}

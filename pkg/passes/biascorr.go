@@ -27,8 +27,9 @@ func (e *MissingDataError) Error() string {
 	return fmt.Sprintf("%s (%s) needs calibration data: give --data (calibration.data or calibration.images in the config)", e.Algorithm, e.Rule.Location())
 }
 
-// runDataAlgorithms runs the algorithms that need calibration data and the
-// planned weight qparams, before finalize writes the weights.
+// runDataAlgorithms is the algorithms pass: it runs the algorithms that
+// need calibration data and the planned weight qparams, before the qparams
+// pass decides the biases' qparams from the weights and biases they leave.
 // AdaRound runs first, then GPTQ on the weights AdaRound left; bias correction then folds the mean error of the
 // weights finalize will write.
 func runDataAlgorithms(ctx context.Context, u *Unit) error {
@@ -245,7 +246,7 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 		return nil, "", nil
 	}
 	wt := u.Plan.Tensor(n.Inputs[1].Name)
-	if wt == nil || wt.Role != finalize.Weight || wt.Params == nil {
+	if wt == nil || wt.Role != Weight || wt.Params == nil {
 		return nil, "", nil
 	}
 	switch {

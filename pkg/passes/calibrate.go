@@ -6,7 +6,6 @@ import (
 	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
@@ -48,13 +47,13 @@ func markConditional(m *onnxgraph.Model, tensors []calibrate.TensorToObserve) []
 	return tensors
 }
 
-// StatsOf adapts calibration statistics to what finalize.Write reads.
-func StatsOf(st *calibrate.Stats) finalize.Stats { return calibStats{st} }
+// StatsOf adapts calibration statistics to what DecideQParams reads.
+func StatsOf(st *calibrate.Stats) Stats { return calibStats{st} }
 
 type calibStats struct{ st *calibrate.Stats }
 
 // ActivationParams applies the observer's calculator to the tensor's spec.
-func (c calibStats) ActivationParams(t *finalize.TensorPlan) (*finalize.Params, error) {
+func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	o := c.st.Tensor(t.Value)
 	if o == nil {
 		return nil, fmt.Errorf("activation %q is not in the calibration statistics (were they computed with this config and model?)", t.Value)
@@ -67,9 +66,9 @@ func (c calibStats) ActivationParams(t *finalize.TensorPlan) (*finalize.Params, 
 	if err != nil {
 		return nil, fmt.Errorf("activation %q: %w", t.Value, err)
 	}
-	p := &finalize.Params{Scales: sc, ZeroPoints: zp}
+	p := &Params{Scales: sc, ZeroPoints: zp}
 	if len(mins) == 1 {
-		p.Observed = &finalize.Range{Min: mins[0], Max: maxs[0]}
+		p.Observed = &Range{Min: mins[0], Max: maxs[0]}
 	}
 	return p, nil
 }
@@ -78,7 +77,7 @@ func (c calibStats) ActivationParams(t *finalize.TensorPlan) (*finalize.Params, 
 // the named engine on data and observes the plan's activations. The
 // statistics are also handed to keep, when set (to write a stats file).
 func EngineCalibrator(engine string, ropts runtime.Options, data calibrate.Source, copts calibrate.Options, keep func(*calibrate.Stats)) Calibrator {
-	return func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+	return func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 		s, err := runtime.Open(engine, m, ropts)
 		if err != nil {
 			return nil, err
@@ -127,7 +126,7 @@ type infinityCounter interface {
 // positions would get attention weight. The tensors run in float instead.
 // An int32 bias whose input is taken out goes with it (it needs the input's
 // scale).
-func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
+func keepInfinitiesFloat(plan *Plan, st Stats) {
 	ic, ok := st.(infinityCounter)
 	if !ok {
 		return
@@ -140,7 +139,7 @@ func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
 		}
 		var group []string
 		for _, t := range plan.Tensors {
-			if t.Role == finalize.Activation && plan.Root(t) == root {
+			if t.Role == Activation && plan.Root(t) == root {
 				drop[t.Value] = true
 				group = append(group, t.Value)
 			}
@@ -153,7 +152,7 @@ func keepInfinitiesFloat(plan *Plan, st finalize.Stats) {
 		return
 	}
 	for _, t := range plan.Tensors {
-		if t.Role == finalize.Bias && drop[t.Input] {
+		if t.Role == Bias && drop[t.Input] {
 			drop[t.Value] = true
 			plan.Notes = append(plan.Notes, fmt.Sprintf("bias %q: left in float, its input %q is", t.Value, t.Input))
 		}

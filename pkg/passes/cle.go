@@ -270,7 +270,7 @@ func reportWeights(u *Unit) error {
 	for _, r := range u.pendingWeightReports {
 		rep := LayerReport{Algorithm: r.algorithm, Node: r.node.Name, OpType: r.node.OpType, Measure: "weights"}
 		tp := u.Plan.Tensor(r.weight)
-		if tp == nil || tp.Role != finalize.Weight || tp.Params == nil || r.before == nil {
+		if tp == nil || tp.Role != Weight || tp.Params == nil || r.before == nil {
 			rep.Skipped = fmt.Sprintf("weight %q is not quantized", r.weight)
 			u.Layers = append(u.Layers, rep)
 			continue

@@ -11,7 +11,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
@@ -96,7 +95,7 @@ func TestORTCalibrateControlFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ortGo := func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+	ortGo := func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 		s, err := ort.Open(m, runtime.Options{Threads: 1})
 		if err != nil {
 			return nil, err

@@ -191,7 +191,7 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 	}
 	wv := n.Inputs[1]
 	tp := u.Plan.Tensor(wv.Name)
-	if tp == nil || tp.Role != finalize.Weight || tp.Params == nil || !wv.IsConst() {
+	if tp == nil || tp.Role != Weight || tp.Params == nil || !wv.IsConst() {
 		return nil, "", nil
 	}
 	_, intGrid := tp.Spec.IntGrid()

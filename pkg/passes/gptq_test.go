@@ -240,7 +240,7 @@ func TestGPTQDeterministic(t *testing.T) {
 	var outs [][]byte
 	for _, threads := range []int{1, 3, 1, 2} {
 		u := &Unit{Model: linearModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
-			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 				return observe(t, m, plan), nil
 			},
 			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: correlatedSource(4, 40), BatchSize: 7}}

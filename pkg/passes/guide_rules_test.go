@@ -12,7 +12,6 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testmodels/torchexport"
 	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -126,7 +125,7 @@ func TestModuleSpecsReachOpsWithoutRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, plan := guidePlan(t, m, "quantization_config:\n  module_name_configs:\n    blk:\n      module_input_spec: {0: {dtype: int8}}\n")
-	if tp := plan.Tensor("x"); tp == nil || tp.Role != finalize.Activation {
+	if tp := plan.Tensor("x"); tp == nil || tp.Role != Activation {
 		t.Errorf("module_input_spec on Erf's input: x not planned (%+v)", plan.Tensors)
 	}
 	res, plan := guidePlan(t, m, "quantization_config:\n  global_config:\n    op_type_config:\n      erf: {op_input_spec: {input: {dtype: int16}}}\n")
@@ -147,7 +146,7 @@ func TestModuleSpecsReachOpsWithoutRule(t *testing.T) {
 func TestExplicitBiasNull(t *testing.T) {
 	m := torchExport(t, false)
 	_, plan := guidePlan(t, m, "")
-	if tp := plan.Tensor("conv1.bias"); tp == nil || tp.Role != finalize.Bias {
+	if tp := plan.Tensor("conv1.bias"); tp == nil || tp.Role != Bias {
 		t.Fatalf("default: conv1.bias = %+v, want an int32 bias", tp)
 	}
 	_, plan = guidePlan(t, m, "quantization_config:\n  global_config:\n    op_type_config:\n      conv2d: {op_state_spec: {weight: {dtype: int8, granularity: per_channel}, bias: null}}\n")

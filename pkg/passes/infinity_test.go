@@ -5,14 +5,13 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // infStats are range statistics that also count infinities.
 type infStats struct {
-	finalize.RangeStats
+	RangeStats
 	inf map[string]int64
 }
 
@@ -70,7 +69,7 @@ func TestKeepInfinitiesFloat(t *testing.T) {
 	// Statistics without infinity counts (RangeStats) leave the plan alone.
 	plan := preparePreset(t, m, "w8a8", PrepareOptions{})
 	n := len(plan.Tensors)
-	keepInfinitiesFloat(plan, finalize.RangeStats{})
+	keepInfinitiesFloat(plan, RangeStats{})
 	if len(plan.Tensors) != n {
 		t.Errorf("RangeStats removed %d tensors", n-len(plan.Tensors))
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -68,9 +67,9 @@ func TestOpIntrinsics(t *testing.T) {
 	m := intrinsicModel(t)
 	type want struct {
 		scheme spec.QScheme
-		fixed  *finalize.Range
+		fixed  *Range
 	}
-	r := func(lo, hi float32) *finalize.Range { return &finalize.Range{Min: lo, Max: hi} }
+	r := func(lo, hi float32) *Range { return &Range{Min: lo, Max: hi} }
 	sym, asym := spec.Symmetric, spec.Asymmetric
 	cases := []struct {
 		name   string

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -261,7 +260,7 @@ func FastPathWarnings(m *onnxgraph.Model, plan *Plan, t *config.Target) []string
 	byRule := map[string][]string{}
 	var rules []string
 	for _, tp := range plan.Tensors {
-		if tp.Role != finalize.Activation || tp.SharedWith != "" || t.Fast(tp.Spec.DType) {
+		if tp.Role != Activation || tp.SharedWith != "" || t.Fast(tp.Spec.DType) {
 			continue
 		}
 		if t.Int8OneConsumer && tp.Spec.DType == spec.Int8 {

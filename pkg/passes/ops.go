@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/spec"
@@ -28,7 +27,7 @@ type opRule struct {
 	*ops.Quant
 	kind opKind
 	// fixed is the known output range (Softmax, Sigmoid, Tanh).
-	fixed *finalize.Range
+	fixed *Range
 	// bias is the input index of an int32 bias, -1 for none.
 	bias int
 	// fusesRelu: an activation that alone consumes the output is fused
@@ -51,11 +50,11 @@ func ruleOf(n *onnxgraph.Node) (opRule, bool) {
 	return r, true
 }
 
-func finalizeRange(r *ops.Range) *finalize.Range {
+func finalizeRange(r *ops.Range) *Range {
 	if r == nil {
 		return nil
 	}
-	return &finalize.Range{Min: r.Min, Max: r.Max}
+	return &Range{Min: r.Min, Max: r.Max}
 }
 
 func (r opRule) quantizesInput(i int) bool  { return r.QuantizesInput(i) }
@@ -149,7 +148,7 @@ type opIntrinsic struct {
 	// scheme is the qscheme the op's output takes (QSchemeAuto: the spec's).
 	scheme spec.QScheme
 	// fixed is the known output range; nil leaves it to calibration.
-	fixed *finalize.Range
+	fixed *Range
 	// what states the op's output range, for the plan and the per-layer
 	// report ("Relu output is non-negative").
 	what string
@@ -181,7 +180,7 @@ func intrinsicOf(m *onnxgraph.Model, n *onnxgraph.Node, nonNeg func(*onnxgraph.V
 		if *lo == -*hi {
 			sch = spec.Symmetric
 		}
-		return opIntrinsic{scheme: sch, fixed: &finalize.Range{Min: *lo, Max: *hi},
+		return opIntrinsic{scheme: sch, fixed: &Range{Min: *lo, Max: *hi},
 			what: fmt.Sprintf("%s output is in [%g, %g]", n.OpType, *lo, *hi)}, true
 	case lo != nil && hi == nil && *lo == 0:
 		return opIntrinsic{scheme: spec.Asymmetric, what: n.OpType + " output is non-negative"}, true

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/ops/opstest"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 )
@@ -21,14 +20,14 @@ func TestFakeOpFromTable(t *testing.T) {
 	opstest.Register(t)
 	plan := preparePreset(t, opstest.Model(t), "w8a8", PrepareOptions{})
 	w := plan.Tensor("w")
-	if w == nil || w.Role != finalize.Weight || w.Axis != 1 {
+	if w == nil || w.Role != Weight || w.Axis != 1 {
 		t.Fatalf("weight w: %+v, want a weight quantized on axis 1 (the entry's per-channel axis)", w)
 	}
-	if b := plan.Tensor("b"); b == nil || b.Role != finalize.Bias || b.Weight != "w" {
+	if b := plan.Tensor("b"); b == nil || b.Role != Bias || b.Weight != "w" {
 		t.Errorf("bias b: %+v, want the int32 bias of w", b)
 	}
 	r := plan.Tensor("r")
-	if r == nil || r.Role != finalize.Activation {
+	if r == nil || r.Role != Activation {
 		t.Fatalf("FakeRelu output r: %+v, want a quantized activation", r)
 	}
 	if r.Spec.QScheme != spec.Asymmetric || !strings.Contains(r.Intrinsic, "FakeRelu output is non-negative") {

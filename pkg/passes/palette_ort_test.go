@@ -130,7 +130,7 @@ func TestPaletteJoint(t *testing.T) {
 				if pal[tp.Value] {
 					t.Errorf("%s is palettized and quantized", tp.Value)
 				}
-				if tp.Role == finalize.Activation {
+				if tp.Role == Activation {
 					acts++
 				}
 			}

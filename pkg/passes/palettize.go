@@ -7,11 +7,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 )
-
-// PalettePlan is a palettized weight of the Plan.
-type PalettePlan = finalize.PalettePlan
 
 // planPalettes adds the weights res palettizes to the plan. A palettized
 // weight is not also quantized: its weight plan and the int32 bias that
@@ -28,13 +24,13 @@ func planPalettes(plan *Plan, res *config.PaletteResolution) {
 			p.InputAxis, p.ActivationAxis, p.Groups = w.InputAxis, w.ActivationAxis, w.Groups
 		}
 		plan.Palettes = append(plan.Palettes, p)
-		if t := plan.Tensor(w.Value); t != nil && t.Role == finalize.Weight {
+		if t := plan.Tensor(w.Value); t != nil && t.Role == Weight {
 			drop[w.Value] = true
 			plan.Notes = append(plan.Notes, fmt.Sprintf("weight %q is palettized (%s), not quantized by %s", w.Value, w.Rule, t.Rule))
 		}
 	}
 	for _, t := range plan.Tensors {
-		if t.Role == finalize.Bias && drop[t.Weight] {
+		if t.Role == Bias && drop[t.Weight] {
 			drop[t.Value] = true
 			plan.Notes = append(plan.Notes, fmt.Sprintf("bias %q stays float: its weight %q is palettized, so there is no weight scale for an int32 bias", t.Value, t.Weight))
 		}

@@ -5,35 +5,54 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"testing"
 	"time"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 )
 
-// Stage is how far the pipeline has filled in the Plan.
-type Stage = finalize.Stage
+// The Plan the passes fill in is defined in pkg/plan, below finalize,
+// which writes it; these are the names the passes use for it.
+type (
+	Plan        = plan.Plan
+	TensorPlan  = plan.TensorPlan
+	Skip        = plan.Skip
+	Params      = plan.Params
+	Range       = plan.Range
+	Role        = plan.Role
+	Stage       = plan.Stage
+	PalettePlan = plan.PalettePlan
+)
 
-// The stages, re-exported from finalize.
+// The roles and stages.
 const (
-	StageNone  = finalize.StageNone
-	Inspected  = finalize.Inspected
-	Prepared   = finalize.Prepared
-	Calibrated = finalize.Calibrated
-	Finalized  = finalize.Finalized
+	Activation = plan.Activation
+	Weight     = plan.Weight
+	Bias       = plan.Bias
+
+	StageNone      = plan.StageNone
+	Inspected      = plan.Inspected
+	Prepared       = plan.Prepared
+	Calibrated     = plan.Calibrated
+	QParamsDecided = plan.QParamsDecided
+	Finalized      = plan.Finalized
 )
 
 // Calibrator runs the float model on calibration data and returns the
 // statistics of the plan's observed activations (Plan.Observed).
-type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error)
+type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error)
 
 // Unit is what the passes work on: the model (read-only), the config, and
 // the Plan they fill in.
 type Unit struct {
-	// Model is the model to quantize. Prepare replaces it with a copy in
-	// which BatchNormalization is folded into the preceding Conv (unless
-	// Prepare.KeepBatchNorm): calibration and finalize work on that copy.
+	// Model is the model to quantize. The fold pass replaces it with a copy
+	// in which Constant nodes are initializers and BatchNormalization is
+	// folded into the preceding Conv (unless Prepare.KeepBatchNorm):
+	// prepare, calibration and finalize work on that copy.
 	Model  *onnxgraph.Model
 	Config *config.QuantizerConfig
 	// Palette is the kmeans_palettization_config, nil for none.
@@ -68,7 +87,7 @@ type Unit struct {
 
 	Resolution *config.Resolution
 	Plan       *Plan
-	Stats      finalize.Stats
+	Stats      Stats
 	Result     *finalize.Result
 }
 
@@ -78,7 +97,9 @@ type Pass struct {
 	Name string
 	// Needs is the stage the Plan must be at before the pass runs.
 	Needs Stage
-	// Makes is the stage the Plan is at after it.
+	// Makes is the stage the Plan is at after it. A pass that makes the
+	// stage it needs changes the model or the plan without filling more of
+	// it in; it runs when the plan is at that stage.
 	Makes Stage
 	Run   func(ctx context.Context, u *Unit) error
 }
@@ -86,9 +107,12 @@ type Pass struct {
 // Pipeline is the order of passes; Run is the only loop over it.
 var Pipeline = []Pass{
 	{Name: "inspect", Needs: StageNone, Makes: Inspected, Run: inspectPass},
+	{Name: "fold", Needs: Inspected, Makes: Inspected, Run: foldPass},
 	{Name: "prepare", Needs: Inspected, Makes: Prepared, Run: preparePass},
 	{Name: "calibrate", Needs: Prepared, Makes: Calibrated, Run: calibratePass},
-	{Name: "finalize", Needs: Calibrated, Makes: Finalized, Run: finalizePass},
+	{Name: "algorithms", Needs: Calibrated, Makes: Calibrated, Run: runDataAlgorithms},
+	{Name: "qparams", Needs: Calibrated, Makes: QParamsDecided, Run: qparamsPass},
+	{Name: "finalize", Needs: QParamsDecided, Makes: Finalized, Run: finalizePass},
 }
 
 // RunOptions control Run.
@@ -99,6 +123,9 @@ type RunOptions struct {
 	// text.
 	DumpAfter string
 	Dump      io.Writer
+	// Check runs Plan.Check after every pass and fails the run, naming the
+	// pass, when the plan breaks an invariant. Test binaries always check.
+	Check bool
 }
 
 // Timing is the wall time of one pass.
@@ -143,7 +170,7 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 		if stage < p.Needs {
 			return timings, fmt.Errorf("%s: needs a plan at stage %s, have %s", p.Name, p.Needs, stage)
 		}
-		if stage >= p.Makes {
+		if stage > p.Makes || stage == p.Makes && p.Makes > p.Needs {
 			continue // already done (a plan handed in at a later stage)
 		}
 		if err := ctx.Err(); err != nil {
@@ -159,6 +186,11 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 			u.Plan = &Plan{}
 		}
 		u.Plan.Stage = p.Makes
+		if opts.Check || testing.Testing() {
+			if err := u.Plan.Check(); err != nil {
+				return timings, fmt.Errorf("%s: the plan it left is invalid: %w", p.Name, err)
+			}
+		}
 		if opts.DumpAfter == p.Name && opts.Dump != nil {
 			if err := u.Plan.Dump(opts.Dump); err != nil {
 				return timings, err
@@ -179,23 +211,33 @@ func inspectPass(_ context.Context, u *Unit) error {
 	return nil
 }
 
-func preparePass(ctx context.Context, u *Unit) error {
-	if u.Config == nil {
-		return errors.New("no quantization config")
-	}
-	var folded []string
+// foldPass turns Constant nodes into initializers (the rules and the
+// folding read weights as initializers) and, unless Prepare.KeepBatchNorm,
+// folds each BatchNormalization into the Conv before it, once, with a note
+// per fold: the passes after it see one Conv whose weight prepare
+// quantizes with the normalisation absorbed.
+func foldPass(_ context.Context, u *Unit) error {
 	m, _, err := finalize.ConstantsAsInitializers(u.Model)
 	if err != nil {
 		return err
 	}
 	u.Model = m
-	if !u.Prepare.KeepBatchNorm {
-		m, notes, err := finalize.FoldBatchNorm(u.Model)
-		if err != nil {
-			return err
-		}
-		u.ownsModel = u.ownsModel || m != u.Model
-		u.Model, folded = m, notes
+	if u.Prepare.KeepBatchNorm {
+		return nil
+	}
+	m, notes, err := finalize.FoldBatchNorm(u.Model)
+	if err != nil {
+		return err
+	}
+	u.ownsModel = u.ownsModel || m != u.Model
+	u.Model = m
+	u.Plan.Notes = append(u.Plan.Notes, notes...)
+	return nil
+}
+
+func preparePass(ctx context.Context, u *Unit) error {
+	if u.Config == nil {
+		return errors.New("no quantization config")
 	}
 	if err := runWeightAlgorithms(u); err != nil {
 		return err
@@ -212,7 +254,7 @@ func preparePass(ctx context.Context, u *Unit) error {
 	if err != nil {
 		return err
 	}
-	plan.Notes = append(folded, plan.Notes...)
+	plan.Notes = append(slices.Clone(u.Plan.Notes), plan.Notes...)
 	if u.Palette != nil {
 		pres, err := config.ResolvePalettization(u.Palette, u.Model.Graph)
 		if err != nil {
@@ -253,11 +295,8 @@ func calibratePass(ctx context.Context, u *Unit) error {
 	return nil
 }
 
-func finalizePass(ctx context.Context, u *Unit) error {
-	if err := runDataAlgorithms(ctx, u); err != nil {
-		return err
-	}
-	res, err := finalize.Write(u.Model, u.Plan, u.Stats, u.Write)
+func finalizePass(_ context.Context, u *Unit) error {
+	res, err := finalize.Write(u.Model, u.Plan, u.Write)
 	if err != nil {
 		return err
 	}

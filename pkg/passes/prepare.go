@@ -16,16 +16,6 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// The Plan types are defined in pkg/finalize, which consumes them (the
-// layer rule puts finalize below passes); these aliases are the names the
-// pipeline uses.
-type (
-	Plan       = finalize.Plan
-	TensorPlan = finalize.TensorPlan
-	Skip       = finalize.Skip
-	Params     = finalize.Params
-)
-
 // WeightClipping selects how weight ranges are computed in prepare.
 type WeightClipping uint8
 
@@ -77,7 +67,7 @@ type request struct {
 // tensor, each node left in float listed with a reason, weight qparams
 // computed from the weights.
 func Prepare(m *onnxgraph.Model, res *config.Resolution, opts PrepareOptions) (*Plan, error) {
-	p := &preparer{m: m, g: m.Graph, nodes: m.Graph.AllNodes(), ambiguous: reused(m.Graph), noted: map[string]bool{}, res: res, opts: opts, plan: &Plan{Stage: finalize.Prepared},
+	p := &preparer{m: m, g: m.Graph, nodes: m.Graph.AllNodes(), ambiguous: reused(m.Graph), noted: map[string]bool{}, res: res, opts: opts, plan: &Plan{Stage: Prepared},
 		requests: map[string][]request{}, fused: map[string]bool{}}
 	if err := p.run(); err != nil {
 		return nil, err
@@ -314,7 +304,7 @@ func (p *preparer) planActivations() error {
 			p.note("value %q: %s activations are not supported, only per_tensor (rule %s); left in float", v.Name, first.spec.Granularity.Type, first.rule)
 			continue
 		}
-		t := &TensorPlan{Value: v.Name, Role: finalize.Activation, Spec: first.spec, Rule: first.rule,
+		t := &TensorPlan{Value: v.Name, Role: Activation, Spec: first.spec, Rule: first.rule,
 			FloatType: floatTypeOfDType(p.elemType(v)), Axis: -1}
 		seenNode := map[string]bool{}
 		for _, r := range reqs {
@@ -336,7 +326,7 @@ func (p *preparer) planActivations() error {
 			case r.fixed != nil:
 				t.Fixed = r.fixed
 			case r.kind == opShared && len(prod.Inputs) > 0 && prod.Inputs[0] != nil:
-				if in := p.plan.Tensor(prod.Inputs[0].Name); in != nil && in.Role == finalize.Activation {
+				if in := p.plan.Tensor(prod.Inputs[0].Name); in != nil && in.Role == Activation {
 					root := p.plan.Root(in)
 					t.SharedWith = root.Value
 					if !t.Spec.Equal(root.Spec) {
@@ -494,7 +484,7 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 		return nil
 	}
 	if prev := p.plan.Tensor(v.Name); prev != nil {
-		if prev.Role != finalize.Weight || !prev.Spec.Equal(s) {
+		if prev.Role != Weight || !prev.Spec.Equal(s) {
 			p.note("weight %q: node %q asks for %s (%s) but it is already quantized as %s for %q; one DequantizeLinear serves both",
 				v.Name, n.Name, s, rule, prev.SpecString(), prev.Nodes[0])
 		}
@@ -510,7 +500,7 @@ func (p *preparer) planWeight(n *onnxgraph.Node, v *onnxgraph.Value, s *spec.Qua
 	if err != nil {
 		return fmt.Errorf("%s: weight %q: %w", n, v.Name, err)
 	}
-	tp := &TensorPlan{Value: v.Name, Role: finalize.Weight, Spec: s, Rule: rule, Nodes: []string{n.Name},
+	tp := &TensorPlan{Value: v.Name, Role: Weight, Spec: s, Rule: rule, Nodes: []string{n.Name},
 		FloatType: floatTypeOf(v), Shape: t.Shape, Axis: -1}
 	if g := s.Granularity; g.Type != spec.PerTensor {
 		if g.Axis == nil {
@@ -574,7 +564,7 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 		if err != nil {
 			return nil, err
 		}
-		return &Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: lo, Max: hi}}, nil
+		return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: lo, Max: hi}}, nil
 	}
 	mins, maxs, err := finalize.GroupRanges(data, shape, axis, block)
 	if err != nil {
@@ -600,7 +590,7 @@ func weightParams(data []float32, shape []int, axis, block int, s *spec.Quantiza
 	if err != nil {
 		return nil, err
 	}
-	return &Params{Scales: sc, ZeroPoints: zp, Observed: &finalize.Range{Min: lo, Max: hi}}, nil
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: lo, Max: hi}}, nil
 }
 
 // planBias plans the int32 bias of a Conv/ConvTranspose/Gemm when its
@@ -618,7 +608,7 @@ func (p *preparer) planBias(n *onnxgraph.Node, v *onnxgraph.Value, t *config.Ten
 	why := p.biasBlocker(n, v)
 	if why == "" {
 		in, w := p.plan.Tensor(n.Inputs[0].Name), p.plan.Tensor(n.Inputs[1].Name)
-		tp := &TensorPlan{Value: v.Name, Role: finalize.Bias, Rule: w.Rule, Nodes: []string{n.Name},
+		tp := &TensorPlan{Value: v.Name, Role: Bias, Rule: w.Rule, Nodes: []string{n.Name},
 			FloatType: floatTypeOf(v), Input: in.Value, Weight: w.Value, Axis: -1}
 		if t.Spec != nil {
 			tp.Rule = t.Rule
@@ -654,14 +644,14 @@ func (p *preparer) biasBlocker(n *onnxgraph.Node, v *onnxgraph.Value) string {
 		return "no weight"
 	}
 	in := p.plan.Tensor(n.Inputs[0].Name)
-	if in == nil || in.Role != finalize.Activation {
+	if in == nil || in.Role != Activation {
 		return "the input is not quantized"
 	}
 	if r := p.plan.Root(in); !r.Spec.DType.IsInteger() {
 		return "the input is not integer-quantized"
 	}
 	w := p.plan.Tensor(n.Inputs[1].Name)
-	if w == nil || w.Role != finalize.Weight {
+	if w == nil || w.Role != Weight {
 		return "the weight is not quantized"
 	}
 	if !w.Spec.DType.IsInteger() {
@@ -702,7 +692,7 @@ func (p *preparer) shareConcat() {
 				continue
 			}
 			in := p.plan.Tensor(v.Name)
-			if in == nil || in.Role != finalize.Activation {
+			if in == nil || in.Role != Activation {
 				continue
 			}
 			root := p.plan.Root(in)

@@ -61,14 +61,14 @@ func randomInputs(m *onnxgraph.Model, seed uint64) map[string]*tensor.Tensor {
 
 // observe runs the float model on a few batches and records the min/max of
 // every planned activation: a minimal calibration for tests.
-func observe(t *testing.T, m *onnxgraph.Model, plan *Plan) finalize.RangeStats {
+func observe(t *testing.T, m *onnxgraph.Model, plan *Plan) RangeStats {
 	t.Helper()
 	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	stats := finalize.RangeStats{}
+	stats := RangeStats{}
 	var names []string
 	for _, tp := range plan.Observed() {
 		names = append(names, tp.Value)
@@ -81,7 +81,7 @@ func observe(t *testing.T, m *onnxgraph.Model, plan *Plan) finalize.RangeStats {
 		r, ok := stats[name]
 		for _, v := range f {
 			if !ok {
-				r, ok = finalize.Range{Min: v, Max: v}, true
+				r, ok = Range{Min: v, Max: v}, true
 			}
 			r.Min, r.Max = min(r.Min, v), max(r.Max, v)
 		}
@@ -113,10 +113,10 @@ func slicesContain(s []string, v string) bool {
 // syntheticStats gives the i-th observed activation (by name) the range
 // [-(1 + i/4), 2 + i/2]: goldens of the written structure must not depend
 // on the engine's floating-point results.
-func syntheticStats(_ context.Context, _ *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
-	st := finalize.RangeStats{}
+func syntheticStats(_ context.Context, _ *onnxgraph.Model, plan *Plan) (Stats, error) {
+	st := RangeStats{}
 	for i, t := range plan.Observed() {
-		st[t.Value] = finalize.Range{Min: -(1 + float32(i)/4), Max: 2 + float32(i)/2}
+		st[t.Value] = Range{Min: -(1 + float32(i)/4), Max: 2 + float32(i)/2}
 	}
 	return st, nil
 }
@@ -130,7 +130,7 @@ func quantize(t *testing.T, m *onnxgraph.Model, preset string, opts PrepareOptio
 		t.Fatal(err)
 	}
 	u := &Unit{Model: m, Config: pc.Quant, Algorithms: pc.Algorithms, Prepare: opts,
-		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		}}
 	if len(synthetic) > 0 && synthetic[0] {

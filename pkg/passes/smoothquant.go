@@ -298,7 +298,7 @@ func reportSmoothed(u *Unit) error {
 			rep := LayerReport{Algorithm: smoothQuantName, Node: layer.Name, OpType: layer.OpType, Measure: "output"}
 			w := s.weights[i]
 			wp := u.Plan.Tensor(w.v.Name)
-			if wp == nil || wp.Role != finalize.Weight || wp.Params == nil {
+			if wp == nil || wp.Role != Weight || wp.Params == nil {
 				rep.Skipped = fmt.Sprintf("smoothed, but weight %q is not quantized: no figures", w.v.Name)
 				u.Layers = append(u.Layers, rep)
 				continue

@@ -12,7 +12,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -81,7 +80,7 @@ func quantizeSmooth(t *testing.T, alg string, threads int) *Unit {
 		t.Fatal(err)
 	}
 	u := &Unit{Model: smoothModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
-		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (finalize.Stats, error) {
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		},
 		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(61, 40, smoothFeatures), BatchSize: 8}}

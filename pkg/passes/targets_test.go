@@ -11,7 +11,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/config"
-	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 )
 
@@ -36,13 +35,13 @@ func prepareForTarget(t *testing.T, m *onnxgraph.Model, target *config.Target, c
 // the planned tensors by role, and by op type the nodes left in float
 // with the first node's reason.
 func placementSummary(u *Unit, target string) string {
-	roles := map[finalize.Role]int{}
+	roles := map[Role]int{}
 	for _, tp := range u.Plan.Tensors {
 		roles[tp.Role]++
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "target %s: activations %d, weights %d, biases %d\n", target,
-		roles[finalize.Activation], roles[finalize.Weight], roles[finalize.Bias])
+		roles[Activation], roles[Weight], roles[Bias])
 	type group struct {
 		n     int
 		first string

@@ -1,12 +1,8 @@
-// Package finalize writes the quantized model: it turns a Plan (one entry
-// per quantization point, with qparams) into a new ONNX model with integer
-// initializers, QuantizeLinear/DequantizeLinear nodes and the opset and IR
-// version the content needs. It is the only package that edits a model.
-//
-// The Plan types live here rather than in pkg/passes because the layer rule
-// of DESIGN.md §3 puts passes above finalize and Write consumes the Plan;
-// pkg/passes re-exports them and is the package that fills them in.
-package finalize
+// Package plan holds the Plan: every quantization point of a model with
+// its spec and qparams, the nodes left in float and the notes on decisions.
+// The passes fill it in, one stage after another; finalize writes what it
+// says. It sits below both so that neither owns the other's data.
+package plan
 
 import (
 	"encoding/json"
@@ -56,10 +52,13 @@ const (
 	Inspected
 	Prepared
 	Calibrated
+	// QParamsDecided: every tensor has its scales and zero points (its
+	// group root's when shared), biases included.
+	QParamsDecided
 	Finalized
 )
 
-var stageNames = [...]string{"none", "inspected", "prepared", "calibrated", "finalized"}
+var stageNames = [...]string{"none", "inspected", "prepared", "calibrated", "qparams", "finalized"}
 
 func (s Stage) String() string {
 	if int(s) < len(stageNames) {
@@ -142,7 +141,8 @@ type TensorPlan struct {
 	// BiasBeta is Gemm's beta, folded into the quantized bias (0 or 1: none).
 	BiasBeta float32 `json:"bias_beta,omitempty"`
 	// Params are the qparams: set in prepare for weights and fixed ranges,
-	// from calibration for activations, at write time for biases.
+	// by the qparams pass for calibrated activations and biases (which may
+	// enlarge a weight's scales); nil on a tensor sharing its root's.
 	Params *Params `json:"params,omitempty"`
 }
 

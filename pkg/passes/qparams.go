@@ -1,0 +1,237 @@
+package passes
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/spec"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// Stats supplies the qparams of calibrated activations.
+type Stats interface {
+	// ActivationParams returns the qparams of the activation t (a group
+	// root without a fixed range) under t.Spec, with the observed range.
+	ActivationParams(t *TensorPlan) (*Params, error)
+}
+
+// MomentStats are calibration statistics that hold the second moments of
+// activations: palettization weighs each weight's error by its input
+// channel's moment when they do (data-aware mode).
+type MomentStats interface {
+	// SecondMoments is E[x²] per channel of an activation, nil when the
+	// statistics have none for it.
+	SecondMoments(value string) []float32
+}
+
+// RangeStats are observed [min, max] ranges by value name; their qparams
+// are spec.QParams of the range.
+type RangeStats map[string]Range
+
+// ActivationParams implements Stats.
+func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
+	rg, ok := r[t.Value]
+	if !ok {
+		return nil, fmt.Errorf("no calibration range for activation %q", t.Value)
+	}
+	return paramsOfRange(t.Spec, rg)
+}
+
+func paramsOfRange(s *spec.QuantizationSpec, rg Range) (*Params, error) {
+	sc, zp, err := s.QParams([]float32{rg.Min}, []float32{rg.Max})
+	if err != nil {
+		return nil, err
+	}
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
+}
+
+func qparamsPass(_ context.Context, u *Unit) error {
+	return DecideQParams(u.Model, u.Plan, u.Stats)
+}
+
+// DecideQParams sets every scale and zero point the plan writes, so that
+// finalize only writes what the plan says: activations from stats (nil
+// when the plan has none to calibrate) or their fixed range, biases by the
+// int32 rule (input scale × weight scale, enlarging the weight scale of a
+// channel whose bias would overflow int32 rather than saturating the bias),
+// and weights with float8e8m0 scales rounded to the stored powers of two
+// first, so that a bias's scale is the product of the scales stored.
+// Weights keep the params prepare gave them otherwise; tensors sharing
+// qparams keep none of their own (Plan.Root holds them). The second moments
+// of palettized weights' inputs, when stats has them, go to the palettes.
+// It may run again on its own result and changes nothing then.
+func DecideQParams(m *onnxgraph.Model, p *Plan, stats Stats) error {
+	var missing []string
+	for _, t := range p.Tensors {
+		if t.Role == Bias || t.SharedWith != "" || t.Params != nil {
+			continue
+		}
+		switch {
+		case t.Fixed != nil:
+			q, err := paramsOfRange(t.Spec, *t.Fixed)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Value, err)
+			}
+			t.Params = q
+		case t.Role == Activation && stats != nil:
+			q, err := stats.ActivationParams(t)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Value, err)
+			}
+			t.Params = q.Clone()
+		default:
+			missing = append(missing, t.Value)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		more := ""
+		if len(missing) > 5 {
+			more = fmt.Sprintf(" and %d more", len(missing)-5)
+			missing = missing[:5]
+		}
+		return fmt.Errorf("no qparams for %q%s: activations need calibration statistics (run calibrate, or use a weight-only preset)", missing, more)
+	}
+	for _, t := range p.Tensors {
+		if t.SharedWith == "" {
+			continue
+		}
+		root := p.Root(t)
+		if root == nil || root.SharedWith != "" {
+			return fmt.Errorf("tensor %q: shares qparams with %q, which is not planned", t.Value, t.SharedWith)
+		}
+		if !root.Spec.Equal(t.Spec) {
+			return fmt.Errorf("tensor %q: shares qparams with %q but has spec %s, not %s", t.Value, root.Value, t.Spec, root.Spec)
+		}
+	}
+	for _, t := range p.Tensors {
+		if t.Role == Weight && t.SharedWith == "" && t.Spec.ScaleDType == spec.Float8E8M0FNU {
+			// The codes, and a bias's scale, must be computed with the
+			// scale as stored.
+			q := t.Params.Clone()
+			for i, s := range q.Scales {
+				q.Scales[i] = storedScale(t.Spec, s)
+			}
+			t.Params = q
+		}
+	}
+	if err := decideBiases(m, p); err != nil {
+		return err
+	}
+	if ms, ok := stats.(MomentStats); ok {
+		for _, pp := range p.Palettes {
+			if pp.Input != "" {
+				pp.InputMoments = ms.SecondMoments(pp.Input)
+			}
+		}
+	}
+	return nil
+}
+
+// DecidedCopy returns a copy of p with its qparams decided, for a caller
+// that writes a variant of the plan (an algorithm before the qparams pass,
+// a candidate of the accuracy search); p is left as it is.
+func DecidedCopy(m *onnxgraph.Model, p *Plan, stats Stats) (*Plan, error) {
+	c := &Plan{Stage: p.Stage, Skipped: p.Skipped, Notes: slices.Clone(p.Notes)}
+	for _, t := range p.Tensors {
+		tc := *t
+		if err := c.Add(&tc); err != nil {
+			return nil, err
+		}
+	}
+	for _, pp := range p.Palettes {
+		pc := *pp
+		c.Palettes = append(c.Palettes, &pc)
+	}
+	if err := DecideQParams(m, c, stats); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decideBiases sets each bias's int32 params as input scale × weight
+// scale, first enlarging the weight scale of a channel whose bias would
+// overflow int32, with a note.
+func decideBiases(m *onnxgraph.Model, p *Plan) error {
+	for _, t := range p.Tensors {
+		if t.Role != Bias {
+			continue
+		}
+		in, wt := p.Tensor(t.Input), p.Tensor(t.Weight)
+		if in == nil || wt == nil {
+			return fmt.Errorf("bias %q: input %q or weight %q is not planned", t.Value, t.Input, t.Weight)
+		}
+		ip, wroot := p.Root(in).Params, p.Root(wt)
+		wp := wroot.Params
+		if len(ip.Scales) != 1 {
+			return fmt.Errorf("bias %q: input %q is not quantized per tensor", t.Value, t.Input)
+		}
+		bv := constantIn(m, t.Value)
+		if bv == nil {
+			return fmt.Errorf("bias %q: not a constant of the model", t.Value)
+		}
+		b, _, err := constFloats(m, bv)
+		if err != nil {
+			return fmt.Errorf("bias %q: %w", t.Value, err)
+		}
+		beta := t.BiasBeta
+		if beta == 0 {
+			beta = 1
+		}
+		sIn := float64(ip.Scales[0])
+		owned := false
+		for c, v := range b {
+			j := c % len(wp.Scales)
+			need := math.Abs(float64(v)*float64(beta)) / (sIn * math.MaxInt32)
+			if float64(wp.Scales[j]) < need {
+				if !owned {
+					// The plan's params may be shared with another plan
+					// (a sub-plan of a sensitivity run): change a copy.
+					wp, owned = wp.Clone(), true
+					wroot.Params = wp
+				}
+				old := wp.Scales[j]
+				wp.Scales[j] = storedScale(wroot.Spec, math.Nextafter32(float32(need), float32(math.Inf(1))))
+				p.Notes = append(p.Notes, fmt.Sprintf("weight %q: scale %d enlarged from %g to %g so that bias %q fits int32",
+					t.Weight, j, old, wp.Scales[j], t.Value))
+			}
+		}
+		scales := make([]float32, len(b))
+		for c := range b {
+			// float32 product, as a runtime fusing the bias recomputes it.
+			scales[c] = ip.Scales[0] * wp.Scales[c%len(wp.Scales)]
+		}
+		if t.Axis < 0 && len(scales) > 0 {
+			scales = scales[:1]
+		}
+		t.Params = &Params{Scales: scales, ZeroPoints: make([]int32, len(scales))}
+	}
+	return nil
+}
+
+// constantIn returns the constant called name in whichever graph of m
+// holds it (a bias may be a subgraph's), nil when none does.
+func constantIn(m *onnxgraph.Model, name string) *onnxgraph.Value {
+	if v := m.Graph.Value(name); v != nil && v.Const != nil {
+		return v
+	}
+	for _, g := range m.Graph.Graphs()[1:] {
+		if v := g.Value(name); v != nil && v.Const != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// storedScale is scale s as a weight of spec ws stores it: a float8e8m0
+// scale rounded up to its power of two (up, so that an enlarged scale
+// still fits its bias), others as they are.
+func storedScale(ws *spec.QuantizationSpec, s float32) float32 {
+	if ws.ScaleDType != spec.Float8E8M0FNU {
+		return s
+	}
+	return tensor.Float8E8M0ToFloat32(tensor.Float32ToFloat8E8M0(s, true, tensor.E8M0Up))
+}
