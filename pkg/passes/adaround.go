@@ -200,23 +200,9 @@ func adaLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.AdaRound) (*adaLayer, st
 	if n.Domain != "" || len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil || len(n.Outputs) == 0 {
 		return nil, "", nil
 	}
-	wv := n.Inputs[1]
-	tp := u.Plan.Tensor(wv.Name)
-	if tp == nil || tp.Role != Weight || tp.Params == nil || !wv.IsConst() {
-		return nil, "", nil
-	}
-	_, intGrid := tp.Spec.IntGrid()
-	switch {
-	case cfg.Excludes(n.Name):
-		return nil, fmt.Sprintf("excluded by %s", cfg.Rule.Location()), nil
-	case !intGrid:
-		return nil, fmt.Sprintf("weight spec %s is not an integer grid", tp.Spec), nil
-	case n.OpType == "Gemm" && n.Attr("transA") != nil && n.Attr("transA").GetI() != 0:
-		return nil, "Gemm with transA", nil
-	case len(tp.Nodes) != 1 || len(wv.Consumers) != 1:
-		return nil, "the weight is shared by several nodes", nil
-	case initializerIndex(u.Model, wv) < 0 || tensor.DType(wv.Const.GetDataType()) != tensor.Float:
-		return nil, "the weight is not a float32 initializer", nil
+	wv, tp, why := roundableWeight(u, n, adaroundAlgorithmName, &cfg.AlgorithmCommon)
+	if tp == nil {
+		return nil, why, nil
 	}
 	w, shape, err := constFloats(u.Model, wv)
 	if err != nil {
@@ -402,12 +388,7 @@ func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLay
 		}
 		l.stride, l.pos, l.samplePos = 0, 0, 0
 	}
-	total := d.Source.Samples()
-	for _, c := range []int{d.Samples, cfg.Samples} {
-		if c > 0 {
-			total = min(total, c)
-		}
-	}
+	total := d.sampleCount(cfg.Samples)
 	bs := max(d.BatchSize, 1)
 	for start := 0; start < total; start += bs {
 		if err := ctx.Err(); err != nil {

@@ -139,6 +139,18 @@ func setConst(m *onnxgraph.Model, v *onnxgraph.Value, data []float32, shape []in
 	return nil
 }
 
+// sampleCount is how many samples an algorithm reads: the source's, at
+// most d.Samples and limit where they are set (> 0).
+func (d *AlgorithmData) sampleCount(limit int) int {
+	total := d.Source.Samples()
+	for _, c := range []int{d.Samples, limit} {
+		if c > 0 {
+			total = min(total, c)
+		}
+	}
+	return total
+}
+
 // forEachBatch runs the float model on the algorithm data, at most
 // samples samples, tapping the named values, and calls after at the end
 // of each batch.
@@ -148,12 +160,7 @@ func (d *AlgorithmData) forEachBatch(ctx context.Context, m *onnxgraph.Model, sa
 		return err
 	}
 	defer s.Close()
-	total := d.Source.Samples()
-	for _, cap := range []int{d.Samples, samples} {
-		if cap > 0 {
-			total = min(total, cap)
-		}
-	}
+	total := d.sampleCount(samples)
 	bs := max(d.BatchSize, 1)
 	for start := 0; start < total; start += bs {
 		if err := ctx.Err(); err != nil {

@@ -183,31 +183,47 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	return nil
 }
 
+// roundableWeight is n's weight (input 1) when a rounding algorithm
+// (GPTQ, AdaRound) may rewrite it: a float32 initializer of n alone,
+// quantized on an integer grid, in the main graph, not excluded by the
+// algorithm's settings. Otherwise tp is nil and why says why ("" when n
+// has no quantized constant weight at all).
+func roundableWeight(u *Unit, n *onnxgraph.Node, algorithm string, cfg *config.AlgorithmCommon) (wv *onnxgraph.Value, tp *TensorPlan, why string) {
+	wv = n.Inputs[1]
+	tp = u.Plan.Tensor(wv.Name)
+	if tp == nil || tp.Role != Weight || tp.Params == nil || !wv.IsConst() {
+		return nil, nil, ""
+	}
+	_, intGrid := tp.Spec.IntGrid()
+	switch {
+	case n.Graph.Owner != nil:
+		why = fmt.Sprintf("inside the subgraph of %s: %s works on the main graph's layers only", n.Graph.Owner, algorithm)
+	case cfg.Excludes(n.Name):
+		why = fmt.Sprintf("excluded by %s", cfg.Rule.Location())
+	case !intGrid:
+		why = fmt.Sprintf("weight spec %s is not an integer grid", tp.Spec)
+	case n.OpType == "Gemm" && n.Attr("transA") != nil && n.Attr("transA").GetI() != 0:
+		why = "Gemm with transA"
+	case len(tp.Nodes) != 1 || len(wv.Consumers) != 1:
+		why = "the weight is shared by several nodes"
+	case initializerIndex(u.Model, wv) < 0 || tensor.DType(wv.Const.GetDataType()) != tensor.Float:
+		why = "the weight is not a float32 initializer"
+	default:
+		return wv, tp, ""
+	}
+	return nil, nil, why
+}
+
 // gptqLayerOf returns n as a GPTQ layer, or why it is not one ("" for
 // nodes the algorithm does not apply to at all).
 func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, string, error) {
 	if n.Domain != "" || (n.OpType != "MatMul" && n.OpType != "Gemm") || len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
 		return nil, "", nil
 	}
-	wv := n.Inputs[1]
-	tp := u.Plan.Tensor(wv.Name)
-	if tp == nil || tp.Role != Weight || tp.Params == nil || !wv.IsConst() {
-		return nil, "", nil
-	}
-	_, intGrid := tp.Spec.IntGrid()
+	wv, tp, why := roundableWeight(u, n, gptqAlgorithmName, &cfg.AlgorithmCommon)
 	switch {
-	case n.Graph.Owner != nil:
-		return nil, fmt.Sprintf("inside the subgraph of %s: %s works on the main graph's layers only", n.Graph.Owner, gptqAlgorithmName), nil
-	case cfg.Excludes(n.Name):
-		return nil, fmt.Sprintf("excluded by %s", cfg.Rule.Location()), nil
-	case !intGrid:
-		return nil, fmt.Sprintf("weight spec %s is not an integer grid", tp.Spec), nil
-	case n.OpType == "Gemm" && n.Attr("transA") != nil && n.Attr("transA").GetI() != 0:
-		return nil, "Gemm with transA", nil
-	case len(tp.Nodes) != 1 || len(wv.Consumers) != 1:
-		return nil, "the weight is shared by several nodes", nil
-	case initializerIndex(u.Model, wv) < 0 || tensor.DType(wv.Const.GetDataType()) != tensor.Float:
-		return nil, "the weight is not a float32 initializer", nil
+	case tp == nil:
+		return nil, why, nil
 	case u.roundedWeights[wv.Name] != nil:
 		return nil, "already rounded by adaround", nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/plan"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
 
 // The Plan the passes fill in is defined in pkg/plan, below finalize,
@@ -161,6 +162,12 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 			return nil, fmt.Errorf("unknown pass %q (passes: %v)", n, PassNames())
 		}
 	}
+	// The passes' garbage is large and pointer-free (a weight decoded,
+	// its codes, an activation batch), so a narrow headroom costs little
+	// collection work and keeps the peak near the live heap: a 1.26 G
+	// parameter decoder quantized to 4 bits peaks at about 1.2 GB instead
+	// of 1.5.
+	defer runtime.BatchGC()()
 	var timings []Timing
 	for _, p := range Pipeline {
 		stage := StageNone

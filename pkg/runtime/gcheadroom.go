@@ -15,7 +15,9 @@ const batchGCPercent = 25
 // all of that between collections: quantizing resnet18 at batch 32 on 128
 // samples peaked at 1.0–1.2 GB of RSS with about 520 MB live. The runs
 // themselves allocate little beside the arena, so collecting at a quarter
-// of the live heap instead costs few extra collections. The limit follows
+// of the live heap instead costs few extra collections. The pipeline's
+// passes (passes.Run) run under it too, for the same reason: their garbage
+// is large and pointer-free. The limit follows
 // the live heap as it grows; a lower setting (GOGC, debug.SetGCPercent)
 // and GOGC=off are left as they are.
 func BatchGC() (restore func()) {
