@@ -168,3 +168,18 @@ func returnSum(acc [2]VecVirtual) {
 	Store(hx, ReturnIndex(0))
 	RET()
 }
+
+// expBiasAndSign broadcasts the float32 exponent bias (127), which the
+// e^x emission adds to build 2^n, and the sign bit, which the row kernels
+// strip or flip.
+func expBiasAndSign() (bias, sign VecVirtual) {
+	t32 := GP32()
+	bias, sign = YMM(), YMM()
+	MOVL(U32(127), t32)
+	VMOVD(t32, bias.AsX())
+	VPBROADCASTD(bias.AsX(), bias)
+	MOVL(U32(0x80000000), t32)
+	VMOVD(t32, sign.AsX())
+	VPBROADCASTD(sign.AsX(), sign)
+	return bias, sign
+}
