@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -243,18 +242,7 @@ func TestAdaRoundNeverRaisesReconstructionError(t *testing.T) {
 // TestAdaRoundDeterministic checks byte-identical models across runs and
 // thread counts.
 func TestAdaRoundDeterministic(t *testing.T) {
-	var outs [][]byte
-	for _, threads := range []int{1, 3, 1} {
-		u := quantizeAdaRound(t, "algorithms:\n  adaround: {iterations: 50}\n", threads)
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, b)
-	}
-	for i := 1; i < len(outs); i++ {
-		if !bytes.Equal(outs[0], outs[i]) {
-			t.Fatalf("run %d wrote a different model", i)
-		}
-	}
+	sameModelAcrossThreads(t, func(threads int) *Unit {
+		return quantizeAdaRound(t, "algorithms:\n  adaround: {iterations: 50}\n", threads)
+	})
 }

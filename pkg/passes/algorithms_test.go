@@ -308,10 +308,8 @@ func TestAlgorithmsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outs [][]byte
-	for _, threads := range []int{1, 3, 1} {
-		m := cleModel(t)
-		u := &Unit{Model: m, Config: cfg.Quant, Algorithms: cfg.Algorithms,
+	sameModelAcrossThreads(t, func(threads int) *Unit {
+		u := &Unit{Model: cleModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
 			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 				return observe(t, m, plan), nil
 			},
@@ -319,7 +317,17 @@ func TestAlgorithmsDeterministic(t *testing.T) {
 		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
+		return u
+	})
+}
+
+// sameModelAcrossThreads fails unless quantize writes byte-identical
+// models at 1, 3 and again 1 engine threads.
+func sameModelAcrossThreads(t *testing.T, quantize func(threads int) *Unit) {
+	t.Helper()
+	var outs [][]byte
+	for _, threads := range []int{1, 3, 1} {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(quantize(threads).Result.Model.Proto)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,11 @@
 package passes
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
@@ -162,18 +159,7 @@ func TestSmoothQuant(t *testing.T) {
 // TestSmoothQuantDeterministic checks byte-identical models across runs
 // and thread counts.
 func TestSmoothQuantDeterministic(t *testing.T) {
-	var outs [][]byte
-	for _, threads := range []int{1, 3, 1} {
-		u := quantizeSmooth(t, "algorithms:\n  smoothquant: true\n", threads)
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, b)
-	}
-	for i := 1; i < len(outs); i++ {
-		if !bytes.Equal(outs[0], outs[i]) {
-			t.Fatalf("run %d wrote a different model", i)
-		}
-	}
+	sameModelAcrossThreads(t, func(threads int) *Unit {
+		return quantizeSmooth(t, "algorithms:\n  smoothquant: true\n", threads)
+	})
 }
