@@ -2,6 +2,7 @@ package quant
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -100,6 +101,60 @@ func (l Layout) Each(n int, fn func(i, g int)) {
 		}
 	}
 }
+
+// EachParallel is Each with the work shared among up to workers
+// goroutines, for large tensors: fn is called once per element, in no
+// particular order, and must only write what belongs to element i. Runs of
+// elements that share a group (or a row of blocks) stay on one goroutine.
+func (l Layout) EachParallel(n, workers int, fn func(i, g int)) {
+	rows, width := 1, n // per tensor: one run, cut anywhere
+	if l.axis >= 0 {
+		if l.dim == 0 || l.inner == 0 {
+			return
+		}
+		rows, width = n/l.inner, l.inner
+	}
+	if workers <= 1 || n < parallelElements {
+		l.Each(n, fn)
+		return
+	}
+	if l.axis < 0 {
+		rows, width = workers, (n+workers-1)/workers
+	}
+	per := (rows + workers - 1) / workers
+	var wg sync.WaitGroup
+	for r0 := 0; r0 < rows; r0 += per {
+		wg.Add(1)
+		go func(r0, r1 int) {
+			defer wg.Done()
+			for r := r0; r < r1; r++ {
+				base := r * width
+				switch {
+				case l.axis < 0:
+					for i := base; i < min(base+width, n); i++ {
+						fn(i, 0)
+					}
+				case l.block > 0:
+					o, a := r/l.dim, r%l.dim
+					g := (o*l.nb + a/l.block) * l.inner
+					for j := range l.inner {
+						fn(base+j, g+j)
+					}
+				default:
+					a := r % l.dim
+					for j := range l.inner {
+						fn(base+j, a)
+					}
+				}
+			}
+		}(r0, min(r0+per, rows))
+	}
+	wg.Wait()
+}
+
+// parallelElements is the size from which EachParallel shares the work:
+// below it, starting goroutines costs more than it saves.
+const parallelElements = 1 << 18
 
 // check fails when scales or the zero point do not have one value per
 // group, or n elements do not fill whole rows of the axis.

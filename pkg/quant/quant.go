@@ -25,6 +25,7 @@ package quant
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -166,7 +167,7 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 		if store == nil {
 			return nil, fmt.Errorf("cannot quantize to %s", dt)
 		}
-		l.Each(len(x), func(i, g int) {
+		l.EachParallel(len(x), runtime.GOMAXPROCS(0), func(i, g int) {
 			var z int64
 			if zps != nil {
 				z = zps[g]
@@ -184,7 +185,7 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 	}
 	// The values first, then the whole tensor through the codec.
 	v := make([]float32, len(x))
-	l.Each(len(x), func(i, g int) {
+	l.EachParallel(len(x), runtime.GOMAXPROCS(0), func(i, g int) {
 		var z float32
 		if zps != nil {
 			z = zps[g]

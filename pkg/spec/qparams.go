@@ -3,6 +3,8 @@ package spec
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/coreaiq/coreaiq/pkg/quant"
 )
@@ -52,8 +54,6 @@ func (s *QuantizationSpec) QParams(mins, maxs []float32) (scales []float32, zero
 	if !s.DType.IsData() {
 		return nil, nil, fmt.Errorf("qparams: dtype %s cannot hold quantized data", s.DType)
 	}
-	scales = make([]float32, len(mins))
-	zeroPoints = make([]int32, len(mins))
 	for i := range mins {
 		lo, hi := mins[i], maxs[i]
 		if isNaNOrInf(lo) || isNaNOrInf(hi) {
@@ -62,8 +62,32 @@ func (s *QuantizationSpec) QParams(mins, maxs []float32) (scales []float32, zero
 		if lo > hi {
 			return nil, nil, fmt.Errorf("qparams: range %d has min %g > max %g", i, lo, hi)
 		}
-		scales[i], zeroPoints[i] = s.qparam(lo, hi)
 	}
+	scales = make([]float32, len(mins))
+	zeroPoints = make([]int32, len(mins))
+	fill := func(from, to int) {
+		for i := from; i < to; i++ {
+			scales[i], zeroPoints[i] = s.qparam(mins[i], maxs[i])
+		}
+	}
+	// A 4-bit weight of a large decoder has millions of blocks: their
+	// qparams are independent, so they are shared among the cores.
+	const parallelRanges = 1 << 16
+	workers := runtime.GOMAXPROCS(0)
+	if len(mins) < parallelRanges || workers == 1 {
+		fill(0, len(mins))
+		return scales, zeroPoints, nil
+	}
+	per := (len(mins) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for from := 0; from < len(mins); from += per {
+		wg.Add(1)
+		go func(from, to int) {
+			defer wg.Done()
+			fill(from, to)
+		}(from, min(from+per, len(mins)))
+	}
+	wg.Wait()
 	return scales, zeroPoints, nil
 }
 
