@@ -175,3 +175,15 @@ func boolTensor(v bool) *onnxpb.TensorProto {
 
 func strPtr(s string) *string { return &s }
 func int64Ptr(v int64) *int64 { return &v }
+
+// ConvBias is Conv(x, W, B) with one input channel and two output
+// channels, W = [0.5, -1] and the bias given: the smallest model with an
+// int32 bias, for the tests of the bias rule.
+func ConvBias(bias []float32) *Builder {
+	b := New("bias", 13)
+	b.Input("x", tensor.Float, 1, 1, 2, 2).Output("y", tensor.Float, 1, 2, 2, 2)
+	b.Init("W", []int64{2, 1, 1, 1}, []float32{0.5, -1})
+	b.Init("B", []int64{2}, bias)
+	b.Node("Conv", "conv", []string{"x", "W", "B"}, []string{"y"})
+	return b
+}

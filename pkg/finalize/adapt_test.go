@@ -1,7 +1,6 @@
 package finalize
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -13,27 +12,12 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
-
-// runModel runs m with the built-in engine.
-func runModel(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
-	t.Helper()
-	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	out, err := s.Run(context.Background(), in, runtime.RunOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // randomInputs fills every float input of m (static shape; symbolic dims
 // take batch) with values in [-4, 4).
@@ -306,7 +290,7 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 				return
 			}
 			in := randomInputs(t, m, 3, 1)
-			sameOutputs(t, runModel(t, m, in), runModel(t, r, in), 0)
+			sameOutputs(t, enginetest.Run(t, m, in), enginetest.Run(t, r, in), 0)
 		})
 	}
 }
@@ -370,14 +354,14 @@ func TestRaiseOpsetSharedModels(t *testing.T) {
 			per := tensor.NumElements(x.Shape[1:])
 			shape := append([]int{tt.batch}, x.Shape[1:]...)
 			in := map[string]*tensor.Tensor{tt.input: tensor.FromFloat32(slices.Clone(x.Float32s()[:tt.batch*per]), shape...)}
-			want := runModel(t, m, in)
+			want := enginetest.Run(t, m, in)
 			for _, to := range tt.to {
 				r, notes, err := RaiseOpset(m, to)
 				if err != nil {
 					t.Fatalf("opset %d: %v", to, err)
 				}
 				t.Logf("opset %d: %q", to, notes)
-				sameOutputs(t, want, runModel(t, r, in), 0)
+				sameOutputs(t, want, enginetest.Run(t, r, in), 0)
 			}
 		})
 	}

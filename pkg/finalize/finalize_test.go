@@ -104,16 +104,10 @@ func TestInt4Packing(t *testing.T) {
 	}
 }
 
-// biasModel is Conv(x, W, B) with one input channel and two output
-// channels, the bias given.
+// biasModel loads testmodels.ConvBias.
 func biasModel(t *testing.T, bias []float32) *onnxgraph.Model {
 	t.Helper()
-	b := testmodels.New("bias", 13)
-	b.Input("x", tensor.Float, 1, 1, 2, 2).Output("y", tensor.Float, 1, 2, 2, 2)
-	b.Init("W", []int64{2, 1, 1, 1}, []float32{0.5, -1})
-	b.Init("B", []int64{2}, bias)
-	b.Node("Conv", "conv", []string{"x", "W", "B"}, []string{"y"})
-	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	m, err := onnxgraph.LoadBytes(testmodels.ConvBias(bias).Bytes(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

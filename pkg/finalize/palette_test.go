@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/plan"
@@ -97,7 +98,7 @@ func TestPaletteReconstruction(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := q.Dequantize()
-			got := runModel(t, r.Model, nil)["y"].Float32s()
+			got := enginetest.Run(t, r.Model, nil)["y"].Float32s()
 			if !slices.Equal(got, want) {
 				t.Fatalf("engine output differs from Dequantize: first %v vs %v", got[:4], want[:4])
 			}

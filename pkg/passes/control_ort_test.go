@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -54,8 +55,8 @@ func controlAgreesInORT(t *testing.T, lib *ort.Library, m, qm *onnxgraph.Model, 
 		return f
 	}
 	for _, input := range []map[string]*tensor.Tensor{mustBatch(t, signSource{m}, 0), mustBatch(t, signSource{m}, 1)} {
-		ref := runGo(t, m, input)
-		goOut := runGo(t, qm, input)
+		ref := enginetest.Run(t, m, input)
+		goOut := enginetest.Run(t, qm, input)
 		exact := runORT(t, lib, qm, input, ortOptions(preset, ort.OptimizeNone))
 		fused := runORT(t, lib, qm, input, ortOptions(preset, ort.OptimizeAll))
 		names := make([]string, 0, len(ref))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 )
@@ -30,7 +31,7 @@ func TestEngineMatMulNBitsMatchesORT(t *testing.T) {
 				nb := writeFormat(t, m, cfg, finalize.FormatORTNBits)
 				in := c.input(m)
 				want := runORT(t, lib, nb, in, ort.SessionOptions{IntraOpThreads: 1})
-				got := runGo(t, nb, in)
+				got := enginetest.Run(t, nb, in)
 				for name, w := range want {
 					a, err := w.AsFloat32()
 					if err != nil {

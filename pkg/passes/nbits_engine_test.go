@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels/llama"
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -80,21 +80,6 @@ func writeFormat(t *testing.T, m *onnxgraph.Model, cfg *config.QuantizerConfig, 
 	return u.Result.Model
 }
 
-// runGo runs m on in with the built-in engine, one thread.
-func runGo(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
-	t.Helper()
-	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatalf("built-in engine: %v", err)
-	}
-	defer s.Close()
-	out, err := s.Run(context.Background(), in, runtime.RunOptions{})
-	if err != nil {
-		t.Fatalf("built-in engine: %v", err)
-	}
-	return out
-}
-
 // TestEngineRunsMatMulNBits: the built-in engine runs the MatMulNBits
 // model coreaiq writes and gets exactly what it gets from the QDQ model of
 // the same weights (the same dequantized weights, the same GEMM).
@@ -114,7 +99,7 @@ func TestEngineRunsMatMulNBits(t *testing.T) {
 					t.Fatal("no MatMulNBits written")
 				}
 				in := c.input(m)
-				want, got := runGo(t, qdq, in), runGo(t, nb, in)
+				want, got := enginetest.Run(t, qdq, in), enginetest.Run(t, nb, in)
 				for name, w := range want {
 					a, err := w.AsFloat32()
 					if err != nil {

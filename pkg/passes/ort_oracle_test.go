@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -207,8 +208,8 @@ func TestORTOracle(t *testing.T) {
 			u = quantizeWithData(t, m, preset, calib, 4, fixedBatch(m, 2), finalize.Options{FP4AsFP8: true})
 		}
 		qm := u.Result.Model
-		ref := runGo(t, u.Model, input)
-		goOut := runGo(t, qm, input)
+		ref := enginetest.Run(t, u.Model, input)
+		goOut := enginetest.Run(t, qm, input)
 		exact := runORT(t, lib, qm, input, ortOptions(preset, ort.OptimizeNone))
 		fused := runORT(t, lib, qm, input, ortOptions(preset, ort.OptimizeAll))
 		names := make([]string, 0, len(goOut))

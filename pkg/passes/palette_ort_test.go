@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -60,8 +61,8 @@ func TestPaletteORTOracle(t *testing.T) {
 			t.Skip("no weight has channels that cluster_dim divides")
 		}
 		qm := u.Result.Model
-		ref := runGo(t, u.Model, input)
-		goOut := runGo(t, qm, input)
+		ref := enginetest.Run(t, u.Model, input)
+		goOut := enginetest.Run(t, qm, input)
 		for _, level := range []ort.Optimization{ort.OptimizeNone, ort.OptimizeAll} {
 			got := runORT(t, lib, qm, input, ort.SessionOptions{IntraOpThreads: 1, Optimization: level})
 			for n, g := range goOut {
@@ -139,7 +140,7 @@ func TestPaletteJoint(t *testing.T) {
 			}
 			input := c.input(m)
 			qm := u.Result.Model
-			goOut := runGo(t, qm, input)
+			goOut := enginetest.Run(t, qm, input)
 			exact := runORT(t, lib, qm, input, ort.SessionOptions{IntraOpThreads: 1, Optimization: ort.OptimizeNone})
 			for n, g := range goOut {
 				gf, err := g.AsFloat32()

@@ -8,6 +8,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -40,7 +41,7 @@ func TestONNXRuntimeAgrees(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := run(t, m, in)
+			want := enginetest.Run(t, m, in)
 			tol := 1e-4
 			if fp16 {
 				tol = 2e-2

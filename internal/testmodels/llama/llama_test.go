@@ -2,31 +2,16 @@ package llama
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
-
-func run(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
-	t.Helper()
-	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	out, err := s.Run(context.Background(), in, runtime.RunOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func load(t *testing.T, c Config) *onnxgraph.Model {
 	t.Helper()
@@ -58,8 +43,8 @@ func TestDecoderRunsAndIsCausal(t *testing.T) {
 	for _, c := range []Config{Tiny(), func() Config { c := Tiny(); c.Tied = true; return c }()} {
 		t.Run(fmt.Sprintf("tied=%v", c.Tied), func(t *testing.T) {
 			m := load(t, c)
-			full := floats(t, run(t, m, map[string]*tensor.Tensor{"input_ids": tensor.FromInt64(ids, 1, len(ids))})["logits"])
-			prefix := floats(t, run(t, m, map[string]*tensor.Tensor{"input_ids": tensor.FromInt64(ids[:3], 1, 3)})["logits"])
+			full := floats(t, enginetest.Run(t, m, map[string]*tensor.Tensor{"input_ids": tensor.FromInt64(ids, 1, len(ids))})["logits"])
+			prefix := floats(t, enginetest.Run(t, m, map[string]*tensor.Tensor{"input_ids": tensor.FromInt64(ids[:3], 1, 3)})["logits"])
 			if len(full) != len(ids)*c.Vocab {
 				t.Fatalf("%d logits, want %d", len(full), len(ids)*c.Vocab)
 			}
@@ -98,15 +83,15 @@ func TestKVCacheMatchesFullRun(t *testing.T) {
 		}
 		return in
 	}
-	full := run(t, m, withIDs(empty, ids))
-	first := run(t, m, withIDs(empty, ids[:n-1]))
+	full := enginetest.Run(t, m, withIDs(empty, ids))
+	first := enginetest.Run(t, m, withIDs(empty, ids[:n-1]))
 	past := map[string]*tensor.Tensor{}
 	for i := range c.Layers {
 		for _, kv := range []string{"key", "value"} {
 			past[fmt.Sprintf("past_key_values.%d.%s", i, kv)] = first[fmt.Sprintf("present.%d.%s", i, kv)]
 		}
 	}
-	step := floats(t, run(t, m, withIDs(past, ids[n-1:]))["logits"])
+	step := floats(t, enginetest.Run(t, m, withIDs(past, ids[n-1:]))["logits"])
 	want := floats(t, full["logits"])[(n-1)*c.Vocab:]
 	for i := range want {
 		if d := math.Abs(float64(step[i] - want[i])); d > 1e-5 {
