@@ -3,6 +3,7 @@ package finalize
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/quant"
@@ -68,7 +69,7 @@ func Quantize(data []float32, shape []int, axis, blockSize int, s *spec.Quantiza
 			return nil, err
 		}
 	}
-	return quant.Quantize(data, shape, l, p.Scales, zp, dt, true)
+	return quant.Quantize(data, shape, l, p.Scales, zp, dt, true, runtime.GOMAXPROCS(0))
 }
 
 // zeroPointTensor builds the zero point tensor of dtype d and shape.

@@ -25,7 +25,6 @@ package quant
 import (
 	"fmt"
 	"math"
-	"runtime"
 
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -152,8 +151,10 @@ func decodeFloat(dt tensor.DType, c uint8) float32 {
 // Quantize quantizes x, a tensor of shape laid out in qparam groups by l,
 // into a new tensor of element type dt, with scales[g] and the zero point
 // zp's element g (zp may be nil: all zero) for group g. saturate applies to
-// narrow float types; integer codes always saturate.
-func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.Tensor, dt tensor.DType, saturate bool) (*tensor.Tensor, error) {
+// narrow float types; integer codes always saturate. workers bounds the
+// goroutines that share a large tensor (EachParallel): 1 for the engine,
+// whose sessions keep to their own thread count; the writer gives all.
+func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.Tensor, dt tensor.DType, saturate bool, workers int) (*tensor.Tensor, error) {
 	if err := l.check(len(x), scales, zp); err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 		if store == nil {
 			return nil, fmt.Errorf("cannot quantize to %s", dt)
 		}
-		l.EachParallel(len(x), runtime.GOMAXPROCS(0), func(i, g int) {
+		l.EachParallel(len(x), workers, func(i, g int) {
 			var z int64
 			if zps != nil {
 				z = zps[g]
@@ -185,7 +186,7 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 	}
 	// The values first, then the whole tensor through the codec.
 	v := make([]float32, len(x))
-	l.EachParallel(len(x), runtime.GOMAXPROCS(0), func(i, g int) {
+	l.EachParallel(len(x), workers, func(i, g int) {
 		var z float32
 		if zps != nil {
 			z = zps[g]

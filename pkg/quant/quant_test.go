@@ -1,7 +1,9 @@
 package quant_test
 
 import (
+	"bytes"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -68,7 +70,7 @@ func TestCasesTensor(t *testing.T) {
 				if z := zeroPoint(c.DType, c.ZeroPoint); z != nil {
 					zp = quanttest.Tensor(c.DType, slices.Repeat([]int64{c.ZeroPoint}, g)...)
 				}
-				q, err := quant.Quantize(x, lc.shape, l, scales, zp, c.DType, !c.NoSaturate)
+				q, err := quant.Quantize(x, lc.shape, l, scales, zp, c.DType, !c.NoSaturate, 1)
 				if err != nil {
 					t.Fatalf("%s: %v", lc.name, err)
 				}
@@ -152,6 +154,42 @@ func TestLayout(t *testing.T) {
 		}
 		if !slices.Equal(each, tt.wantGroups) || !slices.Equal(of, tt.wantGroups) {
 			t.Errorf("%v axis %d block %d: Each %v, Of %v, want %v", tt.shape, tt.axis, tt.block, each, of, tt.wantGroups)
+		}
+	}
+}
+
+// TestQuantizeWorkersAgree: a tensor large enough to be shared among
+// goroutines quantizes to the same codes with 1 and 4 workers, per block
+// (int4) and per channel (float8).
+func TestQuantizeWorkersAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	shape := []int{512, 1024}
+	x := make([]float32, 512*1024)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for _, c := range []struct {
+		dt          tensor.DType
+		axis, block int
+	}{{tensor.Int4, 1, 32}, {tensor.Float8E4M3FN, 0, 0}, {tensor.Uint8, -1, 0}} {
+		l, err := quant.NewLayout(shape, c.axis, c.block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scales := make([]float32, l.Groups())
+		for i := range scales {
+			scales[i] = 0.01 + float32(i%7)*0.003
+		}
+		one, err := quant.Quantize(x, shape, l, scales, nil, c.dt, true, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		four, err := quant.Quantize(x, shape, l, scales, nil, c.dt, true, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(tensor.ByteView(one.Data), tensor.ByteView(four.Data)) {
+			t.Errorf("%s axis %d block %d: 4 workers give other codes than 1", c.dt, c.axis, c.block)
 		}
 	}
 }

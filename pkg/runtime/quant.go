@@ -73,7 +73,7 @@ func buildQuantize(b *builder) (kernel, error) {
 		if err != nil {
 			return nil, err
 		}
-		out, err := quant.Quantize(x, in[0].Shape, l, scale, zp, dt, saturate)
+		out, err := quant.Quantize(x, in[0].Shape, l, scale, zp, dt, saturate, 1)
 		return one(out), err
 	}, nil
 }
