@@ -93,13 +93,6 @@ var avx2Gemm = &gemmArch{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 120, nc: 1024
 		gemm6x16AVX2Ep(kc, a, b, c, ldc, flag(accumulate), bst, flag(relu))
 	}}
 
-func flag(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // gemmArches lists the micro-kernel families this CPU runs, widest first.
 func gemmArches() []*gemmArch {
 	var as []*gemmArch

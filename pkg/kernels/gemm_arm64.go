@@ -20,13 +20,6 @@ func neonTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
 	gemm8x8NEON(kc, a, b, c, ldc, flag(accumulate))
 }
 
-func flag(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // gemmArches lists the micro-kernel families this build runs, widest
 // first: NEON is part of every arm64 CPU (ARMv8-A's Advanced SIMD).
 func gemmArches() []*gemmArch {
