@@ -87,7 +87,7 @@ func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 	}
 	m := u.Model
 	// The float model as it is now: the target every layer matches.
-	float, err := onnxgraph.FromProto(proto.CloneOf(m.Proto), m.Dir)
+	float, err := m.Derive(proto.CloneOf(m.Proto), nil)
 	if err != nil {
 		return err
 	}

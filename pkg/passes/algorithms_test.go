@@ -5,6 +5,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -337,5 +339,49 @@ func sameModelAcrossThreads(t *testing.T, quantize func(threads int) *Unit) {
 		if !bytes.Equal(outs[0], outs[i]) {
 			t.Fatalf("run %d wrote a different model (%d and %d bytes)", i, len(outs[0]), len(outs[i]))
 		}
+	}
+}
+
+// TestAlgorithmsOnLeanLoadedModel runs every weight-changing algorithm on
+// a model file large enough to be loaded lean (its weight left in the
+// file until decoded): an algorithm that rebuilt the model without the
+// loader's store could not read the weight back.
+func TestAlgorithmsOnLeanLoadedModel(t *testing.T) {
+	const k, n = 64, 65 << 10 // a 17 MB weight
+	rng := rand.New(rand.NewPCG(9, 1))
+	w := make([]float32, k*n)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.1)
+	}
+	b := testmodels.New("lean", 17)
+	b.Input("x", tensor.Float, "n", k).Output("y", tensor.Float, "n", n)
+	b.Init("w", []int64{k, n}, w)
+	b.Node("MatMul", "mm", []string{"x", "w"}, []string{"y"})
+	path := filepath.Join(t.TempDir(), "lean.onnx")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []string{"gptq: true", "adaround: {iterations: 2}", "bias_correction: true"} {
+		t.Run(alg, func(t *testing.T) {
+			m, err := onnxgraph.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.InStore(m.Graph.Value("w").Const) {
+				t.Fatal("the weight was not left in the model file: the test no longer covers lean loading")
+			}
+			cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  "+alg+"\n"), "int4.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := &Unit{Model: m, Config: cfg.Quant, Algorithms: cfg.Algorithms,
+				Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+					return observe(t, m, plan), nil
+				},
+				Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: newSampleSource(4, 8, k), BatchSize: 4}}
+			if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
