@@ -14,11 +14,14 @@ import (
 //
 // with zero padding, summing kernel positions in row-major order.
 func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
-	if g.Kernel[0] == 3 && g.Kernel[1] == 3 && g.Dilations[0] == 1 && g.Dilations[1] == 1 && (g.Strides[1] == 1 || g.Strides[1] == 2) {
+	square := g.Kernel[0] == g.Kernel[1] && g.Dilations[0] == 1 && g.Dilations[1] == 1 && (g.Strides[1] == 1 || g.Strides[1] == 2)
+	switch {
+	case square && g.Kernel[0] == 3:
 		depthwise3x3(g, x, w, y, c0, c1, ep)
-		return
+	case square && g.Kernel[0] == 5 && depthwiseAVX512(5, g, x, w, y, c0, c1, ep):
+	default:
+		depthwise2DGeneric(g, x, w, y, c0, c1, ep)
 	}
-	depthwise2DGeneric(g, x, w, y, c0, c1, ep)
 }
 
 // depthwise2DGeneric is Depthwise2D for any window: per output row, each
@@ -65,7 +68,7 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 
 // depthwise3x3 is Depthwise2D for 3×3 kernels without dilation and a
 // column stride of 1 or 2. With AVX-512 and equal strides it runs in
-// depthwise3x3AVX512. Otherwise each channel is copied into a zero-padded
+// depthwiseAVX512. Otherwise each channel is copied into a zero-padded
 // plane so that every output row runs in dwRow3, eight outputs at a time,
 // each accumulated in a register over the kernel positions in row-major
 // order. Either way the taps in the padding add w·0 = ±0, which leaves
@@ -75,7 +78,7 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 // channels with a non-finite weight (where Inf·0 would be NaN) run the
 // generic loop.
 func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
-	if depthwise3x3AVX512(g, x, w, y, c0, c1, ep) {
+	if depthwiseAVX512(3, g, x, w, y, c0, c1, ep) {
 		return
 	}
 	ih, iw := g.In[0], g.In[1]
@@ -94,7 +97,7 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	pad := (*bp)[:hp*wp]
 	clear(pad)
 	var tmp [8]float32
-	depthwise3x3Channels(g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
+	depthwiseFiniteChannels(3, g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
 		for iy := 0; iy < ih; iy++ {
 			copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
 		}
@@ -120,13 +123,13 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	})
 }
 
-// depthwise3x3Channels calls each with the input, output and weight planes
-// of every channel in [c0, c1) whose 3×3 weights are finite; the others
-// run depthwise2DGeneric.
-func depthwise3x3Channels(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, each func(ch int, xc, yc, wc []float32)) {
-	is, os := g.InSize(), g.OutSize()
+// depthwiseFiniteChannels calls each with the input, output and weight
+// planes of every channel in [c0, c1) whose size×size weights are finite;
+// the others run depthwise2DGeneric.
+func depthwiseFiniteChannels(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, each func(ch int, xc, yc, wc []float32)) {
+	is, os, ks := g.InSize(), g.OutSize(), size*size
 	for ch := c0; ch < c1; ch++ {
-		wc := w[ch*9 : ch*9+9]
+		wc := w[ch*ks : (ch+1)*ks]
 		if !allFinite(wc) {
 			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
 			continue

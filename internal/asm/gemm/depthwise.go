@@ -90,19 +90,21 @@ func depthwise(stride, rows int) {
 	RET()
 	// Each stride's plane kernels follow its row kernels.
 	if rows == 3 {
-		depthwisePlane(stride, 16)
-		depthwisePlane(stride, 8)
+		for _, size := range []int{3, 5} {
+			depthwisePlane(size, stride, 16)
+			depthwisePlane(size, stride, 8)
+		}
 	}
 }
 
-// depthwisePlane generates dw3x3s{stride}x{lanes}AVX512, one channel of a
-// 3×3 depthwise convolution whose row and column strides both equal
-// stride, straight from the unpadded input, with the row epilogue applied
-// in registers before the store:
+// depthwisePlane generates dw{size}x{size}s{stride}x{lanes}AVX512, one
+// channel of a size×size depthwise convolution (size 3 or 5) whose row and
+// column strides both equal stride, straight from the unpadded input, with
+// the row epilogue applied in registers before the store:
 //
 //	for oy < oh, ox < ow:
 //	    acc = +0
-//	    for ky, kx < 3: acc = acc + float32(w[3ky+kx] · X[oy·stride − ph + ky][ox·stride − pw + kx])
+//	    for ky, kx < size: acc = acc + float32(w[size·ky+kx] · X[oy·stride − ph + ky][ox·stride − pw + kx])
 //	    v = float32(float32(acc + b)·s) + t
 //	    y[oy·ldy + ox] = v <= thr ? +0 : v
 //
@@ -114,37 +116,49 @@ func depthwise(stride, rows int) {
 // Rows outside the input are read from zero, a row of at least iw zeros.
 // Columns go lanes outputs per vector (16 in ZMM, 8 in YMM for narrow
 // images), nv vectors a row; masks holds eight uint16 per vector of a
-// row: the lane masks of its input loads
-// and, at index 4, of its store. A load lane is set only where its column
-// is inside the input (virtual column pw..pw+iw−1), so no load touches
-// memory outside the rows and the zeroed lanes are the padding. Stride 1
-// loads the columns L·v+kx+j at indexes 0..2 (kx = 0, 1, 2, L = lanes);
-// stride 2 loads 2L·v+j, 2L·v+L+j, 2L·v+1+j and 2L·v+L+1+j at indexes 0..3,
-// the kx = 0 and 1 taps being the evens and odds of the first pair, the
-// kx = 2 taps the odds of the second. VSHUFPS splits them within 128-bit
-// lanes, which leaves the outputs in the same shuffled order for every
-// tap; one VPERMQ per vector restores it before the store.
+// row: the lane masks of its input loads from index 0 and, at index 7, of
+// its store. A load lane is set only where its column is inside the input
+// (virtual column pw..pw+iw−1), so no load touches memory outside the rows
+// and the zeroed lanes are the padding. Stride 1 loads the columns
+// L·v+kx+j (L = lanes) for each kx < size. Stride 2 loads pairs of vectors,
+// columns 2L·v+o+j and 2L·v+L+o+j for o = 0, 2, …, size−1: the evens of a
+// pair are the taps kx = o, the odds the taps kx = o+1. VSHUFPS splits
+// them within 128-bit lanes, which leaves the outputs in the same
+// shuffled order for every tap; one VPERMQ per vector restores it before
+// the store.
 //
 // The rows go in blocks that share their input rows (output rows oy and
-// oy+1 of stride 1 read two common input rows), which also gives the
-// out-of-order core several independent sums to interleave. The masked
-// loads of a row narrower than a vector leave most lanes off, and a load
-// whose off lanes cross into another page is slow (a microcode assist on
-// some cores), hence the YMM kernels for images up to 8 outputs wide.
-func depthwisePlane(stride, lanes int) {
-	name := fmt.Sprintf("dw3x3s%dx%dAVX512", stride, lanes)
+// oy+1 of stride 1 read size−1 common input rows), which also gives the
+// out-of-order core several independent sums to interleave. The 3×3
+// weights stay in registers; the 5×5 ones, too many for them beside the
+// block's sums, are copied to the frame and broadcast from there by each
+// product. The masked loads of a row narrower than a vector leave most
+// lanes off, and a load whose off lanes cross into another page is slow
+// (a microcode assist on some cores), hence the YMM kernels for images up
+// to 8 outputs wide.
+func depthwisePlane(size, stride, lanes int) {
+	name := fmt.Sprintf("dw%dx%ds%dx%dAVX512", size, size, stride, lanes)
 	TEXT(name, NOSPLIT, "func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, b, s, t, thr float32)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes a channel of a 3×3 depthwise convolution, stride %d, %d outputs per vector, with the row epilogue applied before the store.", name, stride, lanes))
-	k := dwKernel{name: name, stride: stride, lanes: lanes, vec: ZMM}
+	Doc(fmt.Sprintf("%s computes a channel of a %d×%d depthwise convolution, stride %d, %d outputs per vector, with the row epilogue applied before the store.", name, size, size, stride, lanes))
+	k := dwKernel{name: name, size: size, stride: stride, lanes: lanes, vec: ZMM}
 	if lanes == 8 {
 		k.vec = YMM
 	}
 	pw := Load(Param("w"), GP64())
-	k.w = make([]VecVirtual, 9)
-	for i := range k.w {
-		k.w[i] = k.vec()
-		VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, k.w[i])
+	if size == 3 {
+		k.w = make([]VecVirtual, size*size)
+		for i := range k.w {
+			k.w[i] = k.vec()
+			VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, k.w[i])
+		}
+	} else {
+		k.wmem = AllocLocal(8 * ((size*size + 1) / 2)) // whole words: oy follows
+		v := GP32()
+		for i := range size * size {
+			MOVL(Mem{Base: pw, Disp: 4 * i}, v)
+			MOVL(v, k.wmem.Offset(4*i))
+		}
 	}
 	bcast := func(p string) VecVirtual {
 		v := k.vec()
@@ -155,19 +169,15 @@ func depthwisePlane(stride, lanes int) {
 	if stride == 2 && lanes == 16 {
 		// VSHUFPS leaves the outputs in the order 0 1 8 9 2 3 10 11 4 5
 		// 12 13 6 7 14 15; this VPERMQ index (of pairs) restores it.
-		idx := GLOBL("dwstride2order", RODATA|NOPTR)
-		for i, p := range []uint64{0, 2, 4, 6, 1, 3, 5, 7} {
-			DATA(8*i, U64(p))
-		}
 		k.order = k.vec()
-		VMOVDQU64(idx, k.order)
+		VMOVDQU64(dwStride2Order(), k.order)
 	}
 	k.oy = AllocLocal(8)
 	MOVQ(U32(0), k.oy)
 	// Blocks of as many rows as the general registers allow (a block
-	// holds a pointer per input row: rows+2 for stride 1, 2·rows+1 for
-	// stride 2), then smaller ones for the last rows.
-	blocks := map[int][]int{1: {4, 3, 2, 1}, 2: {3, 2, 1}}[stride]
+	// holds a pointer per input row, (rows−1)·stride + size), then
+	// smaller ones for the last rows.
+	blocks := map[[2]int][]int{{3, 1}: {4, 3, 2, 1}, {3, 2}: {3, 2, 1}, {5, 1}: {2, 1}, {5, 2}: {1}}[[2]int{size, stride}]
 	for _, rows := range blocks {
 		loop, done := fmt.Sprintf("%s_rows%d", name, rows), fmt.Sprintf("%s_rows%d_done", name, rows)
 		Label(loop)
@@ -184,23 +194,47 @@ func depthwisePlane(stride, lanes int) {
 	RET()
 }
 
+var dwOrder Mem
+
+// dwStride2Order returns the VPERMQ index of the 16-lane stride-2
+// kernels, defined once for all of them.
+func dwStride2Order() Mem {
+	if dwOrder.Symbol.Name == "" {
+		dwOrder = GLOBL("dwstride2order", RODATA|NOPTR)
+		for i, p := range []uint64{0, 2, 4, 6, 1, 3, 5, 7} {
+			DATA(8*i, U64(p))
+		}
+	}
+	return dwOrder
+}
+
 // dwKernel is the state of depthwisePlane shared by its row blocks.
 type dwKernel struct {
-	name          string
-	stride, lanes int
-	vec           func() VecVirtual
-	w             []VecVirtual // the nine weights
-	b, s, t, thr  VecVirtual   // the epilogue
-	order         VecVirtual   // the VPERMQ index of 16-lane stride 2
-	oy            Mem          // the block's first output row
+	name                string
+	size, stride, lanes int
+	vec                 func() VecVirtual
+	w                   []VecVirtual // the 3×3 weights
+	wmem                Mem          // the 5×5 weights, in the frame
+	b, s, t, thr        VecVirtual   // the epilogue
+	order               VecVirtual   // the VPERMQ index of 16-lane stride 2
+	oy                  Mem          // the block's first output row
+}
+
+// mulWeight sets p = w[i]·tap.
+func (k *dwKernel) mulWeight(i int, tap, p VecVirtual) {
+	if k.w != nil {
+		VMULPS(k.w[i], tap, p)
+		return
+	}
+	VMULPS_BCST(k.wmem.Offset(4*i), tap, p)
 }
 
 // block emits output rows oy..oy+rows−1.
 func (k *dwKernel) block(rows int) {
-	stride, bytes := k.stride, 4*k.lanes
+	size, stride, bytes := k.size, k.stride, 4*k.lanes
 	// Input row j of the block is oy·stride − ph + j, or the zero row when
 	// outside [0, ih); each pointer is offset to virtual column 0 (−pw).
-	nin := (rows-1)*stride + 3
+	nin := (rows-1)*stride + size
 	iy := GP64()
 	MOVQ(k.oy, iy)
 	if stride == 2 {
@@ -247,17 +281,20 @@ func (k *dwKernel) block(rows int) {
 
 	loop := fmt.Sprintf("%s_rows%d_vec", k.name, rows)
 	Label(loop)
-	nld := 3
-	if stride == 2 {
-		nld = 4
+	// The loads' offsets in columns: kx for stride 1, the pairs o and
+	// L+o for stride 2.
+	var offs []int
+	for o := 0; o < size; o += stride {
+		offs = append(offs, o)
+		if stride == 2 {
+			offs = append(offs, k.lanes+o)
+		}
 	}
-	kld := make([]OpmaskVirtual, nld)
+	kld := make([]OpmaskVirtual, len(offs))
 	for i := range kld {
 		kld[i] = K()
 		KMOVW(Mem{Base: pm, Disp: 2 * i}, kld[i])
 	}
-	kst := K()
-	KMOVW(Mem{Base: pm, Disp: 8}, kst)
 	acc := make([]VecVirtual, rows)
 	for r := range acc {
 		acc[r] = k.vec()
@@ -265,32 +302,40 @@ func (k *dwKernel) block(rows int) {
 	}
 	for j := 0; j < nin; j++ {
 		at := func(disp int) Mem { return Mem{Base: in[j], Index: xo, Scale: 1, Disp: disp} }
-		taps := make([]VecVirtual, 3)
-		if stride == 1 {
-			for kx := range taps {
-				taps[kx] = k.vec()
-				VMOVUPS_Z(at(4*kx), kld[kx], taps[kx])
-			}
-		} else {
-			a, b, c, d := k.vec(), k.vec(), k.vec(), k.vec()
-			VMOVUPS_Z(at(0), kld[0], a)
-			VMOVUPS_Z(at(bytes), kld[1], b)
-			VMOVUPS_Z(at(4), kld[2], c)
-			VMOVUPS_Z(at(bytes+4), kld[3], d)
-			taps[0], taps[1], taps[2] = k.vec(), k.vec(), k.vec()
-			VSHUFPS(U8(0x88), b, a, taps[0])
-			VSHUFPS(U8(0xDD), b, a, taps[1])
-			VSHUFPS(U8(0xDD), d, c, taps[2])
-		}
-		for kx := range taps {
+		// madd adds tap kx's products to the sums of the block's output
+		// rows that read input row j.
+		madd := func(kx int, tap VecVirtual) {
 			for r := range acc {
 				ky := j - r*stride
-				if ky < 0 || ky > 2 {
+				if ky < 0 || ky >= size {
 					continue
 				}
 				p := k.vec()
-				VMULPS(k.w[3*ky+kx], taps[kx], p)
+				k.mulWeight(size*ky+kx, tap, p)
 				VADDPS(p, acc[r], acc[r])
+			}
+		}
+		ld := func(i int) VecVirtual {
+			v := k.vec()
+			VMOVUPS_Z(at(4*offs[i]), kld[i], v)
+			return v
+		}
+		if stride == 1 {
+			for kx := range size {
+				madd(kx, ld(kx))
+			}
+			continue
+		}
+		for i := 0; i < len(offs); i += 2 {
+			a, b := ld(i), ld(i+1)
+			kx := offs[i]
+			evens := k.vec()
+			VSHUFPS(U8(0x88), b, a, evens)
+			madd(kx, evens)
+			if kx+1 < size {
+				odds := k.vec()
+				VSHUFPS(U8(0xDD), b, a, odds)
+				madd(kx+1, odds)
 			}
 		}
 	}
@@ -309,6 +354,8 @@ func (k *dwKernel) block(rows int) {
 			ADDQ(ldx, p)
 		}
 	}
+	kst := K()
+	KMOVW(Mem{Base: pm, Disp: 14}, kst)
 	q := GP64()
 	MOVQ(po, q)
 	for r, v := range acc {
