@@ -856,11 +856,7 @@ func globalPoolKernel(isMax bool) kernel {
 					o[p] = m
 					continue
 				}
-				var s float64
-				for _, v := range plane {
-					s += float64(v)
-				}
-				o[p] = float32(s / float64(sp))
+				o[p] = float32(kernels.Sum(plane) / float64(sp))
 			}
 		})
 		return one(out), nil
