@@ -17543,6 +17543,67 @@ clip_done:
 	VZEROUPPER
 	RET
 
+// func hardSwishRowAVX2(dst *float32, src *float32, n int, shift float32, lo float32, hi float32, d float32, div bool)
+// Requires: AVX, AVX2, SSE
+TEXT ·hardSwishRowAVX2(SB), NOSPLIT, $0-41
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        shift+24(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        lo+28(FP), X1
+	VBROADCASTSS X1, Y1
+	MOVSS        hi+32(FP), X2
+	VBROADCASTSS X2, Y2
+	MOVSS        d+36(FP), X3
+	VBROADCASTSS X3, Y3
+	MOVB         div+40(FP), BL
+	TESTB        BL, BL
+	JZ           hardswish_mul
+
+hardswish_div:
+	TESTQ     DX, DX
+	JZ        hardswish_div_done
+	VMOVUPS   (CX), Y4
+	VADDPS    Y0, Y4, Y5
+	VMAXPS    Y1, Y5, Y6
+	VMINPS    Y2, Y6, Y6
+	VCMPPS    $0x03, Y5, Y5, Y7
+	VBLENDVPS Y7, Y5, Y6, Y6
+	VMULPS    Y6, Y4, Y6
+	VDIVPS    Y3, Y6, Y6
+	VMOVUPS   Y6, (AX)
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JMP       hardswish_div
+
+hardswish_div_done:
+	VZEROUPPER
+	RET
+
+hardswish_mul:
+hardswish_mul_loop:
+	TESTQ     DX, DX
+	JZ        hardswish_mul_done
+	VMOVUPS   (CX), Y4
+	VADDPS    Y0, Y4, Y5
+	VMAXPS    Y1, Y5, Y6
+	VMINPS    Y2, Y6, Y6
+	VCMPPS    $0x03, Y5, Y5, Y7
+	VBLENDVPS Y7, Y5, Y6, Y6
+	VMULPS    Y6, Y4, Y6
+	VMULPS    Y3, Y6, Y6
+	VMOVUPS   Y6, (AX)
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JMP       hardswish_mul_loop
+
+hardswish_mul_done:
+	VZEROUPPER
+	RET
+
 // func sumRowAVX2(x *float32, n int) float64
 // Requires: AVX, SSE2
 TEXT ·sumRowAVX2(SB), NOSPLIT, $0-24

@@ -284,6 +284,9 @@ func tanhRowAVX2(dst *float32, src *float32, n int)
 // clipRowAVX2 sets dst[j] = min(max(src[j], lo), hi) as Go computes it, for j < n (a multiple of 8) and bounds Clip accepts.
 func clipRowAVX2(dst *float32, src *float32, n int, lo float32, hi float32)
 
+// hardSwishRowAVX2 sets dst[j] = x·clip(x + shift, lo, hi) divided by d (div) or multiplied by it, x = src[j], for j < n (a multiple of 8).
+func hardSwishRowAVX2(dst *float32, src *float32, n int, shift float32, lo float32, hi float32, d float32, div bool)
+
 // sumRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
 func sumRowAVX2(x *float32, n int) float64
 

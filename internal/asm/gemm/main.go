@@ -84,6 +84,7 @@ func main() {
 	sigmoid()
 	tanh()
 	clip()
+	hardSwish()
 	layerNorm()
 	Generate()
 }
