@@ -96,45 +96,65 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	}
 	pad := (*bp)[:hp*wp]
 	clear(pad)
-	var tmp [8]float32
-	depthwiseFiniteChannels(3, g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
-		for iy := 0; iy < ih; iy++ {
-			copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
-		}
-		for oy := 0; oy < oh; oy++ {
-			out := yc[oy*ow : (oy+1)*ow]
-			rows := pad[oy*sh*wp:]
-			if ow < 8 {
-				dwRow3(tmp[:], rows, wp, 3, sw, wc)
-				copy(out, tmp[:])
-				continue
-			}
-			nv := ow &^ 7
-			dwRow3(out[:nv], rows, wp, 3, sw, wc)
-			if nv < ow {
-				// One more vector ending at ow, recomputing a few outputs
-				// with the same operations.
-				dwRow3(out[ow-8:], rows[(ow-8)*sw:], wp, 3, sw, wc)
-			}
-		}
-		if ep != nil {
-			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+	is, os := g.InSize(), g.OutSize()
+	depthwiseFiniteRuns(3, g, x, w, y, c0, c1, ep, func(a, b int) {
+		for ch := a; ch < b; ch++ {
+			depthwise3x3Padded(g, pad, wp, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], w[ch*9:ch*9+9], ch, ep)
 		}
 	})
 }
 
-// depthwiseFiniteChannels calls each with the input, output and weight
-// planes of every channel in [c0, c1) whose size×size weights are finite;
-// the others run depthwise2DGeneric.
-func depthwiseFiniteChannels(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, each func(ch int, xc, yc, wc []float32)) {
-	is, os, ks := g.InSize(), g.OutSize(), size*size
-	for ch := c0; ch < c1; ch++ {
-		wc := w[ch*ks : (ch+1)*ks]
-		if !allFinite(wc) {
-			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+// depthwise3x3Padded computes channel ch (input xc, output yc, weights wc)
+// through pad, a zero-padded plane of row pitch wp whose padding it
+// leaves zero.
+func depthwise3x3Padded(g *ConvGeom, pad []float32, wp int, xc, yc, wc []float32, ch int, ep *Epilogue) {
+	ih, iw := g.In[0], g.In[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	for iy := 0; iy < ih; iy++ {
+		copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
+	}
+	var tmp [8]float32
+	for oy := 0; oy < oh; oy++ {
+		out := yc[oy*ow : (oy+1)*ow]
+		rows := pad[oy*sh*wp:]
+		if ow < 8 {
+			dwRow3(tmp[:], rows, wp, 3, sw, wc)
+			copy(out, tmp[:])
 			continue
 		}
-		each(ch, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], wc)
+		nv := ow &^ 7
+		dwRow3(out[:nv], rows, wp, 3, sw, wc)
+		if nv < ow {
+			// One more vector ending at ow, recomputing a few outputs
+			// with the same operations.
+			dwRow3(out[ow-8:], rows[(ow-8)*sw:], wp, 3, sw, wc)
+		}
+	}
+	if ep != nil {
+		ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+	}
+}
+
+// depthwiseFiniteRuns calls run for each maximal range [a, b) of the
+// channels in [c0, c1) whose size×size weights are all finite; the other
+// channels run depthwise2DGeneric.
+func depthwiseFiniteRuns(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, run func(a, b int)) {
+	ks := size * size
+	a := c0
+	for ch := c0; ch < c1; ch++ {
+		if allFinite(w[ch*ks : (ch+1)*ks]) {
+			continue
+		}
+		if a < ch {
+			run(a, ch)
+		}
+		depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+		a = ch + 1
+	}
+	if a < c1 {
+		run(a, c1)
 	}
 }
 

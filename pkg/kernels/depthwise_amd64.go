@@ -7,12 +7,13 @@ import (
 	"unsafe"
 )
 
-// depthwiseAVX512 runs Depthwise2D's size×size kernels (size 3 or 5)
-// with each channel in one call of dw{size}x{size}s{1,2}x{16,8}AVX512,
-// which read the input rows in place (no padded copy) and apply a per-row
-// epilogue in registers. It reports false, having done nothing, without
-// AVX-512 or when the row and column strides differ (the kernels share
-// input rows between output rows of the same stride).
+// depthwiseAVX512 runs Depthwise2D's size×size kernels (size 3 or 5) in
+// dw{size}x{size}s{1,2}x{16,8}AVX512, which read the input rows in place
+// (no padded copy), apply a per-row epilogue in registers and go from
+// channel to channel themselves, up to dwChunk channels a call. It reports
+// false, having done nothing, without AVX-512 or when the row and column
+// strides differ (the kernels share input rows between output rows of the
+// same stride).
 func depthwiseAVX512(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) bool {
 	ih, iw := g.In[0], g.In[1]
 	oh, ow := g.Out[0], g.Out[1]
@@ -40,28 +41,38 @@ func depthwiseAVX512(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *E
 	kernel := dwPlaneKernels[dwPlaneKey{size, stride, lanes}]
 	// Without a per-row epilogue the kernel applies the identity: x + (−0)
 	// and x·1 are x for every x, and no value is <= NaN.
-	negZero, noRelu := float32(math.Copysign(0, -1)), float32(math.NaN())
+	negZero, thr := float32(math.Copysign(0, -1)), float32(math.NaN())
 	inRegs := ep != nil && ep.rowOnly()
-	depthwiseFiniteChannels(size, g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
-		b, s, t, thr := negZero, float32(1), negZero, noRelu
-		if inRegs {
-			b, s, t = ep.rowParam(ch)
-			if ep.Act == ActRelu {
-				thr = 0
+	if inRegs && ep.Act == ActRelu {
+		thr = 0
+	}
+	is, os, ks := g.InSize(), g.OutSize(), size*size
+	var bst [3 * dwChunk]float32
+	depthwiseFiniteRuns(size, g, x, w, y, c0, c1, ep, func(a, b int) {
+		for ; a < b; a += dwChunk {
+			n := min(b-a, dwChunk)
+			for i := range n {
+				bst[3*i], bst[3*i+1], bst[3*i+2] = negZero, 1, negZero
+				if inRegs {
+					bst[3*i], bst[3*i+1], bst[3*i+2] = ep.rowParam(a + i)
+				}
 			}
-		}
-		kernel(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
-		if ep != nil && !inRegs {
-			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+			kernel(&y[a*os], &x[a*is], &zero[0], &w[a*ks], &masks[0], nv, oh, ow, ih, iw, ph, pw, &bst[0], thr, n)
+			if ep != nil && !inRegs {
+				ep.apply(y[a*os:(a+n)*os], os, a, 0, n, os)
+			}
 		}
 	})
 	return true
 }
 
+// dwChunk is the number of channels of one plane-kernel call.
+const dwChunk = 64
+
 // dwPlaneKey selects a plane kernel: kernel size, stride, lanes.
 type dwPlaneKey struct{ size, stride, lanes int }
 
-var dwPlaneKernels = map[dwPlaneKey]func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, b, s, t, thr float32){
+var dwPlaneKernels = map[dwPlaneKey]func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, bst *float32, thr float32, channels int){
 	{3, 1, 16}: dw3x3s1x16AVX512, {3, 1, 8}: dw3x3s1x8AVX512,
 	{3, 2, 16}: dw3x3s2x16AVX512, {3, 2, 8}: dw3x3s2x8AVX512,
 	{5, 1, 16}: dw5x5s1x16AVX512, {5, 1, 8}: dw5x5s1x8AVX512,

@@ -198,6 +198,31 @@ func TestDepthwiseSquareMatchesGeneric(t *testing.T) {
 	}
 }
 
+// TestDepthwiseManyChannels checks Depthwise2D against depthwise2DGeneric
+// bit for bit over more channels than one plane-kernel call takes, with a
+// non-finite weight splitting the finite runs and per-channel epilogues,
+// so that every channel's planes, weights and epilogue are its own.
+func TestDepthwiseManyChannels(t *testing.T) {
+	r := rand.New(rand.NewPCG(18, 19))
+	const c = 150
+	for _, tc := range []struct{ k, hw, s int }{{3, 9, 1}, {3, 12, 2}, {5, 7, 1}, {5, 20, 2}} {
+		p := tc.k / 2
+		o := (tc.hw+2*p-tc.k)/tc.s + 1
+		g := &ConvGeom{In: []int{tc.hw, tc.hw}, Kernel: []int{tc.k, tc.k}, Strides: []int{tc.s, tc.s}, Dilations: []int{1, 1}, PadBegin: []int{p, p}, Out: []int{o, o}}
+		x, w := randSlice(r, c*tc.hw*tc.hw), randSlice(r, c*tc.k*tc.k)
+		w[100*tc.k*tc.k+1] = float32(math.Inf(1))
+		ep := &Epilogue{RowBias: randSlice(r, c), RowScale: randSlice(r, c), RowShift: randSlice(r, c), Act: ActRelu}
+		got, want := make([]float32, c*o*o), make([]float32, c*o*o)
+		Depthwise2D(g, x, w, got, 3, c, ep)
+		depthwise2DGeneric(g, x, w, want, 3, c, ep)
+		for i := range got {
+			if v, u := got[i], want[i]; math.Float32bits(v) != math.Float32bits(u) && (v == v || u == u) {
+				t.Fatalf("%+v: y[%d,%d] = %g, generic loop gives %g", tc, i/(o*o), i%(o*o), v, u)
+			}
+		}
+	}
+}
+
 // BenchmarkDepthwise runs the 3×3 depthwise convolutions of MobileNetV2
 // (pad 1, one image) and the 5×5 ones of PP-OCRv3's detector backbone
 // (pad 2, 320×320 input) with a bias, scale, shift and Relu epilogue, on

@@ -196,25 +196,25 @@ func dw3s1r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 // dw3s1r3AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 1, from 3 input rows.
 func dw3s1r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
-// dw3x3s1x16AVX512 computes a channel of a 3×3 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s1x16AVX512 computes channels channels of a 3×3 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw3x3s1x8AVX512 computes a channel of a 3×3 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s1x8AVX512 computes channels channels of a 3×3 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw5x5s1x16AVX512 computes a channel of a 5×5 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
+// dw5x5s1x16AVX512 computes channels channels of a 5×5 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw5x5s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw5x5s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw5x5s1x8AVX512 computes a channel of a 5×5 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
+// dw5x5s1x8AVX512 computes channels channels of a 5×5 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw5x5s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw5x5s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
 // dw3s2r1AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 2, from 1 input rows.
 func dw3s2r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
@@ -225,25 +225,25 @@ func dw3s2r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 // dw3s2r3AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 2, from 3 input rows.
 func dw3s2r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
-// dw3x3s2x16AVX512 computes a channel of a 3×3 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s2x16AVX512 computes channels channels of a 3×3 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw3x3s2x8AVX512 computes a channel of a 3×3 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s2x8AVX512 computes channels channels of a 3×3 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw5x5s2x16AVX512 computes a channel of a 5×5 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
+// dw5x5s2x16AVX512 computes channels channels of a 5×5 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw5x5s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw5x5s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw5x5s2x8AVX512 computes a channel of a 5×5 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
+// dw5x5s2x8AVX512 computes channels channels of a 5×5 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw5x5s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw5x5s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
 // erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
 func erfRowAVX2(dst *float32, src *float32, n int)

@@ -138,14 +138,36 @@ func depthwise(stride, rows int) {
 // to 8 outputs wide.
 func depthwisePlane(size, stride, lanes int) {
 	name := fmt.Sprintf("dw%dx%ds%dx%dAVX512", size, size, stride, lanes)
-	TEXT(name, NOSPLIT, "func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, b, s, t, thr float32)")
+	TEXT(name, NOSPLIT, "func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, bst *float32, thr float32, channels int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes a channel of a %d×%d depthwise convolution, stride %d, %d outputs per vector, with the row epilogue applied before the store.", name, size, size, stride, lanes))
+	Doc(fmt.Sprintf("%s computes channels channels of a %d×%d depthwise convolution, stride %d, %d outputs per vector, with the row epilogue applied before the store.", name, size, size, stride, lanes))
 	k := dwKernel{name: name, size: size, stride: stride, lanes: lanes, vec: ZMM}
 	if lanes == 8 {
 		k.vec = YMM
 	}
-	pw := Load(Param("w"), GP64())
+	if size == 5 {
+		k.wmem = AllocLocal(8 * ((size*size + 1) / 2)) // whole words: the pointers follow
+	}
+	k.oy, k.x, k.y = AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	cw, cb, cn := AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	for _, c := range []struct {
+		param string
+		local Mem
+	}{{"x", k.x}, {"y", k.y}, {"w", cw}, {"bst", cb}, {"channels", cn}} {
+		r := Load(Param(c.param), GP64())
+		MOVQ(r, c.local)
+	}
+	k.thr = k.vec()
+	VBROADCASTSS(paramAddr("thr"), k.thr)
+	if stride == 2 && lanes == 16 {
+		// VSHUFPS leaves the outputs in the order 0 1 8 9 2 3 10 11 4 5
+		// 12 13 6 7 14 15; this VPERMQ index (of pairs) restores it.
+		k.order = k.vec()
+		VMOVDQU64(dwStride2Order(), k.order)
+	}
+	Label(name + "_channel")
+	pw := GP64()
+	MOVQ(cw, pw)
 	if size == 3 {
 		k.w = make([]VecVirtual, size*size)
 		for i := range k.w {
@@ -153,26 +175,18 @@ func depthwisePlane(size, stride, lanes int) {
 			VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, k.w[i])
 		}
 	} else {
-		k.wmem = AllocLocal(8 * ((size*size + 1) / 2)) // whole words: oy follows
 		v := GP32()
 		for i := range size * size {
 			MOVL(Mem{Base: pw, Disp: 4 * i}, v)
 			MOVL(v, k.wmem.Offset(4*i))
 		}
 	}
-	bcast := func(p string) VecVirtual {
-		v := k.vec()
-		VBROADCASTSS(paramAddr(p), v)
-		return v
-	}
-	k.b, k.s, k.t, k.thr = bcast("b"), bcast("s"), bcast("t"), bcast("thr")
-	if stride == 2 && lanes == 16 {
-		// VSHUFPS leaves the outputs in the order 0 1 8 9 2 3 10 11 4 5
-		// 12 13 6 7 14 15; this VPERMQ index (of pairs) restores it.
-		k.order = k.vec()
-		VMOVDQU64(dwStride2Order(), k.order)
-	}
-	k.oy = AllocLocal(8)
+	pb := GP64()
+	MOVQ(cb, pb)
+	k.b, k.s, k.t = k.vec(), k.vec(), k.vec()
+	VBROADCASTSS(Mem{Base: pb}, k.b)
+	VBROADCASTSS(Mem{Base: pb, Disp: 4}, k.s)
+	VBROADCASTSS(Mem{Base: pb, Disp: 8}, k.t)
 	MOVQ(U32(0), k.oy)
 	// Blocks of as many rows as the general registers allow (a block
 	// holds a pointer per input row, (rows−1)·stride + size), then
@@ -190,6 +204,21 @@ func depthwisePlane(size, stride, lanes int) {
 		JMP(LabelRef(loop))
 		Label(done)
 	}
+	// The next channel's planes, weights and epilogue triple.
+	step := GP64()
+	step2 := GP64()
+	MOVQ(paramAddr("ih"), step)
+	IMULQ(paramAddr("ldx"), step)
+	SHLQ(U8(2), step)
+	ADDQ(step, k.x)
+	MOVQ(paramAddr("oh"), step2)
+	IMULQ(paramAddr("ldy"), step2)
+	SHLQ(U8(2), step2)
+	ADDQ(step2, k.y)
+	ADDQ(U8(4*size*size), cw)
+	ADDQ(U8(12), cb)
+	DECQ(cn)
+	JNZ(LabelRef(name + "_channel"))
 	VZEROUPPER()
 	RET()
 }
@@ -218,6 +247,7 @@ type dwKernel struct {
 	b, s, t, thr        VecVirtual   // the epilogue
 	order               VecVirtual   // the VPERMQ index of 16-lane stride 2
 	oy                  Mem          // the block's first output row
+	x, y                Mem          // the channel's input and output planes
 }
 
 // mulWeight sets p = w[i]·tap.
@@ -248,7 +278,7 @@ func (k *dwKernel) block(rows int) {
 	cur := GP64()
 	MOVQ(iy, cur)
 	IMULQ(ldx, cur)
-	ADDQ(paramAddr("x"), cur)
+	ADDQ(k.x, cur)
 	SUBQ(pwb, cur)
 	zero := Load(Param("zero"), GP64())
 	SUBQ(pwb, zero)
@@ -273,7 +303,7 @@ func (k *dwKernel) block(rows int) {
 	po := GP64()
 	MOVQ(k.oy, po)
 	IMULQ(ldy, po)
-	ADDQ(paramAddr("y"), po)
+	ADDQ(k.y, po)
 	pm := Load(Param("masks"), GP64())
 	n := Load(Param("nv"), GP64())
 	xo := GP64()
