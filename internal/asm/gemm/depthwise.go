@@ -191,7 +191,7 @@ func depthwisePlane(size, stride, lanes int) {
 	// Blocks of as many rows as the general registers allow (a block
 	// holds a pointer per input row, (rows−1)·stride + size), then
 	// smaller ones for the last rows.
-	blocks := map[[2]int][]int{{3, 1}: {4, 3, 2, 1}, {3, 2}: {3, 2, 1}, {5, 1}: {2, 1}, {5, 2}: {1}}[[2]int{size, stride}]
+	blocks := map[[2]int][]int{{3, 1}: {4, 3, 2, 1}, {3, 2}: {3, 2, 1}, {5, 1}: {3, 2, 1}, {5, 2}: {2, 1}}[[2]int{size, stride}]
 	for _, rows := range blocks {
 		loop, done := fmt.Sprintf("%s_rows%d", name, rows), fmt.Sprintf("%s_rows%d_done", name, rows)
 		Label(loop)
