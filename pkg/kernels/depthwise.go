@@ -15,13 +15,11 @@ import (
 // with zero padding, summing kernel positions in row-major order.
 func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	square := g.Kernel[0] == g.Kernel[1] && g.Dilations[0] == 1 && g.Dilations[1] == 1 && (g.Strides[1] == 1 || g.Strides[1] == 2)
-	switch {
-	case square && g.Kernel[0] == 3:
-		depthwise3x3(g, x, w, y, c0, c1, ep)
-	case square && g.Kernel[0] == 5 && depthwiseAVX512(5, g, x, w, y, c0, c1, ep):
-	default:
-		depthwise2DGeneric(g, x, w, y, c0, c1, ep)
+	if square && (g.Kernel[0] == 3 || g.Kernel[0] == 5) {
+		depthwiseSquare(g.Kernel[0], g, x, w, y, c0, c1, ep)
+		return
 	}
+	depthwise2DGeneric(g, x, w, y, c0, c1, ep)
 }
 
 // depthwise2DGeneric is Depthwise2D for any window: per output row, each
@@ -66,19 +64,19 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 	}
 }
 
-// depthwise3x3 is Depthwise2D for 3×3 kernels without dilation and a
-// column stride of 1 or 2. With AVX-512 and equal strides it runs in
-// depthwiseAVX512. Otherwise each channel is copied into a zero-padded
-// plane so that every output row runs in dwRow3, eight outputs at a time,
-// each accumulated in a register over the kernel positions in row-major
-// order. Either way the taps in the padding add w·0 = ±0, which leaves
-// every sum unchanged (the sum starts at +0 and never becomes −0 under
-// round-to-nearest), so the result is bit-identical to skipping them, as
-// the definition does, whenever the channel's weights are finite;
-// channels with a non-finite weight (where Inf·0 would be NaN) run the
-// generic loop.
-func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
-	if depthwiseAVX512(3, g, x, w, y, c0, c1, ep) {
+// depthwiseSquare is Depthwise2D for size×size kernels (size 3 or 5)
+// without dilation and a column stride of 1 or 2. With AVX-512 and equal
+// strides it runs in depthwiseAVX512. Otherwise each channel is copied
+// into a zero-padded plane so that every output row runs in dwRow, eight
+// outputs at a time, each accumulated in a register over the kernel
+// positions in row-major order. Either way the taps in the padding add
+// w·0 = ±0, which leaves every sum unchanged (the sum starts at +0 and
+// never becomes −0 under round-to-nearest), so the result is
+// bit-identical to skipping them, as the definition does, whenever the
+// channel's weights are finite; channels with a non-finite weight (where
+// Inf·0 would be NaN) run the generic loop.
+func depthwiseSquare(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	if depthwiseAVX512(size, g, x, w, y, c0, c1, ep) {
 		return
 	}
 	ih, iw := g.In[0], g.In[1]
@@ -87,8 +85,8 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	ph, pw := g.PadBegin[0], g.PadBegin[1]
 	// Padded row ox·sw + kx of output column ox, row oy·sh + ky of output
 	// row oy; a lone short vector (ow < 8) still reads 8 outputs' taps.
-	wp := max(pw+iw, (ow-1)*sw+3, 7*sw+3)
-	hp := max(ph+ih, (oh-1)*sh+3)
+	wp := max(pw+iw, (ow-1)*sw+size, 7*sw+size)
+	hp := max(ph+ih, (oh-1)*sh+size)
 	bp := dwPool.Get().(*[]float32)
 	defer dwPool.Put(bp)
 	if cap(*bp) < hp*wp {
@@ -96,18 +94,18 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	}
 	pad := (*bp)[:hp*wp]
 	clear(pad)
-	is, os := g.InSize(), g.OutSize()
-	depthwiseFiniteRuns(3, g, x, w, y, c0, c1, ep, func(a, b int) {
+	is, os, ks := g.InSize(), g.OutSize(), size*size
+	depthwiseFiniteRuns(size, g, x, w, y, c0, c1, ep, func(a, b int) {
 		for ch := a; ch < b; ch++ {
-			depthwise3x3Padded(g, pad, wp, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], w[ch*9:ch*9+9], ch, ep)
+			depthwisePadded(size, g, pad, wp, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], w[ch*ks:(ch+1)*ks], ch, ep)
 		}
 	})
 }
 
-// depthwise3x3Padded computes channel ch (input xc, output yc, weights wc)
+// depthwisePadded computes channel ch (input xc, output yc, weights wc)
 // through pad, a zero-padded plane of row pitch wp whose padding it
 // leaves zero.
-func depthwise3x3Padded(g *ConvGeom, pad []float32, wp int, xc, yc, wc []float32, ch int, ep *Epilogue) {
+func depthwisePadded(size int, g *ConvGeom, pad []float32, wp int, xc, yc, wc []float32, ch int, ep *Epilogue) {
 	ih, iw := g.In[0], g.In[1]
 	oh, ow := g.Out[0], g.Out[1]
 	sh, sw := g.Strides[0], g.Strides[1]
@@ -120,16 +118,16 @@ func depthwise3x3Padded(g *ConvGeom, pad []float32, wp int, xc, yc, wc []float32
 		out := yc[oy*ow : (oy+1)*ow]
 		rows := pad[oy*sh*wp:]
 		if ow < 8 {
-			dwRow3(tmp[:], rows, wp, 3, sw, wc)
+			dwRow(tmp[:], rows, wp, size, size, sw, wc)
 			copy(out, tmp[:])
 			continue
 		}
 		nv := ow &^ 7
-		dwRow3(out[:nv], rows, wp, 3, sw, wc)
+		dwRow(out[:nv], rows, wp, size, size, sw, wc)
 		if nv < ow {
 			// One more vector ending at ow, recomputing a few outputs
 			// with the same operations.
-			dwRow3(out[ow-8:], rows[(ow-8)*sw:], wp, 3, sw, wc)
+			dwRow(out[ow-8:], rows[(ow-8)*sw:], wp, size, size, sw, wc)
 		}
 	}
 	if ep != nil {
@@ -171,19 +169,19 @@ func allFinite(s []float32) bool {
 	return true
 }
 
-// dwRow3Go is the reference of dwRow3: for j < len(out), every tap inside,
+// dwRowGo is the reference of dwRow: for j < len(out), every tap inside,
 //
 //	acc = +0
-//	for r < nr, kx < 3: acc += float32(w[3r+kx] · x[r·ldx + stride·j + kx])
+//	for r < nr, kx < size: acc += float32(w[size·r+kx] · x[r·ldx + stride·j + kx])
 //	out[j] = acc
-func dwRow3Go(out, x []float32, ldx, nr, stride int, w []float32) {
+func dwRowGo(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	for j := range out {
 		var acc float32
 		for r := 0; r < nr; r++ {
-			xr := x[r*ldx+stride*j:]
-			acc += float32(w[3*r] * xr[0])
-			acc += float32(w[3*r+1] * xr[1])
-			acc += float32(w[3*r+2] * xr[2])
+			xr, wr := x[r*ldx+stride*j:], w[size*r:size*r+size]
+			for kx, wv := range wr {
+				acc += float32(wv * xr[kx])
+			}
 		}
 		out[j] = acc
 	}

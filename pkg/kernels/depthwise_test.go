@@ -69,11 +69,11 @@ func TestDepthwise2DMatchesLoop(t *testing.T) {
 
 var dwSpecials = []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-40, 3e38}
 
-// TestDwRow3MatchesReference checks dwRow3 (assembly where the build has
-// it) against dwRow3Go bit for bit (any NaN matching any NaN) on every
-// length up to 40, both strides and one to three rows, with specials in the
-// inputs and the weights.
-func TestDwRow3MatchesReference(t *testing.T) {
+// TestDwRowMatchesReference checks dwRow (assembly where the build has
+// it) against dwRowGo bit for bit (any NaN matching any NaN) on every
+// length up to 40, both strides, 3×3 kernels over one to three rows and
+// 5×5 kernels over five, with specials in the inputs and the weights.
+func TestDwRowMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(14, 15))
 	draw := func(n int) []float32 {
 		x := make([]float32, n)
@@ -86,20 +86,24 @@ func TestDwRow3MatchesReference(t *testing.T) {
 		}
 		return x
 	}
-	for _, stride := range []int{1, 2} {
-		for nr := 1; nr <= 3; nr++ {
+	for _, sr := range []struct{ size, nr int }{{3, 1}, {3, 2}, {3, 3}, {5, 5}} {
+		for _, stride := range []int{1, 2} {
 			for n := 0; n <= 40; n++ {
-				ldx := stride*n + 5
-				x, w := draw(nr*ldx), draw(9)
+				// The rows' exact extent: the kernels must not need more.
+				ldx := stride*max(n-1, 0) + sr.size
+				x, w := draw(sr.nr*ldx), draw(sr.size*sr.nr)
 				if n%5 == 0 {
-					w = []float32{0.5, -2, 0, 1e-39, 3e38, -1, 7, float32(math.Copysign(0, -1)), 1}
+					special := []float32{0.5, -2, 0, 1e-39, 3e38, -1, 7, float32(math.Copysign(0, -1)), 1}
+					for i := range w {
+						w[i] = special[i%len(special)]
+					}
 				}
 				got, want := draw(n), make([]float32, n)
-				dwRow3(got, x, ldx, nr, stride, w)
-				dwRow3Go(want, x, ldx, nr, stride, w)
+				dwRow(got, x, ldx, sr.nr, sr.size, stride, w)
+				dwRowGo(want, x, ldx, sr.nr, sr.size, stride, w)
 				for i := range got {
 					if !sameResultBits(got[i], want[i]) {
-						t.Fatalf("stride %d, %d rows, n=%d: [%d] = %g, reference %g", stride, nr, n, i, got[i], want[i])
+						t.Fatalf("%d×%d, stride %d, %d rows, n=%d: [%d] = %g, reference %g", sr.size, sr.size, stride, sr.nr, n, i, got[i], want[i])
 					}
 				}
 			}

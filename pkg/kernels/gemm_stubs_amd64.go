@@ -216,6 +216,9 @@ func dw5x5s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *
 //go:noescape
 func dw5x5s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
+// dw5s1r5AVX2 computes n (a multiple of 8) outputs of a 5×5 depthwise convolution row, stride 1, from 5 input rows.
+func dw5s1r5AVX2(out *float32, n int, x *float32, ldx int, w *float32)
+
 // dw3s2r1AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 2, from 1 input rows.
 func dw3s2r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
@@ -244,6 +247,9 @@ func dw5x5s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *
 //
 //go:noescape
 func dw5x5s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5s2r5AVX2 computes n (a multiple of 8) outputs of a 5×5 depthwise convolution row, stride 2, from 5 input rows.
+func dw5s2r5AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
 // erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
 func erfRowAVX2(dst *float32, src *float32, n int)

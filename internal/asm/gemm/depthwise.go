@@ -8,44 +8,60 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// depthwise generates dw3s{stride}r{rows}AVX2, the interior of a 3×3
-// depthwise convolution row over rows input rows: for j < n (a multiple of
-// 8), with x rows ldx floats apart and w holding 3 weights per row,
+// depthwise generates dw{size}s{stride}r{rows}AVX2, the interior of a
+// size×size depthwise convolution row (size 3 or 5) over rows input rows:
+// for j < n (a multiple of 8), with x rows ldx floats apart and w holding
+// size weights per row,
 //
 //	acc = +0
-//	for r < rows, kx < 3: acc = acc + float32(w[3r+kx] · x[r·ldx + stride·j + kx])
+//	for r < rows, kx < size: acc = acc + float32(w[size·r+kx] · x[r·ldx + stride·j + kx])
 //	out[j] = acc
 //
-// the order and roundings of the Go loop (no FMA). Stride 2 splits the
-// even and odd inputs with VSHUFPS, which leaves the eight outputs of a
-// vector in the order 0 1 4 5 2 3 6 7 for all three taps alike; one
-// VPERMPD restores it before the store. Every load stays inside
-// [x, x + stride·(n−1) + 3) of each row: the kx = 2 taps of stride 2 are
-// the odd lanes of the loads at offsets 1 and 9.
-func depthwise(stride, rows int) {
-	name := fmt.Sprintf("dw3s%dr%dAVX2", stride, rows)
+// the order and roundings of the Go loop (no FMA). The 3×3 weights stay
+// in registers; the 5×5 ones, more than the sixteen YMM registers hold
+// beside the taps, are broadcast from memory at each product (a load, no
+// arithmetic). Stride 2 splits the even and odd inputs of a pair of
+// vectors with VSHUFPS, which leaves the eight outputs of a vector in the
+// order 0 1 4 5 2 3 6 7 for all taps alike; one VPERMPD restores it before
+// the store. Tap kx is the evens of the pair at column kx (kx even) or the
+// odds of the pair at kx−1 (kx odd), and the last tap the odds of the pair
+// at size−2, so that every load stays inside [x, x + stride·(n−1) + size)
+// of each row.
+func depthwise(size, stride, rows int) {
+	name := fmt.Sprintf("dw%ds%dr%dAVX2", size, stride, rows)
 	TEXT(name, NOSPLIT, "func(out *float32, n int, x *float32, ldx int, w *float32)")
-	Doc(fmt.Sprintf("%s computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride %d, from %d input rows.", name, stride, rows))
+	Doc(fmt.Sprintf("%s computes n (a multiple of 8) outputs of a %d×%d depthwise convolution row, stride %d, from %d input rows.", name, size, size, stride, rows))
 	po := Load(Param("out"), GP64())
 	n := Load(Param("n"), GP64())
 	px := Load(Param("x"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	pw := Load(Param("w"), GP64())
 	SHLQ(U8(2), ldx)
-	wv := make([]VecVirtual, 3*rows)
-	for i := range wv {
-		wv[i] = YMM()
-		VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, wv[i])
+	var wv []VecVirtual
+	if size == 3 {
+		wv = make([]VecVirtual, size*rows)
+		for i := range wv {
+			wv[i] = YMM()
+			VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, wv[i])
+		}
 	}
-	// row r of x at byte offset disp.
-	at := func(r, disp int) Mem {
-		switch r {
-		case 0:
-			return Mem{Base: px, Disp: disp}
-		case 1:
-			return Mem{Base: px, Index: ldx, Scale: 1, Disp: disp}
-		default:
-			return Mem{Base: px, Index: ldx, Scale: 2, Disp: disp}
+	// weight returns w[i] in a register.
+	weight := func(i int) VecVirtual {
+		if wv != nil {
+			return wv[i]
+		}
+		v := YMM()
+		VBROADCASTSS(Mem{Base: pw, Disp: 4 * i}, v)
+		return v
+	}
+	// The rows' pointers: x + r·ldx.
+	in := make([]GPVirtual, rows)
+	for r := range in {
+		in[r] = GP64()
+		if r == 0 {
+			MOVQ(px, in[r])
+		} else {
+			LEAQ(Mem{Base: in[r-1], Index: ldx, Scale: 1}, in[r])
 		}
 	}
 	loop, done := name+"_loop", name+"_done"
@@ -55,26 +71,46 @@ func depthwise(stride, rows int) {
 	acc := YMM()
 	VXORPS(acc, acc, acc)
 	for r := 0; r < rows; r++ {
+		at := func(disp int) Mem { return Mem{Base: in[r], Disp: disp} }
+		madd := func(kx int, t VecVirtual) {
+			p := YMM()
+			VMULPS(weight(size*r+kx), t, p)
+			VADDPS(p, acc, acc)
+		}
 		if stride == 1 {
-			for kx := 0; kx < 3; kx++ {
+			for kx := 0; kx < size; kx++ {
 				t := YMM()
-				VMULPS(at(r, 4*kx), wv[3*r+kx], t)
-				VADDPS(t, acc, acc)
+				VMOVUPS(at(4*kx), t)
+				madd(kx, t)
 			}
 			continue
 		}
-		// a = x[0:8], then x[8:16] as memory: evens are kx = 0, odds kx = 1;
-		// b = x[1:9], then x[9:17]: odds are kx = 2.
-		a, b := YMM(), YMM()
-		VMOVUPS(at(r, 0), a)
-		VMOVUPS(at(r, 4), b)
-		taps := []VecVirtual{YMM(), YMM(), YMM()}
-		VSHUFPS(U8(0x88), at(r, 32), a, taps[0])
-		VSHUFPS(U8(0xDD), at(r, 32), a, taps[1])
-		VSHUFPS(U8(0xDD), at(r, 36), b, taps[2])
-		for kx, t := range taps {
-			VMULPS(wv[3*r+kx], t, t)
-			VADDPS(t, acc, acc)
+		// pairs[o] holds the first vector of the pair at column o.
+		pairs := map[int]VecVirtual{}
+		half := func(o int, odds bool) VecVirtual {
+			a, ok := pairs[o]
+			if !ok {
+				a = YMM()
+				VMOVUPS(at(4*o), a)
+				pairs[o] = a
+			}
+			t := YMM()
+			if odds {
+				VSHUFPS(U8(0xDD), at(4*o+32), a, t)
+			} else {
+				VSHUFPS(U8(0x88), at(4*o+32), a, t)
+			}
+			return t
+		}
+		for kx := 0; kx < size; kx++ {
+			switch {
+			case kx == size-1:
+				madd(kx, half(size-2, true))
+			case kx%2 == 0:
+				madd(kx, half(kx, false))
+			default:
+				madd(kx, half(kx-1, true))
+			}
 		}
 	}
 	if stride == 2 {
@@ -82,14 +118,16 @@ func depthwise(stride, rows int) {
 	}
 	VMOVUPS(acc, Mem{Base: po})
 	ADDQ(U8(32), po)
-	ADDQ(U8(32*stride), px)
+	for _, p := range in {
+		ADDQ(U8(32*stride), p)
+	}
 	SUBQ(U8(8), n)
 	JMP(LabelRef(loop))
 	Label(done)
 	VZEROUPPER()
 	RET()
-	// Each stride's plane kernels follow its row kernels.
-	if rows == 3 {
+	// Each stride's plane kernels follow its 3×3 row kernels.
+	if size == 3 && rows == 3 {
 		for _, size := range []int{3, 5} {
 			depthwisePlane(size, stride, 16)
 			depthwisePlane(size, stride, 8)
