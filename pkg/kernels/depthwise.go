@@ -14,8 +14,9 @@ import (
 //
 // with zero padding, summing kernel positions in row-major order.
 func Depthwise2D(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
-	if g.Kernel[0] == 3 && g.Kernel[1] == 3 && g.Dilations[0] == 1 && g.Dilations[1] == 1 && (g.Strides[1] == 1 || g.Strides[1] == 2) {
-		depthwise3x3(g, x, w, y, c0, c1, ep)
+	square := g.Kernel[0] == g.Kernel[1] && g.Dilations[0] == 1 && g.Dilations[1] == 1 && (g.Strides[1] == 1 || g.Strides[1] == 2)
+	if square && (g.Kernel[0] == 3 || g.Kernel[0] == 5) {
+		depthwiseSquare(g.Kernel[0], g, x, w, y, c0, c1, ep)
 		return
 	}
 	depthwise2DGeneric(g, x, w, y, c0, c1, ep)
@@ -63,19 +64,19 @@ func depthwise2DGeneric(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 	}
 }
 
-// depthwise3x3 is Depthwise2D for 3×3 kernels without dilation and a
-// column stride of 1 or 2. With AVX-512 and equal strides it runs in
-// depthwise3x3AVX512. Otherwise each channel is copied into a zero-padded
-// plane so that every output row runs in dwRow3, eight outputs at a time,
-// each accumulated in a register over the kernel positions in row-major
-// order. Either way the taps in the padding add w·0 = ±0, which leaves
-// every sum unchanged (the sum starts at +0 and never becomes −0 under
-// round-to-nearest), so the result is bit-identical to skipping them, as
-// the definition does, whenever the channel's weights are finite;
-// channels with a non-finite weight (where Inf·0 would be NaN) run the
-// generic loop.
-func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
-	if depthwise3x3AVX512(g, x, w, y, c0, c1, ep) {
+// depthwiseSquare is Depthwise2D for size×size kernels (size 3 or 5)
+// without dilation and a column stride of 1 or 2. With AVX-512 and equal
+// strides it runs in depthwiseAVX512. Otherwise each channel is copied
+// into a zero-padded plane so that every output row runs in dwRow, eight
+// outputs at a time, each accumulated in a register over the kernel
+// positions in row-major order. Either way the taps in the padding add
+// w·0 = ±0, which leaves every sum unchanged (the sum starts at +0 and
+// never becomes −0 under round-to-nearest), so the result is
+// bit-identical to skipping them, as the definition does, whenever the
+// channel's weights are finite; channels with a non-finite weight (where
+// Inf·0 would be NaN) run the generic loop.
+func depthwiseSquare(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
+	if depthwiseAVX512(size, g, x, w, y, c0, c1, ep) {
 		return
 	}
 	ih, iw := g.In[0], g.In[1]
@@ -84,8 +85,8 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	ph, pw := g.PadBegin[0], g.PadBegin[1]
 	// Padded row ox·sw + kx of output column ox, row oy·sh + ky of output
 	// row oy; a lone short vector (ow < 8) still reads 8 outputs' taps.
-	wp := max(pw+iw, (ow-1)*sw+3, 7*sw+3)
-	hp := max(ph+ih, (oh-1)*sh+3)
+	wp := max(pw+iw, (ow-1)*sw+size, 7*sw+size)
+	hp := max(ph+ih, (oh-1)*sh+size)
 	bp := dwPool.Get().(*[]float32)
 	defer dwPool.Put(bp)
 	if cap(*bp) < hp*wp {
@@ -93,45 +94,65 @@ func depthwise3x3(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) {
 	}
 	pad := (*bp)[:hp*wp]
 	clear(pad)
-	var tmp [8]float32
-	depthwise3x3Channels(g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
-		for iy := 0; iy < ih; iy++ {
-			copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
-		}
-		for oy := 0; oy < oh; oy++ {
-			out := yc[oy*ow : (oy+1)*ow]
-			rows := pad[oy*sh*wp:]
-			if ow < 8 {
-				dwRow3(tmp[:], rows, wp, 3, sw, wc)
-				copy(out, tmp[:])
-				continue
-			}
-			nv := ow &^ 7
-			dwRow3(out[:nv], rows, wp, 3, sw, wc)
-			if nv < ow {
-				// One more vector ending at ow, recomputing a few outputs
-				// with the same operations.
-				dwRow3(out[ow-8:], rows[(ow-8)*sw:], wp, 3, sw, wc)
-			}
-		}
-		if ep != nil {
-			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+	is, os, ks := g.InSize(), g.OutSize(), size*size
+	depthwiseFiniteRuns(size, g, x, w, y, c0, c1, ep, func(a, b int) {
+		for ch := a; ch < b; ch++ {
+			depthwisePadded(size, g, pad, wp, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], w[ch*ks:(ch+1)*ks], ch, ep)
 		}
 	})
 }
 
-// depthwise3x3Channels calls each with the input, output and weight planes
-// of every channel in [c0, c1) whose 3×3 weights are finite; the others
-// run depthwise2DGeneric.
-func depthwise3x3Channels(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, each func(ch int, xc, yc, wc []float32)) {
-	is, os := g.InSize(), g.OutSize()
-	for ch := c0; ch < c1; ch++ {
-		wc := w[ch*9 : ch*9+9]
-		if !allFinite(wc) {
-			depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+// depthwisePadded computes channel ch (input xc, output yc, weights wc)
+// through pad, a zero-padded plane of row pitch wp whose padding it
+// leaves zero.
+func depthwisePadded(size int, g *ConvGeom, pad []float32, wp int, xc, yc, wc []float32, ch int, ep *Epilogue) {
+	ih, iw := g.In[0], g.In[1]
+	oh, ow := g.Out[0], g.Out[1]
+	sh, sw := g.Strides[0], g.Strides[1]
+	ph, pw := g.PadBegin[0], g.PadBegin[1]
+	for iy := 0; iy < ih; iy++ {
+		copy(pad[(ph+iy)*wp+pw:], xc[iy*iw:(iy+1)*iw])
+	}
+	var tmp [8]float32
+	for oy := 0; oy < oh; oy++ {
+		out := yc[oy*ow : (oy+1)*ow]
+		rows := pad[oy*sh*wp:]
+		if ow < 8 {
+			dwRow(tmp[:], rows, wp, size, size, sw, wc)
+			copy(out, tmp[:])
 			continue
 		}
-		each(ch, x[ch*is:(ch+1)*is], y[ch*os:(ch+1)*os], wc)
+		nv := ow &^ 7
+		dwRow(out[:nv], rows, wp, size, size, sw, wc)
+		if nv < ow {
+			// One more vector ending at ow, recomputing a few outputs
+			// with the same operations.
+			dwRow(out[ow-8:], rows[(ow-8)*sw:], wp, size, size, sw, wc)
+		}
+	}
+	if ep != nil {
+		ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+	}
+}
+
+// depthwiseFiniteRuns calls run for each maximal range [a, b) of the
+// channels in [c0, c1) whose size×size weights are all finite; the other
+// channels run depthwise2DGeneric.
+func depthwiseFiniteRuns(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue, run func(a, b int)) {
+	ks := size * size
+	a := c0
+	for ch := c0; ch < c1; ch++ {
+		if allFinite(w[ch*ks : (ch+1)*ks]) {
+			continue
+		}
+		if a < ch {
+			run(a, ch)
+		}
+		depthwise2DGeneric(g, x, w, y, ch, ch+1, ep)
+		a = ch + 1
+	}
+	if a < c1 {
+		run(a, c1)
 	}
 }
 
@@ -148,19 +169,19 @@ func allFinite(s []float32) bool {
 	return true
 }
 
-// dwRow3Go is the reference of dwRow3: for j < len(out), every tap inside,
+// dwRowGo is the reference of dwRow: for j < len(out), every tap inside,
 //
 //	acc = +0
-//	for r < nr, kx < 3: acc += float32(w[3r+kx] · x[r·ldx + stride·j + kx])
+//	for r < nr, kx < size: acc += float32(w[size·r+kx] · x[r·ldx + stride·j + kx])
 //	out[j] = acc
-func dwRow3Go(out, x []float32, ldx, nr, stride int, w []float32) {
+func dwRowGo(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	for j := range out {
 		var acc float32
 		for r := 0; r < nr; r++ {
-			xr := x[r*ldx+stride*j:]
-			acc += float32(w[3*r] * xr[0])
-			acc += float32(w[3*r+1] * xr[1])
-			acc += float32(w[3*r+2] * xr[2])
+			xr, wr := x[r*ldx+stride*j:], w[size*r:size*r+size]
+			for kx, wv := range wr {
+				acc += float32(wv * xr[kx])
+			}
 		}
 		out[j] = acc
 	}

@@ -7,13 +7,14 @@ import (
 	"unsafe"
 )
 
-// depthwise3x3AVX512 is depthwise3x3 with each channel in one call of
-// dw3x3s{1,2}x{16,8}AVX512, which read the input rows in place (no padded
-// copy) and apply a per-row epilogue in registers. It reports false,
-// having done nothing, without AVX-512 or when the row and column strides
-// differ (the kernels share input rows between output rows of the same
-// stride).
-func depthwise3x3AVX512(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) bool {
+// depthwiseAVX512 runs Depthwise2D's size×size kernels (size 3 or 5) in
+// dw{size}x{size}s{1,2}x{16,8}AVX512, which read the input rows in place
+// (no padded copy), apply a per-row epilogue in registers and go from
+// channel to channel themselves, up to dwChunk channels a call. It reports
+// false, having done nothing, without AVX-512 or when the row and column
+// strides differ (the kernels share input rows between output rows of the
+// same stride).
+func depthwiseAVX512(size int, g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue) bool {
 	ih, iw := g.In[0], g.In[1]
 	oh, ow := g.Out[0], g.Out[1]
 	stride := g.Strides[1]
@@ -34,36 +35,48 @@ func depthwise3x3AVX512(g *ConvGeom, x, w, y []float32, c0, c1 int, ep *Epilogue
 	} else {
 		masks = make([]uint16, n)
 	}
-	dwMasks(masks, stride, lanes, iw, ow, pw)
+	dwMasks(masks, size, stride, lanes, iw, ow, pw)
 	nv := len(masks) / 8
 	zero := dwZeroRow(iw, pw)
+	kernel := dwPlaneKernels[dwPlaneKey{size, stride, lanes}]
 	// Without a per-row epilogue the kernel applies the identity: x + (−0)
 	// and x·1 are x for every x, and no value is <= NaN.
-	negZero, noRelu := float32(math.Copysign(0, -1)), float32(math.NaN())
+	negZero, thr := float32(math.Copysign(0, -1)), float32(math.NaN())
 	inRegs := ep != nil && ep.rowOnly()
-	depthwise3x3Channels(g, x, w, y, c0, c1, ep, func(ch int, xc, yc, wc []float32) {
-		b, s, t, thr := negZero, float32(1), negZero, noRelu
-		if inRegs {
-			b, s, t = ep.rowParam(ch)
-			if ep.Act == ActRelu {
-				thr = 0
+	if inRegs && ep.Act == ActRelu {
+		thr = 0
+	}
+	is, os, ks := g.InSize(), g.OutSize(), size*size
+	var bst [3 * dwChunk]float32
+	depthwiseFiniteRuns(size, g, x, w, y, c0, c1, ep, func(a, b int) {
+		for ; a < b; a += dwChunk {
+			n := min(b-a, dwChunk)
+			for i := range n {
+				bst[3*i], bst[3*i+1], bst[3*i+2] = negZero, 1, negZero
+				if inRegs {
+					bst[3*i], bst[3*i+1], bst[3*i+2] = ep.rowParam(a + i)
+				}
 			}
-		}
-		switch {
-		case stride == 1 && lanes == 16:
-			dw3x3s1x16AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
-		case stride == 1:
-			dw3x3s1x8AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
-		case lanes == 16:
-			dw3x3s2x16AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
-		default:
-			dw3x3s2x8AVX512(&yc[0], &xc[0], &zero[0], &wc[0], &masks[0], nv, oh, ow, ih, iw, ph, pw, b, s, t, thr)
-		}
-		if ep != nil && !inRegs {
-			ep.apply(yc, oh*ow, ch, 0, 1, oh*ow)
+			kernel(&y[a*os], &x[a*is], &zero[0], &w[a*ks], &masks[0], nv, oh, ow, ih, iw, ph, pw, &bst[0], thr, n)
+			if ep != nil && !inRegs {
+				ep.apply(y[a*os:(a+n)*os], os, a, 0, n, os)
+			}
 		}
 	})
 	return true
+}
+
+// dwChunk is the number of channels of one plane-kernel call.
+const dwChunk = 64
+
+// dwPlaneKey selects a plane kernel: kernel size, stride, lanes.
+type dwPlaneKey struct{ size, stride, lanes int }
+
+var dwPlaneKernels = map[dwPlaneKey]func(y, x, zero, w *float32, masks *uint16, nv, oh, ldy, ih, ldx, ph, pw int, bst *float32, thr float32, channels int){
+	{3, 1, 16}: dw3x3s1x16AVX512, {3, 1, 8}: dw3x3s1x8AVX512,
+	{3, 2, 16}: dw3x3s2x16AVX512, {3, 2, 8}: dw3x3s2x8AVX512,
+	{5, 1, 16}: dw5x5s1x16AVX512, {5, 1, 8}: dw5x5s1x8AVX512,
+	{5, 2, 16}: dw5x5s2x16AVX512, {5, 2, 8}: dw5x5s2x8AVX512,
 }
 
 // dwZeros holds the zero rows that stand for the input rows above and
@@ -89,12 +102,14 @@ func dwZeroRow(iw, pw int) []float32 {
 }
 
 // dwMasks fills masks, eight uint16 per vector of lanes outputs, with the
-// lane masks of dw3x3s{stride}x{lanes}AVX512 for rows of ow outputs over
-// iw input columns after pw columns of padding: the masks of the vector's
-// loads (lane j of the load at virtual column c is set when
-// pw ≤ c+j < pw+iw, inside the input row) and at index 4 of its store
-// (the lanes below ow).
-func dwMasks(masks []uint16, stride, lanes, iw, ow, pw int) {
+// lane masks of dw{size}x{size}s{stride}x{lanes}AVX512 for rows of ow
+// outputs over iw input columns after pw columns of padding: the masks of
+// the vector's loads from index 0 (lane j of the load at virtual column c
+// is set when pw ≤ c+j < pw+iw, inside the input row) and at index 7 of its
+// store (the lanes below ow). Stride 1 loads at the columns c+kx for
+// kx < size, stride 2 at c+o and c+lanes+o for o = 0, 2, …, size−1, c being
+// the vector's first tap column.
+func dwMasks(masks []uint16, size, stride, lanes, iw, ow, pw int) {
 	inside := func(c int) uint16 {
 		var m uint16
 		for j := range lanes {
@@ -107,11 +122,15 @@ func dwMasks(masks []uint16, stride, lanes, iw, ow, pw int) {
 	for v := range len(masks) / 8 {
 		e := masks[8*v : 8*v+8]
 		c := lanes * stride * v
-		if stride == 1 {
-			e[0], e[1], e[2] = inside(c), inside(c+1), inside(c+2)
-		} else {
-			e[0], e[1], e[2], e[3] = inside(c), inside(c+lanes), inside(c+1), inside(c+lanes+1)
+		i := 0
+		for o := 0; o < size; o += stride {
+			e[i] = inside(c + o)
+			i++
+			if stride == 2 {
+				e[i] = inside(c + lanes + o)
+				i++
+			}
 		}
-		e[4] = uint16(1<<min(lanes, ow-lanes*v) - 1)
+		e[7] = uint16(1<<min(lanes, ow-lanes*v) - 1)
 	}
 }

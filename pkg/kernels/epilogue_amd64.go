@@ -50,34 +50,39 @@ func maxRow(dst, src []float32, first bool) {
 	}
 }
 
-// dwRow3 is dwRow3Go with whole vectors of 8 outputs in AVX2
-// (bit-identical: the same products and sums in the same order, no FMA).
-// The assembly reads x[r·ldx + stride·j + kx] only for the outputs it
-// writes, which the slice bounds below guarantee.
-func dwRow3(out, x []float32, ldx, nr, stride int, w []float32) {
+// dwRow is dwRowGo with whole vectors of 8 outputs in AVX2
+// (bit-identical: the same products and sums in the same order, no FMA)
+// for 3×3 kernels over one to three rows and 5×5 kernels over five, and
+// the tail in Go. The assembly reads x[r·ldx + stride·j + kx] only for
+// the outputs it writes, which the slice bounds below guarantee.
+func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	n := len(out) &^ 7
-	if !hasAVX2 || n == 0 || nr < 1 || nr > 3 || (stride != 1 && stride != 2) {
-		dwRow3Go(out, x, ldx, nr, stride, w)
+	if !hasAVX2 || n == 0 || !(size == 3 && nr >= 1 && nr <= 3 || size == 5 && nr == 5) || (stride != 1 && stride != 2) {
+		dwRowGo(out, x, ldx, nr, size, stride, w)
 		return
 	}
-	_ = x[(nr-1)*ldx+stride*(n-1)+2]
-	_ = w[3*nr-1]
-	switch stride*4 + nr {
-	case 5:
+	_ = x[(nr-1)*ldx+stride*(n-1)+size-1]
+	_ = w[size*nr-1]
+	switch [3]int{size, stride, nr} {
+	case [3]int{3, 1, 1}:
 		dw3s1r1AVX2(&out[0], n, &x[0], ldx, &w[0])
-	case 6:
+	case [3]int{3, 1, 2}:
 		dw3s1r2AVX2(&out[0], n, &x[0], ldx, &w[0])
-	case 7:
+	case [3]int{3, 1, 3}:
 		dw3s1r3AVX2(&out[0], n, &x[0], ldx, &w[0])
-	case 9:
+	case [3]int{3, 2, 1}:
 		dw3s2r1AVX2(&out[0], n, &x[0], ldx, &w[0])
-	case 10:
+	case [3]int{3, 2, 2}:
 		dw3s2r2AVX2(&out[0], n, &x[0], ldx, &w[0])
-	case 11:
+	case [3]int{3, 2, 3}:
 		dw3s2r3AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case [3]int{5, 1, 5}:
+		dw5s1r5AVX2(&out[0], n, &x[0], ldx, &w[0])
+	case [3]int{5, 2, 5}:
+		dw5s2r5AVX2(&out[0], n, &x[0], ldx, &w[0])
 	}
 	if n < len(out) {
-		dwRow3Go(out[n:], x[stride*n:], ldx, nr, stride, w)
+		dwRowGo(out[n:], x[stride*n:], ldx, nr, size, stride, w)
 	}
 }
 

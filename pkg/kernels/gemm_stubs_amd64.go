@@ -196,15 +196,28 @@ func dw3s1r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 // dw3s1r3AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 1, from 3 input rows.
 func dw3s1r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
-// dw3x3s1x16AVX512 computes a channel of a 3×3 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s1x16AVX512 computes channels channels of a 3×3 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw3x3s1x8AVX512 computes a channel of a 3×3 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s1x8AVX512 computes channels channels of a 3×3 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5x5s1x16AVX512 computes channels channels of a 5×5 depthwise convolution, stride 1, 16 outputs per vector, with the row epilogue applied before the store.
+//
+//go:noescape
+func dw5x5s1x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5x5s1x8AVX512 computes channels channels of a 5×5 depthwise convolution, stride 1, 8 outputs per vector, with the row epilogue applied before the store.
+//
+//go:noescape
+func dw5x5s1x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5s1r5AVX2 computes n (a multiple of 8) outputs of a 5×5 depthwise convolution row, stride 1, from 5 input rows.
+func dw5s1r5AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
 // dw3s2r1AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 2, from 1 input rows.
 func dw3s2r1AVX2(out *float32, n int, x *float32, ldx int, w *float32)
@@ -215,15 +228,28 @@ func dw3s2r2AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 // dw3s2r3AVX2 computes n (a multiple of 8) outputs of a 3×3 depthwise convolution row, stride 2, from 3 input rows.
 func dw3s2r3AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
-// dw3x3s2x16AVX512 computes a channel of a 3×3 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s2x16AVX512 computes channels channels of a 3×3 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
 
-// dw3x3s2x8AVX512 computes a channel of a 3×3 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
+// dw3x3s2x8AVX512 computes channels channels of a 3×3 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
 //
 //go:noescape
-func dw3x3s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, b float32, s float32, t float32, thr float32)
+func dw3x3s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5x5s2x16AVX512 computes channels channels of a 5×5 depthwise convolution, stride 2, 16 outputs per vector, with the row epilogue applied before the store.
+//
+//go:noescape
+func dw5x5s2x16AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5x5s2x8AVX512 computes channels channels of a 5×5 depthwise convolution, stride 2, 8 outputs per vector, with the row epilogue applied before the store.
+//
+//go:noescape
+func dw5x5s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *uint16, nv int, oh int, ldy int, ih int, ldx int, ph int, pw int, bst *float32, thr float32, channels int)
+
+// dw5s2r5AVX2 computes n (a multiple of 8) outputs of a 5×5 depthwise convolution row, stride 2, from 5 input rows.
+func dw5s2r5AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
 // erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
 func erfRowAVX2(dst *float32, src *float32, n int)
@@ -263,6 +289,9 @@ func tanhRowAVX2(dst *float32, src *float32, n int)
 
 // clipRowAVX2 sets dst[j] = min(max(src[j], lo), hi) as Go computes it, for j < n (a multiple of 8) and bounds Clip accepts.
 func clipRowAVX2(dst *float32, src *float32, n int, lo float32, hi float32)
+
+// hardSwishRowAVX2 sets dst[j] = x·clip(x + shift, lo, hi) divided by d (div) or multiplied by it, x = src[j], for j < n (a multiple of 8).
+func hardSwishRowAVX2(dst *float32, src *float32, n int, shift float32, lo float32, hi float32, d float32, div bool)
 
 // sumRowAVX2 returns the float64 sum over x[:n] (n a multiple of 8) of x, or of (x − mu)² for sqDevRowAVX2.
 func sumRowAVX2(x *float32, n int) float64

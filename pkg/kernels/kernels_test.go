@@ -241,3 +241,31 @@ func TestSoftmaxAndLayerNorm(t *testing.T) {
 		t.Errorf("mean %g inv std %g", mean[0], inv[0])
 	}
 }
+
+// TestSum checks Sum against the float64 sum in order, within float64
+// rounding of the magnitudes summed (the lanes reorder the sum), over
+// lengths around whole vectors, and that it is exact on integers.
+func TestSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 6400} {
+		x := randSlice(r, n)
+		var want, mag float64
+		for _, v := range x {
+			want += float64(v)
+			mag += math.Abs(float64(v))
+		}
+		if got := Sum(x); math.Abs(got-want) > 1e-14*mag+1e-300 {
+			t.Errorf("n=%d: Sum = %.17g, in-order sum %.17g", n, got, want)
+		}
+		for i := range x {
+			x[i] = float32(i%7 - 3)
+		}
+		want = 0
+		for _, v := range x {
+			want += float64(v)
+		}
+		if got := Sum(x); got != want {
+			t.Errorf("n=%d integers: Sum = %g, want %g", n, got, want)
+		}
+	}
+}

@@ -70,6 +70,10 @@ func LayerNorm(x, y []float32, rows, n int, scale, bias []float32, eps float32, 
 	}
 }
 
+// Sum is Σ x[j] in float64, summed as LayerNorm sums a row: in eight
+// float64 lanes where the kernel set has AVX2, in order otherwise.
+func Sum(x []float32) float64 { return sumRow(x) }
+
 // sumRowGo is Σ x[j] in float64.
 func sumRowGo(x []float32) float64 {
 	var s float64

@@ -531,16 +531,11 @@ func signedKernel(fk kernel, fi func(int64) int64) kernel {
 	}
 }
 
-// reluRow is Relu's max(x, 0) on a row without a call per element:
-// −0 becomes +0 and NaN stays NaN, as with the builtin.
+// reluRow is Relu's max(x, 0) on a row: Clip to [0, +Inf], which gives the
+// builtin's bits (−0 becomes +0, NaN stays NaN) in vector kernels, where a
+// branch per element mispredicts on activations of mixed sign.
 func reluRow(dst, src []float32) {
-	src = src[:len(dst)]
-	for i, v := range src {
-		if v <= 0 {
-			v = 0
-		}
-		dst[i] = v
-	}
+	kernels.Clip(dst, src, 0, float32(math.Inf(1)))
 }
 
 func sign[T float32 | int64](x T) T {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
@@ -324,6 +325,202 @@ func (c *compiler) buildSiLU(sig, mul *onnxgraph.Node) (kernel, error) {
 		out := rc.newFloatOut(in[0].Shape...)
 		y := out.Float32s()
 		kernels.Parallel(rc.threads, len(x), parGrain, func(lo, hi int) { kernels.SiLU(y[lo:hi], x[lo:hi]) })
+		return one(out), nil
+	}, nil
+}
+
+// hardSwishChain is HardSwish as exporters decompose it, x·clip(x + a,
+// lo, hi) divided or multiplied by d (x·relu6(x + 3)/6): an Add of a
+// scalar constant, a Clip with constant bounds, a Mul by x and a Div or
+// Mul by a scalar constant, each intermediate read by the next node
+// alone. One step computes it in one pass over x (kernels.HardSwishChain)
+// with the four nodes' roundings.
+type hardSwishChain struct {
+	add, clip, mul, tail *onnxgraph.Node
+	// xIn is the index of x among the Add's inputs; tailFirst whether the
+	// Mul's product is the tail's left operand.
+	xIn, tailFirst bool
+	p              kernels.HardSwishParams
+	// rank is the largest rank of the constants: an x of lower rank
+	// broadcasts to a larger output, which the nodes compute.
+	rank int
+}
+
+// constValue returns v's value when it is known at compile time: from
+// constOf, or from the Constant node that produces v, which may come
+// after the node being planned (exporters write a chain's constants just
+// before the node that reads them).
+func (c *compiler) constValue(v *onnxgraph.Value, constOf func(*onnxgraph.Value) *tensor.Tensor) *tensor.Tensor {
+	if t := constOf(v); t != nil || v == nil || v.Const == nil {
+		return t
+	}
+	t, err := c.constTensor(v)
+	if err != nil {
+		return nil
+	}
+	return t
+}
+
+// planHardSwish returns the chain that add heads, or nil.
+func (c *compiler) planHardSwish(add *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.Tensor) *hardSwishChain {
+	// scalar returns v's value when it is a one-element float constant,
+	// with its rank.
+	scalar := func(v *onnxgraph.Value) (float32, int, bool) {
+		t := c.constValue(v, constOf)
+		if t == nil || t.DType != tensor.Float || t.Len() != 1 {
+			return 0, 0, false
+		}
+		return t.Float32s()[0], len(t.Shape), true
+	}
+	// binary reports whether n is a two-input op of type op, with one
+	// output and no legacy broadcast attributes.
+	binary := func(n *onnxgraph.Node, op string) bool {
+		return n != nil && n.Domain == "" && n.OpType == op && len(n.Inputs) == 2 && len(n.Outputs) == 1 && n.Outputs[0] != nil &&
+			n.Attr("broadcast") == nil && n.Attr("axis") == nil
+	}
+	// only returns the single reader of v.
+	only := func(v *onnxgraph.Value) *onnxgraph.Node {
+		if v == nil || v.IsGraphOutput || len(v.Consumers) != 1 {
+			return nil
+		}
+		return v.Consumers[0]
+	}
+	if !binary(add, "Add") {
+		return nil
+	}
+	ch := &hardSwishChain{add: add}
+	var rank int
+	var ok bool
+	if ch.p.Shift, rank, ok = scalar(add.Inputs[1]); !ok {
+		if ch.p.Shift, rank, ok = scalar(add.Inputs[0]); !ok {
+			return nil
+		}
+		ch.xIn = true
+	}
+	ch.rank = rank
+	x := add.Inputs[0]
+	if ch.xIn {
+		x = add.Inputs[1]
+	}
+	if x == nil || constOf(x) != nil {
+		return nil
+	}
+	ch.clip = only(add.Outputs[0])
+	if ch.clip == nil || ch.clip.Domain != "" || ch.clip.OpType != "Clip" || len(ch.clip.Inputs) == 0 || ch.clip.Inputs[0] != add.Outputs[0] || len(ch.clip.Outputs) != 1 || ch.clip.Outputs[0] == nil {
+		return nil
+	}
+	ch.p.Lo, ch.p.Hi = float32(math.Inf(-1)), float32(math.Inf(1))
+	if ch.clip.Opset() < 11 {
+		b := &builder{c: c, n: ch.clip, opset: ch.clip.Opset()}
+		ch.p.Lo, ch.p.Hi = b.float("min", ch.p.Lo), b.float("max", ch.p.Hi)
+	} else {
+		for i, bound := range []*float32{&ch.p.Lo, &ch.p.Hi} {
+			if i+1 >= len(ch.clip.Inputs) || ch.clip.Inputs[i+1] == nil {
+				continue
+			}
+			v, r, ok := scalar(ch.clip.Inputs[i+1])
+			if !ok {
+				return nil
+			}
+			*bound, ch.rank = v, max(ch.rank, r)
+		}
+	}
+	cv := ch.clip.Outputs[0]
+	ch.mul = only(cv)
+	if !binary(ch.mul, "Mul") || !(ch.mul.Inputs[0] == x && ch.mul.Inputs[1] == cv || ch.mul.Inputs[0] == cv && ch.mul.Inputs[1] == x) {
+		return nil
+	}
+	m := ch.mul.Outputs[0]
+	ch.tail = only(m)
+	switch {
+	case binary(ch.tail, "Div") && ch.tail.Inputs[0] == m:
+		ch.p.Div, ch.tailFirst = true, true
+		ch.p.D, rank, ok = scalar(ch.tail.Inputs[1])
+	case binary(ch.tail, "Mul") && ch.tail.Inputs[0] == m:
+		ch.tailFirst = true
+		ch.p.D, rank, ok = scalar(ch.tail.Inputs[1])
+	case binary(ch.tail, "Mul") && ch.tail.Inputs[1] == m:
+		ch.p.D, rank, ok = scalar(ch.tail.Inputs[0])
+	default:
+		return nil
+	}
+	if !ok {
+		return nil
+	}
+	ch.rank = max(ch.rank, rank)
+	return ch
+}
+
+// fusedOps names the nodes fused into the Add ("+Clip+Mul+Div").
+func (ch *hardSwishChain) fusedOps() string {
+	return "+Clip+Mul+" + ch.tail.OpType
+}
+
+// buildHardSwish compiles the chain into one kernel taking the Add's
+// inputs. A run that taps an intermediate value, an x that is not float32
+// or of lower rank than the constants runs the four nodes one by one.
+func (c *compiler) buildHardSwish(ch *hardSwishChain, constOf func(*onnxgraph.Value) *tensor.Tensor) (kernel, error) {
+	nodes := []*onnxgraph.Node{ch.add, ch.clip, ch.mul, ch.tail}
+	ks := make([]kernel, len(nodes))
+	for i, n := range nodes {
+		k, err := c.build(n)
+		if err != nil {
+			return nil, err
+		}
+		ks[i] = k
+	}
+	var clipBounds []*tensor.Tensor
+	for _, v := range ch.clip.Inputs[1:] {
+		clipBounds = append(clipBounds, c.constValue(v, constOf))
+	}
+	tailConst := c.constValue(ch.tail.Inputs[1], constOf)
+	if !ch.tailFirst {
+		tailConst = c.constValue(ch.tail.Inputs[0], constOf)
+	}
+	inner := []string{ch.add.Outputs[0].Name, ch.clip.Outputs[0].Name, ch.mul.Outputs[0].Name}
+	xi := 0
+	if ch.xIn {
+		xi = 1
+	}
+	unfused := func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x := in[xi]
+		t, err := ks[0](rc, in)
+		if err != nil {
+			return nil, err
+		}
+		rc.emit(inner[0], t[0])
+		cl, err := ks[1](rc, append([]*tensor.Tensor{t[0]}, clipBounds...))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ch.clip, err)
+		}
+		rc.emit(inner[1], cl[0])
+		args := []*tensor.Tensor{x, cl[0]}
+		if ch.mul.Inputs[0] != ch.add.Inputs[xi] {
+			args[0], args[1] = cl[0], x
+		}
+		m, err := ks[2](rc, args)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ch.mul, err)
+		}
+		rc.emit(inner[2], m[0])
+		args = []*tensor.Tensor{m[0], tailConst}
+		if !ch.tailFirst {
+			args[0], args[1] = tailConst, m[0]
+		}
+		o, err := ks[3](rc, args)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ch.tail, err)
+		}
+		return o, nil
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, ok := in[xi].Data.([]float32)
+		if !ok || len(in[xi].Shape) < ch.rank || slices.ContainsFunc(inner, rc.wants) {
+			return unfused(rc, in)
+		}
+		out := rc.newFloatOut(in[xi].Shape...)
+		y := out.Float32s()
+		kernels.Parallel(rc.threads, len(x), parGrain, func(lo, hi int) { kernels.HardSwishChain(y[lo:hi], x[lo:hi], ch.p) })
 		return one(out), nil
 	}, nil
 }

@@ -233,3 +233,125 @@ func TestSiLUFusion(t *testing.T) {
 		}
 	}
 }
+
+// hardSwishModel is x·clip(x + 3, 0, 6)/6 decomposed into Add, Clip, Mul
+// and a Div (or a Mul by 1/6) in the operand orders given, then the same
+// chain again on its output with the Clip's output also read by the final
+// Add, which keeps that one unfused. Opset 7 writes the Clip's bounds as
+// attributes; from opset 11 they are initializers, or Constant nodes
+// after the Add when the shift is the Add's second operand.
+func hardSwishModel(opset int64, shiftFirst, clipFirst bool, tail string) *testmodels.Builder {
+	b := testmodels.New("hardswish", opset)
+	b.Input("x", tensor.Float, 2, 3, 7, 5)
+	b.Output("y", tensor.Float, 2, 3, 7, 5)
+	b.Init("three", []int64{1}, []float32{3})
+	b.Init("zero", nil, []float32{0})
+	b.Init("six", nil, []float32{6})
+	b.Init("sixth", []int64{1, 1, 1}, []float32{1.0 / 6})
+	chain := func(x, h string) {
+		add := []string{x, "three"}
+		if shiftFirst {
+			add = []string{"three", x}
+		}
+		b.Node("Add", "add_"+h, add, []string{"t_" + h})
+		switch {
+		case opset < 11:
+			b.Node("Clip", "clip_"+h, []string{"t_" + h}, []string{"c_" + h}, testmodels.AttrFloat("min", 0), testmodels.AttrFloat("max", 6))
+		case shiftFirst:
+			b.Node("Clip", "clip_"+h, []string{"t_" + h, "zero", "six"}, []string{"c_" + h})
+		default:
+			// Bounds from Constant nodes after the Add, as Paddle writes them.
+			b.Node("Constant", "lo_"+h, nil, []string{"lo_" + h}, testmodels.AttrTensor("value", testmodels.Float32Tensor("", nil, []float32{0})))
+			b.Node("Constant", "hi_"+h, nil, []string{"hi_" + h}, testmodels.AttrTensor("value", testmodels.Float32Tensor("", nil, []float32{6})))
+			b.Node("Clip", "clip_"+h, []string{"t_" + h, "lo_" + h, "hi_" + h}, []string{"c_" + h})
+		}
+		mul := []string{x, "c_" + h}
+		if clipFirst {
+			mul = []string{"c_" + h, x}
+		}
+		b.Node("Mul", "mul_"+h, mul, []string{"m_" + h})
+		switch tail {
+		case "Div":
+			b.Node("Div", "tail_"+h, []string{"m_" + h, "six"}, []string{h})
+		case "Mul":
+			b.Node("Mul", "tail_"+h, []string{"m_" + h, "sixth"}, []string{h})
+		default:
+			b.Node("Mul", "tail_"+h, []string{"sixth", "m_" + h}, []string{h})
+		}
+	}
+	chain("x", "h1")
+	chain("h1", "h2")
+	b.Node("Add", "out", []string{"h2", "c_h2"}, []string{"y"})
+	return b
+}
+
+// TestHardSwishFusion checks that a decomposed HardSwish runs as one step
+// computing bit for bit what its four nodes compute, for the Clip's bounds
+// as inputs and as attributes, both operand orders and a Div or Mul tail;
+// that a chain whose Clip output is read elsewhere is left to its nodes;
+// and that taps of the inner values see what the unfused engine computes.
+func TestHardSwishFusion(t *testing.T) {
+	for _, tc := range []struct {
+		opset                 int64
+		shiftFirst, clipFirst bool
+		tail                  string
+	}{
+		{11, false, false, "Div"}, {11, true, true, "Mul"}, {13, false, true, "MulFirst"}, {7, true, false, "Div"},
+	} {
+		m, err := onnxgraph.LoadBytes(hardSwishModel(tc.opset, tc.shiftFirst, tc.clipFirst, tc.tail).Bytes(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused, err := NewGoSession(m, Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fused.prog.steps) != 6 {
+			t.Fatalf("%+v: %d steps, want 6 (fused h1, four nodes of h2, out)", tc, len(fused.prog.steps))
+		}
+		c := &compiler{model: m, threads: 2, noFuse: true}
+		prog, err := c.compileGraph(m.Graph, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := &GoSession{model: m, prog: prog, threads: 2, inputs: fused.inputs, outputs: fused.outputs}
+		x := randomInput(4, 2, 3, 7, 5)
+		xs := x.Float32s()
+		for i := range xs {
+			xs[i] *= 8 // across both clip bounds
+		}
+		xs[0], xs[1], xs[2], xs[3] = float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.Copysign(0, -1))
+		xs[4], xs[5] = -3, 3
+		in := map[string]*tensor.Tensor{"x": x}
+		collect := func(s *GoSession, values []string) map[string][]float32 {
+			got := map[string][]float32{}
+			outs, err := s.Run(context.Background(), in, RunOptions{TapValues: values, Tap: func(name string, t *tensor.Tensor) {
+				got[name] = append([]float32(nil), t.Float32s()...)
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got["out"] = outs["y"].Float32s()
+			return got
+		}
+		want := collect(plain, nil)
+		for _, taps := range [][]string{{"y"}, {"h1"}, nil} {
+			got := collect(fused, taps)
+			names := []string{"out"}
+			if taps == nil {
+				names = append(names, "t_h1", "c_h1", "m_h1", "h1")
+			}
+			for _, name := range names {
+				g, w := got[name], want[name]
+				if len(g) == 0 || len(g) != len(w) {
+					t.Fatalf("%+v, taps %v: %s has %d values, want %d", tc, taps, name, len(g), len(w))
+				}
+				for i := range g {
+					if math.Float32bits(g[i]) != math.Float32bits(w[i]) && !(g[i] != g[i] && w[i] != w[i]) {
+						t.Fatalf("%+v, taps %v: %s[%d] = %g, unfused engine gives %g", tc, taps, name, i, g[i], w[i])
+					}
+				}
+			}
+		}
+	}
+}

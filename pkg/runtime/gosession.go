@@ -458,12 +458,15 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		st := step{node: n}
 		var chain *convChain
 		var siluMul *onnxgraph.Node
+		var hswish *hardSwishChain
 		switch {
 		case c.noFuse:
 		case ops.FusionOf(n) == ops.FuseConv:
 			chain = planConvChain(n, constOf, ready)
 		case ops.FusionOf(n) == ops.FuseSigmoidMul:
 			siluMul = planSiLU(n)
+		default:
+			hswish = c.planHardSwish(n, constOf)
 		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
 		if chain != nil && chain.add != nil {
@@ -492,7 +495,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			st.in = st.in[:len(n.Inputs)+len(n.OuterInputs)]
 		}
 		if allConst {
-			siluMul = nil
+			siluMul, hswish = nil, nil
 		}
 		outs := n.Outputs
 		switch {
@@ -500,6 +503,8 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			outs = []*onnxgraph.Value{chain.out}
 		case siluMul != nil:
 			outs = siluMul.Outputs
+		case hswish != nil:
+			outs = hswish.tail.Outputs
 		}
 		for _, v := range outs {
 			if v == nil {
@@ -525,6 +530,12 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			if err == nil {
 				fusedAway[siluMul] = true
 				st.fused = "+Mul"
+			}
+		} else if hswish != nil {
+			k, err = c.buildHardSwish(hswish, constOf)
+			if err == nil {
+				fusedAway[hswish.clip], fusedAway[hswish.mul], fusedAway[hswish.tail] = true, true, true
+				st.fused = hswish.fusedOps()
 			}
 		} else {
 			k, err = c.build(n)

@@ -856,11 +856,7 @@ func globalPoolKernel(isMax bool) kernel {
 					o[p] = m
 					continue
 				}
-				var s float64
-				for _, v := range plane {
-					s += float64(v)
-				}
-				o[p] = float32(s / float64(sp))
+				o[p] = float32(kernels.Sum(plane) / float64(sp))
 			}
 		})
 		return one(out), nil
@@ -872,6 +868,7 @@ func globalPoolKernel(isMax bool) kernel {
 // BatchNormalization epilogue of a fused Conv computes it.
 // Planes are split over the run's threads.
 func perChannel(rc *runCtx, x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
+	const perChannelChunk = 2048
 	out := rc.newFloatOut(shape...)
 	y := out.Float32s()
 	c := 1
@@ -883,9 +880,13 @@ func perChannel(rc *runCtx, x []float32, shape []int, scale, shift []float32) *t
 	kernels.Parallel(rc.threads, planes, max(1, parGrain/max(1, sp)), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			s, t := scale[q%c], shift[q%c]
-			yp := y[q*sp : (q+1)*sp]
-			for i, v := range x[q*sp : (q+1)*sp] {
-				yp[i] = float32(v*s) + t
+			// The product, then the shift on the product while it is in
+			// the first-level cache: two vector passes per chunk, each
+			// one IEEE operation per element.
+			for i := q * sp; i < (q+1)*sp; i += perChannelChunk {
+				j := min(i+perChannelChunk, (q+1)*sp)
+				kernels.BinaryScalar(kernels.BinMul, y[i:j], x[i:j], s, false)
+				kernels.BinaryScalar(kernels.BinAdd, y[i:j], y[i:j], t, false)
 			}
 		}
 	})

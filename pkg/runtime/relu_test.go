@@ -7,10 +7,15 @@ import (
 
 // TestReluRow checks the row Relu bit for bit against the builtin max(x, 0)
 // the element-wise definition uses, on signed zeros, NaN, infinities and
-// denormals.
+// denormals, at every position of a vector and in the tail after the
+// vectors.
 func TestReluRow(t *testing.T) {
-	src := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
 		1e-45, -1e-45, 3.5, -3.5, math.MaxFloat32, -math.MaxFloat32}
+	var src []float32
+	for range 3 {
+		src = append(src, specials...)
+	}
 	dst := make([]float32, len(src))
 	reluRow(dst, src)
 	for i, v := range src {

@@ -75,8 +75,9 @@ func main() {
 	maxPoolS2()
 	for _, stride := range []int{1, 2} {
 		for rows := 1; rows <= 3; rows++ {
-			depthwise(stride, rows)
+			depthwise(3, stride, rows)
 		}
+		depthwise(5, stride, 5)
 	}
 	erf()
 	binary()
@@ -84,6 +85,7 @@ func main() {
 	sigmoid()
 	tanh()
 	clip()
+	hardSwish()
 	layerNorm()
 	Generate()
 }

@@ -1,0 +1,5 @@
+//go:build noasm || !amd64
+
+package kernels
+
+func hardSwishVec(dst, src []float32, p HardSwishParams) int { return 0 }
