@@ -36,6 +36,10 @@ type Algorithms struct {
 	// SmoothQuant divides the features of the activations MatMul and Gemm
 	// layers read by a per-feature scale folded into the weights.
 	SmoothQuant *SmoothQuant
+	// AWQ scales the input features of MatMul and Gemm weights by a
+	// searched power of the activations' mean magnitude, folded into the
+	// activation's producer.
+	AWQ *AWQ
 	// Rule locates the block.
 	Rule Rule
 }
@@ -296,6 +300,8 @@ func (a *Algorithms) enabled(name string) bool {
 		return a.AdaRound != nil
 	case smoothQuantName:
 		return a.SmoothQuant != nil
+	case awqName:
+		return a.AWQ != nil
 	}
 	return false
 }

@@ -157,3 +157,31 @@ func TestSmoothQuantSettings(t *testing.T) {
 		t.Errorf("--algorithms smoothquant: %v, %+v", err, a.SmoothQuant)
 	}
 }
+
+func TestAWQSettings(t *testing.T) {
+	for _, tt := range []struct {
+		text          string
+		samples, grid int
+		excluded      string
+	}{
+		{"algorithms:\n  awq: true\n", DefaultAlgorithmSamples, DefaultAWQGrid, ""},
+		{"algorithms:\n  awq: {grid: 10, samples: 4, exclude: [lm_head]}\n", 4, 10, "lm_head"},
+	} {
+		cfg, err := Parse([]byte(tt.text), "a.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := cfg.Algorithms.AWQ
+		if a == nil || a.Samples != tt.samples || a.Grid != tt.grid || !cfg.Algorithms.Any() {
+			t.Errorf("%q: got %+v", tt.text, a)
+			continue
+		}
+		if tt.excluded != "" && !a.Excludes(tt.excluded) {
+			t.Errorf("%q: %q not excluded", tt.text, tt.excluded)
+		}
+	}
+	a := &Algorithms{}
+	if err := a.EnableAlgorithms([]string{"awq"}); err != nil || a.AWQ == nil || a.AWQ.Grid != DefaultAWQGrid {
+		t.Errorf("--algorithms awq: %v, %+v", err, a.AWQ)
+	}
+}
