@@ -33,8 +33,8 @@ type smoothSite struct {
 	// a matrix whose output columns are X's features).
 	absorb       []*weightData
 	absorbStride []int
-	k      int
-	absMax []float64
+	k            int
+	absMax       []float64
 	// rows are the first activation rows, kept for the report.
 	rows        []float32
 	s           []float32
