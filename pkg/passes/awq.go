@@ -155,7 +155,32 @@ func awqSiteOf(m *onnxgraph.Model, plan *Plan, v *onnxgraph.Value, cfg *config.A
 		}
 		site.plans = append(site.plans, tp)
 	}
+	for i, c := range s.absorb {
+		if why := absorbsExactly(plan, c, s.absorbStride[i]); why != "" {
+			return nil, fmt.Sprintf("%s: %s", v.Producer, why), nil
+		}
+	}
 	return site, "", nil
+}
+
+// absorbsExactly says why dividing the features of constant c (stride as
+// in absorbingConsts) would change its quantization error, "" when the
+// plan leaves it in float or quantizes each feature in groups of its own
+// (per channel along the features, per block across them): uniform
+// scaling of a group scales its qparams and keeps its codes.
+func absorbsExactly(plan *Plan, c *weightData, stride int) string {
+	tp := plan.Tensor(c.v.Name)
+	if tp == nil || tp.Spec == nil {
+		return ""
+	}
+	featureAxis := 0
+	if stride == 1 {
+		featureAxis = len(c.shape) - 1
+	}
+	if (tp.BlockSize == 0 && tp.Axis == featureAxis) || (tp.BlockSize > 0 && tp.Axis != featureAxis) {
+		return ""
+	}
+	return fmt.Sprintf("%q, which would absorb 1/s, is quantized %s across features by %s: the scaling would change its quantization error, which the search does not measure", c.v.Name, tp.Spec, tp.Rule.Location())
 }
 
 // awqScales is s_j = max(mean|X_j|, 1e-4)^α, divided by √(max s · min s)

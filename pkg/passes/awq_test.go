@@ -94,17 +94,21 @@ func awqModel(t *testing.T) *onnxgraph.Model {
 	return m
 }
 
-// awqConfig is int4 weight-only with blocks of 16 input features.
-const awqConfig = `quantization_config:
+// awqConfig is int4 weight-only with blocks of 16 input features, the
+// LayerNorm's scale and bias left in float.
+const awqConfig = awqQuantizedLayerNorm + "    op_type_config: {LayerNormalization: null}\n"
+
+// awqQuantizedLayerNorm quantizes the LayerNorm's scale in blocks too.
+const awqQuantizedLayerNorm = `quantization_config:
   global_config:
     op_input_spec: null
     op_output_spec: null
     op_state_spec: {weight: {dtype: int4, qscheme: symmetric, granularity: {type: per_block, block_size: 16}, qparam_calculator: static}}
 `
 
-func quantizeAWQ(t *testing.T, alg string, threads int) *Unit {
+func quantizeAWQ(t *testing.T, quant, alg string, threads int) *Unit {
 	t.Helper()
-	cfg, err := config.Parse([]byte(awqConfig+alg), "awq.yaml")
+	cfg, err := config.Parse([]byte(quant+alg), "awq.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +147,8 @@ func awqLayerError(t *testing.T, u *Unit, l awqTestLayer, want map[string]*tenso
 // that the report's gains are those of these errors, and that the Relu's reader
 // is reported as skipped.
 func TestAWQ(t *testing.T) {
-	u := quantizeAWQ(t, "algorithms:\n  awq: true\n", 1)
-	rtn := quantizeAWQ(t, "", 1)
+	u := quantizeAWQ(t, awqConfig, "algorithms:\n  awq: true\n", 1)
+	rtn := quantizeAWQ(t, awqConfig, "", 1)
 	src := newSampleSource(81, 48, awqFeatures)
 	var ys []string
 	for _, l := range awqLayers {
@@ -206,10 +210,32 @@ func TestAWQ(t *testing.T) {
 	}
 }
 
+// TestAWQQuantizedProducer checks that a site whose producer's constant
+// is quantized across features (the LayerNorm's scale in blocks of 16) is
+// skipped with the reason, and the LayerNorm left as it was.
+func TestAWQQuantizedProducer(t *testing.T) {
+	u := quantizeAWQ(t, awqQuantizedLayerNorm, "algorithms:\n  awq: true\n", 1)
+	for _, r := range u.Layers {
+		if (r.Node == "fa" || r.Node == "fb") && !strings.Contains(r.Skipped, `"gamma", which would absorb 1/s, is quantized`) {
+			t.Errorf("%s: report %+v, want skipped: the LayerNorm's scale is quantized in blocks", r.Node, r)
+		}
+	}
+	got, _, err := constFloats(u.Model, u.Model.Graph.Value("gamma"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := constFloats(awqModel(t), awqModel(t).Graph.Value("gamma"))
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("gamma[%d] = %g, want %g unchanged", i, got[i], want[i])
+		}
+	}
+}
+
 // TestAWQDeterministic checks byte-identical models across runs and
 // thread counts.
 func TestAWQDeterministic(t *testing.T) {
 	sameModelAcrossThreads(t, func(threads int) *Unit {
-		return quantizeAWQ(t, "algorithms:\n  awq: true\n", threads)
+		return quantizeAWQ(t, awqConfig, "algorithms:\n  awq: true\n", threads)
 	})
 }
