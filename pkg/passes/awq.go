@@ -7,6 +7,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -211,12 +212,16 @@ func (s *awqSite) search(u *Unit, grid, threads int) ([]LayerReport, error) {
 		mean[j] = a / float64(max(rows, 1))
 	}
 	xtx := s.xtx.full()
+	h := make([]float32, len(xtx))
+	for i, v := range xtx {
+		h[i] = float32(v)
+	}
 	layers := make([]*gptqLayer, len(s.layers))
 	signal := make([]float64, len(s.layers))
 	for i, w := range s.weights {
 		l := &gptqLayer{k: s.k, n: len(w.data) / s.k, transposed: s.transposed[i], threads: threads}
 		layers[i] = l
-		signal[i] = l.weightedSquare(xtx, w.data, nil)
+		signal[i] = outputSquare(l, h, w.data, nil)
 	}
 	var rtn, best []float64
 	bestAlpha, bestTotal := 0.0, math.Inf(1)
@@ -227,7 +232,7 @@ func (s *awqSite) search(u *Unit, grid, threads int) ([]LayerReport, error) {
 		errs := make([]float64, len(layers))
 		var total float64
 		for i, l := range layers {
-			e, err := s.scaledError(i, l, xtx, scales, u.Prepare)
+			e, err := s.scaledError(i, l, h, scales, u.Prepare)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.layers[i], err)
 			}
@@ -267,7 +272,7 @@ func (s *awqSite) search(u *Unit, grid, threads int) ([]LayerReport, error) {
 // scaledError is ‖X·W − X·diag(s)⁻¹·Q(diag(s)·W)‖² for reader i, Q the
 // weight's planned quantization with qparams computed from the scaled
 // weight as prepare computes them.
-func (s *awqSite) scaledError(i int, l *gptqLayer, xtx []float64, scales []float32, opts PrepareOptions) (float64, error) {
+func (s *awqSite) scaledError(i int, l *gptqLayer, h []float32, scales []float32, opts PrepareOptions) (float64, error) {
 	w, tp := s.weights[i], s.plans[i]
 	scaled := make([]float32, len(w.data))
 	for kk := range l.k {
@@ -290,5 +295,28 @@ func (s *awqSite) scaledError(i int, l *gptqLayer, xtx []float64, scales []float
 			q[idx] /= scales[kk]
 		}
 	}
-	return l.weightedSquare(xtx, w.data, q), nil
+	return outputSquare(l, h, w.data, q), nil
+}
+
+// outputSquare is ‖X(W − Ŵ)‖² = Σ δ ∘ (XᵀX·δ) with δ = w − q as a K×N
+// matrix (q nil: ‖XW‖²), the product by the float32 GEMM kernel: the grid
+// search evaluates it grid × readers times per site.
+func outputSquare(l *gptqLayer, h []float32, w, q []float32) float64 {
+	d := make([]float32, l.k*l.n)
+	for kk := range l.k {
+		for n := range l.n {
+			idx := l.at(kk, n)
+			d[kk*l.n+n] = w[idx]
+			if q != nil {
+				d[kk*l.n+n] -= q[idx]
+			}
+		}
+	}
+	hd := make([]float32, len(d))
+	kernels.Sgemm(false, false, l.k, l.n, l.k, 1, h, l.k, d, l.n, 0, hd, l.n)
+	var sum float64
+	for i, v := range d {
+		sum += float64(v) * float64(hd[i])
+	}
+	return sum
 }
