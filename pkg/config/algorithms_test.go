@@ -13,13 +13,14 @@ func TestAlgorithmsBlock(t *testing.T) {
 		samples    int
 		iterations int
 		excluded   string
+		highBias   bool
 	}{
 		{name: "absent"},
 		{name: "true takes the defaults", text: "algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n",
 			cle: true, bc: true, samples: DefaultAlgorithmSamples, iterations: DefaultCLEIterations},
 		{name: "false and null are off", text: "algorithms:\n  cross_layer_equalization: false\n  bias_correction: null\n"},
-		{name: "settings", text: "algorithms:\n  bias_correction: {samples: 16, exclude: [\"/head/.*\"]}\n  cross_layer_equalization: {iterations: 3}\n",
-			cle: true, bc: true, samples: 16, iterations: 3, excluded: "/head/conv"},
+		{name: "settings", text: "algorithms:\n  bias_correction: {samples: 16, exclude: [\"/head/.*\"]}\n  cross_layer_equalization: {iterations: 3, high_bias_absorption: true}\n",
+			cle: true, bc: true, samples: 16, iterations: 3, highBias: true, excluded: "/head/conv"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,8 +38,8 @@ func TestAlgorithmsBlock(t *testing.T) {
 			if tt.bc && a.BiasCorrection.Samples != tt.samples {
 				t.Errorf("samples %d, want %d", a.BiasCorrection.Samples, tt.samples)
 			}
-			if tt.cle && a.CrossLayerEqualization.Iterations != tt.iterations {
-				t.Errorf("iterations %d, want %d", a.CrossLayerEqualization.Iterations, tt.iterations)
+			if tt.cle && (a.CrossLayerEqualization.Iterations != tt.iterations || a.CrossLayerEqualization.HighBiasAbsorption != tt.highBias) {
+				t.Errorf("iterations %d, high_bias_absorption %v, want %d, %v", a.CrossLayerEqualization.Iterations, a.CrossLayerEqualization.HighBiasAbsorption, tt.iterations, tt.highBias)
 			}
 			if tt.excluded != "" {
 				if !a.BiasCorrection.Excludes(tt.excluded) || a.BiasCorrection.Excludes("x"+tt.excluded) {
