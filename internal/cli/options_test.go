@@ -188,7 +188,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "m.onnx", "--threads", "-1"}, "--threads -1: want 0 (one per CPU) or more"},
 		{[]string{"--log-level", "loud", "version"}, `--log-level "loud"`},
 		{[]string{"quantize", "--model", filepath.Join(testutil.RepoRoot(), "examples", "digits", "model.onnx"),
-			"--preset", "w4-accurate", "-o", filepath.Join(t.TempDir(), "q.onnx")}, "gptq (preset:w4-accurate:15) needs calibration data"},
+			"--preset", "w4-accurate", "-o", filepath.Join(t.TempDir(), "q.onnx")}, "gptq (preset:w4-accurate:27) needs calibration data"},
 		{[]string{"quantize", "--model", filepath.Join(testutil.RepoRoot(), "examples", "digits", "model.onnx"),
 			"--preset", "w8", "--algorithms", "bias_correction", "-o", filepath.Join(t.TempDir(), "q.onnx")}, "bias_correction (--algorithms) needs calibration data"},
 	} {

@@ -36,6 +36,10 @@ type Algorithms struct {
 	// SmoothQuant divides the features of the activations MatMul and Gemm
 	// layers read by a per-feature scale folded into the weights.
 	SmoothQuant *SmoothQuant
+	// AWQ scales the input features of MatMul and Gemm weights by a
+	// searched power of the activations' mean magnitude, folded into the
+	// activation's producer.
+	AWQ *AWQ
 	// Rule locates the block.
 	Rule Rule
 }
@@ -65,6 +69,10 @@ type CrossLayerEqualization struct {
 	// Iterations is the number of sweeps over each chain (default 20):
 	// equalizing a pair changes the ranges its neighbours see.
 	Iterations int
+	// HighBiasAbsorption moves, after equalization, the part of each
+	// channel's pre-activation that a folded BatchNorm puts above zero
+	// (β − 3|γ|) out of the first Conv's bias into the second's.
+	HighBiasAbsorption bool
 }
 
 // BiasCorrection configures bias_correction.
@@ -95,6 +103,7 @@ const (
 	algorithmsKey               = "algorithms"
 	algorithmExcludeKey         = "exclude"
 	algorithmCLEIterationsKey   = "iterations"
+	algorithmHighBiasKey        = "high_bias_absorption"
 	algorithmSamplesKey         = "samples"
 	crossLayerEqualizationName  = "cross_layer_equalization"
 	biasCorrectionAlgorithmName = "bias_correction"
@@ -114,11 +123,16 @@ type algorithmDecoder struct {
 // added by one entry here and one field in Algorithms.
 var algorithmTable = map[string]algorithmDecoder{
 	crossLayerEqualizationName: {
-		doc:      "rescale the channels of Conv-Relu-Conv chains so both weights share their range (data-free)",
-		settings: fields{{algorithmCLEIterationsKey, "sweeps over each chain", intIn(1, math.MaxInt), DefaultCLEIterations}},
+		doc: "rescale the channels of Conv-Relu-Conv chains so both weights share their range (data-free)",
+		settings: fields{
+			{algorithmCLEIterationsKey, "sweeps over each chain", intIn(1, math.MaxInt), DefaultCLEIterations},
+			{algorithmHighBiasKey, "move the part of a pre-activation a folded BatchNorm puts above zero (beta - 3|gamma|) into the next Conv's bias", boolean(), false},
+		},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
+			path := algorithmsKey + "." + crossLayerEqualizationName + "."
 			a.CrossLayerEqualization = &CrossLayerEqualization{AlgorithmCommon: c,
-				Iterations: d.positive(s[algorithmCLEIterationsKey], algorithmsKey+"."+crossLayerEqualizationName+"."+algorithmCLEIterationsKey, DefaultCLEIterations)}
+				Iterations:         d.positive(s[algorithmCLEIterationsKey], path+algorithmCLEIterationsKey, DefaultCLEIterations),
+				HighBiasAbsorption: d.flag(s[algorithmHighBiasKey], path+algorithmHighBiasKey)}
 		},
 	},
 	biasCorrectionAlgorithmName: {
@@ -168,6 +182,19 @@ func (d *decoder) positive(n *yaml.Node, what string, def int) int {
 		return def
 	}
 	return i
+}
+
+// flag reads an optional boolean, false when absent.
+func (d *decoder) flag(n *yaml.Node, what string) bool {
+	if n == nil {
+		return false
+	}
+	var b bool
+	v := deref(n)
+	if v == nil || v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
+		d.errorf(n, "", "%s: want true or false, got %s", what, kindName(n))
+	}
+	return b
 }
 
 // fraction reads an optional number in (0, 1], def when absent.
@@ -296,6 +323,8 @@ func (a *Algorithms) enabled(name string) bool {
 		return a.AdaRound != nil
 	case smoothQuantName:
 		return a.SmoothQuant != nil
+	case awqName:
+		return a.AWQ != nil
 	}
 	return false
 }

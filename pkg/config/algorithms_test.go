@@ -13,13 +13,14 @@ func TestAlgorithmsBlock(t *testing.T) {
 		samples    int
 		iterations int
 		excluded   string
+		highBias   bool
 	}{
 		{name: "absent"},
 		{name: "true takes the defaults", text: "algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n",
 			cle: true, bc: true, samples: DefaultAlgorithmSamples, iterations: DefaultCLEIterations},
 		{name: "false and null are off", text: "algorithms:\n  cross_layer_equalization: false\n  bias_correction: null\n"},
-		{name: "settings", text: "algorithms:\n  bias_correction: {samples: 16, exclude: [\"/head/.*\"]}\n  cross_layer_equalization: {iterations: 3}\n",
-			cle: true, bc: true, samples: 16, iterations: 3, excluded: "/head/conv"},
+		{name: "settings", text: "algorithms:\n  bias_correction: {samples: 16, exclude: [\"/head/.*\"]}\n  cross_layer_equalization: {iterations: 3, high_bias_absorption: true}\n",
+			cle: true, bc: true, samples: 16, iterations: 3, highBias: true, excluded: "/head/conv"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,8 +38,8 @@ func TestAlgorithmsBlock(t *testing.T) {
 			if tt.bc && a.BiasCorrection.Samples != tt.samples {
 				t.Errorf("samples %d, want %d", a.BiasCorrection.Samples, tt.samples)
 			}
-			if tt.cle && a.CrossLayerEqualization.Iterations != tt.iterations {
-				t.Errorf("iterations %d, want %d", a.CrossLayerEqualization.Iterations, tt.iterations)
+			if tt.cle && (a.CrossLayerEqualization.Iterations != tt.iterations || a.CrossLayerEqualization.HighBiasAbsorption != tt.highBias) {
+				t.Errorf("iterations %d, high_bias_absorption %v, want %d, %v", a.CrossLayerEqualization.Iterations, a.CrossLayerEqualization.HighBiasAbsorption, tt.iterations, tt.highBias)
 			}
 			if tt.excluded != "" {
 				if !a.BiasCorrection.Excludes(tt.excluded) || a.BiasCorrection.Excludes("x"+tt.excluded) {
@@ -155,5 +156,33 @@ func TestSmoothQuantSettings(t *testing.T) {
 	a := &Algorithms{}
 	if err := a.EnableAlgorithms([]string{"smoothquant"}); err != nil || a.SmoothQuant == nil || a.SmoothQuant.Alpha != DefaultSmoothQuantAlpha {
 		t.Errorf("--algorithms smoothquant: %v, %+v", err, a.SmoothQuant)
+	}
+}
+
+func TestAWQSettings(t *testing.T) {
+	for _, tt := range []struct {
+		text          string
+		samples, grid int
+		excluded      string
+	}{
+		{"algorithms:\n  awq: true\n", DefaultAlgorithmSamples, DefaultAWQGrid, ""},
+		{"algorithms:\n  awq: {grid: 10, samples: 4, exclude: [lm_head]}\n", 4, 10, "lm_head"},
+	} {
+		cfg, err := Parse([]byte(tt.text), "a.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := cfg.Algorithms.AWQ
+		if a == nil || a.Samples != tt.samples || a.Grid != tt.grid || !cfg.Algorithms.Any() {
+			t.Errorf("%q: got %+v", tt.text, a)
+			continue
+		}
+		if tt.excluded != "" && !a.Excludes(tt.excluded) {
+			t.Errorf("%q: %q not excluded", tt.text, tt.excluded)
+		}
+	}
+	a := &Algorithms{}
+	if err := a.EnableAlgorithms([]string{"awq"}); err != nil || a.AWQ == nil || a.AWQ.Grid != DefaultAWQGrid {
+		t.Errorf("--algorithms awq: %v, %+v", err, a.AWQ)
 	}
 }

@@ -49,6 +49,8 @@ func TestBadConfigs(t *testing.T) {
 		{"bad gptq settings", "algorithms:\n  gptq: {damp: 0, samples: -2, block_size: 128}\n"},
 		{"gptq damp not a number", "algorithms:\n  gptq: {damp: high}\n"},
 		{"bad smoothquant settings", "algorithms:\n  smoothquant: {alpha: 1.5, samples: 0}\n"},
+		{"bad awq settings", "algorithms:\n  awq: {grid: 0, samples: -1, clip: true}\n"},
+		{"bad high_bias_absorption", "algorithms:\n  cross_layer_equalization: {high_bias_absorption: 3}\n"},
 		{"bad adaround settings", "algorithms:\n  adaround: {iterations: 0, learning_rate: -1, warmup: 1, beta_start: 2, beta_end: 20, regularisation: 0.1}\n"},
 		{"many errors sorted", "engine: gpu\nquantization_spec:\n  a: {dtype: int9}\nquantization_config:\n  global_confg: {}\n"},
 	}

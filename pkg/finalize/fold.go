@@ -2,6 +2,7 @@ package finalize
 
 import (
 	"fmt"
+	"math"
 
 	"google.golang.org/protobuf/proto"
 
@@ -248,4 +249,43 @@ func intDims(d []int64) []int {
 		out[i] = int(v)
 	}
 	return out
+}
+
+// BatchNormFloors returns, for each BatchNormalization that FoldBatchNorm
+// folds into the Conv before it, keyed by its output (the folded Conv's
+// output), β − 3|γ| per channel: the level the output stays above with
+// probability 99.87% when, as the normalisation assumes, its input is
+// standardised and Gaussian. Data-free high-bias absorption reads it; the
+// fold itself forgets β and γ.
+func BatchNormFloors(m *onnxgraph.Model) (map[string][]float32, error) {
+	floors := map[string][]float32{}
+	for _, n := range m.Graph.Nodes {
+		if _, ok := foldable(n); !ok {
+			continue
+		}
+		var params [2][]float32
+		for i := range params {
+			v := n.Inputs[i+1]
+			if c := initializerOf(v); c != nil {
+				v = c
+			}
+			t, err := tensor.FromProto(v.Const, m)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q: %w", n, v.Name, err)
+			}
+			if params[i], err = t.AsFloat32(); err != nil {
+				return nil, fmt.Errorf("%s: %q: %w", n, v.Name, err)
+			}
+		}
+		gamma, beta := params[0], params[1]
+		if len(gamma) != len(beta) {
+			continue
+		}
+		f := make([]float32, len(beta))
+		for c := range f {
+			f[c] = beta[c] - 3*float32(math.Abs(float64(gamma[c])))
+		}
+		floors[n.Outputs[0].Name] = f
+	}
+	return floors, nil
 }

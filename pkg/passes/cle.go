@@ -25,6 +25,11 @@ func runWeightAlgorithms(u *Unit) error {
 type clePair struct {
 	first, second *onnxgraph.Node
 	w1, w2, b1    *weightData
+	// b2 is the second Conv's bias, loaded for high-bias absorption.
+	b2 *weightData
+	// scale is the product of the factors channel i of the first Conv's
+	// output was divided by.
+	scale []float64
 	// group geometry of the second Conv: input channel i is channel i%per
 	// of group i/per, which feeds output channels [g·outPer, (g+1)·outPer).
 	per, outPer int
@@ -104,6 +109,10 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 			continue
 		}
 		p.per, p.outPer = channels/group, p.w2.shape[0]/group
+		p.scale = make([]float64, channels)
+		for i := range p.scale {
+			p.scale[i] = 1
+		}
 		pairs = append(pairs, p)
 	}
 	for range cfg.Iterations {
@@ -111,9 +120,19 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 			p.equalize()
 		}
 	}
+	notes := map[string]string{}
+	if cfg.HighBiasAbsorption {
+		for _, p := range pairs {
+			note, err := p.absorbHighBias(m, u.batchNormFloors[p.first.Outputs[0].Name], load)
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, p.second, err)
+			}
+			notes[p.first.Name] = note
+		}
+	}
 	reported := map[string]bool{}
 	for _, p := range pairs {
-		for _, w := range []*weightData{p.w1, p.w2, p.b1} {
+		for _, w := range []*weightData{p.w1, p.w2, p.b1, p.b2} {
 			if w == nil || weights[w.v.Name] == nil {
 				continue
 			}
@@ -128,7 +147,7 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 			}
 			reported[n.Name] = true
 			u.pendingWeightReports = append(u.pendingWeightReports, pendingWeightReport{
-				algorithm: crossLayerEqualizationName, node: n, weight: n.Inputs[1].Name, before: weightsOf(pairs, n.Inputs[1].Name)})
+				algorithm: crossLayerEqualizationName, node: n, weight: n.Inputs[1].Name, before: weightsOf(pairs, n.Inputs[1].Name), note: notes[n.Name]})
 		}
 	}
 	return nil
@@ -169,6 +188,7 @@ func (p *clePair) equalize() {
 		if p.b1 != nil {
 			p.b1.data[i] /= s
 		}
+		p.scale[i] *= float64(s)
 		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
 			base := (o*p.w2.shape[1] + j) * inner2
 			for k := base; k < base+inner2; k++ {
@@ -176,6 +196,79 @@ func (p *clePair) equalize() {
 			}
 		}
 	}
+}
+
+// absorbHighBias is high-bias absorption (Nagel et al. 2019): channel i
+// of the first Conv's output, before the activation, stays above
+// c_i = max(0, β_i − 3|γ_i|)/scale_i (its folded BatchNorm's floor, scaled
+// as equalization scaled the channel), and Relu, LeakyRelu, Clip(0, ∞)
+// and no activation all satisfy f(x − c) = f(x) − c for x ≥ c ≥ 0. So c_i
+// leaves the first Conv's bias and W2·c enters the second's: the float
+// function is unchanged wherever x ≥ c, and the activation's range, which
+// quantization covers, shrinks by c. A second Conv that pads its input
+// would see c missing at the borders and is left alone. It returns the
+// report's note: what moved, or why nothing did.
+func (p *clePair) absorbHighBias(m *onnxgraph.Model, floors []float32, load func(*onnxgraph.Value) (*weightData, error)) (string, error) {
+	channels := p.w1.shape[0]
+	switch {
+	case floors == nil:
+		return fmt.Sprintf("no high-bias absorption: %q comes from no folded BatchNormalization, whose statistics bound it", p.first.Outputs[0].Name), nil
+	case len(floors) != channels || p.b1 == nil:
+		return fmt.Sprintf("no high-bias absorption: %q's folded BatchNormalization does not match its %d channels", p.first.Name, channels), nil
+	case convPads(p.second):
+		return fmt.Sprintf("no high-bias absorption: %s pads its input, where the absorbed constant would be missing", p.second), nil
+	case len(p.second.Inputs) < 3 || p.second.Inputs[2] == nil:
+		return fmt.Sprintf("no high-bias absorption: %s has no bias to take the constant", p.second), nil
+	case initializerIndex(m, p.second.Inputs[2]) < 0 || len(p.second.Inputs[2].Consumers) != 1:
+		return fmt.Sprintf("no high-bias absorption: %s's bias is not an initializer of its own", p.second), nil
+	}
+	b2, err := load(p.second.Inputs[2])
+	if err != nil {
+		return "", err
+	}
+	if len(b2.data) != p.w2.shape[0] {
+		return fmt.Sprintf("no high-bias absorption: %s's bias has %d values for %d outputs", p.second, len(b2.data), p.w2.shape[0]), nil
+	}
+	p.b2 = b2
+	inner2 := len(p.w2.data) / (p.w2.shape[0] * p.w2.shape[1])
+	moved, largest := 0, float32(0)
+	for i := range channels {
+		c := float32(float64(floors[i]) / p.scale[i])
+		if !(c > 0) {
+			continue
+		}
+		moved++
+		largest = max(largest, c)
+		p.b1.data[i] -= c
+		g, j := i/p.per, i%p.per
+		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
+			base := (o*p.w2.shape[1] + j) * inner2
+			var sum float32
+			for _, w := range p.w2.data[base : base+inner2] {
+				sum += w
+			}
+			b2.data[o] += c * sum
+		}
+	}
+	if moved == 0 {
+		return "no high-bias absorption: no channel's BatchNorm floor β − 3|γ| is above zero", nil
+	}
+	return fmt.Sprintf("high-bias absorption: %d of %d channels moved up to %.4g into %s's bias (BatchNorm floors β − 3|γ|)", moved, channels, largest, p.second), nil
+}
+
+// convPads reports whether Conv n pads its input.
+func convPads(n *onnxgraph.Node) bool {
+	if a := n.Attr("auto_pad"); a != nil && string(a.GetS()) != "NOTSET" && string(a.GetS()) != "VALID" {
+		return true
+	}
+	if a := n.Attr("pads"); a != nil {
+		for _, v := range a.GetInts() {
+			if v != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func absMax(x []float32) float32 {
@@ -261,6 +354,7 @@ type pendingWeightReport struct {
 	node      *onnxgraph.Node
 	weight    string
 	before    *weightData
+	note      string
 }
 
 // reportWeights fills in the reports of weights changed before prepare:
@@ -268,7 +362,7 @@ type pendingWeightReport struct {
 // original and the changed data.
 func reportWeights(u *Unit) error {
 	for _, r := range u.pendingWeightReports {
-		rep := LayerReport{Algorithm: r.algorithm, Node: r.node.Name, OpType: r.node.OpType, Measure: "weights"}
+		rep := LayerReport{Algorithm: r.algorithm, Node: r.node.Name, OpType: r.node.OpType, Measure: "weights", Note: r.note}
 		tp := u.Plan.Tensor(r.weight)
 		if tp == nil || tp.Role != Weight || tp.Params == nil || r.before == nil {
 			rep.Skipped = fmt.Sprintf("weight %q is not quantized", r.weight)

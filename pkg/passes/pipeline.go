@@ -79,6 +79,9 @@ type Unit struct {
 	// roundedWeights are the float weights GPTQ replaced by rounded ones,
 	// by value name, for bias correction's error.
 	roundedWeights map[string][]float32
+	// batchNormFloors are the folded BatchNorms' β − 3|γ| by Conv output,
+	// kept by the fold pass for high-bias absorption.
+	batchNormFloors map[string][]float32
 	// pendingWeightReports are weights changed before prepare, reported
 	// once their spec is planned.
 	pendingWeightReports []pendingWeightReport
@@ -231,6 +234,11 @@ func foldPass(_ context.Context, u *Unit) error {
 	u.Model = m
 	if u.Prepare.KeepBatchNorm {
 		return nil
+	}
+	if a := u.Algorithms; a != nil && a.CrossLayerEqualization != nil && a.CrossLayerEqualization.HighBiasAbsorption {
+		if u.batchNormFloors, err = finalize.BatchNormFloors(u.Model); err != nil {
+			return err
+		}
 	}
 	m, notes, err := finalize.FoldBatchNorm(u.Model)
 	if err != nil {

@@ -28,10 +28,13 @@ type smoothSite struct {
 	weights []*weightData
 	// transposed marks a Gemm with transB: its weight is [N, K].
 	transposed []bool
-	// absorb are the producer's constants divided by s.
-	absorb []*weightData
-	k      int
-	absMax []float64
+	// absorb are the producer's constants divided by s; element i of
+	// absorb[c] belongs to feature (i / absorbStride[c]) % k (a vector, or
+	// a matrix whose output columns are X's features).
+	absorb       []*weightData
+	absorbStride []int
+	k            int
+	absMax       []float64
 	// rows are the first activation rows, kept for the report.
 	rows        []float32
 	s           []float32
@@ -40,15 +43,28 @@ type smoothSite struct {
 
 // runActivationAlgorithms runs the data-aware algorithms that change the
 // float model before prepare and calibration see it.
+// SmoothQuant runs first; AWQ then searches its scales on the smoothed
+// model.
 func runActivationAlgorithms(ctx context.Context, u *Unit) error {
-	if u.Algorithms == nil || u.Algorithms.SmoothQuant == nil {
+	if u.Algorithms == nil {
 		return nil
 	}
-	sq := u.Algorithms.SmoothQuant
-	if u.Data == nil || u.Data.Source == nil {
-		return &MissingDataError{Algorithm: smoothQuantName, Rule: sq.Rule}
+	noData := u.Data == nil || u.Data.Source == nil
+	if sq := u.Algorithms.SmoothQuant; sq != nil {
+		if noData {
+			return &MissingDataError{Algorithm: smoothQuantName, Rule: sq.Rule}
+		}
+		if err := runSmoothQuant(ctx, u, sq); err != nil {
+			return err
+		}
 	}
-	return runSmoothQuant(ctx, u, sq)
+	if a := u.Algorithms.AWQ; a != nil {
+		if noData {
+			return &MissingDataError{Algorithm: awqAlgorithmName, Rule: a.Rule}
+		}
+		return runAWQ(ctx, u, a)
+	}
+	return nil
 }
 
 // runSmoothQuant is SmoothQuant (Xiao et al., "SmoothQuant: Accurate and
@@ -72,7 +88,7 @@ func runSmoothQuant(ctx context.Context, u *Unit, cfg *config.SmoothQuant) error
 	bySite := map[string]*smoothSite{}
 	var taps []string
 	for _, v := range m.Graph.Values() {
-		site, why, err := smoothSiteOf(m, v, cfg)
+		site, why, err := smoothSiteOf(m, v, &cfg.AlgorithmCommon, false)
 		if err != nil {
 			return fmt.Errorf("%s: %w", smoothQuantName, err)
 		}
@@ -111,7 +127,8 @@ func runSmoothQuant(ctx context.Context, u *Unit, cfg *config.SmoothQuant) error
 		return fmt.Errorf("%s: %w", smoothQuantName, err)
 	}
 	for _, site := range sites {
-		if err := site.smooth(m, cfg.Alpha); err != nil {
+		site.smoothScales(cfg.Alpha)
+		if err := site.apply(m); err != nil {
 			return fmt.Errorf("%s: value %q: %w", smoothQuantName, site.x.Name, err)
 		}
 	}
@@ -119,9 +136,13 @@ func runSmoothQuant(ctx context.Context, u *Unit, cfg *config.SmoothQuant) error
 	return nil
 }
 
-// smoothSiteOf returns v as a SmoothQuant site, or why not ("" when
-// SmoothQuant does not apply to it at all).
-func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.SmoothQuant) (*smoothSite, string, error) {
+// smoothSiteOf returns v as a site whose features can be scaled (for
+// SmoothQuant and AWQ), or why not ("" when it does not apply to v at
+// all). wide also lets a MatMul or Gemm with a constant weight (and the
+// Add of its bias) or a Mul by a per-feature constant absorb the
+// division, besides a LayerNorm, and lets Shape and Size, which read only
+// X's shape, read X too.
+func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.AlgorithmCommon, wide bool) (*smoothSite, string, error) {
 	if v.IsConst() || v.Producer == nil || len(v.Consumers) == 0 {
 		return nil, "", nil
 	}
@@ -150,6 +171,8 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.SmoothQuan
 	}
 	for _, c := range v.Consumers {
 		switch {
+		case wide && (c.OpType == "Shape" || c.OpType == "Size") && c.Domain == "":
+			continue
 		case (c.OpType != "MatMul" && c.OpType != "Gemm") || c.Domain != "" || c.Inputs[0] != v || len(c.Inputs) < 2:
 			return nil, fmt.Sprintf("%q is also read by %s, which would need X unscaled", v.Name, c), nil
 		case cfg.Excludes(c.Name):
@@ -178,30 +201,11 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.SmoothQuan
 		site.transposed = append(site.transposed, tr)
 	}
 	p := v.Producer
-	var consts []*onnxgraph.Value
-	switch {
-	case p.OpType == "LayerNormalization" && p.Domain == "":
-		if a := p.Attr("axis"); a != nil && a.GetI() != -1 {
-			return nil, fmt.Sprintf("%s normalizes over axis %d, not the last", p, a.GetI()), nil
-		}
-		consts = p.Inputs[1:]
-	case p.OpType == "Add" && p.Domain == "" && len(p.Inputs) == 2:
-		// Written-out LayerNorm: (normalized · γ) + β.
-		for i, in := range p.Inputs {
-			mul := p.Inputs[1-i].Producer
-			if in.IsConst() && mul != nil && mul.OpType == "Mul" && mul.Domain == "" && len(mul.Inputs) == 2 && len(mul.Outputs[0].Consumers) == 1 {
-				for _, mi := range mul.Inputs {
-					if mi.IsConst() {
-						consts = []*onnxgraph.Value{mi, in}
-					}
-				}
-			}
-		}
-	}
+	consts, strides := absorbingConsts(p, site.k, wide)
 	if len(consts) == 0 {
 		return nil, fmt.Sprintf("%q is produced by %s, which has no per-feature constants to absorb the scale", v.Name, p), nil
 	}
-	for _, c := range consts {
+	for i, c := range consts {
 		if c == nil {
 			continue
 		}
@@ -209,13 +213,99 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.SmoothQuan
 		if why != "" || err != nil {
 			return nil, fmt.Sprintf("%s: %s", p, why), err
 		}
-		if len(w.data) != site.k {
-			return nil, fmt.Sprintf("%s: %q has %d values for %d features", p, c.Name, len(w.data), site.k), nil
+		if strides[i] == 0 {
+			strides[i] = 1
+			if len(w.data) != site.k {
+				return nil, fmt.Sprintf("%s: %q has %d values for %d features", p, c.Name, len(w.data), site.k), nil
+			}
+		} else if len(w.shape) != 2 || w.shape[0]*w.shape[1] != len(w.data) || (strides[i] == 1 && w.shape[1] != site.k) || (strides[i] > 1 && w.shape[0] != site.k) {
+			return nil, fmt.Sprintf("%s: weight %q of shape %v does not have %d output columns", p, c.Name, w.shape, site.k), nil
 		}
 		site.absorb = append(site.absorb, w)
+		site.absorbStride = append(site.absorbStride, strides[i])
 	}
 	site.absMax = make([]float64, site.k)
 	return site, "", nil
+}
+
+// absorbingConsts are the constants of p that X = p(...) scales with
+// feature by feature, each with its stride: 0 for a vector of one value
+// per feature, 1 for a [K', k] matrix whose columns are the features (a
+// MatMul weight), K' for a [k, K'] one (a Gemm weight with transB). The
+// list is empty when p has none that absorb a division of every feature.
+func absorbingConsts(p *onnxgraph.Node, k int, wide bool) ([]*onnxgraph.Value, []int) {
+	if p.Domain != "" {
+		return nil, nil
+	}
+	switch {
+	case p.OpType == "LayerNormalization":
+		if a := p.Attr("axis"); a != nil && a.GetI() != -1 {
+			return nil, nil
+		}
+		return p.Inputs[1:], make([]int, len(p.Inputs)-1)
+	case p.OpType == "Add" && len(p.Inputs) == 2:
+		for i, in := range p.Inputs {
+			q := p.Inputs[1-i].Producer
+			if !in.IsConst() || q == nil || q.Domain != "" || len(q.Outputs[0].Consumers) != 1 {
+				continue
+			}
+			if q.OpType == "Mul" && len(q.Inputs) == 2 {
+				// Written-out LayerNorm: (normalized · γ) + β.
+				for _, mi := range q.Inputs {
+					if mi.IsConst() {
+						return []*onnxgraph.Value{mi, in}, []int{0, 0}
+					}
+				}
+			}
+			if wide && q.OpType == "MatMul" {
+				// A linear layer with its bias added: X = A·W + b.
+				if w, stride := linearColumns(q, k); w != nil {
+					return []*onnxgraph.Value{w, in}, []int{stride, 0}
+				}
+			}
+		}
+	case wide && p.OpType == "Mul" && len(p.Inputs) == 2:
+		for i, in := range p.Inputs {
+			if in.IsConst() && !p.Inputs[1-i].IsConst() {
+				return []*onnxgraph.Value{in}, []int{0}
+			}
+		}
+	case wide && (p.OpType == "MatMul" || p.OpType == "Gemm"):
+		w, stride := linearColumns(p, k)
+		if w == nil {
+			return nil, nil
+		}
+		if p.OpType == "Gemm" && len(p.Inputs) > 2 && p.Inputs[2] != nil {
+			if !p.Inputs[2].IsConst() {
+				return nil, nil
+			}
+			return []*onnxgraph.Value{w, p.Inputs[2]}, []int{stride, 0}
+		}
+		return []*onnxgraph.Value{w}, []int{stride}
+	}
+	return nil, nil
+}
+
+// linearColumns is the constant weight of the MatMul or Gemm q whose
+// output columns are its k output features, with its stride (see
+// absorbingConsts); nil when q reads no constant weight or transposes A.
+func linearColumns(q *onnxgraph.Node, k int) (*onnxgraph.Value, int) {
+	if len(q.Inputs) < 2 || q.Inputs[1] == nil || !q.Inputs[1].IsConst() || q.Inputs[0] == nil || q.Inputs[0].IsConst() {
+		return nil, 0
+	}
+	if q.OpType == "Gemm" {
+		if a := q.Attr("transA"); a != nil && a.GetI() != 0 {
+			return nil, 0
+		}
+		if a := q.Attr("transB"); a != nil && a.GetI() != 0 {
+			dims := q.Inputs[1].Const.GetDims()
+			if len(dims) != 2 || int(dims[0]) != k {
+				return nil, 0
+			}
+			return q.Inputs[1], int(dims[1])
+		}
+	}
+	return q.Inputs[1], 1
 }
 
 func valueName(v *onnxgraph.Value) string {
@@ -243,8 +333,8 @@ func (s *smoothSite) observe(x []float32, shape []int) error {
 	return nil
 }
 
-// smooth computes s and rescales the weights and the absorbing constants.
-func (s *smoothSite) smooth(m *onnxgraph.Model, alpha float64) error {
+// smoothScales computes SmoothQuant's s.
+func (s *smoothSite) smoothScales(alpha float64) {
 	wMax := make([]float64, s.k)
 	for i, w := range s.weights {
 		for idx, v := range w.data {
@@ -264,6 +354,11 @@ func (s *smoothSite) smooth(m *onnxgraph.Model, alpha float64) error {
 		}
 		s.s[j] = float32(f)
 	}
+}
+
+// apply multiplies row j of every reading weight by s_j and divides the
+// producer's constants for feature j by it: the float function is kept.
+func (s *smoothSite) apply(m *onnxgraph.Model) error {
 	for i, w := range s.weights {
 		for idx := range w.data {
 			j := idx / w.shape[1]
@@ -276,9 +371,10 @@ func (s *smoothSite) smooth(m *onnxgraph.Model, alpha float64) error {
 			return err
 		}
 	}
-	for _, c := range s.absorb {
+	for i, c := range s.absorb {
+		stride := s.absorbStride[i]
 		for j := range c.data {
-			c.data[j] /= s.s[j]
+			c.data[j] /= s.s[(j/stride)%s.k]
 		}
 		if err := setConst(m, c.v, c.data, c.shape); err != nil {
 			return err

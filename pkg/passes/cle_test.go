@@ -1,0 +1,142 @@
+package passes
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// highBiasModel is x [n, 4, 8, 8] → Conv 3×3 (6) → BatchNorm → Relu →
+// depthwise Conv 1×1 → BatchNorm → Relu → Conv 1×1 (5) → y, and
+// x → Conv 1×1 (3) → BatchNorm → Relu → Conv 3×3 padded (2) → y2. Each
+// BatchNorm has a large variance, so its normalised values stay within
+// ±1 on the test data, and β = 2, γ = 0.5 on even channels (floor
+// β − 3|γ| = 0.5), β = 1 on odd ones (floor −0.5: nothing to absorb).
+func highBiasModel(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(91, 92))
+	normal := func(n int, s float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * s)
+		}
+		return v
+	}
+	b := testmodels.New("highbias", 17)
+	b.Input("x", tensor.Float, "n", 4, 8, 8).Output("y", tensor.Float, "n", 5, 6, 6).Output("y2", tensor.Float, "n", 2, 8, 8)
+	bn := func(name string, c int, in, out string) {
+		gamma, beta, mean, variance := make([]float32, c), make([]float32, c), normal(c, 0.1), make([]float32, c)
+		for i := range c {
+			gamma[i], beta[i], variance[i] = 0.5, 2, 100
+			if i%2 == 1 {
+				beta[i] = 1
+			}
+		}
+		b.Init(name+"_g", []int64{int64(c)}, gamma)
+		b.Init(name+"_b", []int64{int64(c)}, beta)
+		b.Init(name+"_m", []int64{int64(c)}, mean)
+		b.Init(name+"_v", []int64{int64(c)}, variance)
+		b.Node("BatchNormalization", name, []string{in, name + "_g", name + "_b", name + "_m", name + "_v"}, []string{out})
+	}
+	conv := func(name string, out, in, k int, input, output string, attrs ...any) {
+		b.Init(name+"_w", []int64{int64(out), int64(in), int64(k), int64(k)}, normal(out*in*k*k, 0.5))
+		b.Init(name+"_bias", []int64{int64(out)}, normal(out, 0.1))
+		n := b.Node("Conv", name, []string{input, name + "_w", name + "_bias"}, []string{output})
+		for i := 0; i < len(attrs); i += 2 {
+			n.Attribute = append(n.Attribute, testmodels.AttrInt(attrs[i].(string), int64(attrs[i+1].(int))))
+		}
+	}
+	conv("c1", 6, 4, 3, "x", "c1_out")
+	bn("bn1", 6, "c1_out", "bn1_out")
+	b.Node("Relu", "r1", []string{"bn1_out"}, []string{"a1"})
+	conv("dw", 6, 1, 1, "a1", "dw_out", "group", 6)
+	bn("bn2", 6, "dw_out", "bn2_out")
+	b.Node("Relu", "r2", []string{"bn2_out"}, []string{"a2"})
+	conv("c3", 5, 6, 1, "a2", "y")
+	conv("p1", 3, 4, 1, "x", "p1_out")
+	bn("bnp", 3, "p1_out", "bnp_out")
+	b.Node("Relu", "rp", []string{"bnp_out"}, []string{"ap"})
+	pq := b.Node("Conv", "pq", []string{"ap", "pq_w", "pq_bias"}, []string{"y2"})
+	pq.Attribute = append(pq.Attribute, testmodels.AttrInts("pads", 1, 1, 1, 1))
+	b.Init("pq_w", []int64{2, 3, 3, 3}, normal(2*3*9, 0.5))
+	b.Init("pq_bias", []int64{2}, normal(2, 0.1))
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestHighBiasAbsorption checks on the model above (fixed seeds) that
+// equalization with high-bias absorption keeps the float function (within
+// 1e-5 of each output's magnitude), that every Relu output of an absorbed
+// pair equals the original one less 0.5 (the floor) on even channels and
+// unshifted on odd ones, up to the channel's equalization scale — measured
+// by the engine, independently of the pass — and that the pair whose
+// second Conv pads is reported as left alone.
+func TestHighBiasAbsorption(t *testing.T) {
+	src := newSampleSource(93, 6, 4, 8, 8)
+	names := []string{"y", "y2", "a1", "a2", "ap"}
+	want := runValues(t, highBiasModel(t), src, names...)
+	u := quantizeWith(t, highBiasModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {high_bias_absorption: true}\n"), nil)
+	got := runValues(t, u.Model, src, names...)
+	for _, y := range []string{"y", "y2"} {
+		w, _ := want[y].AsFloat32()
+		g, _ := got[y].AsFloat32()
+		var peak, diff float64
+		for i := range w {
+			peak = max(peak, math.Abs(float64(w[i])))
+			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
+		}
+		if diff > 1e-5*peak {
+			t.Errorf("%s: the model differs from the float one by %g (magnitude %g)", y, diff, peak)
+		}
+	}
+	for _, a := range []struct {
+		value string
+		shift float64
+	}{{"a1", 0.5}, {"a2", 0.5}, {"ap", 0}} {
+		w, _ := want[a.value].AsFloat32()
+		g, _ := got[a.value].AsFloat32()
+		channels, hw := want[a.value].Shape[1], want[a.value].Shape[2]*want[a.value].Shape[3]
+		for c := range channels {
+			// new = (old − shift)/S for one S > 0 per channel: S from the
+			// spread, then the shift from the least value.
+			oldLo, oldHi, newLo, newHi := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+			for i := range w {
+				if (i/hw)%channels != c {
+					continue
+				}
+				oldLo, oldHi = min(oldLo, float64(w[i])), max(oldHi, float64(w[i]))
+				newLo, newHi = min(newLo, float64(g[i])), max(newHi, float64(g[i]))
+			}
+			shift := a.shift
+			if c%2 == 1 {
+				shift = 0
+			}
+			if oldLo <= shift || oldHi == oldLo {
+				t.Fatalf("%s channel %d: the test data span [%g, %g], not above the floor %g", a.value, c, oldLo, oldHi, shift)
+			}
+			s := (oldHi - oldLo) / (newHi - newLo)
+			if got := oldLo - s*newLo; math.Abs(got-shift) > 2e-3 {
+				t.Errorf("%s channel %d: shifted by %g, want %g", a.value, c, got, shift)
+			}
+		}
+	}
+	notes := map[string]string{}
+	for _, r := range u.Layers {
+		if r.Algorithm == crossLayerEqualizationName {
+			notes[r.Node] = r.Note
+		}
+	}
+	for node, want := range map[string]string{"c1": "high-bias absorption: 3 of 6 channels", "dw": "high-bias absorption: 3 of 6 channels", "p1": "pads its input"} {
+		if !strings.Contains(notes[node], want) {
+			t.Errorf("%s: note %q, want it to say %q", node, notes[node], want)
+		}
+	}
+}
