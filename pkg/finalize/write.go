@@ -49,6 +49,10 @@ type Options struct {
 	// for testing: CalibrationDataMetadataKey = "random" in its
 	// metadata_props.
 	RandomData bool
+	// IntegerChains rewrites the clamp chains of the written model
+	// (HardSwish and HardSigmoid written out as Add, Clip, Div, Mul) into
+	// the form ONNX Runtime's QDQ fusions run on integers (chains.go).
+	IntegerChains bool
 }
 
 // CalibrationDataMetadataKey is the model metadata_props key whose value
@@ -216,6 +220,13 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	qm, err := m.Derive(w.out, opts.Scratch)
 	if err != nil {
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
+	}
+	if opts.IntegerChains {
+		var lowered []string
+		if qm, lowered, err = lowerClampChains(qm); err != nil {
+			return nil, err
+		}
+		w.notes = append(w.notes, lowered...)
 	}
 	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
 }
