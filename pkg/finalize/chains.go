@@ -299,7 +299,7 @@ func matchClampChain(m *onnxgraph.Model, n *onnxgraph.Node) *clampChain {
 		if next == nil {
 			break
 		}
-		if f, ok := scalarFactor(m, next, v); ok && c.factor == nil {
+		if f, ok := scalarFactorOf(m, next, v); ok && c.factor == nil {
 			c.factor, c.f, c.factorFirst = next, f, c.mul == nil
 			v = next.Outputs[0]
 			continue
@@ -366,9 +366,9 @@ func clampWithinQ(c *clampChain, m *onnxgraph.Model) bool {
 	return true
 }
 
-// scalarFactor reports a Div or Mul of v by a positive constant scalar,
+// scalarFactorOf reports a Div or Mul of v by a positive constant scalar,
 // as the factor it multiplies by.
-func scalarFactor(m *onnxgraph.Model, n *onnxgraph.Node, v *onnxgraph.Value) (float32, bool) {
+func scalarFactorOf(m *onnxgraph.Model, n *onnxgraph.Node, v *onnxgraph.Value) (float32, bool) {
 	if !defaultOp(n, "Div") && !defaultOp(n, "Mul") || len(n.Inputs) != 2 {
 		return 0, false
 	}

@@ -222,11 +222,13 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
 	if opts.IntegerChains {
-		var lowered []string
-		if qm, lowered, err = lowerClampChains(qm); err != nil {
-			return nil, err
+		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, error){lowerClampChains, foldScalarFactors} {
+			var lowered []string
+			if qm, lowered, err = lower(qm); err != nil {
+				return nil, err
+			}
+			w.notes = append(w.notes, lowered...)
 		}
-		w.notes = append(w.notes, lowered...)
 	}
 	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
 }
