@@ -342,8 +342,7 @@ func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u
 	if err != nil {
 		return nil, Usagef("--format: %v", err)
 	}
-	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch, RandomData: s.randomData,
-		IntegerChains: s.target != nil && s.target.ORT}
+	u.Write = finalize.Options{Opset: opts.Opset, Format: format, FP4AsFP8: opts.FP4AsFP8, Threads: s.settings.Threads, Scratch: s.scratch, RandomData: s.randomData}
 	if u.Write.Threads == 0 {
 		u.Write.Threads = goruntime.NumCPU()
 	}

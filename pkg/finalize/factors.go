@@ -75,6 +75,9 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 				drop[q.Index] = true
 				dropValue[q.Outputs[0].Name] = true
 			}
+			if len(sf.in.Consumers) == 1 && !sf.in.IsGraphOutput {
+				drop[dq.Index] = true // read only by the factor
+			}
 			for _, old := range sf.dqs {
 				p := proto.CloneOf(g.Node[old.Index])
 				p.Input = []string{dq.Inputs[0].Name, scale}

@@ -168,6 +168,11 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 	// parameter decoder quantized to 4 bits peaks at about 1.2 GB instead
 	// of 1.5.
 	defer runtime.BatchGC()()
+	// ONNX Runtime targets get the written model in the form its QDQ
+	// fusions run on integers (finalize.Options.IntegerChains).
+	if t := u.Prepare.Target; t != nil && t.ORT {
+		u.Write.IntegerChains = true
+	}
 	var timings []Timing
 	for _, p := range Pipeline {
 		stage := StageNone
