@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
@@ -32,11 +33,17 @@ import (
 //     the QuantizeLinear of the output otherwise (Q(f·v; s) = Q(v; s/f)),
 //     so no float op remains and the Mul becomes a QLinearMul.
 //
-// The model's function is unchanged but for the rounding of the Clip's
-// output to 8 bits, which the integer Mul needs.
+// A Sigmoid bounds its output to [0, 1] as the Clip does: SiLU written out
+// (x·Sigmoid(x), yolox-nano has 104) is the chain without the Add, whose
+// Sigmoid ONNX Runtime runs as QLinearSigmoid once its output is quantized
+// to [0, 1].
+//
+// The model's function is unchanged but for the rounding of the Clip's or
+// Sigmoid's output to 8 bits, which the integer Mul needs.
 type clampChain struct {
+	// add is nil for a Sigmoid, which bounds its output itself.
 	add, clip, mul, factor *onnxgraph.Node // mul and factor may be nil
-	x                      *onnxgraph.Node // the DequantizeLinear the Add reads
+	x                      *onnxgraph.Node // the DequantizeLinear the Add or Sigmoid reads
 	k, lo, hi, f           float32
 	factorFirst            bool // factor is between the Clip and the Mul
 	outQs                  []*onnxgraph.Node
@@ -97,26 +104,28 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 			}
 			return t
 		}
-		// The constant k on the grid whose end it is.
-		ks, kz, kq := constGrid(c.k, qmin, qmax)
-		addName := c.add.Name
-		kScale, err := addInit(scalar(tensor.Float, float64(ks)), addName+"_constant_scale")
-		if err != nil {
-			return nil, nil, err
+		if c.add != nil {
+			// The constant k on the grid whose end it is.
+			ks, kz, kq := constGrid(c.k, qmin, qmax)
+			addName := c.add.Name
+			kScale, err := addInit(scalar(tensor.Float, float64(ks)), addName+"_constant_scale")
+			if err != nil {
+				return nil, nil, err
+			}
+			kZP, err := addInit(scalar(dt, float64(kz)), addName+"_constant_zero_point")
+			if err != nil {
+				return nil, nil, err
+			}
+			kQ, err := addInit(scalar(dt, float64(kq)), addName+"_constant_quantized")
+			if err != nil {
+				return nil, nil, err
+			}
+			kOut := name(addName + "_constant")
+			addP := g.Node[c.add.Index]
+			kIdx := slices.IndexFunc(c.add.Inputs, func(v *onnxgraph.Value) bool { return v.IsConst() })
+			addP.Input[kIdx] = kOut
+			before[c.add.Index] = append(before[c.add.Index], newNode("DequantizeLinear", addName+"_constant_DequantizeLinear", []string{kQ, kScale, kZP}, []string{kOut}))
 		}
-		kZP, err := addInit(scalar(dt, float64(kz)), addName+"_constant_zero_point")
-		if err != nil {
-			return nil, nil, err
-		}
-		kQ, err := addInit(scalar(dt, float64(kq)), addName+"_constant_quantized")
-		if err != nil {
-			return nil, nil, err
-		}
-		kOut := name(addName + "_constant")
-		addP := g.Node[c.add.Index]
-		kIdx := slices.IndexFunc(c.add.Inputs, func(v *onnxgraph.Value) bool { return v.IsConst() })
-		addP.Input[kIdx] = kOut
-		before[c.add.Index] = append(before[c.add.Index], newNode("DequantizeLinear", addName+"_constant_DequantizeLinear", []string{kQ, kScale, kZP}, []string{kOut}))
 
 		clipOut := c.clip.Outputs[0].Name
 		switch {
@@ -163,12 +172,7 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 				dropValue[c.factor.Outputs[0].Name] = true
 			}
 		}
-		what := "Add and Mul run as QLinearAdd and QLinearMul"
-		if c.mul == nil {
-			what = "the Add runs as QLinearAdd"
-		}
-		notes = append(notes, fmt.Sprintf("%s: clamp chain (Add %g, Clip %g..%g) on integers for ONNX Runtime: %s, the Clip is the QuantizeLinear's clamp and the scalar %s is folded into a scale",
-			c.add, c.k, c.lo, c.hi, what, factorOp(c)))
+		notes = append(notes, c.note())
 	}
 	var nodes []*onnxpb.NodeProto
 	for i, n := range g.Node {
@@ -194,11 +198,21 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	return lm, notes, nil
 }
 
-func factorOp(c *clampChain) string {
-	if c.factor == nil {
-		return "factor (none)"
+// note says what ONNX Runtime runs of the chain.
+func (c *clampChain) note() string {
+	var ops []string
+	if c.add != nil {
+		ops = append(ops, fmt.Sprintf("Add %g as QLinearAdd, Clip %g..%g as its QuantizeLinear's clamp", c.k, c.lo, c.hi))
+	} else {
+		ops = append(ops, "Sigmoid as QLinearSigmoid")
 	}
-	return c.factor.OpType
+	if c.mul != nil {
+		ops = append(ops, "Mul as QLinearMul")
+	}
+	if c.factor != nil {
+		ops = append(ops, fmt.Sprintf("the scalar %s folded into a scale", c.factor.OpType))
+	}
+	return fmt.Sprintf("%s: on integers in ONNX Runtime: %s", c.clip, strings.Join(ops, ", "))
 }
 
 // scaleQs makes the QuantizeLinear nodes qs, which quantize f·v, read v
@@ -258,6 +272,9 @@ func clampGrid(lo, hi float32, qmin, qmax int) (scale float32, zp int) {
 // matchClampChain returns the clamp chain whose Add is n, nil when n
 // starts none.
 func matchClampChain(m *onnxgraph.Model, n *onnxgraph.Node) *clampChain {
+	if defaultOp(n, "Sigmoid") && len(n.Inputs) == 1 && n.Inputs[0] != nil && n.Inputs[0].Producer != nil && activationDQ(n.Inputs[0].Producer) {
+		return matchChainTail(m, &clampChain{clip: n, x: n.Inputs[0].Producer, lo: 0, hi: 1, f: 1})
+	}
 	if !defaultOp(n, "Add") || len(n.Inputs) != 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
 		return nil
 	}
@@ -292,7 +309,13 @@ func matchClampChain(m *onnxgraph.Model, n *onnxgraph.Node) *clampChain {
 		return nil
 	}
 	c.clip, c.lo, c.hi, c.f = clip, *lo, *hi, 1
-	v := clip.Outputs[0]
+	return matchChainTail(m, c)
+}
+
+// matchChainTail matches what follows the chain's bounded node c.clip (a
+// factor, a Mul, a factor) up to the QuantizeLinear nodes.
+func matchChainTail(m *onnxgraph.Model, c *clampChain) *clampChain {
+	v := c.clip.Outputs[0]
 	// factor, Mul and factor again, at most one factor.
 	for step := 0; step < 2; step++ {
 		next := soleConsumer(v)
@@ -333,7 +356,7 @@ func matchClampChain(m *onnxgraph.Model, n *onnxgraph.Node) *clampChain {
 	c.outQs = v.Consumers
 	// Without a Mul the Clip is removed only when it feeds one
 	// QuantizeLinear whose range, the factor folded in, lies within it.
-	if c.mul == nil && (len(c.outQs) != 1 || !clampWithinQ(c, m)) {
+	if c.mul == nil && c.add != nil && (len(c.outQs) != 1 || !clampWithinQ(c, m)) {
 		return nil
 	}
 	return c

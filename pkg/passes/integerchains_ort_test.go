@@ -41,12 +41,12 @@ func chainNet(t *testing.T, chain func(b *testmodels.Builder)) *onnxgraph.Model 
 	return m
 }
 
-// TestORTIntegerChains writes HardSwish and HardSigmoid chains and scalar
-// factors for target ort-x86 and checks in ONNX Runtime's optimized graph
+// TestORTIntegerChains writes HardSwish, HardSigmoid and SiLU chains and
+// scalar factors for target ort-x86 and checks in ONNX Runtime's optimized graph
 // that none of their float ops is left, and that the outputs stay those
 // of the same plan written without the rewrites (ONNX Runtime runs both):
 // the rewrites change scales, not values, but for the rounding of the
-// Clip's output to 8 bits in a HardSwish, which the integer Mul needs.
+// Clip's or Sigmoid's output to 8 bits, which the integer Mul needs.
 func TestORTIntegerChains(t *testing.T) {
 	lib := ortLibrary(t)
 	hardSwish := func(b *testmodels.Builder) {
@@ -80,6 +80,10 @@ func TestORTIntegerChains(t *testing.T) {
 			hardSwish(b)
 			b.Node("Div", "div6", []string{"c", "c6"}, []string{"y"})
 		}, nil, 40},
+		{"silu", func(b *testmodels.Builder) {
+			b.Node("Sigmoid", "sigmoid", []string{"x"}, []string{"s"})
+			b.Node("Mul", "mul", []string{"x", "s"}, []string{"y"})
+		}, nil, 30},
 		{"factor_after_dequantize", func(b *testmodels.Builder) {
 			b.Node("Div", "div6", []string{"x", "c6"}, []string{"y"})
 		}, nil, 40},
@@ -117,7 +121,7 @@ func TestORTIntegerChains(t *testing.T) {
 			om := ortOptimized(t, lib, u.Result.Model)
 			for op, n := range opCounts(om) {
 				switch op {
-				case "Add", "Clip", "Mul", "Div", "Erf", "Conv":
+				case "Add", "Clip", "Mul", "Div", "Erf", "Sigmoid", "Conv":
 					if !allowed[op] {
 						t.Errorf("ONNX Runtime runs %d %s in float", n, op)
 					}
