@@ -62,9 +62,12 @@ type Pairing struct {
 // PairActivations finds every quantized activation of cand (a QDQ model made
 // from ref) and the value of ref it approximates. A DequantizeLinear whose
 // input comes from a QuantizeLinear of a non-constant value X is a quantized
-// activation; its counterpart is the reference value named X or, when the
-// quantizer renamed X (graph outputs keep their name on the DequantizeLinear
-// output), the reference value named like the DequantizeLinear output.
+// activation; its counterpart is the reference value named like the
+// DequantizeLinear output, which is what it holds, or, when the quantizer
+// renamed it (a quantized graph input), the reference value named X. The
+// output's name wins because a scale can hold a factor: a Div or Mul by a
+// constant folded into the QuantizeLinear makes X that value times the
+// factor (finalize's integer chains under ONNX Runtime targets).
 // Pairs come in the candidate's topological order.
 func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 	var p Pairing
@@ -92,9 +95,9 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 			p.Unpaired = append(p.Unpaired, Unpaired{Value: out, Reason: fmt.Sprintf("inside the subgraph of %s, where it takes a value per iteration or only on one branch; per-layer SQNR compares one tensor per run", owner)})
 			continue
 		}
-		rv := floatValue(ref.Graph, x.Name)
+		rv := floatValue(ref.Graph, out)
 		if rv == nil {
-			rv = floatValue(ref.Graph, out)
+			rv = floatValue(ref.Graph, x.Name)
 		}
 		if rv == nil {
 			p.Unpaired = append(p.Unpaired, Unpaired{Value: out, Reason: fmt.Sprintf("neither %q (the input of QuantizeLinear %q) nor %q is a computed value of the reference model", x.Name, q.Name, out)})
