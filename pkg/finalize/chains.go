@@ -51,8 +51,9 @@ type clampChain struct {
 
 // lowerClampChains rewrites the clamp chains of m's main graph for ONNX
 // Runtime's integer kernels (Options.IntegerChains) and returns the model,
-// and a note per chain. m itself is returned when no chain is found.
-func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+// a note per chain and the nodes of the chains. m itself is returned when
+// no chain is found.
+func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, []string, error) {
 	var chains []*clampChain
 	for _, n := range m.Graph.Nodes {
 		if c := matchClampChain(m, n); c != nil {
@@ -60,7 +61,7 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 	}
 	if len(chains) == 0 {
-		return m, nil, nil
+		return m, nil, nil, nil
 	}
 	out := onnxgraph.CloneSharingData(m.Proto)
 	g := out.Graph
@@ -70,7 +71,7 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	dropValue := map[string]bool{}
 	before := map[int][]*onnxpb.NodeProto{}   // by node index
 	inserted := map[int][]*onnxpb.NodeProto{} // after node index
-	var notes []string
+	var notes, lowered []string
 	for _, c := range chains {
 		xdq := c.x.Proto
 		meta := xdq.GetMetadataProps()
@@ -110,15 +111,15 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 			addName := c.add.Name
 			kScale, err := addInit(scalar(tensor.Float, float64(ks)), addName+"_constant_scale")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			kZP, err := addInit(scalar(dt, float64(kz)), addName+"_constant_zero_point")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			kQ, err := addInit(scalar(dt, float64(kq)), addName+"_constant_quantized")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			kOut := name(addName + "_constant")
 			addP := g.Node[c.add.Index]
@@ -132,7 +133,7 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		case c.mul == nil:
 			// Clip → factor → Q: the factor goes into each Q's scale.
 			if err := scaleQs(m, g, c.outQs, c.f, clipOut, addInit); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			drop[c.factor.Index] = true
 			dropValue[c.factor.Outputs[0].Name] = true
@@ -140,17 +141,17 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 			cs, cz := clampGrid(c.lo, c.hi, qmin, qmax)
 			qScale, err := addInit(scalar(tensor.Float, float64(cs)), clipOut+"_scale")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			dqScale := qScale
 			if c.factor != nil && c.factorFirst {
 				if dqScale, err = addInit(scalar(tensor.Float, float64(cs*c.f)), clipOut+"_scaled_scale"); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 			}
 			zp, err := addInit(scalar(dt, float64(cz)), clipOut+"_zero_point")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			qIn, qOut := name(clipOut+"_QuantizeLinear_Input"), name(clipOut+"_QuantizeLinear_Output")
 			g.Node[c.clip.Index].Output[0] = qIn
@@ -166,13 +167,18 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 				newNode("DequantizeLinear", clipOut+"_DequantizeLinear", []string{qOut, dqScale, zp}, []string{dqOut}))
 			if c.factor != nil && !c.factorFirst {
 				if err := scaleQs(m, g, c.outQs, c.f, c.mul.Outputs[0].Name, addInit); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				drop[c.factor.Index] = true
 				dropValue[c.factor.Outputs[0].Name] = true
 			}
 		}
 		notes = append(notes, c.note())
+		for _, n := range []*onnxgraph.Node{c.add, c.clip, c.mul, c.factor} {
+			if n != nil {
+				lowered = append(lowered, n.Name)
+			}
+		}
 	}
 	var nodes []*onnxpb.NodeProto
 	for i, n := range g.Node {
@@ -192,10 +198,10 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	g.ValueInfo = vi
 	lm, err := m.Derive(out, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("clamp chains: %w", err)
+		return nil, nil, nil, fmt.Errorf("clamp chains: %w", err)
 	}
 	lm.Path = m.Path
-	return lm, notes, nil
+	return lm, notes, lowered, nil
 }
 
 // note says what ONNX Runtime runs of the chain.

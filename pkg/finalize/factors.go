@@ -32,9 +32,9 @@ type scalarFactor struct {
 }
 
 // foldScalarFactors folds the scalar factors of m's main graph into
-// scales and returns the model and a note per factor; m itself when there
-// is none.
-func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+// scales and returns the model, a note per factor and the factor nodes; m
+// itself when there is none.
+func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, []string, error) {
 	var found []*scalarFactor
 	for _, n := range m.Graph.Nodes {
 		if sf := matchScalarFactor(m, n); sf != nil {
@@ -42,7 +42,7 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 	}
 	if len(found) == 0 {
-		return m, nil, nil
+		return m, nil, nil, nil
 	}
 	out := onnxgraph.CloneSharingData(m.Proto)
 	g := out.Graph
@@ -50,7 +50,7 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	drop := map[int]bool{}
 	dropValue := map[string]bool{}
 	replace := map[int]*onnxpb.NodeProto{}
-	var notes []string
+	var notes, folded []string
 	addScale := func(v float32, base string) (string, error) {
 		nm := uniqueIn(used, base)
 		t := tensor.New(tensor.Float)
@@ -63,13 +63,14 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		return nm, nil
 	}
 	for _, sf := range found {
+		folded = append(folded, sf.node.Name)
 		drop[sf.node.Index] = true
 		dropValue[sf.node.Outputs[0].Name] = true
 		if sf.dqs != nil {
 			dq := sf.in.Producer
 			scale, err := addScale(scalarOf(m, dq.Inputs[1])*sf.f, dq.Inputs[1].Name+"_scaled")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			for _, q := range sf.qs {
 				drop[q.Index] = true
@@ -93,7 +94,7 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		for _, q := range sf.qs {
 			scale, err := addScale(scalarOf(m, q.Inputs[1])/sf.f, q.Inputs[1].Name+"_unscaled")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			p := g.Node[q.Index]
 			p.Input[0], p.Input[1] = sf.in.Name, scale
@@ -119,10 +120,10 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	g.ValueInfo = vi
 	fm, err := m.Derive(out, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("scalar factors: %w", err)
+		return nil, nil, nil, fmt.Errorf("scalar factors: %w", err)
 	}
 	fm.Path = m.Path
-	return fm, notes, nil
+	return fm, notes, folded, nil
 }
 
 // matchScalarFactor returns n as a scalar factor, nil when it is none.

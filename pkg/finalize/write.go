@@ -92,6 +92,9 @@ type Result struct {
 	Notes []string
 	// Palettes are the palettized weights with their reports.
 	Palettes []*plan.PalettePlan
+	// Rewritten are the nodes Options.IntegerChains rewrote: they run on
+	// integers now, or were folded into a scale (Notes say which).
+	Rewritten []string
 }
 
 // ValueNaming documents how the written model names tensors, so that a
@@ -221,16 +224,18 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
+	var rewritten []string
 	if opts.IntegerChains {
-		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, error){lowerClampChains, foldScalarFactors} {
-			var lowered []string
-			if qm, lowered, err = lower(qm); err != nil {
+		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors} {
+			var notes, nodes []string
+			if qm, notes, nodes, err = lower(qm); err != nil {
 				return nil, err
 			}
-			w.notes = append(w.notes, lowered...)
+			w.notes = append(w.notes, notes...)
+			rewritten = append(rewritten, nodes...)
 		}
 	}
-	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
+	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes, Rewritten: rewritten}, nil
 }
 
 // index maps the names of every graph's values and nodes, subgraphs

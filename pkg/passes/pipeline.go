@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -313,5 +314,21 @@ func finalizePass(_ context.Context, u *Unit) error {
 		return err
 	}
 	u.Result = res
+	if t := u.Prepare.Target; t != nil && t.Ops != nil {
+		// Placement's reasons are the plan's; the written model can run a
+		// node it left in float on integers all the same (its neighbours
+		// quantized its inputs and output, or the writer's integer chains
+		// rewrote it) or no longer hold it (a folded factor): those are not
+		// left in float.
+		rewritten := map[string]bool{}
+		for _, n := range res.Rewritten {
+			rewritten[n] = true
+		}
+		g := res.Model.Graph
+		u.Plan.Skipped = slices.DeleteFunc(u.Plan.Skipped, func(s Skip) bool {
+			n := g.Node(s.Node)
+			return rewritten[s.Node] || n != nil && strings.HasPrefix(s.Reason, "target ") && runsAsKernel(n, t)
+		})
+	}
 	return nil
 }
