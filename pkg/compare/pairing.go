@@ -40,6 +40,11 @@ type Pair struct {
 	// per-channel scales); nil when the scale is not a constant.
 	ClipMin *float64 `json:"clip_min,omitempty"`
 	ClipMax *float64 `json:"clip_max,omitempty"`
+	// Factor is the DequantizeLinear's scale over the QuantizeLinear's
+	// when they differ (a Div or Mul folded into the QuantizeLinear's
+	// scale): the dequantized value approximates Factor times the
+	// QuantizeLinear's input. 0 when the scales are the same.
+	Factor float64 `json:"factor,omitempty"`
 }
 
 // Unpaired is a quantized value of the candidate that has no float
@@ -112,7 +117,10 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 		} else if r, ok := dq.Metadata(RuleMetadataKey); ok {
 			pair.Rule = r
 		}
-		pair.DType, pair.ClipMin, pair.ClipMax = clipRange(cand, q)
+		// The DequantizeLinear's scale is the one of the values it holds
+		// (a folded factor gives the QuantizeLinear another).
+		pair.DType, pair.ClipMin, pair.ClipMax = clipRange(cand, dq)
+		pair.Factor = scaleRatio(cand, q, dq)
 		p.Pairs = append(p.Pairs, pair)
 	}
 	return p
@@ -127,8 +135,24 @@ func floatValue(g *onnxgraph.Graph, name string) *onnxgraph.Value {
 	return v
 }
 
-// clipRange returns the quantized dtype of QuantizeLinear q and the float
-// range its grid covers, when scale (and zero point) are constants.
+// scaleRatio is the scale of dq over that of q when both are constant
+// scalars that differ, 0 otherwise.
+func scaleRatio(m *onnxgraph.Model, q, dq *onnxgraph.Node) float64 {
+	if len(q.Inputs) < 2 || len(dq.Inputs) < 2 || q.Inputs[1] == nil || dq.Inputs[1] == nil ||
+		q.Inputs[1] == dq.Inputs[1] || !q.Inputs[1].IsConst() || !dq.Inputs[1].IsConst() {
+		return 0
+	}
+	sq, errQ := constFloats(m, q.Inputs[1])
+	sdq, errDQ := constFloats(m, dq.Inputs[1])
+	if errQ != nil || errDQ != nil || len(sq) != 1 || len(sdq) != 1 || sq[0] == 0 || sq[0] == sdq[0] {
+		return 0
+	}
+	return float64(sdq[0]) / float64(sq[0])
+}
+
+// clipRange returns the quantized dtype of a QuantizeLinear or
+// DequantizeLinear q and the float range its grid covers, when scale (and
+// zero point) are constants.
 func clipRange(m *onnxgraph.Model, q *onnxgraph.Node) (string, *float64, *float64) {
 	dt := tensor.Uint8
 	var zp *onnxgraph.Value
@@ -139,6 +163,8 @@ func clipRange(m *onnxgraph.Model, q *onnxgraph.Node) (string, *float64, *float6
 		}
 	} else if a := q.Attr("output_dtype"); a != nil && a.GetI() != 0 {
 		dt = tensor.DType(a.GetI())
+	} else if q.OpType == "DequantizeLinear" && q.Inputs[0] != nil && q.Inputs[0].DType() != tensor.Undefined {
+		dt = q.Inputs[0].DType()
 	}
 	qmin, qmax, ok := gridRange(dt)
 	if !ok || len(q.Inputs) < 2 || q.Inputs[1] == nil || !q.Inputs[1].IsConst() {
