@@ -417,6 +417,13 @@ func (ls *layerState) candTap(name string, t *tensor.Tensor) {
 			ls.err = fmt.Errorf("reference value %q and candidate value %q: %w", pr.Tensor, pr.Dequantized, err)
 			return
 		}
+		if pr.Factor != 0 {
+			scaled := make([]float32, len(q))
+			for j, v := range q {
+				scaled[j] = float32(float64(v) * pr.Factor)
+			}
+			q = scaled
+		}
 		if err := ls.acc[i].local.Add(q, dq); err != nil {
 			ls.err = fmt.Errorf("candidate values %q and %q: %w", pr.Quantized, pr.Dequantized, err)
 			return

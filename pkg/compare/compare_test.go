@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/plan"
@@ -503,5 +504,54 @@ func TestPerLayerMaskedValues(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), l.SQNR.String()+"*") || !strings.Contains(b.String(), "* scores: 8 element pairs are NaN or infinite on one side only") {
 		t.Errorf("the table does not mark the layer:\n%s", b.String())
+	}
+}
+
+// TestPerLayerFoldedFactor: under ort-x86 a Div by 6 before a
+// QuantizeLinear is folded into its scale, so the QuantizeLinear reads
+// six times the value its DequantizeLinear gives back; per-layer pairs
+// the DequantizeLinear with the value it holds and measures the
+// quantizer's own error with the factor applied.
+func TestPerLayerFoldedFactor(t *testing.T) {
+	b := testmodels.New("factor", 13)
+	b.Input("x", tensor.Float, "N", 16).Output("y", tensor.Float, "N", 4)
+	b.RandomInit("fc1.weight", 0.25, 16, 8).RandomInit("fc2.weight", 0.25, 8, 4).Init("six", nil, []float32{6})
+	b.Node("MatMul", "fc1", []string{"x", "fc1.weight"}, []string{"h"})
+	b.Node("Erf", "erf", []string{"h"}, []string{"e"})
+	b.Node("Mul", "mul", []string{"e", "h"}, []string{"m"})
+	b.Node("Div", "div6", []string{"m", "six"}, []string{"d"})
+	b.Node("MatMul", "fc2", []string{"d", "fc2.weight"}, []string{"y"})
+	ref := load(t, b.Model)
+	target := config.Targets["ort-x86"]
+	cfg, err := target.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := batchesFor(t, ref, 3, 8)
+	cand, _ := quantizeFor(t, ref, cfg, target, data)
+	if cand.Graph.Node("div6") != nil {
+		t.Fatal("the Div by 6 was not folded into a scale")
+	}
+	pairing := PairActivations(ref, cand)
+	var folded *Pair
+	for i, p := range pairing.Pairs {
+		if p.Tensor == "d" {
+			folded = &pairing.Pairs[i]
+		}
+	}
+	if folded == nil {
+		t.Fatalf("no pair for the folded value d: %+v", pairing.Pairs)
+	}
+	if math.Abs(folded.Factor-1.0/6) > 1e-6 {
+		t.Errorf("factor %v, want 1/6", folded.Factor)
+	}
+	r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: &pairing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range r.Layers {
+		if l.LocalSQNR < 30 {
+			t.Errorf("%s: local SQNR %v, want above 30 dB", l.Tensor, l.LocalSQNR)
+		}
 	}
 }

@@ -200,6 +200,13 @@ func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return quantizeFor(t, m, cfg, nil, data)
+}
+
+// quantizeFor quantizes m with cfg for target (nil: generic) through the
+// project's pipeline, calibrating min/max on data.
+func quantizeFor(t testing.TB, m *onnxgraph.Model, cfg *config.QuantizerConfig, target *config.Target, data []Batch) (*onnxgraph.Model, *passes.Plan) {
+	t.Helper()
 	calib := func(_ context.Context, m *onnxgraph.Model, pl *passes.Plan) (passes.Stats, error) {
 		stats := passes.RangeStats{}
 		var names []string
@@ -228,9 +235,9 @@ func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data 
 		}
 		return stats, nil
 	}
-	u := &passes.Unit{Model: m, Config: cfg, Calibrate: calib}
+	u := &passes.Unit{Model: m, Config: cfg, Calibrate: calib, Prepare: passes.PrepareOptions{Target: target}}
 	if _, err := passes.Run(context.Background(), u, passes.RunOptions{}); err != nil {
-		t.Fatalf("quantize with %s: %v", preset, err)
+		t.Fatalf("quantize: %v", err)
 	}
 	// Round-trip through bytes as the CLI would read the written file.
 	return load(t, u.Result.Model.Proto), u.Plan

@@ -40,6 +40,11 @@ type Pair struct {
 	// per-channel scales); nil when the scale is not a constant.
 	ClipMin *float64 `json:"clip_min,omitempty"`
 	ClipMax *float64 `json:"clip_max,omitempty"`
+	// Factor is the DequantizeLinear's scale over the QuantizeLinear's
+	// when they differ (a Div or Mul folded into the QuantizeLinear's
+	// scale): the dequantized value approximates Factor times the
+	// QuantizeLinear's input. 0 when the scales are the same.
+	Factor float64 `json:"factor,omitempty"`
 }
 
 // Unpaired is a quantized value of the candidate that has no float
@@ -62,9 +67,12 @@ type Pairing struct {
 // PairActivations finds every quantized activation of cand (a QDQ model made
 // from ref) and the value of ref it approximates. A DequantizeLinear whose
 // input comes from a QuantizeLinear of a non-constant value X is a quantized
-// activation; its counterpart is the reference value named X or, when the
-// quantizer renamed X (graph outputs keep their name on the DequantizeLinear
-// output), the reference value named like the DequantizeLinear output.
+// activation; its counterpart is the reference value named like the
+// DequantizeLinear output, which is what it holds, or, when the quantizer
+// renamed it (a quantized graph input), the reference value named X. The
+// output's name wins because a scale can hold a factor: a Div or Mul by a
+// constant folded into the QuantizeLinear makes X that value times the
+// factor (finalize's integer chains under ONNX Runtime targets).
 // Pairs come in the candidate's topological order.
 func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 	var p Pairing
@@ -92,9 +100,9 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 			p.Unpaired = append(p.Unpaired, Unpaired{Value: out, Reason: fmt.Sprintf("inside the subgraph of %s, where it takes a value per iteration or only on one branch; per-layer SQNR compares one tensor per run", owner)})
 			continue
 		}
-		rv := floatValue(ref.Graph, x.Name)
+		rv := floatValue(ref.Graph, out)
 		if rv == nil {
-			rv = floatValue(ref.Graph, out)
+			rv = floatValue(ref.Graph, x.Name)
 		}
 		if rv == nil {
 			p.Unpaired = append(p.Unpaired, Unpaired{Value: out, Reason: fmt.Sprintf("neither %q (the input of QuantizeLinear %q) nor %q is a computed value of the reference model", x.Name, q.Name, out)})
@@ -109,7 +117,10 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 		} else if r, ok := dq.Metadata(RuleMetadataKey); ok {
 			pair.Rule = r
 		}
-		pair.DType, pair.ClipMin, pair.ClipMax = clipRange(cand, q)
+		// The DequantizeLinear's scale is the one of the values it holds
+		// (a folded factor gives the QuantizeLinear another).
+		pair.DType, pair.ClipMin, pair.ClipMax = clipRange(cand, dq)
+		pair.Factor = scaleRatio(cand, q, dq)
 		p.Pairs = append(p.Pairs, pair)
 	}
 	return p
@@ -124,8 +135,24 @@ func floatValue(g *onnxgraph.Graph, name string) *onnxgraph.Value {
 	return v
 }
 
-// clipRange returns the quantized dtype of QuantizeLinear q and the float
-// range its grid covers, when scale (and zero point) are constants.
+// scaleRatio is the scale of dq over that of q when both are constant
+// scalars that differ, 0 otherwise.
+func scaleRatio(m *onnxgraph.Model, q, dq *onnxgraph.Node) float64 {
+	if len(q.Inputs) < 2 || len(dq.Inputs) < 2 || q.Inputs[1] == nil || dq.Inputs[1] == nil ||
+		q.Inputs[1] == dq.Inputs[1] || !q.Inputs[1].IsConst() || !dq.Inputs[1].IsConst() {
+		return 0
+	}
+	sq, errQ := constFloats(m, q.Inputs[1])
+	sdq, errDQ := constFloats(m, dq.Inputs[1])
+	if errQ != nil || errDQ != nil || len(sq) != 1 || len(sdq) != 1 || sq[0] == 0 || sq[0] == sdq[0] {
+		return 0
+	}
+	return float64(sdq[0]) / float64(sq[0])
+}
+
+// clipRange returns the quantized dtype of a QuantizeLinear or
+// DequantizeLinear q and the float range its grid covers, when scale (and
+// zero point) are constants.
 func clipRange(m *onnxgraph.Model, q *onnxgraph.Node) (string, *float64, *float64) {
 	dt := tensor.Uint8
 	var zp *onnxgraph.Value
@@ -136,6 +163,8 @@ func clipRange(m *onnxgraph.Model, q *onnxgraph.Node) (string, *float64, *float6
 		}
 	} else if a := q.Attr("output_dtype"); a != nil && a.GetI() != 0 {
 		dt = tensor.DType(a.GetI())
+	} else if q.OpType == "DequantizeLinear" && q.Inputs[0] != nil && q.Inputs[0].DType() != tensor.Undefined {
+		dt = q.Inputs[0].DType()
 	}
 	qmin, qmax, ok := gridRange(dt)
 	if !ok || len(q.Inputs) < 2 || q.Inputs[1] == nil || !q.Inputs[1].IsConst() {

@@ -49,6 +49,10 @@ type Options struct {
 	// for testing: CalibrationDataMetadataKey = "random" in its
 	// metadata_props.
 	RandomData bool
+	// IntegerChains rewrites the clamp chains of the written model
+	// (HardSwish and HardSigmoid written out as Add, Clip, Div, Mul) into
+	// the form ONNX Runtime's QDQ fusions run on integers (chains.go).
+	IntegerChains bool
 }
 
 // CalibrationDataMetadataKey is the model metadata_props key whose value
@@ -88,6 +92,9 @@ type Result struct {
 	Notes []string
 	// Palettes are the palettized weights with their reports.
 	Palettes []*plan.PalettePlan
+	// Rewritten are the nodes Options.IntegerChains rewrote: they run on
+	// integers now, or were folded into a scale (Notes say which).
+	Rewritten []string
 }
 
 // ValueNaming documents how the written model names tensors, so that a
@@ -217,7 +224,18 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("quantized model is not valid: %w", err)
 	}
-	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes}, nil
+	var rewritten []string
+	if opts.IntegerChains {
+		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors} {
+			var notes, nodes []string
+			if qm, notes, nodes, err = lower(qm); err != nil {
+				return nil, err
+			}
+			w.notes = append(w.notes, notes...)
+			rewritten = append(rewritten, nodes...)
+		}
+	}
+	return &Result{Model: qm, Opset: w.opset, IRVersion: ir, Tensors: final, Notes: w.notes, Palettes: w.palettes, Rewritten: rewritten}, nil
 }
 
 // index maps the names of every graph's values and nodes, subgraphs

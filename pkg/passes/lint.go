@@ -75,6 +75,18 @@ func Lint(m *onnxgraph.Model, t *config.Target) []Finding {
 	return out
 }
 
+// runsAsKernel reports whether target t runs node n of a written QDQ
+// model as its integer kernel: every input the kernel needs comes out of a
+// DequantizeLinear, the output is quantized, and nothing else blocks it.
+func runsAsKernel(n *onnxgraph.Node, t *config.Target) bool {
+	op, ok := t.Ops[n.OpType]
+	if !ok || n.Domain != "" || len(n.Outputs) == 0 || n.Outputs[0] == nil {
+		return false
+	}
+	qOut := quantizedAfter(n.Outputs[0])
+	return (qOut || op.OptionalOutput) && kernelBlocker(n, op, t, qOut) == ""
+}
+
 // kernelBlocker says why integer kernel op cannot take n as written.
 func kernelBlocker(n *onnxgraph.Node, op config.IntegerOp, t *config.Target, qOut bool) string {
 	if op.Check != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,11 @@ func Run(ctx context.Context, u *Unit, opts RunOptions) ([]Timing, error) {
 	// parameter decoder quantized to 4 bits peaks at about 1.2 GB instead
 	// of 1.5.
 	defer runtime.BatchGC()()
+	// ONNX Runtime targets get the written model in the form its QDQ
+	// fusions run on integers (finalize.Options.IntegerChains).
+	if t := u.Prepare.Target; t != nil && t.ORT {
+		u.Write.IntegerChains = true
+	}
 	var timings []Timing
 	for _, p := range Pipeline {
 		stage := StageNone
@@ -316,5 +322,21 @@ func finalizePass(_ context.Context, u *Unit) error {
 		return err
 	}
 	u.Result = res
+	if t := u.Prepare.Target; t != nil && t.Ops != nil {
+		// Placement's reasons are the plan's; the written model can run a
+		// node it left in float on integers all the same (its neighbours
+		// quantized its inputs and output, or the writer's integer chains
+		// rewrote it) or no longer hold it (a folded factor): those are not
+		// left in float.
+		rewritten := map[string]bool{}
+		for _, n := range res.Rewritten {
+			rewritten[n] = true
+		}
+		g := res.Model.Graph
+		u.Plan.Skipped = slices.DeleteFunc(u.Plan.Skipped, func(s Skip) bool {
+			n := g.Node(s.Node)
+			return rewritten[s.Node] || n != nil && strings.HasPrefix(s.Reason, "target ") && runsAsKernel(n, t)
+		})
+	}
 	return nil
 }

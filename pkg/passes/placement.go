@@ -45,6 +45,14 @@ func place(g *onnxgraph.Graph, res *config.Resolution, t *config.Target) *placem
 			integer[n.Name] = true
 			continue
 		}
+		if nr != nil && !quantizesActivations(nr) && quantizesOutput(nr) {
+			// Only constants in, a quantized output: an integer kernel
+			// only if the target's check lets it (a Gather of a table).
+			if why := checkedBlocker(n, t); why != "" {
+				pl.floatWhy[n.Name] = fmt.Sprintf("target %s: %s; runs in float without Q/DQ", t.Name, why)
+			}
+			continue
+		}
 		if nr == nil || !quantizesActivations(nr) {
 			continue // weight-only or not quantized: the config decides alone
 		}
@@ -116,6 +124,26 @@ func quantizesActivations(nr *config.NodeResolution) bool {
 	return false
 }
 
+// quantizesOutput reports whether the config gives an output of the node
+// a spec.
+func quantizesOutput(nr *config.NodeResolution) bool {
+	for _, tr := range nr.Tensors {
+		if tr.Role == config.RoleOutput && tr.Spec != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// checkedBlocker is what the target's check of n's kernel says against
+// it, "" when the op has no check or passes it.
+func checkedBlocker(n *onnxgraph.Node, t *config.Target) string {
+	if op, ok := t.Ops[n.OpType]; ok && n.Domain == "" && op.Check != nil {
+		return op.Check(n)
+	}
+	return ""
+}
+
 // integerBlocker says why target t cannot run n as an integer kernel, ""
 // when it can. intValue reports values made by integer nodes; a follower
 // with one input from an integer node also takes float inputs that small
@@ -125,10 +153,8 @@ func integerBlocker(n *onnxgraph.Node, nr *config.NodeResolution, t *config.Targ
 	if n.Domain != "" || !ok {
 		return fmt.Sprintf("%s has no integer kernel in %s", n.OpType, t.Runtime)
 	}
-	if op.Check != nil {
-		if why := op.Check(n); why != "" {
-			return why
-		}
+	if why := checkedBlocker(n, t); why != "" {
+		return why
 	}
 	fromInteger := false
 	for i, v := range n.Inputs {
