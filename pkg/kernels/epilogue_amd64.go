@@ -86,22 +86,27 @@ func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	}
 }
 
-// erfRow is erfGo in AVX2, bit-identical but for NaN payloads; the tail
-// of fewer than 8 elements goes through the same kernel via a buffer, so
-// every element takes the same path however a row is split.
+// erfRow is erfGo in AVX-512 or AVX2, bit-identical but for NaN
+// payloads; the tail of fewer than two vectors goes through the same
+// kernel via a buffer, so every element takes the same path however a row
+// is split.
 func erfRow(dst, src []float32) {
-	if !hasAVX2 {
+	kernel, step := erfRowAVX2, 16
+	switch {
+	case hasAVX512:
+		kernel, step = erfRowAVX512, 32
+	case !hasAVX2:
 		erfGo(dst, src)
 		return
 	}
-	n := len(dst) &^ 7
+	n := len(dst) / step * step
 	if n > 0 {
-		erfRowAVX2(&dst[0], &src[0], n)
+		kernel(&dst[0], &src[0], n)
 	}
 	if n < len(dst) {
-		var buf [8]float32
+		var buf [32]float32
 		copy(buf[:], src[n:])
-		erfRowAVX2(&buf[0], &buf[0], 8)
+		kernel(&buf[0], &buf[0], step)
 		copy(dst[n:], buf[:])
 	}
 }

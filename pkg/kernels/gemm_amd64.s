@@ -18174,130 +18174,351 @@ TEXT ·erfRowAVX2(SB), NOSPLIT, $0-24
 	MOVQ         dst+0(FP), AX
 	MOVQ         src+8(FP), CX
 	MOVQ         n+16(FP), DX
-	MOVQ         $0x4010000000000000, BX
-	VMOVQ        BX, X0
-	VBROADCASTSD X0, Y0
-	MOVQ         $0xc010000000000000, BX
-	VMOVQ        BX, X1
-	VBROADCASTSD X1, Y1
+	MOVL         $0x40800000, BX
+	VMOVD        BX, X0
+	VBROADCASTSS X0, Y0
+	MOVL         $0xc0800000, BX
+	VMOVD        BX, X1
+	VBROADCASTSS X1, Y1
 
-erf_loop:
-	TESTQ      DX, DX
-	JZ         erf_done
-	VCVTPS2PD  (CX), Y2
-	VMINPD     Y2, Y0, Y2
-	VMAXPD     Y2, Y1, Y2
-	VMULPD     Y2, Y2, Y3
-	VMULPD     erfconsts<>+0(SB), Y3, Y4
-	VADDPD     erfconsts<>+32(SB), Y4, Y4
-	VMULPD     erfconsts<>+224(SB), Y3, Y5
-	VADDPD     erfconsts<>+256(SB), Y5, Y5
-	VCVTPS2PD  16(CX), Y6
-	VMINPD     Y6, Y0, Y6
-	VMAXPD     Y6, Y1, Y6
-	VMULPD     Y6, Y6, Y7
-	VMULPD     erfconsts<>+0(SB), Y7, Y8
-	VADDPD     erfconsts<>+32(SB), Y8, Y8
-	VMULPD     erfconsts<>+224(SB), Y7, Y9
-	VADDPD     erfconsts<>+256(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+64(SB), Y4, Y4
-	VMULPD     Y3, Y5, Y5
-	VADDPD     erfconsts<>+288(SB), Y5, Y5
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+64(SB), Y8, Y8
-	VMULPD     Y7, Y9, Y9
-	VADDPD     erfconsts<>+288(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+96(SB), Y4, Y4
-	VMULPD     Y3, Y5, Y5
-	VADDPD     erfconsts<>+320(SB), Y5, Y5
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+96(SB), Y8, Y8
-	VMULPD     Y7, Y9, Y9
-	VADDPD     erfconsts<>+320(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+128(SB), Y4, Y4
-	VMULPD     Y3, Y5, Y5
-	VADDPD     erfconsts<>+352(SB), Y5, Y5
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+128(SB), Y8, Y8
-	VMULPD     Y7, Y9, Y9
-	VADDPD     erfconsts<>+352(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+160(SB), Y4, Y4
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+160(SB), Y8, Y8
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+192(SB), Y4, Y4
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+192(SB), Y8, Y8
-	VMULPD     Y4, Y2, Y2
-	VDIVPD     Y5, Y2, Y2
-	VCVTPD2PSY Y2, X2
-	VMOVUPS    X2, (AX)
-	VMULPD     Y8, Y6, Y6
-	VDIVPD     Y9, Y6, Y6
-	VCVTPD2PSY Y6, X6
-	VMOVUPS    X6, 16(AX)
-	ADDQ       $0x20, CX
-	ADDQ       $0x20, AX
-	SUBQ       $0x08, DX
-	JMP        erf_loop
+erfRowAVX2_loop:
+	TESTQ   DX, DX
+	JZ      erfRowAVX2_done
+	VMOVUPS (CX), Y2
+	VMINPS  Y2, Y0, Y2
+	VMAXPS  Y2, Y1, Y2
+	VMULPS  Y2, Y2, Y3
+	VMULPS  erfconsts<>+0(SB), Y3, Y4
+	VADDPS  erfconsts<>+64(SB), Y4, Y4
+	VMULPS  erfconsts<>+448(SB), Y3, Y5
+	VADDPS  erfconsts<>+512(SB), Y5, Y5
+	VMOVUPS 32(CX), Y6
+	VMINPS  Y6, Y0, Y6
+	VMAXPS  Y6, Y1, Y6
+	VMULPS  Y6, Y6, Y7
+	VMULPS  erfconsts<>+0(SB), Y7, Y8
+	VADDPS  erfconsts<>+64(SB), Y8, Y8
+	VMULPS  erfconsts<>+448(SB), Y7, Y9
+	VADDPS  erfconsts<>+512(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+128(SB), Y4, Y4
+	VMULPS  Y3, Y5, Y5
+	VADDPS  erfconsts<>+576(SB), Y5, Y5
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+128(SB), Y8, Y8
+	VMULPS  Y7, Y9, Y9
+	VADDPS  erfconsts<>+576(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+192(SB), Y4, Y4
+	VMULPS  Y3, Y5, Y5
+	VADDPS  erfconsts<>+640(SB), Y5, Y5
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+192(SB), Y8, Y8
+	VMULPS  Y7, Y9, Y9
+	VADDPS  erfconsts<>+640(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+256(SB), Y4, Y4
+	VMULPS  Y3, Y5, Y5
+	VADDPS  erfconsts<>+704(SB), Y5, Y5
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+256(SB), Y8, Y8
+	VMULPS  Y7, Y9, Y9
+	VADDPS  erfconsts<>+704(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+320(SB), Y4, Y4
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+320(SB), Y8, Y8
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+384(SB), Y4, Y4
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+384(SB), Y8, Y8
+	VDIVPS  Y5, Y4, Y4
+	VMULPS  Y4, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VDIVPS  Y9, Y8, Y8
+	VMULPS  Y8, Y6, Y6
+	VMOVUPS Y6, 32(AX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DX
+	JMP     erfRowAVX2_loop
 
-erf_done:
+erfRowAVX2_done:
 	VZEROUPPER
 	RET
 
-DATA erfconsts<>+0(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+8(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+16(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+24(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+32(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+40(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+48(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+56(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+64(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+72(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+80(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+88(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+96(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+104(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+112(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+120(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+128(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+136(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+144(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+152(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+160(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+168(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+176(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+184(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+192(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+200(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+208(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+216(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+224(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+232(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+240(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+248(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+256(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+264(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+272(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+280(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+288(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+296(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+304(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+312(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+320(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+328(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+336(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+344(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+352(SB)/8, $0xbf8d36d4ddb1cdc3
-DATA erfconsts<>+360(SB)/8, $0xbf8d36d4ddb1cdc3
-DATA erfconsts<>+368(SB)/8, $0xbf8d36d4ddb1cdc3
-DATA erfconsts<>+376(SB)/8, $0xbf8d36d4ddb1cdc3
-GLOBL erfconsts<>(SB), RODATA|NOPTR, $384
+DATA erfconsts<>+0(SB)/4, $0xaf95df0b
+DATA erfconsts<>+4(SB)/4, $0xaf95df0b
+DATA erfconsts<>+8(SB)/4, $0xaf95df0b
+DATA erfconsts<>+12(SB)/4, $0xaf95df0b
+DATA erfconsts<>+16(SB)/4, $0xaf95df0b
+DATA erfconsts<>+20(SB)/4, $0xaf95df0b
+DATA erfconsts<>+24(SB)/4, $0xaf95df0b
+DATA erfconsts<>+28(SB)/4, $0xaf95df0b
+DATA erfconsts<>+32(SB)/4, $0xaf95df0b
+DATA erfconsts<>+36(SB)/4, $0xaf95df0b
+DATA erfconsts<>+40(SB)/4, $0xaf95df0b
+DATA erfconsts<>+44(SB)/4, $0xaf95df0b
+DATA erfconsts<>+48(SB)/4, $0xaf95df0b
+DATA erfconsts<>+52(SB)/4, $0xaf95df0b
+DATA erfconsts<>+56(SB)/4, $0xaf95df0b
+DATA erfconsts<>+60(SB)/4, $0xaf95df0b
+DATA erfconsts<>+64(SB)/4, $0x32edffee
+DATA erfconsts<>+68(SB)/4, $0x32edffee
+DATA erfconsts<>+72(SB)/4, $0x32edffee
+DATA erfconsts<>+76(SB)/4, $0x32edffee
+DATA erfconsts<>+80(SB)/4, $0x32edffee
+DATA erfconsts<>+84(SB)/4, $0x32edffee
+DATA erfconsts<>+88(SB)/4, $0x32edffee
+DATA erfconsts<>+92(SB)/4, $0x32edffee
+DATA erfconsts<>+96(SB)/4, $0x32edffee
+DATA erfconsts<>+100(SB)/4, $0x32edffee
+DATA erfconsts<>+104(SB)/4, $0x32edffee
+DATA erfconsts<>+108(SB)/4, $0x32edffee
+DATA erfconsts<>+112(SB)/4, $0x32edffee
+DATA erfconsts<>+116(SB)/4, $0x32edffee
+DATA erfconsts<>+120(SB)/4, $0x32edffee
+DATA erfconsts<>+124(SB)/4, $0x32edffee
+DATA erfconsts<>+128(SB)/4, $0xb60cff51
+DATA erfconsts<>+132(SB)/4, $0xb60cff51
+DATA erfconsts<>+136(SB)/4, $0xb60cff51
+DATA erfconsts<>+140(SB)/4, $0xb60cff51
+DATA erfconsts<>+144(SB)/4, $0xb60cff51
+DATA erfconsts<>+148(SB)/4, $0xb60cff51
+DATA erfconsts<>+152(SB)/4, $0xb60cff51
+DATA erfconsts<>+156(SB)/4, $0xb60cff51
+DATA erfconsts<>+160(SB)/4, $0xb60cff51
+DATA erfconsts<>+164(SB)/4, $0xb60cff51
+DATA erfconsts<>+168(SB)/4, $0xb60cff51
+DATA erfconsts<>+172(SB)/4, $0xb60cff51
+DATA erfconsts<>+176(SB)/4, $0xb60cff51
+DATA erfconsts<>+180(SB)/4, $0xb60cff51
+DATA erfconsts<>+184(SB)/4, $0xb60cff51
+DATA erfconsts<>+188(SB)/4, $0xb60cff51
+DATA erfconsts<>+192(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+196(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+200(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+204(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+208(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+212(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+216(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+220(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+224(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+228(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+232(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+236(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+240(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+244(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+248(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+252(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+256(SB)/4, $0xba40ac63
+DATA erfconsts<>+260(SB)/4, $0xba40ac63
+DATA erfconsts<>+264(SB)/4, $0xba40ac63
+DATA erfconsts<>+268(SB)/4, $0xba40ac63
+DATA erfconsts<>+272(SB)/4, $0xba40ac63
+DATA erfconsts<>+276(SB)/4, $0xba40ac63
+DATA erfconsts<>+280(SB)/4, $0xba40ac63
+DATA erfconsts<>+284(SB)/4, $0xba40ac63
+DATA erfconsts<>+288(SB)/4, $0xba40ac63
+DATA erfconsts<>+292(SB)/4, $0xba40ac63
+DATA erfconsts<>+296(SB)/4, $0xba40ac63
+DATA erfconsts<>+300(SB)/4, $0xba40ac63
+DATA erfconsts<>+304(SB)/4, $0xba40ac63
+DATA erfconsts<>+308(SB)/4, $0xba40ac63
+DATA erfconsts<>+312(SB)/4, $0xba40ac63
+DATA erfconsts<>+316(SB)/4, $0xba40ac63
+DATA erfconsts<>+320(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+324(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+328(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+332(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+336(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+340(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+344(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+348(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+352(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+356(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+360(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+364(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+368(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+372(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+376(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+380(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+384(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+388(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+392(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+396(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+400(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+404(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+408(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+412(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+416(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+420(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+424(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+428(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+432(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+436(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+440(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+444(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+448(SB)/4, $0xb77460cd
+DATA erfconsts<>+452(SB)/4, $0xb77460cd
+DATA erfconsts<>+456(SB)/4, $0xb77460cd
+DATA erfconsts<>+460(SB)/4, $0xb77460cd
+DATA erfconsts<>+464(SB)/4, $0xb77460cd
+DATA erfconsts<>+468(SB)/4, $0xb77460cd
+DATA erfconsts<>+472(SB)/4, $0xb77460cd
+DATA erfconsts<>+476(SB)/4, $0xb77460cd
+DATA erfconsts<>+480(SB)/4, $0xb77460cd
+DATA erfconsts<>+484(SB)/4, $0xb77460cd
+DATA erfconsts<>+488(SB)/4, $0xb77460cd
+DATA erfconsts<>+492(SB)/4, $0xb77460cd
+DATA erfconsts<>+496(SB)/4, $0xb77460cd
+DATA erfconsts<>+500(SB)/4, $0xb77460cd
+DATA erfconsts<>+504(SB)/4, $0xb77460cd
+DATA erfconsts<>+508(SB)/4, $0xb77460cd
+DATA erfconsts<>+512(SB)/4, $0xb95fbd29
+DATA erfconsts<>+516(SB)/4, $0xb95fbd29
+DATA erfconsts<>+520(SB)/4, $0xb95fbd29
+DATA erfconsts<>+524(SB)/4, $0xb95fbd29
+DATA erfconsts<>+528(SB)/4, $0xb95fbd29
+DATA erfconsts<>+532(SB)/4, $0xb95fbd29
+DATA erfconsts<>+536(SB)/4, $0xb95fbd29
+DATA erfconsts<>+540(SB)/4, $0xb95fbd29
+DATA erfconsts<>+544(SB)/4, $0xb95fbd29
+DATA erfconsts<>+548(SB)/4, $0xb95fbd29
+DATA erfconsts<>+552(SB)/4, $0xb95fbd29
+DATA erfconsts<>+556(SB)/4, $0xb95fbd29
+DATA erfconsts<>+560(SB)/4, $0xb95fbd29
+DATA erfconsts<>+564(SB)/4, $0xb95fbd29
+DATA erfconsts<>+568(SB)/4, $0xb95fbd29
+DATA erfconsts<>+572(SB)/4, $0xb95fbd29
+DATA erfconsts<>+576(SB)/4, $0xbadc924e
+DATA erfconsts<>+580(SB)/4, $0xbadc924e
+DATA erfconsts<>+584(SB)/4, $0xbadc924e
+DATA erfconsts<>+588(SB)/4, $0xbadc924e
+DATA erfconsts<>+592(SB)/4, $0xbadc924e
+DATA erfconsts<>+596(SB)/4, $0xbadc924e
+DATA erfconsts<>+600(SB)/4, $0xbadc924e
+DATA erfconsts<>+604(SB)/4, $0xbadc924e
+DATA erfconsts<>+608(SB)/4, $0xbadc924e
+DATA erfconsts<>+612(SB)/4, $0xbadc924e
+DATA erfconsts<>+616(SB)/4, $0xbadc924e
+DATA erfconsts<>+620(SB)/4, $0xbadc924e
+DATA erfconsts<>+624(SB)/4, $0xbadc924e
+DATA erfconsts<>+628(SB)/4, $0xbadc924e
+DATA erfconsts<>+632(SB)/4, $0xbadc924e
+DATA erfconsts<>+636(SB)/4, $0xbadc924e
+DATA erfconsts<>+640(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+644(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+648(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+652(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+656(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+660(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+664(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+668(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+672(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+676(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+680(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+684(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+688(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+692(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+696(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+700(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+704(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+708(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+712(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+716(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+720(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+724(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+728(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+732(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+736(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+740(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+744(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+748(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+752(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+756(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+760(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+764(SB)/4, $0xbc69b6a7
+GLOBL erfconsts<>(SB), RODATA|NOPTR, $768
+
+// func erfRowAVX512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·erfRowAVX512(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVL         $0x40800000, BX
+	VMOVD        BX, X0
+	VBROADCASTSS X0, Z0
+	MOVL         $0xc0800000, BX
+	VMOVD        BX, X1
+	VBROADCASTSS X1, Z1
+
+erfRowAVX512_loop:
+	TESTQ   DX, DX
+	JZ      erfRowAVX512_done
+	VMOVUPS (CX), Z2
+	VMINPS  Z2, Z0, Z2
+	VMAXPS  Z2, Z1, Z2
+	VMULPS  Z2, Z2, Z3
+	VMULPS  erfconsts<>+0(SB), Z3, Z4
+	VADDPS  erfconsts<>+64(SB), Z4, Z4
+	VMULPS  erfconsts<>+448(SB), Z3, Z5
+	VADDPS  erfconsts<>+512(SB), Z5, Z5
+	VMOVUPS 64(CX), Z6
+	VMINPS  Z6, Z0, Z6
+	VMAXPS  Z6, Z1, Z6
+	VMULPS  Z6, Z6, Z7
+	VMULPS  erfconsts<>+0(SB), Z7, Z8
+	VADDPS  erfconsts<>+64(SB), Z8, Z8
+	VMULPS  erfconsts<>+448(SB), Z7, Z9
+	VADDPS  erfconsts<>+512(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+128(SB), Z4, Z4
+	VMULPS  Z3, Z5, Z5
+	VADDPS  erfconsts<>+576(SB), Z5, Z5
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+128(SB), Z8, Z8
+	VMULPS  Z7, Z9, Z9
+	VADDPS  erfconsts<>+576(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+192(SB), Z4, Z4
+	VMULPS  Z3, Z5, Z5
+	VADDPS  erfconsts<>+640(SB), Z5, Z5
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+192(SB), Z8, Z8
+	VMULPS  Z7, Z9, Z9
+	VADDPS  erfconsts<>+640(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+256(SB), Z4, Z4
+	VMULPS  Z3, Z5, Z5
+	VADDPS  erfconsts<>+704(SB), Z5, Z5
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+256(SB), Z8, Z8
+	VMULPS  Z7, Z9, Z9
+	VADDPS  erfconsts<>+704(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+320(SB), Z4, Z4
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+320(SB), Z8, Z8
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+384(SB), Z4, Z4
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+384(SB), Z8, Z8
+	VDIVPS  Z5, Z4, Z4
+	VMULPS  Z4, Z2, Z2
+	VMOVUPS Z2, (AX)
+	VDIVPS  Z9, Z8, Z8
+	VMULPS  Z8, Z6, Z6
+	VMOVUPS Z6, 64(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     erfRowAVX512_loop
+
+erfRowAVX512_done:
+	VZEROUPPER
+	RET
 
 // func binAddAVX2(o *float32, a *float32, b *float32, n int)
 // Requires: AVX

@@ -251,8 +251,11 @@ func dw5x5s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *u
 // dw5s2r5AVX2 computes n (a multiple of 8) outputs of a 5×5 depthwise convolution row, stride 2, from 5 input rows.
 func dw5s2r5AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
-// erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
+// erfRowAVX2 computes dst[j] = Erf32(src[j]) for j < n (n a multiple of 16).
 func erfRowAVX2(dst *float32, src *float32, n int)
+
+// erfRowAVX512 computes dst[j] = Erf32(src[j]) for j < n (n a multiple of 32).
+func erfRowAVX512(dst *float32, src *float32, n int)
 
 // binAddAVX2 sets o[i] = a[i] Add b[i] for i < n (a multiple of 8).
 func binAddAVX2(o *float32, a *float32, b *float32, n int)

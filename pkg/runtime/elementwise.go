@@ -612,6 +612,6 @@ func scalarFloat(t *tensor.Tensor) (float64, error) {
 }
 
 // erf32 is the error function as kernels.Erf computes it: a rational fit
-// in float64 within 1e-6 relative error of math.Erf (one subnormal unit
+// in float32 within 1e-6 relative error of math.Erf (one subnormal unit
 // for subnormal results).
-func erf32(x float32) float32 { return float32(kernels.Erf64(float64(x))) }
+func erf32(x float32) float32 { return kernels.Erf32(x) }
