@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -446,15 +448,19 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 	for off := row0 * inner; off < row1*inner; off += inner {
 		row := o[off : off+inner]
 		c, a, b := pc, px, py
-		for j := range row {
-			if cond[c] {
-				row[j] = x[a]
-			} else {
-				row[j] = y[b]
+		if ic <= 1 && ix <= 1 && iy <= 1 {
+			whereRow(row, cond[c:c+1+ic*(inner-1)], x[a:a+1+ix*(inner-1)], y[b:b+1+iy*(inner-1)])
+		} else {
+			for j := range row {
+				if cond[c] {
+					row[j] = x[a]
+				} else {
+					row[j] = y[b]
+				}
+				c += ic
+				a += ix
+				b += iy
 			}
-			c += ic
-			a += ix
-			b += iy
 		}
 		for d := r - 2; d >= 0; d-- {
 			idx[d]++
@@ -469,6 +475,54 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 			py -= sy[d] * os[d]
 			idx[d] = 0
 		}
+	}
+}
+
+// whereRow is one row of whereF32 whose operands each run along the row
+// (as long as row) or stay on one element (length 1): y's row is copied,
+// then x's values written over each run of true conditions, which
+// bytes.IndexByte finds many at a time. An attention mask's row is a few
+// such runs.
+func whereRow(row []float32, cond []bool, x, y []float32) {
+	if len(y) == len(row) {
+		copy(row, y)
+	} else {
+		fillFloat(row, y[0])
+	}
+	if len(cond) < len(row) {
+		if !cond[0] {
+			return
+		}
+		cond = nil // every element takes x
+	}
+	var cb []byte
+	if cond != nil {
+		cb = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(cond))), len(row))
+	}
+	for lo := 0; lo < len(row); {
+		hi := len(row)
+		if cb != nil {
+			i := bytes.IndexByte(cb[lo:], 1)
+			if i < 0 {
+				return
+			}
+			lo += i
+			if j := bytes.IndexByte(cb[lo:], 0); j >= 0 {
+				hi = lo + j
+			}
+		}
+		if len(x) == len(row) {
+			copy(row[lo:hi], x[lo:hi])
+		} else {
+			fillFloat(row[lo:hi], x[0])
+		}
+		lo = hi
+	}
+}
+
+func fillFloat(row []float32, v float32) {
+	for j := range row {
+		row[j] = v
 	}
 }
 
