@@ -261,12 +261,10 @@ func powKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		o := out.Float32s()
 		if len(bf) == 1 && len(fa) == len(o) {
 			// One exponent (x², the variance of a decomposed layer
-			// norm): the loop of binaryLoop's scalar case with powFloat
-			// inlined, the same values without a call per element.
+			// norm): powFloat's values without a call per element, the
+			// square in the vector multiply kernel.
 			if y := bf[0]; y == 2 {
-				for i, x := range fa {
-					o[i] = x * x
-				}
+				kernels.Binary(kernels.BinMul, o, fa, fa)
 			} else {
 				for i, x := range fa {
 					o[i] = float32(math.Pow(float64(x), y))
