@@ -18520,6 +18520,66 @@ erfRowAVX512_done:
 	VZEROUPPER
 	RET
 
+// func rowMaxAVX2(x *float32, n int) float32
+// Requires: AVX, AVX2, SSE
+TEXT ·rowMaxAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, DX
+	VMOVD        DX, X0
+	VBROADCASTSS X0, Y0
+
+rowMaxAVX2_loop:
+	TESTQ   CX, CX
+	JZ      rowMaxAVX2_done
+	VMOVUPS (AX), Y1
+	VMAXPS  Y0, Y1, Y0
+	ADDQ    $0x00000020, AX
+	SUBQ    $0x00000008, CX
+	JMP     rowMaxAVX2_loop
+
+rowMaxAVX2_done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VMAXPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VMAXPS       X0, X1, X1
+	VZEROUPPER
+	MOVSS        X1, ret+16(FP)
+	RET
+
+// func rowMaxAVX512(x *float32, n int) float32
+// Requires: AVX, AVX512DQ, AVX512F, SSE
+TEXT ·rowMaxAVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, DX
+	VMOVD        DX, X0
+	VBROADCASTSS X0, Z0
+
+rowMaxAVX512_loop:
+	TESTQ   CX, CX
+	JZ      rowMaxAVX512_done
+	VMOVUPS (AX), Z1
+	VMAXPS  Z0, Z1, Z0
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, CX
+	JMP     rowMaxAVX512_loop
+
+rowMaxAVX512_done:
+	VEXTRACTF32X8 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+16(FP)
+	RET
+
 // func binAddAVX2(o *float32, a *float32, b *float32, n int)
 // Requires: AVX
 TEXT ·binAddAVX2(SB), NOSPLIT, $0-32

@@ -257,6 +257,12 @@ func erfRowAVX2(dst *float32, src *float32, n int)
 // erfRowAVX512 computes dst[j] = Erf32(src[j]) for j < n (n a multiple of 32).
 func erfRowAVX512(dst *float32, src *float32, n int)
 
+// rowMaxAVX2 returns the largest of x[:n] and −Inf, NaN skipped (n a multiple of 8).
+func rowMaxAVX2(x *float32, n int) float32
+
+// rowMaxAVX512 returns the largest of x[:n] and −Inf, NaN skipped (n a multiple of 16).
+func rowMaxAVX512(x *float32, n int) float32
+
 // binAddAVX2 sets o[i] = a[i] Add b[i] for i < n (a multiple of 8).
 func binAddAVX2(o *float32, a *float32, b *float32, n int)
 

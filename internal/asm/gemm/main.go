@@ -80,6 +80,7 @@ func main() {
 		depthwise(5, stride, 5)
 	}
 	erf()
+	rowMax()
 	binary()
 	expSub()
 	sigmoid()

@@ -1,0 +1,21 @@
+//go:build !noasm && amd64
+
+package kernels
+
+// rowMax is rowMaxGo with the whole vectors in AVX-512 or AVX2 and the
+// tail after them in Go.
+func rowMax(x []float32) float32 {
+	var n int
+	m := float32negInf
+	switch {
+	case hasAVX512:
+		if n = len(x) &^ 15; n > 0 {
+			m = rowMaxAVX512(&x[0], n)
+		}
+	case hasAVX2:
+		if n = len(x) &^ 7; n > 0 {
+			m = rowMaxAVX2(&x[0], n)
+		}
+	}
+	return max(m, rowMaxGo(x[n:]))
+}
