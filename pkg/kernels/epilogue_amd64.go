@@ -204,23 +204,31 @@ func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int {
 	return n
 }
 
-// expSubRow is expSubRowGo in AVX2 with a polynomial e^x (a few float32
-// ulp from math.Exp); the tail of fewer than 8 elements goes through the
-// same kernel via a buffer padded with −Inf (e^−Inf adds +0 to the sum),
-// so a row's result never depends on how it is stored.
+// expSubRow is expSubRowGo in AVX-512 or AVX2 with a polynomial e^x (a
+// few float32 ulp from math.Exp, the same bits in both); the tail of
+// fewer than a vector goes through the same kernel via a buffer padded
+// with −Inf (e^−Inf adds +0 to the sum), so a row's result never depends
+// on how it is stored.
 func expSubRow(dst, src []float32, m float32) float64 {
-	if !hasAVX2 {
+	kernel, step := expSubRowAVX2, 8
+	switch {
+	case hasAVX512:
+		kernel, step = expSubRowAVX512, 16
+	case !hasAVX2:
 		return expSubRowGo(dst, src, m)
 	}
-	n := len(dst) &^ 7
+	n := len(dst) / step * step
 	var s float64
 	if n > 0 {
-		s = expSubRowAVX2(&dst[0], &src[0], n, m)
+		s = kernel(&dst[0], &src[0], n, m)
 	}
 	if n < len(dst) {
-		buf := [8]float32{float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf}
+		var buf [16]float32
+		for i := range buf {
+			buf[i] = float32negInf
+		}
 		copy(buf[:], src[n:len(dst)])
-		s += expSubRowAVX2(&buf[0], &buf[0], 8, m)
+		s += kernel(&buf[0], &buf[0], step, m)
 		copy(dst[n:], buf[:])
 	}
 	return s

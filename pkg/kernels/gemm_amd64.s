@@ -19240,6 +19240,93 @@ DATA expconsts<>+376(SB)/4, $0x42b0c0a5
 DATA expconsts<>+380(SB)/4, $0x42b0c0a5
 GLOBL expconsts<>(SB), RODATA|NOPTR, $384
 
+// func expSubRowAVX512(dst *float32, src *float32, n int, m float32) float64
+// Requires: AVX, AVX512DQ, AVX512F, SSE, SSE2
+TEXT ·expSubRowAVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS expconsts<>+0(SB), Z0
+	VBROADCASTSS expconsts<>+32(SB), Z1
+	VBROADCASTSS expconsts<>+64(SB), Z2
+	VBROADCASTSS expconsts<>+96(SB), Z3
+	VBROADCASTSS expconsts<>+128(SB), Z4
+	VBROADCASTSS expconsts<>+160(SB), Z5
+	VBROADCASTSS expconsts<>+192(SB), Z6
+	VBROADCASTSS expconsts<>+224(SB), Z7
+	VBROADCASTSS expconsts<>+256(SB), Z8
+	VBROADCASTSS expconsts<>+288(SB), Z9
+	VBROADCASTSS expconsts<>+320(SB), Z10
+	VBROADCASTSS expconsts<>+352(SB), Z11
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        m+24(FP), X12
+	VBROADCASTSS X12, Z12
+	MOVL         $0x0000007f, BX
+	VMOVD        BX, X13
+	VPBROADCASTD X13, Z13
+	VXORPS       Z14, Z14, Z14
+	VXORPD       Y15, Y15, Y15
+	VXORPD       Y16, Y16, Y16
+
+exp512_loop:
+	TESTQ         DX, DX
+	JZ            exp512_done
+	VMOVUPS       (CX), Z17
+	VSUBPS        Z12, Z17, Z17
+	VMINPS        Z17, Z11, Z17
+	VCMPPS        $0x01, Z10, Z17, K1
+	VMULPS        Z0, Z17, Z18
+	VRNDSCALEPS   $0x00, Z18, Z18
+	VMULPS        Z1, Z18, Z19
+	VSUBPS        Z19, Z17, Z17
+	VMULPS        Z2, Z18, Z19
+	VSUBPS        Z19, Z17, Z17
+	VMOVAPS       Z3, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z4, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z5, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z6, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z7, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z8, Z19, Z19
+	VMULPS        Z17, Z17, Z20
+	VMULPS        Z20, Z19, Z19
+	VADDPS        Z17, Z19, Z19
+	VADDPS        Z9, Z19, Z19
+	VCVTPS2DQ     Z18, Z17
+	VPADDD        Z13, Z17, Z17
+	VPSLLD        $0x17, Z17, Z17
+	VMULPS        Z17, Z19, Z19
+	VBLENDMPS     Z14, Z19, K1, Z19
+	VMOVUPS       Z19, (AX)
+	VCVTPS2PD     X19, Y17
+	VADDPD        Y17, Y15, Y15
+	VEXTRACTF32X4 $0x01, Z19, X17
+	VCVTPS2PD     X17, Y17
+	VADDPD        Y17, Y16, Y16
+	VEXTRACTF32X4 $0x02, Z19, X17
+	VCVTPS2PD     X17, Y17
+	VADDPD        Y17, Y15, Y15
+	VEXTRACTF32X4 $0x03, Z19, X17
+	VCVTPS2PD     X17, Y17
+	VADDPD        Y17, Y16, Y16
+	ADDQ          $0x00000040, CX
+	ADDQ          $0x00000040, AX
+	SUBQ          $0x00000010, DX
+	JMP           exp512_loop
+
+exp512_done:
+	VADDPD       Y16, Y15, Y15
+	VEXTRACTF128 $0x01, Y15, X0
+	VADDPD       X0, X15, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	VZEROUPPER
+	MOVSD        X0, ret+32(FP)
+	RET
+
 // func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 // Requires: AVX, AVX2
 TEXT ·sigmoidRowAVX2(SB), NOSPLIT, $0-32

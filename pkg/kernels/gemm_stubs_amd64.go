@@ -290,6 +290,9 @@ func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
 // expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.
 func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
 
+// expSubRowAVX512 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 16) and returns their sum in float64.
+func expSubRowAVX512(dst *float32, src *float32, n int, m float32) float64
+
 // sigmoidRowAVX2 sets dst[j] = Sigmoid32(src[j]), times src[j] when silu != 0, for j < n (a multiple of 8).
 func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 

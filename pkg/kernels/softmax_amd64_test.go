@@ -2,7 +2,10 @@
 
 package kernels
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // TestRowMaxVariants holds each assembly row maximum the CPU runs to the
 // Go loop's value on the whole vectors of every row of rowMaxCases.
@@ -28,6 +31,35 @@ func TestRowMaxVariants(t *testing.T) {
 			if got, want := v.kernel(&x[0], n), rowMaxGo(x[:n]); got != want {
 				t.Fatalf("%s: max of %v = %g, want %g", v.name, x[:n], got, want)
 			}
+		}
+	}
+}
+
+// TestExpSubRowAVX512 holds the AVX-512 e^(x−m) row kernel to the AVX2
+// one: the same bits element by element over Softmax's range and the
+// specials, and the same float64 sum for a length that is a multiple of
+// 16.
+func TestExpSubRowAVX512(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("the CPU runs no AVX-512")
+	}
+	var xs []float32
+	for b := uint32(0x80000000); b <= math.Float32bits(-104); b += 613 {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	xs = append(xs, 0, 3, -87.33654, -87.4, 89, float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()))
+	n := len(xs) / 16 * 16
+	want, got := make([]float32, n), make([]float32, n)
+	for _, m := range []float32{0, -2.5} {
+		ws := expSubRowAVX2(&want[0], &xs[0], n, m)
+		gs := expSubRowAVX512(&got[0], &xs[0], n, m)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+				t.Fatalf("m=%g: e^(%g−m) = %g, AVX2 gives %g", m, xs[i], got[i], want[i])
+			}
+		}
+		if math.Float64bits(gs) != math.Float64bits(ws) && !(gs != gs && ws != ws) {
+			t.Fatalf("m=%g: sum %g, AVX2 gives %g", m, gs, ws)
 		}
 	}
 }

@@ -83,6 +83,7 @@ func main() {
 	rowMax()
 	binary()
 	expSub()
+	expSub512()
 	sigmoid()
 	tanh()
 	clip()

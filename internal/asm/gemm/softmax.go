@@ -62,3 +62,100 @@ func rowMaxOf(set string, lanes int, vec func() VecVirtual) {
 	Store(x, ReturnIndex(0))
 	RET()
 }
+
+// expSub512 generates expSubRowAVX512(dst, src, n, m) float64: expSubRowAVX2
+// on 16 lanes (n a multiple of 16), each e^x by the same operations in
+// the same order (VRNDSCALEPS rounds to nearest even as VROUNDPS does;
+// the lanes under the normal range are zeroed by a blend on the compare's
+// mask), so every element is bit-identical to it. The sum adds the four
+// quarters of each vector to the two float64 accumulators in the order the
+// AVX2 kernel adds its two halves of each pair of vectors, so a row whose
+// length is a multiple of 16 sums to the same float64 as there.
+func expSub512() {
+	TEXT("expSubRowAVX512", NOSPLIT, "func(dst, src *float32, n int, m float32) float64")
+	Doc("expSubRowAVX512 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 16) and returns their sum in float64.")
+	consts := expConstsData()
+	load := func(i int) VecVirtual {
+		v := ZMM()
+		VBROADCASTSS(consts.Offset(32*i), v)
+		return v
+	}
+	log2e, c1, c2 := load(0), load(1), load(2)
+	var poly []VecVirtual // r^7 … r^2 coefficients
+	for i := 3; i <= 8; i++ {
+		poly = append(poly, load(i))
+	}
+	one, lo, hi := load(9), load(10), load(11)
+	pd := Load(Param("dst"), GP64())
+	ps := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	mx := XMM()
+	Load(Param("m"), mx)
+	m := ZMM()
+	VBROADCASTSS(mx, m)
+	bias := ZMM()
+	b := GP32()
+	MOVL(U32(127), b)
+	VMOVD(b, bias.AsX())
+	VPBROADCASTD(bias.AsX(), bias)
+	zero := ZMM()
+	VXORPS(zero, zero, zero)
+	acc := [2]VecVirtual{YMM(), YMM()}
+	VXORPD(acc[0], acc[0], acc[0])
+	VXORPD(acc[1], acc[1], acc[1])
+
+	Label("exp512_loop")
+	TESTQ(n, n)
+	JZ(LabelRef("exp512_done"))
+	x := ZMM()
+	VMOVUPS(Mem{Base: ps}, x)
+	VSUBPS(m, x, x)
+	// e^x as expRegs.exp computes it.
+	VMINPS(x, hi, x)
+	under := K()
+	VCMPPS(U8(1), lo, x, under) // x < lo, false for NaN
+	k := ZMM()
+	VMULPS(log2e, x, k)
+	VRNDSCALEPS(U8(0), k, k) // nearest even
+	t := ZMM()
+	VMULPS(c1, k, t)
+	VSUBPS(t, x, x)
+	VMULPS(c2, k, t)
+	VSUBPS(t, x, x) // r
+	p := ZMM()
+	VMOVAPS(poly[0], p)
+	for _, c := range poly[1:] {
+		VMULPS(x, p, p)
+		VADDPS(c, p, p)
+	}
+	z := ZMM()
+	VMULPS(x, x, z)
+	VMULPS(z, p, p)
+	VADDPS(x, p, p)
+	VADDPS(one, p, p)
+	e := ZMM()
+	VCVTPS2DQ(k, e)
+	VPADDD(bias, e, e)
+	VPSLLD(U8(23), e, e)
+	VMULPS(e, p, p)
+	VBLENDMPS(zero, p, under, p) // +0 where x < lo
+	VMOVUPS(p, Mem{Base: pd})
+	for q := 0; q < 4; q++ {
+		d := YMM()
+		if q == 0 {
+			VCVTPS2PD(p.AsX(), d)
+		} else {
+			h := XMM()
+			VEXTRACTF32X4(U8(q), p, h)
+			VCVTPS2PD(h, d)
+		}
+		VADDPD(d, acc[q%2], acc[q%2])
+	}
+	ADDQ(U32(64), ps)
+	ADDQ(U32(64), pd)
+	SUBQ(U32(16), n)
+	JMP(LabelRef("exp512_loop"))
+
+	Label("exp512_done")
+	returnSum(acc)
+}
