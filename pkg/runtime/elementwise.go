@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
@@ -356,8 +357,16 @@ func notKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	}
 	out := tensor.New(tensor.Bool, in[0].Shape...)
 	o := out.Data.([]bool)
-	for i, v := range x {
-		o[i] = !v
+	// A bool is the byte 0 or 1: eight of them flip at a time with one
+	// XOR (an attention mask is a large bool tensor).
+	xb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
+	ob := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(o))), len(o))
+	n := len(xb) &^ 7
+	for i := 0; i < n; i += 8 {
+		binary.NativeEndian.PutUint64(ob[i:], binary.NativeEndian.Uint64(xb[i:])^0x0101010101010101)
+	}
+	for i := n; i < len(xb); i++ {
+		ob[i] = xb[i] ^ 1
 	}
 	return []*tensor.Tensor{out}, nil
 }
