@@ -30,9 +30,10 @@ var ewBinary = map[string]kernels.BinOp{
 }
 
 // ewChain is a chain of element-wise nodes computed in one step: every
-// node reads x, outputs of earlier nodes of the chain and one-element
-// constants, and only the last node's output is read outside the chain
-// (GELU written as Div, Erf, Add, Mul, Mul). The step runs the nodes'
+// node reads x, outputs of earlier nodes of the chain and float constants
+// of one element or of one row along x's last axis (a linear layer's
+// bias), and only the last node's output is read outside the chain (a
+// bias Add, then GELU written as Div, Erf, Add, Mul, Mul). The step runs the nodes'
 // row kernels on blocks of x small enough to stay in the L1 cache instead
 // of passing each intermediate tensor through memory, and gives the same
 // bits as the nodes one by one. A run that taps an intermediate value, or
@@ -67,18 +68,29 @@ func ewNode(n *onnxgraph.Node) bool {
 	return false
 }
 
-// ewScalar returns v's value when v is a one-element float32 constant:
-// an initializer, a folded value, or the output of a Constant node, which
+// ewConst returns v's value when v is a float32 constant a chain reads:
+// one element, or one row (every dimension but the last is 1), from an
+// initializer, a folded value, or the output of a Constant node, which
 // may come after the chain's first node in the graph.
-func (c *compiler) ewScalar(v *onnxgraph.Value) *tensor.Tensor {
+func (c *compiler) ewConst(v *onnxgraph.Value) *tensor.Tensor {
 	t := c.constOf(v)
-	if t == nil && v != nil && v.Const != nil && oneElement(v.Const.GetDims()) {
+	if t == nil && v != nil && v.Const != nil && rowDims(v.Const.GetDims()) {
 		t, _ = c.constTensor(v)
 	}
-	if t == nil || t.DType != tensor.Float || t.Len() != 1 {
+	if t == nil || t.DType != tensor.Float || t.Len() == 0 {
 		return nil
 	}
+	for _, d := range t.Shape[:max(0, len(t.Shape)-1)] {
+		if d != 1 {
+			return nil
+		}
+	}
 	return t
+}
+
+// rowDims reports whether dims are all 1 but the last.
+func rowDims(dims []int64) bool {
+	return len(dims) == 0 || oneElement(dims[:len(dims)-1])
 }
 
 func oneElement(dims []int64) bool {
@@ -97,10 +109,24 @@ func (c *compiler) planEWChain(n *onnxgraph.Node, taken func(*onnxgraph.Node) bo
 	if !ewNode(n) {
 		return nil
 	}
+	// rowLen is the length of the chain's row constants, which must all
+	// have the one length of x's last axis.
+	rowLen := 0
+	constFits := func(v *onnxgraph.Value) bool {
+		t := c.ewConst(v)
+		return t != nil && (t.Len() == 1 || rowLen == 0 || t.Len() == rowLen)
+	}
+	takeRows := func(m *onnxgraph.Node) {
+		for _, v := range m.Inputs {
+			if t := c.ewConst(v); t != nil && t.Len() > 1 {
+				rowLen = t.Len()
+			}
+		}
+	}
 	var x *onnxgraph.Value
 	for _, v := range n.Inputs {
 		switch {
-		case c.ewScalar(v) != nil:
+		case constFits(v):
 		case c.constOf(v) != nil || v.Const != nil || x != nil && x != v:
 			return nil
 		default:
@@ -110,6 +136,7 @@ func (c *compiler) planEWChain(n *onnxgraph.Node, taken func(*onnxgraph.Node) bo
 	if x == nil {
 		return nil
 	}
+	takeRows(n)
 	ch := &ewChain{nodes: []*onnxgraph.Node{n}, x: x}
 	inner := map[*onnxgraph.Value]bool{n.Outputs[0]: true}
 	member := map[*onnxgraph.Node]bool{n: true}
@@ -118,7 +145,7 @@ func (c *compiler) planEWChain(n *onnxgraph.Node, taken func(*onnxgraph.Node) bo
 			return false
 		}
 		for _, v := range m.Inputs {
-			if v != x && !inner[v] && c.ewScalar(v) == nil {
+			if v != x && !inner[v] && !constFits(v) {
 				return false
 			}
 		}
@@ -129,6 +156,7 @@ func (c *compiler) planEWChain(n *onnxgraph.Node, taken func(*onnxgraph.Node) bo
 	for i := 0; i < len(ch.nodes); i++ {
 		for _, m := range ch.nodes[i].Outputs[0].Consumers {
 			if fits(m) {
+				takeRows(m)
 				ch.nodes = append(ch.nodes, m)
 				member[m] = true
 				inner[m.Outputs[0]] = true
@@ -174,18 +202,20 @@ const ewBlock = 1024
 
 // ewStep is one node of a compiled chain: a unary row kernel, or a binary
 // op whose operands are chain values (-1 for x, i ≥ 0 for the output of
-// step i) or a scalar.
+// step i) or a constant: one element (scalar) or a row along the last
+// axis (row).
 type ewStep struct {
 	unary  func(dst, src []float32)
 	op     kernels.BinOp
 	args   [2]int
 	scalar float32
-	// scalarAt is the operand the scalar replaces (0 or 1), -1 when both
+	row    []float32
+	// constAt is the operand the constant replaces (0 or 1), -1 when both
 	// are chain values.
-	scalarAt int
+	constAt int
 }
 
-const ewScalarArg = -2
+const ewConstArg = -2
 
 // buildEWChain compiles ch into one kernel reading x.
 func (c *compiler) buildEWChain(ch *ewChain) (kernel, error) {
@@ -193,14 +223,14 @@ func (c *compiler) buildEWChain(ch *ewChain) (kernel, error) {
 	steps := make([]ewStep, len(ch.nodes))
 	unfused := make([]kernel, len(ch.nodes))
 	consts := map[*onnxgraph.Value]*tensor.Tensor{}
-	maxRank := 0
+	maxRank, rowLen := 0, 0
 	for i, n := range ch.nodes {
 		k, err := c.build(n)
 		if err != nil {
 			return nil, err
 		}
 		unfused[i] = k
-		st := ewStep{scalarAt: -1}
+		st := ewStep{constAt: -1}
 		if f, ok := ewUnary[n.OpType]; ok {
 			st.unary = f
 			st.args[0] = idx[n.Inputs[0]]
@@ -211,8 +241,14 @@ func (c *compiler) buildEWChain(ch *ewChain) (kernel, error) {
 					st.args[j] = a
 					continue
 				}
-				t := c.ewScalar(v)
-				st.args[j], st.scalar, st.scalarAt = ewScalarArg, t.Float32s()[0], j
+				t := c.ewConst(v)
+				st.args[j], st.constAt = ewConstArg, j
+				if t.Len() == 1 {
+					st.scalar = t.Float32s()[0]
+				} else {
+					st.row = t.Float32s()
+					rowLen = len(st.row) // one length, planEWChain saw to it
+				}
 				consts[v] = t
 				maxRank = max(maxRank, len(t.Shape))
 			}
@@ -227,46 +263,73 @@ func (c *compiler) buildEWChain(ch *ewChain) (kernel, error) {
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		xt := in[0]
 		xf, ok := xt.Data.([]float32)
-		if !ok || len(xt.Shape) < maxRank || slices.ContainsFunc(inner, rc.wants) {
+		r := len(xt.Shape)
+		if !ok || r < maxRank || rowLen > 0 && xt.Shape[r-1] != rowLen || slices.ContainsFunc(inner, rc.wants) {
 			return runEWUnfused(rc, ch, unfused, consts, xt)
 		}
 		out := rc.newFloatOut(xt.Shape...)
 		o := out.Float32s()
-		kernels.Parallel(rc.threads, len(xf), parGrain, func(lo, hi int) {
-			bufs := make([]float32, (len(steps)-1)*ewBlock)
-			for b := lo; b < hi; b += ewBlock {
-				e := min(b+ewBlock, hi)
-				runEWBlock(steps, bufs, xf[b:e], o[b:e])
+		// Blocks hold whole rows, or lie within one row when a row is
+		// longer than a block, so that a row constant lines up with them.
+		l := max(rowLen, 1)
+		blk := ewBlock
+		if l <= ewBlock {
+			blk = ewBlock / l * l
+		}
+		kernels.Parallel(rc.threads, len(xf)/l, max(1, parGrain/l), func(lo, hi int) {
+			bufs := make([]float32, (len(steps)-1)*blk)
+			end := hi * l
+			for b := lo * l; b < end; {
+				e := min(b+blk, end, (b/l+1)*l)
+				if l <= ewBlock {
+					e = min(b+blk, end)
+				}
+				runEWBlock(steps, bufs, blk, l, b, xf[b:e], o[b:e])
+				b = e
 			}
 		})
 		return one(out), nil
 	}, nil
 }
 
-// runEWBlock computes the steps on one block x into o, the intermediates
-// in bufs (ewBlock floats per step but the last).
-func runEWBlock(steps []ewStep, bufs, x, o []float32) {
+// runEWBlock computes the steps on one block x, which starts at element
+// at of the tensor, into o, the intermediates in bufs (stride floats per
+// step but the last). l is the length of the chain's row constants (1
+// without any): the block holds whole rows of l or lies within one row.
+func runEWBlock(steps []ewStep, bufs []float32, stride, l, at int, x, o []float32) {
 	n := len(x)
 	val := func(a int) []float32 {
 		if a < 0 {
 			return x
 		}
-		return bufs[a*ewBlock : a*ewBlock+n]
+		return bufs[a*stride : a*stride+n]
 	}
 	for i, st := range steps {
 		dst := o
 		if i < len(steps)-1 {
-			dst = bufs[i*ewBlock : i*ewBlock+n]
+			dst = bufs[i*stride : i*stride+n]
 		}
 		switch {
 		case st.unary != nil:
 			st.unary(dst, val(st.args[0]))
-		case st.scalarAt == 0:
-			kernels.BinaryScalar(st.op, dst, val(st.args[1]), st.scalar, true)
-		case st.scalarAt == 1:
-			kernels.BinaryScalar(st.op, dst, val(st.args[0]), st.scalar, false)
-		default:
+		case st.constAt < 0:
 			kernels.Binary(st.op, dst, val(st.args[0]), val(st.args[1]))
+		case st.row == nil:
+			other := val(st.args[1-st.constAt])
+			kernels.BinaryScalar(st.op, dst, other, st.scalar, st.constAt == 0)
+		default:
+			other := val(st.args[1-st.constAt])
+			c0 := at % l
+			for j := 0; j < n; {
+				m := min(n-j, l-c0)
+				a, b := other[j:j+m], st.row[c0:c0+m]
+				if st.constAt == 0 {
+					a, b = b, a
+				}
+				kernels.Binary(st.op, dst[j:j+m], a, b)
+				j += m
+				c0 = 0
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -10,37 +11,47 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
-// geluModel is GELU as PyTorch exports it before opset 20: Div by √2,
-// Erf, Add 1, Mul by the input, Mul by ½, with the constants of the later
-// nodes written as Constant nodes between them; then a Tanh whose output
-// the graph returns, which ends the chain, and a chain of a Sub and a Mul
-// that read it.
-func geluModel() *testmodels.Builder {
+// geluModel is a bias Add of a row constant of length cols, then GELU
+// as PyTorch exports it before opset 20: Div by √2, Erf, Add 1, Mul by
+// the input, Mul by ½, with the constants of the later nodes written as
+// Constant nodes between them; then a Tanh whose output the graph
+// returns, which ends the chain, and a chain of a Sub and a Mul that read
+// it, the Mul by another row constant.
+func geluModel(cols int) *testmodels.Builder {
 	b := testmodels.New("gelu", 17)
-	b.Input("x", tensor.Float, 3, 50, 37)
-	b.Output("y", tensor.Float, 3, 50, 37)
-	b.Output("t", tensor.Float, 3, 50, 37)
+	b.Input("x", tensor.Float, 3, 5, cols)
+	b.Output("y", tensor.Float, 3, 5, cols)
+	b.Output("t", tensor.Float, 3, 5, cols)
+	b.RandomInit("bias", 1, int64(cols))
+	b.RandomInit("gamma", 1, 1, int64(cols))
 	b.Init("sqrt2", nil, []float32{1.4142135})
-	b.Node("Div", "div", []string{"x", "sqrt2"}, []string{"d"})
+	b.Node("Add", "addb", []string{"bias", "x"}, []string{"xb"})
+	b.Node("Div", "div", []string{"xb", "sqrt2"}, []string{"d"})
 	b.Node("Erf", "erf", []string{"d"}, []string{"e"})
 	b.Node("Constant", "one", nil, []string{"c1"}, testmodels.AttrFloat("value_float", 1))
 	b.Node("Add", "add", []string{"e", "c1"}, []string{"a"})
-	b.Node("Mul", "mul", []string{"x", "a"}, []string{"m"})
+	b.Node("Mul", "mul", []string{"xb", "a"}, []string{"m"})
 	b.Node("Constant", "half", nil, []string{"c2"}, testmodels.AttrFloat("value_float", 0.5))
 	b.Node("Mul", "mul2", []string{"m", "c2"}, []string{"g"})
 	b.Node("Tanh", "tanh", []string{"g"}, []string{"t"})
 	b.Node("Sub", "sub", []string{"c2", "t"}, []string{"s"})
-	b.Node("Mul", "mul3", []string{"s", "t"}, []string{"y"})
+	b.Node("Mul", "mul3", []string{"gamma", "s"}, []string{"y"})
 	return b
 }
 
 // TestEWChainFusion checks that element-wise chains run as single steps
 // that compute bit for bit what their nodes compute one by one, on two
 // threads and through blocks of every kind (a tail shorter than a vector
-// included), and that a run tapping the intermediates sees what the
-// unfused engine computes.
+// included, rows shorter and longer than a block), and that a run tapping
+// the intermediates sees what the unfused engine computes.
 func TestEWChainFusion(t *testing.T) {
-	m, err := onnxgraph.LoadBytes(geluModel().Bytes(), "")
+	for _, cols := range []int{37, 1500} {
+		t.Run(fmt.Sprint(cols), func(t *testing.T) { testEWChainFusion(t, cols) })
+	}
+}
+
+func testEWChainFusion(t *testing.T, cols int) {
+	m, err := onnxgraph.LoadBytes(geluModel(cols).Bytes(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +63,7 @@ func TestEWChainFusion(t *testing.T) {
 	for _, st := range fused.prog.steps {
 		got = append(got, st.node.Name+st.fused)
 	}
-	if want := []string{"div+Erf+Add+Mul+Mul+Tanh", "sub+Mul"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	if want := []string{"addb+Div+Erf+Add+Mul+Mul+Tanh", "sub+Mul"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("steps %v, want %v", got, want)
 	}
 	c := &compiler{model: m, threads: 2, noFuse: true}
@@ -61,7 +72,7 @@ func TestEWChainFusion(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := &GoSession{model: m, prog: prog, threads: 2, inputs: fused.inputs, outputs: fused.outputs}
-	x := randomInput(5, 3, 50, 37)
+	x := randomInput(5, 3, 5, cols)
 	xs := x.Float32s()
 	xs[0], xs[1], xs[2], xs[3] = float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), -0.0
 	for i := range xs[4:] {
@@ -84,7 +95,7 @@ func TestEWChainFusion(t *testing.T) {
 		vals := collect(fused, taps)
 		names := []string{"out y", "out t"}
 		if taps == nil {
-			names = append(names, "d", "e", "a", "m", "g", "s")
+			names = append(names, "xb", "d", "e", "a", "m", "g", "s")
 		}
 		for _, name := range names {
 			g, w := vals[name], want[name]
