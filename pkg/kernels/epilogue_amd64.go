@@ -253,18 +253,29 @@ func sqDevRow(x []float32, mu float64) float64 {
 	return sqDevRowAVX2(&x[0], n, mu) + sqDevRowGo(x[n:], mu)
 }
 
-// normRow is normRowGo in AVX2, bit-identical element by element; bias
-// may be nil.
+// normRow is normRowGo in AVX-512 or AVX2, bit-identical element by
+// element; bias may be nil.
 func normRow(y, x, scale, bias []float32, mu, inv float64) {
 	n := 0
 	if hasAVX2 {
 		n = len(y) &^ 7
 	}
-	if n > 0 {
-		var pb *float32
+	var pb *float32
+	if n > 0 && bias != nil {
+		pb = &bias[0]
+	}
+	if m := len(y) &^ 15; hasAVX512 && m > 0 {
+		normRowAVX512(&y[0], &x[0], &scale[0], pb, m, mu, inv)
+		y, x, scale = y[m:], x[m:], scale[m:]
 		if bias != nil {
-			pb = &bias[0]
+			bias = bias[m:]
+			if len(bias) > 0 {
+				pb = &bias[0]
+			}
 		}
+		n -= m
+	}
+	if n > 0 {
 		normRowAVX2(&y[0], &x[0], &scale[0], pb, n, mu, inv)
 	}
 	var tail []float32

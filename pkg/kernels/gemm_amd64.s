@@ -19767,3 +19767,69 @@ norm_plain:
 norm_plain_done:
 	VZEROUPPER
 	RET
+
+// func normRowAVX512(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)
+// Requires: AVX, AVX512DQ, AVX512F, SSE2
+TEXT ·normRowAVX512(SB), NOSPLIT, $0-56
+	MOVQ         y+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         scale+16(FP), DX
+	MOVQ         bias+24(FP), BX
+	MOVQ         n+32(FP), SI
+	MOVSD        mu+40(FP), X0
+	VBROADCASTSD X0, Z0
+	MOVSD        inv+48(FP), X1
+	VBROADCASTSD X1, Z1
+	TESTQ        BX, BX
+	JZ           norm512_nobias
+
+norm512_bias:
+	TESTQ        SI, SI
+	JZ           norm512_bias_done
+	VCVTPS2PD    (CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y3
+	VCVTPS2PD    32(CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y2
+	VINSERTF32X8 $0x01, Y2, Z3, Z2
+	VMULPS       (DX), Z2, Z2
+	VADDPS       (BX), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	SUBQ         $0x10, SI
+	JMP          norm512_bias
+
+norm512_bias_done:
+	VZEROUPPER
+	RET
+
+norm512_nobias:
+norm512_plain:
+	TESTQ        SI, SI
+	JZ           norm512_plain_done
+	VCVTPS2PD    (CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y3
+	VCVTPS2PD    32(CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y2
+	VINSERTF32X8 $0x01, Y2, Z3, Z2
+	VMULPS       (DX), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	SUBQ         $0x10, SI
+	JMP          norm512_plain
+
+norm512_plain_done:
+	VZEROUPPER
+	RET

@@ -313,3 +313,6 @@ func sqDevRowAVX2(x *float32, n int, mu float64) float64
 
 // normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8); bias may be nil (no add).
 func normRowAVX2(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)
+
+// normRowAVX512 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 16); bias may be nil (no add).
+func normRowAVX512(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)

@@ -89,6 +89,7 @@ func main() {
 	clip()
 	hardSwish()
 	layerNorm()
+	normRow512()
 	Generate()
 }
 
