@@ -19255,15 +19255,15 @@ TEXT ·expSubRowAVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS expconsts<>+288(SB), Z9
 	VBROADCASTSS expconsts<>+320(SB), Z10
 	VBROADCASTSS expconsts<>+352(SB), Z11
+	MOVL         $0x0000007f, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Z12
+	VXORPS       Z13, Z13, Z13
 	MOVQ         dst+0(FP), AX
 	MOVQ         src+8(FP), CX
 	MOVQ         n+16(FP), DX
-	MOVSS        m+24(FP), X12
-	VBROADCASTSS X12, Z12
-	MOVL         $0x0000007f, BX
-	VMOVD        BX, X13
-	VPBROADCASTD X13, Z13
-	VXORPS       Z14, Z14, Z14
+	MOVSS        m+24(FP), X14
+	VBROADCASTSS X14, Z14
 	VXORPD       Y15, Y15, Y15
 	VXORPD       Y16, Y16, Y16
 
@@ -19271,7 +19271,7 @@ exp512_loop:
 	TESTQ         DX, DX
 	JZ            exp512_done
 	VMOVUPS       (CX), Z17
-	VSUBPS        Z12, Z17, Z17
+	VSUBPS        Z14, Z17, Z17
 	VMINPS        Z17, Z11, Z17
 	VCMPPS        $0x01, Z10, Z17, K1
 	VMULPS        Z0, Z17, Z18
@@ -19296,10 +19296,10 @@ exp512_loop:
 	VADDPS        Z17, Z19, Z19
 	VADDPS        Z9, Z19, Z19
 	VCVTPS2DQ     Z18, Z17
-	VPADDD        Z13, Z17, Z17
+	VPADDD        Z12, Z17, Z17
 	VPSLLD        $0x17, Z17, Z17
 	VMULPS        Z17, Z19, Z19
-	VBLENDMPS     Z14, Z19, K1, Z19
+	VBLENDMPS     Z13, Z19, K1, Z19
 	VMOVUPS       Z19, (AX)
 	VCVTPS2PD     X19, Y17
 	VADDPD        Y17, Y15, Y15
@@ -19325,6 +19325,150 @@ exp512_done:
 	VADDSD       X1, X0, X0
 	VZEROUPPER
 	MOVSD        X0, ret+32(FP)
+	RET
+
+// func softmaxRowsAVX512(x *float32, y *float32, rows int, n int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·softmaxRowsAVX512(SB), NOSPLIT, $0-32
+	VBROADCASTSS expconsts<>+0(SB), Z0
+	VBROADCASTSS expconsts<>+32(SB), Z1
+	VBROADCASTSS expconsts<>+64(SB), Z2
+	VBROADCASTSS expconsts<>+96(SB), Z3
+	VBROADCASTSS expconsts<>+128(SB), Z4
+	VBROADCASTSS expconsts<>+160(SB), Z5
+	VBROADCASTSS expconsts<>+192(SB), Z6
+	VBROADCASTSS expconsts<>+224(SB), Z7
+	VBROADCASTSS expconsts<>+256(SB), Z8
+	VBROADCASTSS expconsts<>+288(SB), Z9
+	VBROADCASTSS expconsts<>+320(SB), Z10
+	VBROADCASTSS expconsts<>+352(SB), Z11
+	MOVL         $0x0000007f, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Z12
+	VXORPS       Z13, Z13, Z13
+	MOVQ         x+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         rows+16(FP), DX
+	MOVQ         n+24(FP), BX
+	MOVL         $0xff800000, SI
+	VMOVD        SI, X14
+	VBROADCASTSS X14, Z14
+
+smx_row:
+	TESTQ   DX, DX
+	JZ      smx_done
+	VMOVAPS Z14, Z15
+	MOVQ    AX, SI
+	MOVQ    BX, DI
+
+smx_max:
+	TESTQ   DI, DI
+	JZ      smx_max_done
+	VMOVUPS (SI), Z16
+	VMAXPS  Z15, Z16, Z15
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, DI
+	JMP     smx_max
+
+smx_max_done:
+	VEXTRACTF32X8 $0x01, Z15, Y16
+	VMAXPS        Y16, Y15, Y16
+	VEXTRACTF32X4 $0x01, Y16, X15
+	VMAXPS        X15, X16, X15
+	VPERMILPS     $0x4e, X15, X16
+	VMAXPS        X16, X15, X15
+	VPERMILPS     $0xb1, X15, X16
+	VMAXPS        X16, X15, X15
+	VBROADCASTSS  X15, Z15
+	VXORPD        Y16, Y16, Y16
+	VXORPD        Y17, Y17, Y17
+	MOVQ          CX, R8
+	MOVQ          AX, SI
+	MOVQ          BX, DI
+
+smx_exp_loop:
+	TESTQ         DI, DI
+	JZ            smx_exp_done
+	VMOVUPS       (SI), Z18
+	VSUBPS        Z15, Z18, Z18
+	VMINPS        Z18, Z11, Z18
+	VCMPPS        $0x01, Z10, Z18, K1
+	VMULPS        Z0, Z18, Z19
+	VRNDSCALEPS   $0x00, Z19, Z19
+	VMULPS        Z1, Z19, Z20
+	VSUBPS        Z20, Z18, Z18
+	VMULPS        Z2, Z19, Z20
+	VSUBPS        Z20, Z18, Z18
+	VMOVAPS       Z3, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z4, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z5, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z6, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z7, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z8, Z20, Z20
+	VMULPS        Z18, Z18, Z21
+	VMULPS        Z21, Z20, Z20
+	VADDPS        Z18, Z20, Z20
+	VADDPS        Z9, Z20, Z20
+	VCVTPS2DQ     Z19, Z18
+	VPADDD        Z12, Z18, Z18
+	VPSLLD        $0x17, Z18, Z18
+	VMULPS        Z18, Z20, Z20
+	VBLENDMPS     Z13, Z20, K1, Z20
+	VMOVUPS       Z20, (R8)
+	VCVTPS2PD     X20, Y18
+	VADDPD        Y18, Y16, Y16
+	VEXTRACTF32X4 $0x01, Z20, X18
+	VCVTPS2PD     X18, Y18
+	VADDPD        Y18, Y17, Y17
+	VEXTRACTF32X4 $0x02, Z20, X18
+	VCVTPS2PD     X18, Y18
+	VADDPD        Y18, Y16, Y16
+	VEXTRACTF32X4 $0x03, Z20, X18
+	VCVTPS2PD     X18, Y18
+	VADDPD        Y18, Y17, Y17
+	ADDQ          $0x00000040, SI
+	ADDQ          $0x00000040, R8
+	SUBQ          $0x00000010, DI
+	JMP           smx_exp_loop
+
+smx_exp_done:
+	VADDPD        Y17, Y16, Y16
+	VEXTRACTF32X4 $0x01, Y16, X15
+	VADDPD        X15, X16, X15
+	VPERMILPD     $0x01, X15, X16
+	VADDSD        X16, X15, X15
+	MOVQ          $0x3ff0000000000000, DI
+	VMOVQ         DI, X16
+	VDIVSD        X15, X16, X16
+	VCVTSD2SS     X16, X16, X16
+	VBROADCASTSS  X16, Z15
+	MOVQ          CX, R8
+	MOVQ          BX, DI
+
+smx_scale:
+	TESTQ   DI, DI
+	JZ      smx_scale_done
+	VMULPS  (R8), Z15, Z16
+	VMOVUPS Z16, (R8)
+	ADDQ    $0x00000040, R8
+	SUBQ    $0x00000010, DI
+	JMP     smx_scale
+
+smx_scale_done:
+	MOVQ BX, DI
+	SHLQ $0x02, DI
+	ADDQ DI, AX
+	ADDQ DI, CX
+	DECQ DX
+	JMP  smx_row
+
+smx_done:
+	VZEROUPPER
 	RET
 
 // func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)

@@ -293,6 +293,9 @@ func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
 // expSubRowAVX512 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 16) and returns their sum in float64.
 func expSubRowAVX512(dst *float32, src *float32, n int, m float32) float64
 
+// softmaxRowsAVX512 computes the softmax of each of rows rows of n floats (n a multiple of 16) of x into y.
+func softmaxRowsAVX512(x *float32, y *float32, rows int, n int)
+
 // sigmoidRowAVX2 sets dst[j] = Sigmoid32(src[j]), times src[j] when silu != 0, for j < n (a multiple of 8).
 func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 

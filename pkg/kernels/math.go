@@ -10,6 +10,9 @@ var float32negInf = float32(math.Inf(-1))
 //
 // With log set it computes log-softmax: y[r,j] = x[r,j] − m − log Σ_j exp(x[r,j]−m).
 func Softmax(x, y []float32, rows, n int, log bool) {
+	if !log && softmaxRows(x, y, rows, n) {
+		return
+	}
 	for r := 0; r < rows; r++ {
 		xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
 		m := rowMax(xr)

@@ -19,3 +19,15 @@ func rowMax(x []float32) float32 {
 	}
 	return max(m, rowMaxGo(x[n:]))
 }
+
+// softmaxRows computes Softmax's rows in one AVX-512 call when the rows
+// are whole vectors long, the same bits as the row-by-row path; it
+// reports whether it did.
+func softmaxRows(x, y []float32, rows, n int) bool {
+	if !hasAVX512 || n == 0 || n%16 != 0 || rows == 0 {
+		return false
+	}
+	_, _ = x[rows*n-1], y[rows*n-1]
+	softmaxRowsAVX512(&x[0], &y[0], rows, n)
+	return true
+}

@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -60,6 +61,44 @@ func TestExpSubRowAVX512(t *testing.T) {
 		}
 		if math.Float64bits(gs) != math.Float64bits(ws) && !(gs != gs && ws != ws) {
 			t.Fatalf("m=%g: sum %g, AVX2 gives %g", m, gs, ws)
+		}
+	}
+}
+
+// TestSoftmaxRowsAVX512 holds the one-call AVX-512 Softmax to the
+// row-by-row path (rowMax, expSubRow, the product by the inverse sum) bit
+// for bit, on rows with NaN, infinities and rows of one value.
+func TestSoftmaxRowsAVX512(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("the CPU runs no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(8, 9))
+	for _, n := range []int{16, 32, 128, 272} {
+		const rows = 6
+		x := make([]float32, rows*n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 6)
+		}
+		x[3] = float32(math.NaN())
+		x[n+5] = float32(math.Inf(1))
+		x[2*n+1] = float32(math.Inf(-1))
+		for i := range n {
+			x[3*n+i] = 2.5
+			x[4*n+i] = float32(math.Inf(-1))
+		}
+		got, want := make([]float32, len(x)), make([]float32, len(x))
+		if !softmaxRows(x, got, rows, n) {
+			t.Fatalf("n=%d: not run", n)
+		}
+		for row := 0; row < rows; row++ {
+			xr, wr := x[row*n:(row+1)*n], want[row*n:(row+1)*n]
+			s := expSubRow(wr, xr, rowMax(xr))
+			BinaryScalar(BinMul, wr, wr, float32(1/s), false)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+				t.Fatalf("n=%d [%d] (x %g): %g, row by row %g", n, i, x[i], got[i], want[i])
+			}
 		}
 	}
 }

@@ -84,6 +84,7 @@ func main() {
 	binary()
 	expSub()
 	expSub512()
+	softmax512()
 	sigmoid()
 	tanh()
 	clip()

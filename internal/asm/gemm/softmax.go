@@ -63,68 +63,55 @@ func rowMaxOf(set string, lanes int, vec func() VecVirtual) {
 	RET()
 }
 
-// expSub512 generates expSubRowAVX512(dst, src, n, m) float64: expSubRowAVX2
-// on 16 lanes (n a multiple of 16), each e^x by the same operations in
-// the same order (VRNDSCALEPS rounds to nearest even as VROUNDPS does;
-// the lanes under the normal range are zeroed by a blend on the compare's
-// mask), so every element is bit-identical to it. The sum adds the four
-// quarters of each vector to the two float64 accumulators in the order the
-// AVX2 kernel adds its two halves of each pair of vectors, so a row whose
-// length is a multiple of 16 sums to the same float64 as there.
-func expSub512() {
-	TEXT("expSubRowAVX512", NOSPLIT, "func(dst, src *float32, n int, m float32) float64")
-	Doc("expSubRowAVX512 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 16) and returns their sum in float64.")
+// exp512 holds in ZMM registers what e^x on 16 lanes reads: the expConsts
+// and the exponent bias.
+type exp512 struct {
+	log2e, c1, c2, one, lo, hi, bias, zero VecVirtual
+	poly                                   []VecVirtual // r^7 … r^2 coefficients
+}
+
+func loadExp512() *exp512 {
 	consts := expConstsData()
 	load := func(i int) VecVirtual {
 		v := ZMM()
 		VBROADCASTSS(consts.Offset(32*i), v)
 		return v
 	}
-	log2e, c1, c2 := load(0), load(1), load(2)
-	var poly []VecVirtual // r^7 … r^2 coefficients
+	r := &exp512{log2e: load(0), c1: load(1), c2: load(2)}
 	for i := 3; i <= 8; i++ {
-		poly = append(poly, load(i))
+		r.poly = append(r.poly, load(i))
 	}
-	one, lo, hi := load(9), load(10), load(11)
-	pd := Load(Param("dst"), GP64())
-	ps := Load(Param("src"), GP64())
-	n := Load(Param("n"), GP64())
-	mx := XMM()
-	Load(Param("m"), mx)
-	m := ZMM()
-	VBROADCASTSS(mx, m)
-	bias := ZMM()
+	r.one, r.lo, r.hi = load(9), load(10), load(11)
+	r.bias = ZMM()
 	b := GP32()
 	MOVL(U32(127), b)
-	VMOVD(b, bias.AsX())
-	VPBROADCASTD(bias.AsX(), bias)
-	zero := ZMM()
-	VXORPS(zero, zero, zero)
-	acc := [2]VecVirtual{YMM(), YMM()}
-	VXORPD(acc[0], acc[0], acc[0])
-	VXORPD(acc[1], acc[1], acc[1])
+	VMOVD(b, r.bias.AsX())
+	VPBROADCASTD(r.bias.AsX(), r.bias)
+	r.zero = ZMM()
+	VXORPS(r.zero, r.zero, r.zero)
+	return r
+}
 
-	Label("exp512_loop")
-	TESTQ(n, n)
-	JZ(LabelRef("exp512_done"))
-	x := ZMM()
-	VMOVUPS(Mem{Base: ps}, x)
-	VSUBPS(m, x, x)
-	// e^x as expRegs.exp computes it.
-	VMINPS(x, hi, x)
+// exp returns e^x (x is overwritten) as expRegs.exp computes it on 8
+// lanes: the same operations in the same order (VRNDSCALEPS rounds to
+// nearest even as VROUNDPS does; the lanes under the normal range are
+// zeroed by a blend on the compare's mask), so each lane gets the same
+// bits.
+func (r *exp512) exp(x VecVirtual) VecVirtual {
+	VMINPS(x, r.hi, x)
 	under := K()
-	VCMPPS(U8(1), lo, x, under) // x < lo, false for NaN
+	VCMPPS(U8(1), r.lo, x, under) // x < lo, false for NaN
 	k := ZMM()
-	VMULPS(log2e, x, k)
+	VMULPS(r.log2e, x, k)
 	VRNDSCALEPS(U8(0), k, k) // nearest even
 	t := ZMM()
-	VMULPS(c1, k, t)
+	VMULPS(r.c1, k, t)
 	VSUBPS(t, x, x)
-	VMULPS(c2, k, t)
+	VMULPS(r.c2, k, t)
 	VSUBPS(t, x, x) // r
 	p := ZMM()
-	VMOVAPS(poly[0], p)
-	for _, c := range poly[1:] {
+	VMOVAPS(r.poly[0], p)
+	for _, c := range r.poly[1:] {
 		VMULPS(x, p, p)
 		VADDPS(c, p, p)
 	}
@@ -132,13 +119,30 @@ func expSub512() {
 	VMULPS(x, x, z)
 	VMULPS(z, p, p)
 	VADDPS(x, p, p)
-	VADDPS(one, p, p)
+	VADDPS(r.one, p, p)
 	e := ZMM()
 	VCVTPS2DQ(k, e)
-	VPADDD(bias, e, e)
+	VPADDD(r.bias, e, e)
 	VPSLLD(U8(23), e, e)
 	VMULPS(e, p, p)
-	VBLENDMPS(zero, p, under, p) // +0 where x < lo
+	VBLENDMPS(r.zero, p, under, p) // +0 where x < lo
+	return p
+}
+
+// expSumLoop emits the loop that sets dst[i] = e^(src[i]−m) for i < n (a
+// multiple of 16; the registers advance and n counts down to 0) and adds
+// them to acc: the four quarters of each vector to the two float64
+// accumulators, in the order the AVX2 kernel adds its two halves of each
+// pair of vectors, so a row whose length is a multiple of 16 sums to the
+// same float64 as there.
+func (r *exp512) expSumLoop(name string, pd, ps, n Register, m VecVirtual, acc [2]VecVirtual) {
+	Label(name + "_loop")
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	x := ZMM()
+	VMOVUPS(Mem{Base: ps}, x)
+	VSUBPS(m, x, x)
+	p := r.exp(x)
 	VMOVUPS(p, Mem{Base: pd})
 	for q := 0; q < 4; q++ {
 		d := YMM()
@@ -154,8 +158,125 @@ func expSub512() {
 	ADDQ(U32(64), ps)
 	ADDQ(U32(64), pd)
 	SUBQ(U32(16), n)
-	JMP(LabelRef("exp512_loop"))
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_done")
+}
 
-	Label("exp512_done")
+// expSub512 generates expSubRowAVX512(dst, src, n, m) float64: expSubRowAVX2
+// on 16 lanes (n a multiple of 16), each e^x bit-identical to it and, for
+// a row whose length is a multiple of 16, the same float64 sum.
+func expSub512() {
+	TEXT("expSubRowAVX512", NOSPLIT, "func(dst, src *float32, n int, m float32) float64")
+	Doc("expSubRowAVX512 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 16) and returns their sum in float64.")
+	r := loadExp512()
+	pd := Load(Param("dst"), GP64())
+	ps := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	mx := XMM()
+	Load(Param("m"), mx)
+	m := ZMM()
+	VBROADCASTSS(mx, m)
+	acc := [2]VecVirtual{YMM(), YMM()}
+	VXORPD(acc[0], acc[0], acc[0])
+	VXORPD(acc[1], acc[1], acc[1])
+	r.expSumLoop("exp512", pd, ps, n, m, acc)
 	returnSum(acc)
+}
+
+// softmax512 generates softmaxRowsAVX512(x, y, rows, n): Softmax on rows
+// of n floats (a multiple of 16) in one call, each row as kernels.Softmax
+// computes it on AVX-512 (rowMaxAVX512, expSubRowAVX512, then the product
+// by float32(1/sum)), so the results are the same bits without three
+// calls a row.
+func softmax512() {
+	TEXT("softmaxRowsAVX512", NOSPLIT, "func(x, y *float32, rows, n int)")
+	Doc("softmaxRowsAVX512 computes the softmax of each of rows rows of n floats (n a multiple of 16) of x into y.")
+	r := loadExp512()
+	px := Load(Param("x"), GP64())
+	py := Load(Param("y"), GP64())
+	rows := Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	ninf := ZMM()
+	t := GP32()
+	MOVL(U32(math.Float32bits(float32(math.Inf(-1)))), t)
+	VMOVD(t, ninf.AsX())
+	VBROADCASTSS(ninf.AsX(), ninf)
+	Label("smx_row")
+	TESTQ(rows, rows)
+	JZ(LabelRef("smx_done"))
+	// The row's maximum, as rowMaxAVX512.
+	acc := ZMM()
+	VMOVAPS(ninf, acc)
+	p, c := GP64(), GP64()
+	MOVQ(px, p)
+	MOVQ(n, c)
+	Label("smx_max")
+	TESTQ(c, c)
+	JZ(LabelRef("smx_max_done"))
+	v := ZMM()
+	VMOVUPS(Mem{Base: p}, v)
+	VMAXPS(acc, v, acc) // v > acc ? v : acc
+	ADDQ(U32(64), p)
+	SUBQ(U32(16), c)
+	JMP(LabelRef("smx_max"))
+	Label("smx_max_done")
+	h := YMM()
+	VEXTRACTF32X8(U8(1), acc, h)
+	VMAXPS(h, acc.AsY(), h)
+	mx := XMM()
+	VEXTRACTF32X4(U8(1), h, mx) // EVEX: the allocator may pick Y16 and up
+	VMAXPS(mx, h.AsX(), mx)
+	s := XMM()
+	VPERMILPS(U8(0x4e), mx, s)
+	VMAXPS(s, mx, mx)
+	VPERMILPS(U8(0xb1), mx, s)
+	VMAXPS(s, mx, mx)
+	m := ZMM()
+	VBROADCASTSS(mx, m)
+	// e^(x−m) into y and their sum, as expSubRowAVX512.
+	sum := [2]VecVirtual{YMM(), YMM()}
+	VXORPD(sum[0], sum[0], sum[0])
+	VXORPD(sum[1], sum[1], sum[1])
+	pd := GP64()
+	MOVQ(py, pd)
+	MOVQ(px, p)
+	MOVQ(n, c)
+	r.expSumLoop("smx_exp", pd, p, c, m, sum)
+	// The sum folded as returnSum folds it, then float32(1/sum).
+	VADDPD(sum[1], sum[0], sum[0])
+	hx := XMM()
+	VEXTRACTF32X4(U8(1), sum[0], hx)
+	VADDPD(hx, sum[0].AsX(), hx)
+	sd := XMM()
+	VPERMILPD(U8(1), hx, sd)
+	VADDSD(sd, hx, hx)
+	one := XMM()
+	MOVQ(U64(math.Float64bits(1)), c)
+	VMOVQ(c, one)
+	VDIVSD(hx, one, one) // 1/sum
+	VCVTSD2SS(one, one, one)
+	inv := ZMM()
+	VBROADCASTSS(one, inv)
+	// y ·= float32(1/sum), as BinaryScalar's product.
+	MOVQ(py, pd)
+	MOVQ(n, c)
+	Label("smx_scale")
+	TESTQ(c, c)
+	JZ(LabelRef("smx_scale_done"))
+	w := ZMM()
+	VMULPS(Mem{Base: pd}, inv, w)
+	VMOVUPS(w, Mem{Base: pd})
+	ADDQ(U32(64), pd)
+	SUBQ(U32(16), c)
+	JMP(LabelRef("smx_scale"))
+	Label("smx_scale_done")
+	MOVQ(n, c)
+	SHLQ(U8(2), c)
+	ADDQ(c, px)
+	ADDQ(c, py)
+	DECQ(rows)
+	JMP(LabelRef("smx_row"))
+	Label("smx_done")
+	VZEROUPPER()
+	RET()
 }
