@@ -452,11 +452,14 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 		px += idx[d] * sx[d]
 		py += idx[d] * sy[d]
 	}
+	// A value repeated along the row (an attention mask's −Inf) is
+	// copied from a row filled with it, as a row operand is.
+	var xFill, yFill filledRow
 	for off := row0 * inner; off < row1*inner; off += inner {
 		row := o[off : off+inner]
 		c, a, b := pc, px, py
 		if ic <= 1 && ix <= 1 && iy <= 1 {
-			whereRow(row, cond[c:c+1+ic*(inner-1)], x[a:a+1+ix*(inner-1)], y[b:b+1+iy*(inner-1)])
+			whereRow(row, cond[c:c+1+ic*(inner-1)], xFill.of(x[a:a+1+ix*(inner-1)], inner), yFill.of(y[b:b+1+iy*(inner-1)], inner))
 		} else {
 			for j := range row {
 				if cond[c] {
@@ -485,43 +488,54 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 	}
 }
 
-// whereRow is one row of whereF32 whose operands each run along the row
-// (as long as row) or stay on one element (length 1): y's row is copied,
-// then x's values written over each run of true conditions, which
-// bytes.IndexByte finds many at a time. An attention mask's row is a few
-// such runs.
+// filledRow is a row filled with one value, refilled when the value
+// changes.
+type filledRow struct {
+	row []float32
+	v   uint32
+}
+
+// of returns src when it is a whole row (n long), else a row of n copies
+// of its one element.
+func (f *filledRow) of(src []float32, n int) []float32 {
+	if len(src) == n {
+		return src
+	}
+	if v := math.Float32bits(src[0]); len(f.row) != n || f.v != v {
+		if len(f.row) != n {
+			f.row = make([]float32, n)
+		}
+		fillFloat(f.row, src[0])
+		f.v = v
+	}
+	return f.row
+}
+
+// whereRow is one row of whereF32 whose x and y run along the row (as
+// long as row) and whose cond does too or stays on one element (length
+// 1): each run of equal conditions, which bytes.IndexByte finds many at a
+// time, is copied from x or from y. An attention mask's row is a few such
+// runs.
 func whereRow(row []float32, cond []bool, x, y []float32) {
-	if len(y) == len(row) {
-		copy(row, y)
-	} else {
-		fillFloat(row, y[0])
-	}
 	if len(cond) < len(row) {
-		if !cond[0] {
-			return
+		if cond[0] {
+			copy(row, x)
+		} else {
+			copy(row, y)
 		}
-		cond = nil // every element takes x
+		return
 	}
-	var cb []byte
-	if cond != nil {
-		cb = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(cond))), len(row))
-	}
+	cb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(cond))), len(row))
 	for lo := 0; lo < len(row); {
+		t := cb[lo]
 		hi := len(row)
-		if cb != nil {
-			i := bytes.IndexByte(cb[lo:], 1)
-			if i < 0 {
-				return
-			}
-			lo += i
-			if j := bytes.IndexByte(cb[lo:], 0); j >= 0 {
-				hi = lo + j
-			}
+		if j := bytes.IndexByte(cb[lo+1:], t^1); j >= 0 {
+			hi = lo + 1 + j
 		}
-		if len(x) == len(row) {
+		if t != 0 {
 			copy(row[lo:hi], x[lo:hi])
 		} else {
-			fillFloat(row[lo:hi], x[0])
+			copy(row[lo:hi], y[lo:hi])
 		}
 		lo = hi
 	}
