@@ -74,7 +74,7 @@ func testEWChainFusion(t *testing.T, cols int) {
 	plain := &GoSession{model: m, prog: prog, threads: 2, inputs: fused.inputs, outputs: fused.outputs}
 	x := randomInput(5, 3, 5, cols)
 	xs := x.Float32s()
-	xs[0], xs[1], xs[2], xs[3] = float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), -0.0
+	xs[0], xs[1], xs[2], xs[3] = float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.Copysign(0, -1))
 	for i := range xs[4:] {
 		xs[4+i] *= 4
 	}
