@@ -277,14 +277,16 @@ func (c *compiler) buildEWChain(ch *ewChain) (kernel, error) {
 			blk = ewBlock / l * l
 		}
 		kernels.Parallel(rc.threads, len(xf)/l, max(1, parGrain/l), func(lo, hi int) {
-			bufs := make([]float32, (len(steps)-1)*blk)
 			end := hi * l
+			// A small tensor needs no more than its own length.
+			stride := min(blk, end-lo*l)
+			bufs := make([]float32, (len(steps)-1)*stride)
 			for b := lo * l; b < end; {
 				e := min(b+blk, end, (b/l+1)*l)
 				if l <= ewBlock {
 					e = min(b+blk, end)
 				}
-				runEWBlock(steps, bufs, blk, l, b, xf[b:e], o[b:e])
+				runEWBlock(steps, bufs, stride, l, b, xf[b:e], o[b:e])
 				b = e
 			}
 		})
