@@ -86,22 +86,27 @@ func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	}
 }
 
-// erfRow is erfGo in AVX2, bit-identical but for NaN payloads; the tail
-// of fewer than 8 elements goes through the same kernel via a buffer, so
-// every element takes the same path however a row is split.
+// erfRow is erfGo in AVX-512 or AVX2, bit-identical but for NaN
+// payloads; the tail of fewer than two vectors goes through the same
+// kernel via a buffer, so every element takes the same path however a row
+// is split.
 func erfRow(dst, src []float32) {
-	if !hasAVX2 {
+	kernel, step := erfRowAVX2, 16
+	switch {
+	case hasAVX512:
+		kernel, step = erfRowAVX512, 32
+	case !hasAVX2:
 		erfGo(dst, src)
 		return
 	}
-	n := len(dst) &^ 7
+	n := len(dst) / step * step
 	if n > 0 {
-		erfRowAVX2(&dst[0], &src[0], n)
+		kernel(&dst[0], &src[0], n)
 	}
 	if n < len(dst) {
-		var buf [8]float32
+		var buf [32]float32
 		copy(buf[:], src[n:])
-		erfRowAVX2(&buf[0], &buf[0], 8)
+		kernel(&buf[0], &buf[0], step)
 		copy(dst[n:], buf[:])
 	}
 }
@@ -199,23 +204,31 @@ func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int {
 	return n
 }
 
-// expSubRow is expSubRowGo in AVX2 with a polynomial e^x (a few float32
-// ulp from math.Exp); the tail of fewer than 8 elements goes through the
-// same kernel via a buffer padded with −Inf (e^−Inf adds +0 to the sum),
-// so a row's result never depends on how it is stored.
+// expSubRow is expSubRowGo in AVX-512 or AVX2 with a polynomial e^x (a
+// few float32 ulp from math.Exp, the same bits in both); the tail of
+// fewer than a vector goes through the same kernel via a buffer padded
+// with −Inf (e^−Inf adds +0 to the sum), so a row's result never depends
+// on how it is stored.
 func expSubRow(dst, src []float32, m float32) float64 {
-	if !hasAVX2 {
+	kernel, step := expSubRowAVX2, 8
+	switch {
+	case hasAVX512:
+		kernel, step = expSubRowAVX512, 16
+	case !hasAVX2:
 		return expSubRowGo(dst, src, m)
 	}
-	n := len(dst) &^ 7
+	n := len(dst) / step * step
 	var s float64
 	if n > 0 {
-		s = expSubRowAVX2(&dst[0], &src[0], n, m)
+		s = kernel(&dst[0], &src[0], n, m)
 	}
 	if n < len(dst) {
-		buf := [8]float32{float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf, float32negInf}
+		var buf [16]float32
+		for i := range buf {
+			buf[i] = float32negInf
+		}
 		copy(buf[:], src[n:len(dst)])
-		s += expSubRowAVX2(&buf[0], &buf[0], 8, m)
+		s += kernel(&buf[0], &buf[0], step, m)
 		copy(dst[n:], buf[:])
 	}
 	return s
@@ -240,18 +253,29 @@ func sqDevRow(x []float32, mu float64) float64 {
 	return sqDevRowAVX2(&x[0], n, mu) + sqDevRowGo(x[n:], mu)
 }
 
-// normRow is normRowGo in AVX2, bit-identical element by element; bias
-// may be nil.
+// normRow is normRowGo in AVX-512 or AVX2, bit-identical element by
+// element; bias may be nil.
 func normRow(y, x, scale, bias []float32, mu, inv float64) {
 	n := 0
 	if hasAVX2 {
 		n = len(y) &^ 7
 	}
-	if n > 0 {
-		var pb *float32
+	var pb *float32
+	if n > 0 && bias != nil {
+		pb = &bias[0]
+	}
+	if m := len(y) &^ 15; hasAVX512 && m > 0 {
+		normRowAVX512(&y[0], &x[0], &scale[0], pb, m, mu, inv)
+		y, x, scale = y[m:], x[m:], scale[m:]
 		if bias != nil {
-			pb = &bias[0]
+			bias = bias[m:]
+			if len(bias) > 0 {
+				pb = &bias[0]
+			}
 		}
+		n -= m
+	}
+	if n > 0 {
 		normRowAVX2(&y[0], &x[0], &scale[0], pb, n, mu, inv)
 	}
 	var tail []float32

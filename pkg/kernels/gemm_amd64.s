@@ -18174,130 +18174,411 @@ TEXT ·erfRowAVX2(SB), NOSPLIT, $0-24
 	MOVQ         dst+0(FP), AX
 	MOVQ         src+8(FP), CX
 	MOVQ         n+16(FP), DX
-	MOVQ         $0x4010000000000000, BX
-	VMOVQ        BX, X0
-	VBROADCASTSD X0, Y0
-	MOVQ         $0xc010000000000000, BX
-	VMOVQ        BX, X1
-	VBROADCASTSD X1, Y1
+	MOVL         $0x40800000, BX
+	VMOVD        BX, X0
+	VBROADCASTSS X0, Y0
+	MOVL         $0xc0800000, BX
+	VMOVD        BX, X1
+	VBROADCASTSS X1, Y1
 
-erf_loop:
-	TESTQ      DX, DX
-	JZ         erf_done
-	VCVTPS2PD  (CX), Y2
-	VMINPD     Y2, Y0, Y2
-	VMAXPD     Y2, Y1, Y2
-	VMULPD     Y2, Y2, Y3
-	VMULPD     erfconsts<>+0(SB), Y3, Y4
-	VADDPD     erfconsts<>+32(SB), Y4, Y4
-	VMULPD     erfconsts<>+224(SB), Y3, Y5
-	VADDPD     erfconsts<>+256(SB), Y5, Y5
-	VCVTPS2PD  16(CX), Y6
-	VMINPD     Y6, Y0, Y6
-	VMAXPD     Y6, Y1, Y6
-	VMULPD     Y6, Y6, Y7
-	VMULPD     erfconsts<>+0(SB), Y7, Y8
-	VADDPD     erfconsts<>+32(SB), Y8, Y8
-	VMULPD     erfconsts<>+224(SB), Y7, Y9
-	VADDPD     erfconsts<>+256(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+64(SB), Y4, Y4
-	VMULPD     Y3, Y5, Y5
-	VADDPD     erfconsts<>+288(SB), Y5, Y5
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+64(SB), Y8, Y8
-	VMULPD     Y7, Y9, Y9
-	VADDPD     erfconsts<>+288(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+96(SB), Y4, Y4
-	VMULPD     Y3, Y5, Y5
-	VADDPD     erfconsts<>+320(SB), Y5, Y5
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+96(SB), Y8, Y8
-	VMULPD     Y7, Y9, Y9
-	VADDPD     erfconsts<>+320(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+128(SB), Y4, Y4
-	VMULPD     Y3, Y5, Y5
-	VADDPD     erfconsts<>+352(SB), Y5, Y5
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+128(SB), Y8, Y8
-	VMULPD     Y7, Y9, Y9
-	VADDPD     erfconsts<>+352(SB), Y9, Y9
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+160(SB), Y4, Y4
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+160(SB), Y8, Y8
-	VMULPD     Y3, Y4, Y4
-	VADDPD     erfconsts<>+192(SB), Y4, Y4
-	VMULPD     Y7, Y8, Y8
-	VADDPD     erfconsts<>+192(SB), Y8, Y8
-	VMULPD     Y4, Y2, Y2
-	VDIVPD     Y5, Y2, Y2
-	VCVTPD2PSY Y2, X2
-	VMOVUPS    X2, (AX)
-	VMULPD     Y8, Y6, Y6
-	VDIVPD     Y9, Y6, Y6
-	VCVTPD2PSY Y6, X6
-	VMOVUPS    X6, 16(AX)
-	ADDQ       $0x20, CX
-	ADDQ       $0x20, AX
-	SUBQ       $0x08, DX
-	JMP        erf_loop
+erfRowAVX2_loop:
+	TESTQ   DX, DX
+	JZ      erfRowAVX2_done
+	VMOVUPS (CX), Y2
+	VMINPS  Y2, Y0, Y2
+	VMAXPS  Y2, Y1, Y2
+	VMULPS  Y2, Y2, Y3
+	VMULPS  erfconsts<>+0(SB), Y3, Y4
+	VADDPS  erfconsts<>+64(SB), Y4, Y4
+	VMULPS  erfconsts<>+448(SB), Y3, Y5
+	VADDPS  erfconsts<>+512(SB), Y5, Y5
+	VMOVUPS 32(CX), Y6
+	VMINPS  Y6, Y0, Y6
+	VMAXPS  Y6, Y1, Y6
+	VMULPS  Y6, Y6, Y7
+	VMULPS  erfconsts<>+0(SB), Y7, Y8
+	VADDPS  erfconsts<>+64(SB), Y8, Y8
+	VMULPS  erfconsts<>+448(SB), Y7, Y9
+	VADDPS  erfconsts<>+512(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+128(SB), Y4, Y4
+	VMULPS  Y3, Y5, Y5
+	VADDPS  erfconsts<>+576(SB), Y5, Y5
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+128(SB), Y8, Y8
+	VMULPS  Y7, Y9, Y9
+	VADDPS  erfconsts<>+576(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+192(SB), Y4, Y4
+	VMULPS  Y3, Y5, Y5
+	VADDPS  erfconsts<>+640(SB), Y5, Y5
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+192(SB), Y8, Y8
+	VMULPS  Y7, Y9, Y9
+	VADDPS  erfconsts<>+640(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+256(SB), Y4, Y4
+	VMULPS  Y3, Y5, Y5
+	VADDPS  erfconsts<>+704(SB), Y5, Y5
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+256(SB), Y8, Y8
+	VMULPS  Y7, Y9, Y9
+	VADDPS  erfconsts<>+704(SB), Y9, Y9
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+320(SB), Y4, Y4
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+320(SB), Y8, Y8
+	VMULPS  Y3, Y4, Y4
+	VADDPS  erfconsts<>+384(SB), Y4, Y4
+	VMULPS  Y7, Y8, Y8
+	VADDPS  erfconsts<>+384(SB), Y8, Y8
+	VDIVPS  Y5, Y4, Y4
+	VMULPS  Y4, Y2, Y2
+	VMOVUPS Y2, (AX)
+	VDIVPS  Y9, Y8, Y8
+	VMULPS  Y8, Y6, Y6
+	VMOVUPS Y6, 32(AX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DX
+	JMP     erfRowAVX2_loop
 
-erf_done:
+erfRowAVX2_done:
 	VZEROUPPER
 	RET
 
-DATA erfconsts<>+0(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+8(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+16(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+24(SB)/8, $0xbdf2bbe1536358b7
-DATA erfconsts<>+32(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+40(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+48(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+56(SB)/8, $0x3e5dbffdb951fff6
-DATA erfconsts<>+64(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+72(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+80(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+88(SB)/8, $0xbec19fea2baa463b
-DATA erfconsts<>+96(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+104(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+112(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+120(SB)/8, $0xbf0dd85a4dc426e3
-DATA erfconsts<>+128(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+136(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+144(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+152(SB)/8, $0xbf48158c5c2ce6a4
-DATA erfconsts<>+160(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+168(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+176(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+184(SB)/8, $0xbf68343eb19d459e
-DATA erfconsts<>+192(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+200(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+208(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+216(SB)/8, $0xbf907b7a82ed1713
-DATA erfconsts<>+224(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+232(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+240(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+248(SB)/8, $0xbeee8c19abb84b81
-DATA erfconsts<>+256(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+264(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+272(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+280(SB)/8, $0xbf2bf7a52db09376
-DATA erfconsts<>+288(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+296(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+304(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+312(SB)/8, $0xbf5b9249b4778fb8
-DATA erfconsts<>+320(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+328(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+336(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+344(SB)/8, $0xbf7e337efa2c2f02
-DATA erfconsts<>+352(SB)/8, $0xbf8d36d4ddb1cdc3
-DATA erfconsts<>+360(SB)/8, $0xbf8d36d4ddb1cdc3
-DATA erfconsts<>+368(SB)/8, $0xbf8d36d4ddb1cdc3
-DATA erfconsts<>+376(SB)/8, $0xbf8d36d4ddb1cdc3
-GLOBL erfconsts<>(SB), RODATA|NOPTR, $384
+DATA erfconsts<>+0(SB)/4, $0xaf95df0b
+DATA erfconsts<>+4(SB)/4, $0xaf95df0b
+DATA erfconsts<>+8(SB)/4, $0xaf95df0b
+DATA erfconsts<>+12(SB)/4, $0xaf95df0b
+DATA erfconsts<>+16(SB)/4, $0xaf95df0b
+DATA erfconsts<>+20(SB)/4, $0xaf95df0b
+DATA erfconsts<>+24(SB)/4, $0xaf95df0b
+DATA erfconsts<>+28(SB)/4, $0xaf95df0b
+DATA erfconsts<>+32(SB)/4, $0xaf95df0b
+DATA erfconsts<>+36(SB)/4, $0xaf95df0b
+DATA erfconsts<>+40(SB)/4, $0xaf95df0b
+DATA erfconsts<>+44(SB)/4, $0xaf95df0b
+DATA erfconsts<>+48(SB)/4, $0xaf95df0b
+DATA erfconsts<>+52(SB)/4, $0xaf95df0b
+DATA erfconsts<>+56(SB)/4, $0xaf95df0b
+DATA erfconsts<>+60(SB)/4, $0xaf95df0b
+DATA erfconsts<>+64(SB)/4, $0x32edffee
+DATA erfconsts<>+68(SB)/4, $0x32edffee
+DATA erfconsts<>+72(SB)/4, $0x32edffee
+DATA erfconsts<>+76(SB)/4, $0x32edffee
+DATA erfconsts<>+80(SB)/4, $0x32edffee
+DATA erfconsts<>+84(SB)/4, $0x32edffee
+DATA erfconsts<>+88(SB)/4, $0x32edffee
+DATA erfconsts<>+92(SB)/4, $0x32edffee
+DATA erfconsts<>+96(SB)/4, $0x32edffee
+DATA erfconsts<>+100(SB)/4, $0x32edffee
+DATA erfconsts<>+104(SB)/4, $0x32edffee
+DATA erfconsts<>+108(SB)/4, $0x32edffee
+DATA erfconsts<>+112(SB)/4, $0x32edffee
+DATA erfconsts<>+116(SB)/4, $0x32edffee
+DATA erfconsts<>+120(SB)/4, $0x32edffee
+DATA erfconsts<>+124(SB)/4, $0x32edffee
+DATA erfconsts<>+128(SB)/4, $0xb60cff51
+DATA erfconsts<>+132(SB)/4, $0xb60cff51
+DATA erfconsts<>+136(SB)/4, $0xb60cff51
+DATA erfconsts<>+140(SB)/4, $0xb60cff51
+DATA erfconsts<>+144(SB)/4, $0xb60cff51
+DATA erfconsts<>+148(SB)/4, $0xb60cff51
+DATA erfconsts<>+152(SB)/4, $0xb60cff51
+DATA erfconsts<>+156(SB)/4, $0xb60cff51
+DATA erfconsts<>+160(SB)/4, $0xb60cff51
+DATA erfconsts<>+164(SB)/4, $0xb60cff51
+DATA erfconsts<>+168(SB)/4, $0xb60cff51
+DATA erfconsts<>+172(SB)/4, $0xb60cff51
+DATA erfconsts<>+176(SB)/4, $0xb60cff51
+DATA erfconsts<>+180(SB)/4, $0xb60cff51
+DATA erfconsts<>+184(SB)/4, $0xb60cff51
+DATA erfconsts<>+188(SB)/4, $0xb60cff51
+DATA erfconsts<>+192(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+196(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+200(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+204(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+208(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+212(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+216(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+220(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+224(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+228(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+232(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+236(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+240(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+244(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+248(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+252(SB)/4, $0xb86ec2d2
+DATA erfconsts<>+256(SB)/4, $0xba40ac63
+DATA erfconsts<>+260(SB)/4, $0xba40ac63
+DATA erfconsts<>+264(SB)/4, $0xba40ac63
+DATA erfconsts<>+268(SB)/4, $0xba40ac63
+DATA erfconsts<>+272(SB)/4, $0xba40ac63
+DATA erfconsts<>+276(SB)/4, $0xba40ac63
+DATA erfconsts<>+280(SB)/4, $0xba40ac63
+DATA erfconsts<>+284(SB)/4, $0xba40ac63
+DATA erfconsts<>+288(SB)/4, $0xba40ac63
+DATA erfconsts<>+292(SB)/4, $0xba40ac63
+DATA erfconsts<>+296(SB)/4, $0xba40ac63
+DATA erfconsts<>+300(SB)/4, $0xba40ac63
+DATA erfconsts<>+304(SB)/4, $0xba40ac63
+DATA erfconsts<>+308(SB)/4, $0xba40ac63
+DATA erfconsts<>+312(SB)/4, $0xba40ac63
+DATA erfconsts<>+316(SB)/4, $0xba40ac63
+DATA erfconsts<>+320(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+324(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+328(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+332(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+336(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+340(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+344(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+348(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+352(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+356(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+360(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+364(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+368(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+372(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+376(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+380(SB)/4, $0xbb41a1f6
+DATA erfconsts<>+384(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+388(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+392(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+396(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+400(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+404(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+408(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+412(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+416(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+420(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+424(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+428(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+432(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+436(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+440(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+444(SB)/4, $0xbc83dbd4
+DATA erfconsts<>+448(SB)/4, $0xb77460cd
+DATA erfconsts<>+452(SB)/4, $0xb77460cd
+DATA erfconsts<>+456(SB)/4, $0xb77460cd
+DATA erfconsts<>+460(SB)/4, $0xb77460cd
+DATA erfconsts<>+464(SB)/4, $0xb77460cd
+DATA erfconsts<>+468(SB)/4, $0xb77460cd
+DATA erfconsts<>+472(SB)/4, $0xb77460cd
+DATA erfconsts<>+476(SB)/4, $0xb77460cd
+DATA erfconsts<>+480(SB)/4, $0xb77460cd
+DATA erfconsts<>+484(SB)/4, $0xb77460cd
+DATA erfconsts<>+488(SB)/4, $0xb77460cd
+DATA erfconsts<>+492(SB)/4, $0xb77460cd
+DATA erfconsts<>+496(SB)/4, $0xb77460cd
+DATA erfconsts<>+500(SB)/4, $0xb77460cd
+DATA erfconsts<>+504(SB)/4, $0xb77460cd
+DATA erfconsts<>+508(SB)/4, $0xb77460cd
+DATA erfconsts<>+512(SB)/4, $0xb95fbd29
+DATA erfconsts<>+516(SB)/4, $0xb95fbd29
+DATA erfconsts<>+520(SB)/4, $0xb95fbd29
+DATA erfconsts<>+524(SB)/4, $0xb95fbd29
+DATA erfconsts<>+528(SB)/4, $0xb95fbd29
+DATA erfconsts<>+532(SB)/4, $0xb95fbd29
+DATA erfconsts<>+536(SB)/4, $0xb95fbd29
+DATA erfconsts<>+540(SB)/4, $0xb95fbd29
+DATA erfconsts<>+544(SB)/4, $0xb95fbd29
+DATA erfconsts<>+548(SB)/4, $0xb95fbd29
+DATA erfconsts<>+552(SB)/4, $0xb95fbd29
+DATA erfconsts<>+556(SB)/4, $0xb95fbd29
+DATA erfconsts<>+560(SB)/4, $0xb95fbd29
+DATA erfconsts<>+564(SB)/4, $0xb95fbd29
+DATA erfconsts<>+568(SB)/4, $0xb95fbd29
+DATA erfconsts<>+572(SB)/4, $0xb95fbd29
+DATA erfconsts<>+576(SB)/4, $0xbadc924e
+DATA erfconsts<>+580(SB)/4, $0xbadc924e
+DATA erfconsts<>+584(SB)/4, $0xbadc924e
+DATA erfconsts<>+588(SB)/4, $0xbadc924e
+DATA erfconsts<>+592(SB)/4, $0xbadc924e
+DATA erfconsts<>+596(SB)/4, $0xbadc924e
+DATA erfconsts<>+600(SB)/4, $0xbadc924e
+DATA erfconsts<>+604(SB)/4, $0xbadc924e
+DATA erfconsts<>+608(SB)/4, $0xbadc924e
+DATA erfconsts<>+612(SB)/4, $0xbadc924e
+DATA erfconsts<>+616(SB)/4, $0xbadc924e
+DATA erfconsts<>+620(SB)/4, $0xbadc924e
+DATA erfconsts<>+624(SB)/4, $0xbadc924e
+DATA erfconsts<>+628(SB)/4, $0xbadc924e
+DATA erfconsts<>+632(SB)/4, $0xbadc924e
+DATA erfconsts<>+636(SB)/4, $0xbadc924e
+DATA erfconsts<>+640(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+644(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+648(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+652(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+656(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+660(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+664(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+668(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+672(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+676(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+680(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+684(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+688(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+692(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+696(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+700(SB)/4, $0xbbf19bf8
+DATA erfconsts<>+704(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+708(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+712(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+716(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+720(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+724(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+728(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+732(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+736(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+740(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+744(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+748(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+752(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+756(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+760(SB)/4, $0xbc69b6a7
+DATA erfconsts<>+764(SB)/4, $0xbc69b6a7
+GLOBL erfconsts<>(SB), RODATA|NOPTR, $768
+
+// func erfRowAVX512(dst *float32, src *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·erfRowAVX512(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVL         $0x40800000, BX
+	VMOVD        BX, X0
+	VBROADCASTSS X0, Z0
+	MOVL         $0xc0800000, BX
+	VMOVD        BX, X1
+	VBROADCASTSS X1, Z1
+
+erfRowAVX512_loop:
+	TESTQ   DX, DX
+	JZ      erfRowAVX512_done
+	VMOVUPS (CX), Z2
+	VMINPS  Z2, Z0, Z2
+	VMAXPS  Z2, Z1, Z2
+	VMULPS  Z2, Z2, Z3
+	VMULPS  erfconsts<>+0(SB), Z3, Z4
+	VADDPS  erfconsts<>+64(SB), Z4, Z4
+	VMULPS  erfconsts<>+448(SB), Z3, Z5
+	VADDPS  erfconsts<>+512(SB), Z5, Z5
+	VMOVUPS 64(CX), Z6
+	VMINPS  Z6, Z0, Z6
+	VMAXPS  Z6, Z1, Z6
+	VMULPS  Z6, Z6, Z7
+	VMULPS  erfconsts<>+0(SB), Z7, Z8
+	VADDPS  erfconsts<>+64(SB), Z8, Z8
+	VMULPS  erfconsts<>+448(SB), Z7, Z9
+	VADDPS  erfconsts<>+512(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+128(SB), Z4, Z4
+	VMULPS  Z3, Z5, Z5
+	VADDPS  erfconsts<>+576(SB), Z5, Z5
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+128(SB), Z8, Z8
+	VMULPS  Z7, Z9, Z9
+	VADDPS  erfconsts<>+576(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+192(SB), Z4, Z4
+	VMULPS  Z3, Z5, Z5
+	VADDPS  erfconsts<>+640(SB), Z5, Z5
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+192(SB), Z8, Z8
+	VMULPS  Z7, Z9, Z9
+	VADDPS  erfconsts<>+640(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+256(SB), Z4, Z4
+	VMULPS  Z3, Z5, Z5
+	VADDPS  erfconsts<>+704(SB), Z5, Z5
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+256(SB), Z8, Z8
+	VMULPS  Z7, Z9, Z9
+	VADDPS  erfconsts<>+704(SB), Z9, Z9
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+320(SB), Z4, Z4
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+320(SB), Z8, Z8
+	VMULPS  Z3, Z4, Z4
+	VADDPS  erfconsts<>+384(SB), Z4, Z4
+	VMULPS  Z7, Z8, Z8
+	VADDPS  erfconsts<>+384(SB), Z8, Z8
+	VDIVPS  Z5, Z4, Z4
+	VMULPS  Z4, Z2, Z2
+	VMOVUPS Z2, (AX)
+	VDIVPS  Z9, Z8, Z8
+	VMULPS  Z8, Z6, Z6
+	VMOVUPS Z6, 64(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     erfRowAVX512_loop
+
+erfRowAVX512_done:
+	VZEROUPPER
+	RET
+
+// func rowMaxAVX2(x *float32, n int) float32
+// Requires: AVX, AVX2, SSE
+TEXT ·rowMaxAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, DX
+	VMOVD        DX, X0
+	VBROADCASTSS X0, Y0
+
+rowMaxAVX2_loop:
+	TESTQ   CX, CX
+	JZ      rowMaxAVX2_done
+	VMOVUPS (AX), Y1
+	VMAXPS  Y0, Y1, Y0
+	ADDQ    $0x00000020, AX
+	SUBQ    $0x00000008, CX
+	JMP     rowMaxAVX2_loop
+
+rowMaxAVX2_done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VMAXPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VMAXPS       X0, X1, X1
+	VZEROUPPER
+	MOVSS        X1, ret+16(FP)
+	RET
+
+// func rowMaxAVX512(x *float32, n int) float32
+// Requires: AVX, AVX512DQ, AVX512F, SSE
+TEXT ·rowMaxAVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, DX
+	VMOVD        DX, X0
+	VBROADCASTSS X0, Z0
+
+rowMaxAVX512_loop:
+	TESTQ   CX, CX
+	JZ      rowMaxAVX512_done
+	VMOVUPS (AX), Z1
+	VMAXPS  Z0, Z1, Z0
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, CX
+	JMP     rowMaxAVX512_loop
+
+rowMaxAVX512_done:
+	VEXTRACTF32X8 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+16(FP)
+	RET
 
 // func binAddAVX2(o *float32, a *float32, b *float32, n int)
 // Requires: AVX
@@ -18959,6 +19240,237 @@ DATA expconsts<>+376(SB)/4, $0x42b0c0a5
 DATA expconsts<>+380(SB)/4, $0x42b0c0a5
 GLOBL expconsts<>(SB), RODATA|NOPTR, $384
 
+// func expSubRowAVX512(dst *float32, src *float32, n int, m float32) float64
+// Requires: AVX, AVX512DQ, AVX512F, SSE, SSE2
+TEXT ·expSubRowAVX512(SB), NOSPLIT, $0-40
+	VBROADCASTSS expconsts<>+0(SB), Z0
+	VBROADCASTSS expconsts<>+32(SB), Z1
+	VBROADCASTSS expconsts<>+64(SB), Z2
+	VBROADCASTSS expconsts<>+96(SB), Z3
+	VBROADCASTSS expconsts<>+128(SB), Z4
+	VBROADCASTSS expconsts<>+160(SB), Z5
+	VBROADCASTSS expconsts<>+192(SB), Z6
+	VBROADCASTSS expconsts<>+224(SB), Z7
+	VBROADCASTSS expconsts<>+256(SB), Z8
+	VBROADCASTSS expconsts<>+288(SB), Z9
+	VBROADCASTSS expconsts<>+320(SB), Z10
+	VBROADCASTSS expconsts<>+352(SB), Z11
+	MOVL         $0x0000007f, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Z12
+	VXORPS       Z13, Z13, Z13
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSS        m+24(FP), X14
+	VBROADCASTSS X14, Z14
+	VXORPD       Y15, Y15, Y15
+	VXORPD       Y16, Y16, Y16
+
+exp512_loop:
+	TESTQ         DX, DX
+	JZ            exp512_done
+	VMOVUPS       (CX), Z17
+	VSUBPS        Z14, Z17, Z17
+	VMINPS        Z17, Z11, Z17
+	VCMPPS        $0x01, Z10, Z17, K1
+	VMULPS        Z0, Z17, Z18
+	VRNDSCALEPS   $0x00, Z18, Z18
+	VMULPS        Z1, Z18, Z19
+	VSUBPS        Z19, Z17, Z17
+	VMULPS        Z2, Z18, Z19
+	VSUBPS        Z19, Z17, Z17
+	VMOVAPS       Z3, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z4, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z5, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z6, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z7, Z19, Z19
+	VMULPS        Z17, Z19, Z19
+	VADDPS        Z8, Z19, Z19
+	VMULPS        Z17, Z17, Z20
+	VMULPS        Z20, Z19, Z19
+	VADDPS        Z17, Z19, Z19
+	VADDPS        Z9, Z19, Z19
+	VCVTPS2DQ     Z18, Z17
+	VPADDD        Z12, Z17, Z17
+	VPSLLD        $0x17, Z17, Z17
+	VMULPS        Z17, Z19, Z19
+	VBLENDMPS     Z13, Z19, K1, Z19
+	VMOVUPS       Z19, (AX)
+	VCVTPS2PD     X19, Y17
+	VADDPD        Y17, Y15, Y15
+	VEXTRACTF32X4 $0x01, Z19, X17
+	VCVTPS2PD     X17, Y17
+	VADDPD        Y17, Y16, Y16
+	VEXTRACTF32X4 $0x02, Z19, X17
+	VCVTPS2PD     X17, Y17
+	VADDPD        Y17, Y15, Y15
+	VEXTRACTF32X4 $0x03, Z19, X17
+	VCVTPS2PD     X17, Y17
+	VADDPD        Y17, Y16, Y16
+	ADDQ          $0x00000040, CX
+	ADDQ          $0x00000040, AX
+	SUBQ          $0x00000010, DX
+	JMP           exp512_loop
+
+exp512_done:
+	VADDPD       Y16, Y15, Y15
+	VEXTRACTF128 $0x01, Y15, X0
+	VADDPD       X0, X15, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	VZEROUPPER
+	MOVSD        X0, ret+32(FP)
+	RET
+
+// func softmaxRowsAVX512(x *float32, y *float32, rows int, n int)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·softmaxRowsAVX512(SB), NOSPLIT, $0-32
+	VBROADCASTSS expconsts<>+0(SB), Z0
+	VBROADCASTSS expconsts<>+32(SB), Z1
+	VBROADCASTSS expconsts<>+64(SB), Z2
+	VBROADCASTSS expconsts<>+96(SB), Z3
+	VBROADCASTSS expconsts<>+128(SB), Z4
+	VBROADCASTSS expconsts<>+160(SB), Z5
+	VBROADCASTSS expconsts<>+192(SB), Z6
+	VBROADCASTSS expconsts<>+224(SB), Z7
+	VBROADCASTSS expconsts<>+256(SB), Z8
+	VBROADCASTSS expconsts<>+288(SB), Z9
+	VBROADCASTSS expconsts<>+320(SB), Z10
+	VBROADCASTSS expconsts<>+352(SB), Z11
+	MOVL         $0x0000007f, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Z12
+	VXORPS       Z13, Z13, Z13
+	MOVQ         x+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         rows+16(FP), DX
+	MOVQ         n+24(FP), BX
+	MOVL         $0xff800000, SI
+	VMOVD        SI, X14
+	VBROADCASTSS X14, Z14
+
+smx_row:
+	TESTQ   DX, DX
+	JZ      smx_done
+	VMOVAPS Z14, Z15
+	MOVQ    AX, SI
+	MOVQ    BX, DI
+
+smx_max:
+	TESTQ   DI, DI
+	JZ      smx_max_done
+	VMOVUPS (SI), Z16
+	VMAXPS  Z15, Z16, Z15
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, DI
+	JMP     smx_max
+
+smx_max_done:
+	VEXTRACTF32X8 $0x01, Z15, Y16
+	VMAXPS        Y16, Y15, Y16
+	VEXTRACTF32X4 $0x01, Y16, X15
+	VMAXPS        X15, X16, X15
+	VPERMILPS     $0x4e, X15, X16
+	VMAXPS        X16, X15, X15
+	VPERMILPS     $0xb1, X15, X16
+	VMAXPS        X16, X15, X15
+	VBROADCASTSS  X15, Z15
+	VXORPD        Y16, Y16, Y16
+	VXORPD        Y17, Y17, Y17
+	MOVQ          CX, R8
+	MOVQ          AX, SI
+	MOVQ          BX, DI
+
+smx_exp_loop:
+	TESTQ         DI, DI
+	JZ            smx_exp_done
+	VMOVUPS       (SI), Z18
+	VSUBPS        Z15, Z18, Z18
+	VMINPS        Z18, Z11, Z18
+	VCMPPS        $0x01, Z10, Z18, K1
+	VMULPS        Z0, Z18, Z19
+	VRNDSCALEPS   $0x00, Z19, Z19
+	VMULPS        Z1, Z19, Z20
+	VSUBPS        Z20, Z18, Z18
+	VMULPS        Z2, Z19, Z20
+	VSUBPS        Z20, Z18, Z18
+	VMOVAPS       Z3, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z4, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z5, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z6, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z7, Z20, Z20
+	VMULPS        Z18, Z20, Z20
+	VADDPS        Z8, Z20, Z20
+	VMULPS        Z18, Z18, Z21
+	VMULPS        Z21, Z20, Z20
+	VADDPS        Z18, Z20, Z20
+	VADDPS        Z9, Z20, Z20
+	VCVTPS2DQ     Z19, Z18
+	VPADDD        Z12, Z18, Z18
+	VPSLLD        $0x17, Z18, Z18
+	VMULPS        Z18, Z20, Z20
+	VBLENDMPS     Z13, Z20, K1, Z20
+	VMOVUPS       Z20, (R8)
+	VCVTPS2PD     X20, Y18
+	VADDPD        Y18, Y16, Y16
+	VEXTRACTF32X4 $0x01, Z20, X18
+	VCVTPS2PD     X18, Y18
+	VADDPD        Y18, Y17, Y17
+	VEXTRACTF32X4 $0x02, Z20, X18
+	VCVTPS2PD     X18, Y18
+	VADDPD        Y18, Y16, Y16
+	VEXTRACTF32X4 $0x03, Z20, X18
+	VCVTPS2PD     X18, Y18
+	VADDPD        Y18, Y17, Y17
+	ADDQ          $0x00000040, SI
+	ADDQ          $0x00000040, R8
+	SUBQ          $0x00000010, DI
+	JMP           smx_exp_loop
+
+smx_exp_done:
+	VADDPD        Y17, Y16, Y16
+	VEXTRACTF32X4 $0x01, Y16, X15
+	VADDPD        X15, X16, X15
+	VPERMILPD     $0x01, X15, X16
+	VADDSD        X16, X15, X15
+	MOVQ          $0x3ff0000000000000, DI
+	VMOVQ         DI, X16
+	VDIVSD        X15, X16, X16
+	VCVTSD2SS     X16, X16, X16
+	VBROADCASTSS  X16, Z15
+	MOVQ          CX, R8
+	MOVQ          BX, DI
+
+smx_scale:
+	TESTQ   DI, DI
+	JZ      smx_scale_done
+	VMULPS  (R8), Z15, Z16
+	VMOVUPS Z16, (R8)
+	ADDQ    $0x00000040, R8
+	SUBQ    $0x00000010, DI
+	JMP     smx_scale
+
+smx_scale_done:
+	MOVQ BX, DI
+	SHLQ $0x02, DI
+	ADDQ DI, AX
+	ADDQ DI, CX
+	DECQ DX
+	JMP  smx_row
+
+smx_done:
+	VZEROUPPER
+	RET
+
 // func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 // Requires: AVX, AVX2
 TEXT ·sigmoidRowAVX2(SB), NOSPLIT, $0-32
@@ -19397,5 +19909,71 @@ norm_plain:
 	JMP         norm_plain
 
 norm_plain_done:
+	VZEROUPPER
+	RET
+
+// func normRowAVX512(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)
+// Requires: AVX, AVX512DQ, AVX512F, SSE2
+TEXT ·normRowAVX512(SB), NOSPLIT, $0-56
+	MOVQ         y+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         scale+16(FP), DX
+	MOVQ         bias+24(FP), BX
+	MOVQ         n+32(FP), SI
+	MOVSD        mu+40(FP), X0
+	VBROADCASTSD X0, Z0
+	MOVSD        inv+48(FP), X1
+	VBROADCASTSD X1, Z1
+	TESTQ        BX, BX
+	JZ           norm512_nobias
+
+norm512_bias:
+	TESTQ        SI, SI
+	JZ           norm512_bias_done
+	VCVTPS2PD    (CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y3
+	VCVTPS2PD    32(CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y2
+	VINSERTF32X8 $0x01, Y2, Z3, Z2
+	VMULPS       (DX), Z2, Z2
+	VADDPS       (BX), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	SUBQ         $0x10, SI
+	JMP          norm512_bias
+
+norm512_bias_done:
+	VZEROUPPER
+	RET
+
+norm512_nobias:
+norm512_plain:
+	TESTQ        SI, SI
+	JZ           norm512_plain_done
+	VCVTPS2PD    (CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y3
+	VCVTPS2PD    32(CX), Z2
+	VSUBPD       Z0, Z2, Z2
+	VMULPD       Z1, Z2, Z2
+	VCVTPD2PS    Z2, Y2
+	VINSERTF32X8 $0x01, Y2, Z3, Z2
+	VMULPS       (DX), Z2, Z2
+	VMOVUPS      Z2, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	SUBQ         $0x10, SI
+	JMP          norm512_plain
+
+norm512_plain_done:
 	VZEROUPPER
 	RET

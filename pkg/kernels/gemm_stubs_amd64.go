@@ -251,8 +251,17 @@ func dw5x5s2x8AVX512(y *float32, x *float32, zero *float32, w *float32, masks *u
 // dw5s2r5AVX2 computes n (a multiple of 8) outputs of a 5×5 depthwise convolution row, stride 2, from 5 input rows.
 func dw5s2r5AVX2(out *float32, n int, x *float32, ldx int, w *float32)
 
-// erfRowAVX2 computes dst[j] = erf(src[j]) for j < n (n a multiple of 8), as Erf64 in float64.
+// erfRowAVX2 computes dst[j] = Erf32(src[j]) for j < n (n a multiple of 16).
 func erfRowAVX2(dst *float32, src *float32, n int)
+
+// erfRowAVX512 computes dst[j] = Erf32(src[j]) for j < n (n a multiple of 32).
+func erfRowAVX512(dst *float32, src *float32, n int)
+
+// rowMaxAVX2 returns the largest of x[:n] and −Inf, NaN skipped (n a multiple of 8).
+func rowMaxAVX2(x *float32, n int) float32
+
+// rowMaxAVX512 returns the largest of x[:n] and −Inf, NaN skipped (n a multiple of 16).
+func rowMaxAVX512(x *float32, n int) float32
 
 // binAddAVX2 sets o[i] = a[i] Add b[i] for i < n (a multiple of 8).
 func binAddAVX2(o *float32, a *float32, b *float32, n int)
@@ -281,6 +290,12 @@ func binDivScalarAVX2(o *float32, a *float32, s float32, n int, rev bool)
 // expSubRowAVX2 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 8) and returns their sum in float64.
 func expSubRowAVX2(dst *float32, src *float32, n int, m float32) float64
 
+// expSubRowAVX512 sets dst[i] = exp(src[i]−m) for i < n (a multiple of 16) and returns their sum in float64.
+func expSubRowAVX512(dst *float32, src *float32, n int, m float32) float64
+
+// softmaxRowsAVX512 computes the softmax of each of rows rows of n floats (n a multiple of 16) of x into y.
+func softmaxRowsAVX512(x *float32, y *float32, rows int, n int)
+
 // sigmoidRowAVX2 sets dst[j] = Sigmoid32(src[j]), times src[j] when silu != 0, for j < n (a multiple of 8).
 func sigmoidRowAVX2(dst *float32, src *float32, n int, silu int)
 
@@ -301,3 +316,6 @@ func sqDevRowAVX2(x *float32, n int, mu float64) float64
 
 // normRowAVX2 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 8); bias may be nil (no add).
 func normRowAVX2(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)
+
+// normRowAVX512 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 16); bias may be nil (no add).
+func normRowAVX512(y *float32, x *float32, scale *float32, bias *float32, n int, mu float64, inv float64)

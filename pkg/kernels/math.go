@@ -10,14 +10,12 @@ var float32negInf = float32(math.Inf(-1))
 //
 // With log set it computes log-softmax: y[r,j] = x[r,j] − m − log Σ_j exp(x[r,j]−m).
 func Softmax(x, y []float32, rows, n int, log bool) {
+	if !log && softmaxRows(x, y, rows, n) {
+		return
+	}
 	for r := 0; r < rows; r++ {
 		xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
-		m := float32negInf
-		for _, v := range xr {
-			if v > m {
-				m = v
-			}
-		}
+		m := rowMax(xr)
 		var s float64
 		if log {
 			for _, v := range xr {
@@ -32,6 +30,17 @@ func Softmax(x, y []float32, rows, n int, log bool) {
 		s = expSubRow(yr, xr, m)
 		BinaryScalar(BinMul, yr, yr, float32(1/s), false)
 	}
+}
+
+// rowMaxGo is the largest of x and −Inf, NaN skipped.
+func rowMaxGo(x []float32) float32 {
+	m := float32negInf
+	for _, v := range x {
+		if v > m {
+			m = v
+		}
+	}
+	return m
 }
 
 // expSubRowGo sets dst[i] = e^(src[i]−m) and returns their sum in float64.

@@ -126,6 +126,9 @@ func TestWhereF32Threads(t *testing.T) {
 		{[]int{2, 4, 128, 128}, []int{2, 4, 128, 128}, []int{1}},
 		{[]int{3, 1, 70, 1}, []int{1, 5, 1, 90}, []int{3, 5, 70, 90}},
 		{[]int{40000}, []int{40000}, []int{40000}},
+		{[]int{1}, []int{7, 33}, []int{33}},
+		{[]int{}, []int{1}, []int{5, 3}},
+		{[]int{6, 1}, []int{6, 1}, []int{1}},
 	} {
 		t.Run(fmt.Sprintf("%v_%v_%v", tc.cs, tc.xs, tc.ys), func(t *testing.T) {
 			os, err := broadcastShape(tc.cs, tc.xs, tc.ys)

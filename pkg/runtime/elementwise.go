@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -259,12 +262,10 @@ func powKernel(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		o := out.Float32s()
 		if len(bf) == 1 && len(fa) == len(o) {
 			// One exponent (x², the variance of a decomposed layer
-			// norm): the loop of binaryLoop's scalar case with powFloat
-			// inlined, the same values without a call per element.
+			// norm): powFloat's values without a call per element, the
+			// square in the vector multiply kernel.
 			if y := bf[0]; y == 2 {
-				for i, x := range fa {
-					o[i] = x * x
-				}
+				kernels.Binary(kernels.BinMul, o, fa, fa)
 			} else {
 				for i, x := range fa {
 					o[i] = float32(math.Pow(float64(x), y))
@@ -356,8 +357,16 @@ func notKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	}
 	out := tensor.New(tensor.Bool, in[0].Shape...)
 	o := out.Data.([]bool)
-	for i, v := range x {
-		o[i] = !v
+	// A bool is the byte 0 or 1: eight of them flip at a time with one
+	// XOR (an attention mask is a large bool tensor).
+	xb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
+	ob := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(o))), len(o))
+	n := len(xb) &^ 7
+	for i := 0; i < n; i += 8 {
+		binary.NativeEndian.PutUint64(ob[i:], binary.NativeEndian.Uint64(xb[i:])^0x0101010101010101)
+	}
+	for i := n; i < len(xb); i++ {
+		ob[i] = xb[i] ^ 1
 	}
 	return []*tensor.Tensor{out}, nil
 }
@@ -443,18 +452,25 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 		px += idx[d] * sx[d]
 		py += idx[d] * sy[d]
 	}
+	// A value repeated along the row (an attention mask's −Inf) is
+	// copied from a row filled with it, as a row operand is.
+	var xFill, yFill filledRow
 	for off := row0 * inner; off < row1*inner; off += inner {
 		row := o[off : off+inner]
 		c, a, b := pc, px, py
-		for j := range row {
-			if cond[c] {
-				row[j] = x[a]
-			} else {
-				row[j] = y[b]
+		if ic <= 1 && ix <= 1 && iy <= 1 {
+			whereRow(row, cond[c:c+1+ic*(inner-1)], xFill.of(x[a:a+1+ix*(inner-1)], inner), yFill.of(y[b:b+1+iy*(inner-1)], inner))
+		} else {
+			for j := range row {
+				if cond[c] {
+					row[j] = x[a]
+				} else {
+					row[j] = y[b]
+				}
+				c += ic
+				a += ix
+				b += iy
 			}
-			c += ic
-			a += ix
-			b += iy
 		}
 		for d := r - 2; d >= 0; d-- {
 			idx[d]++
@@ -469,6 +485,65 @@ func whereRows(cond []bool, sc []int, x []float32, sx []int, y []float32, sy []i
 			py -= sy[d] * os[d]
 			idx[d] = 0
 		}
+	}
+}
+
+// filledRow is a row filled with one value, refilled when the value
+// changes.
+type filledRow struct {
+	row []float32
+	v   uint32
+}
+
+// of returns src when it is a whole row (n long), else a row of n copies
+// of its one element.
+func (f *filledRow) of(src []float32, n int) []float32 {
+	if len(src) == n {
+		return src
+	}
+	if v := math.Float32bits(src[0]); len(f.row) != n || f.v != v {
+		if len(f.row) != n {
+			f.row = make([]float32, n)
+		}
+		fillFloat(f.row, src[0])
+		f.v = v
+	}
+	return f.row
+}
+
+// whereRow is one row of whereF32 whose x and y run along the row (as
+// long as row) and whose cond does too or stays on one element (length
+// 1): each run of equal conditions, which bytes.IndexByte finds many at a
+// time, is copied from x or from y. An attention mask's row is a few such
+// runs.
+func whereRow(row []float32, cond []bool, x, y []float32) {
+	if len(cond) < len(row) {
+		if cond[0] {
+			copy(row, x)
+		} else {
+			copy(row, y)
+		}
+		return
+	}
+	cb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(cond))), len(row))
+	for lo := 0; lo < len(row); {
+		t := cb[lo]
+		hi := len(row)
+		if j := bytes.IndexByte(cb[lo+1:], t^1); j >= 0 {
+			hi = lo + 1 + j
+		}
+		if t != 0 {
+			copy(row[lo:hi], x[lo:hi])
+		} else {
+			copy(row[lo:hi], y[lo:hi])
+		}
+		lo = hi
+	}
+}
+
+func fillFloat(row []float32, v float32) {
+	for j := range row {
+		row[j] = v
 	}
 }
 
@@ -612,6 +687,6 @@ func scalarFloat(t *tensor.Tensor) (float64, error) {
 }
 
 // erf32 is the error function as kernels.Erf computes it: a rational fit
-// in float64 within 1e-6 relative error of math.Erf (one subnormal unit
+// in float32 within 1e-6 relative error of math.Erf (one subnormal unit
 // for subnormal results).
-func erf32(x float32) float32 { return float32(kernels.Erf64(float64(x))) }
+func erf32(x float32) float32 { return kernels.Erf32(x) }

@@ -468,7 +468,14 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		default:
 			hswish = c.planHardSwish(n, constOf)
 		}
+		var ew *ewChain
+		if !c.noFuse && chain == nil && siluMul == nil && hswish == nil {
+			ew = c.planEWChain(n, func(m *onnxgraph.Node) bool { return fusedAway[m] })
+		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
+		if ew != nil {
+			args = []*onnxgraph.Value{ew.x}
+		}
 		if chain != nil && chain.add != nil {
 			// The fused step reads the residual after the Conv's inputs.
 			args = append(args, chain.residual)
@@ -505,6 +512,8 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			outs = siluMul.Outputs
 		case hswish != nil:
 			outs = hswish.tail.Outputs
+		case ew != nil:
+			outs = []*onnxgraph.Value{ew.out}
 		}
 		for _, v := range outs {
 			if v == nil {
@@ -536,6 +545,14 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			if err == nil {
 				fusedAway[hswish.clip], fusedAway[hswish.mul], fusedAway[hswish.tail] = true, true, true
 				st.fused = hswish.fusedOps()
+			}
+		} else if ew != nil {
+			k, err = c.buildEWChain(ew)
+			if err == nil {
+				for _, f := range ew.nodes[1:] {
+					fusedAway[f] = true
+				}
+				st.fused = ew.fusedOps()
 			}
 		} else {
 			k, err = c.build(n)

@@ -24,7 +24,7 @@ func fixIndex(i int64, n int) (int, error) {
 
 func buildGather(b *builder) (kernel, error) {
 	axis := b.int("axis", 0)
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t, ind := in[0], in[1]
 		ax, err := normAxis(axis, len(t.Shape))
 		if err != nil {
@@ -32,17 +32,32 @@ func buildGather(b *builder) (kernel, error) {
 		}
 		indices := asInt64(ind)
 		os := slices.Concat(t.Shape[:ax], ind.Shape, t.Shape[ax+1:])
-		out := tensor.New(t.DType, os...)
 		outer := tensor.NumElements(t.Shape[:ax])
 		inner := tensor.NumElements(t.Shape[ax+1:])
 		dim := t.Shape[ax]
+		// Float rows (embeddings) go into a buffer of the run's arena
+		// with plain copies.
+		xf, isFloat := t.Data.([]float32)
+		var out *tensor.Tensor
+		var of []float32
+		if isFloat {
+			out = rc.newFloatOut(os...)
+			of = out.Float32s()
+		} else {
+			out = tensor.New(t.DType, os...)
+		}
 		for o := 0; o < outer; o++ {
 			for j, i := range indices {
 				k, err := fixIndex(i, dim)
 				if err != nil {
 					return nil, err
 				}
-				copyRange(out.Data, (o*len(indices)+j)*inner, t.Data, (o*dim+k)*inner, inner)
+				dst, src := (o*len(indices)+j)*inner, (o*dim+k)*inner
+				if isFloat {
+					copy(of[dst:dst+inner], xf[src:src+inner])
+				} else {
+					copyRange(out.Data, dst, t.Data, src, inner)
+				}
 			}
 		}
 		return one(out), nil

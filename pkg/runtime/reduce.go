@@ -11,8 +11,8 @@ import (
 
 // reducer accumulates one output element: init, per-element step, final.
 // sums marks the reductions whose step is a + x, which the contiguous-run
-// loop adds inline: the same sums in the same order without a call per
-// element.
+// loop adds with kernels.Sum: in eight float64 lanes, not one chain of
+// dependent additions (the same sums up to float64 rounding).
 type reducer struct {
 	init  float64
 	step  func(acc, x float64) float64
@@ -110,16 +110,13 @@ func buildReduce(op string) func(b *builder) (kernel, error) {
 			xf, isFloat := t.Data.([]float32)
 			n := t.Len()
 			if isFloat && no > 0 && reducesSuffix(reduce) {
-				// Each output reduces one contiguous run, in the order of
-				// the general loop below.
+				// Each output reduces one contiguous run.
 				run := n / no
 				kernels.Parallel(rc.threads, no, max(1, parGrain/max(1, run)), func(lo, hi int) {
 					for o := lo; o < hi; o++ {
 						a := acc[o]
 						if red.sums {
-							for _, v := range xf[o*run : (o+1)*run] {
-								a += float64(v)
-							}
+							a += kernels.Sum(xf[o*run : (o+1)*run])
 						} else {
 							for _, v := range xf[o*run : (o+1)*run] {
 								a = red.step(a, float64(v))

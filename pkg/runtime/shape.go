@@ -209,7 +209,8 @@ func buildTranspose(b *builder) (kernel, error) {
 // copy along its last one, without transpose's index array (an int per
 // element, allocated at every run).
 // Swapping the last two axes (the others kept) goes by tiles instead, so
-// that both the rows read and the rows written stay in cache.
+// that both the rows read and the rows written stay in cache, and so does
+// any other permutation that moves the input's last axis (transposePlanes).
 func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 	os, st := permutedStrides(t.Shape, perm)
 	out := rc.newFloatOut(os...)
@@ -217,8 +218,71 @@ func transposeF32(rc *runCtx, t *tensor.Tensor, perm []int) *tensor.Tensor {
 		transposeTiles(out.Float32s(), t.Float32s(), t.Shape[r-2], t.Shape[r-1])
 		return out
 	}
+	if r := len(perm); r >= 2 {
+		if q := slices.Index(perm, r-1); q < r-1 && os[q] > 1 && os[r-1] > 1 {
+			transposePlanes(out.Float32s(), t.Float32s(), os, st, q)
+			return out
+		}
+	}
 	stridedCopy(out.Float32s(), t.Float32s(), os, st, 0)
 	return out
+}
+
+// transposePlanes is stridedCopy for a permutation whose last output axis
+// is not the input's last: output axis q reads the input's contiguous
+// last axis. For every position of the other axes, the plane spanned by
+// q and the last axis is copied in tiles, so that the input rows read
+// (contiguous along q) and the output rows written (contiguous along the
+// last axis) both stay in cache; the strided copy read one element per
+// cache line (the keys of attention, transposed per head).
+func transposePlanes(y, x []float32, os, st []int, q int) {
+	const tile = 16
+	if len(y) == 0 {
+		return
+	}
+	r := len(os)
+	ys := rowMajorStrides(os)
+	rows, cols := os[q], os[r-1]
+	ysq, xsc := ys[q], st[r-1]
+	var outer []int
+	for d := 0; d < r-1; d++ {
+		if d != q {
+			outer = append(outer, d)
+		}
+	}
+	pos := make([]int, len(outer))
+	for xb, yb := 0, 0; ; {
+		for i0 := 0; i0 < rows; i0 += tile {
+			i1 := min(i0+tile, rows)
+			for j0 := 0; j0 < cols; j0 += tile {
+				j1 := min(j0+tile, cols)
+				for i := i0; i < i1; i++ {
+					yr := y[yb+i*ysq+j0 : yb+i*ysq+j1]
+					src := xb + i + j0*xsc
+					for j := range yr {
+						yr[j] = x[src]
+						src += xsc
+					}
+				}
+			}
+		}
+		d := len(outer) - 1
+		for ; d >= 0; d-- {
+			a := outer[d]
+			pos[d]++
+			xb += st[a]
+			yb += ys[a]
+			if pos[d] < os[a] {
+				break
+			}
+			xb -= st[a] * os[a]
+			yb -= ys[a] * os[a]
+			pos[d] = 0
+		}
+		if d < 0 {
+			return
+		}
+	}
 }
 
 func identityPerm(n int) []int {

@@ -16,7 +16,7 @@ import (
 func TestTransposeF32MatchesGeneric(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	shapes := [][]int{{}, {7}, {3, 5}, {1, 4}, {2, 3, 4}, {4, 1, 3}, {2, 0, 3}, {2, 3, 4, 5}, {1, 2, 1, 3}, {2, 2, 3, 1, 2},
-		{37, 21}, {2, 17, 40}} // tiles with partial edges
+		{37, 21}, {2, 17, 40}, {3, 18, 2, 33}} // tiles with partial edges
 	for _, shape := range shapes {
 		for _, perm := range perms(len(shape)) {
 			t.Run(fmt.Sprintf("%v/%v", shape, perm), func(t *testing.T) {

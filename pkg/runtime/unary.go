@@ -100,7 +100,7 @@ func buildGelu(b *builder) (kernel, error) {
 	switch approx := b.str("approximate", "none"); approx {
 	case "none":
 		return unaryFloat(func(x float32) float32 {
-			return float32(0.5 * float64(x) * (1 + kernels.Erf64(float64(x)/math.Sqrt2)))
+			return float32(0.5 * float64(x) * (1 + float64(kernels.Erf32(float32(float64(x)/math.Sqrt2)))))
 		}), nil
 	case "tanh":
 		return unaryFloat(func(x float32) float32 {

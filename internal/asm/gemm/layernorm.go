@@ -108,3 +108,60 @@ func layerNorm() {
 		RET()
 	}
 }
+
+// normRow512 generates normRowAVX512: normRowAVX2 on 16 floats a step (n
+// a multiple of 16), each element by the same operations (float64 lanes,
+// eight to a ZMM register), so the results are the same bits.
+func normRow512() {
+	TEXT("normRowAVX512", NOSPLIT, "func(y, x, scale, bias *float32, n int, mu, inv float64)")
+	Doc("normRowAVX512 sets y[j] = float32((x[j]−mu)·inv)·scale[j] + bias[j] for j < n (a multiple of 16); bias may be nil (no add).")
+	py, px := Load(Param("y"), GP64()), Load(Param("x"), GP64())
+	ps, pb := Load(Param("scale"), GP64()), Load(Param("bias"), GP64())
+	n := Load(Param("n"), GP64())
+	bcast := func(name string) VecVirtual {
+		x := XMM()
+		Load(Param(name), x)
+		v := ZMM()
+		VBROADCASTSD(x, v)
+		return v
+	}
+	mu, inv := bcast("mu"), bcast("inv")
+	TESTQ(pb, pb)
+	JZ(LabelRef("norm512_nobias"))
+	for _, withBias := range []bool{true, false} {
+		loop, done := "norm512_bias", "norm512_bias_done"
+		if !withBias {
+			Label("norm512_nobias")
+			loop, done = "norm512_plain", "norm512_plain_done"
+		}
+		Label(loop)
+		TESTQ(n, n)
+		JZ(LabelRef(done))
+		var half [2]VecVirtual
+		for h := range 2 {
+			d := ZMM()
+			VCVTPS2PD(Mem{Base: px, Disp: 32 * h}, d)
+			VSUBPD(mu, d, d)
+			VMULPD(inv, d, d)
+			half[h] = YMM()
+			VCVTPD2PS(d, half[h])
+		}
+		o := ZMM()
+		VINSERTF32X8(U8(1), half[1], half[0].AsZ(), o)
+		VMULPS(Mem{Base: ps}, o, o)
+		ptrs := []Register{py, px, ps}
+		if withBias {
+			VADDPS(Mem{Base: pb}, o, o)
+			ptrs = append(ptrs, pb)
+		}
+		VMOVUPS(o, Mem{Base: py})
+		for _, p := range ptrs {
+			ADDQ(U8(64), p)
+		}
+		SUBQ(U8(16), n)
+		JMP(LabelRef(loop))
+		Label(done)
+		VZEROUPPER()
+		RET()
+	}
+}

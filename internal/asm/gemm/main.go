@@ -80,13 +80,17 @@ func main() {
 		depthwise(5, stride, 5)
 	}
 	erf()
+	rowMax()
 	binary()
 	expSub()
+	expSub512()
+	softmax512()
 	sigmoid()
 	tanh()
 	clip()
 	hardSwish()
 	layerNorm()
+	normRow512()
 	Generate()
 }
 
