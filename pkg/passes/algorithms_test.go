@@ -385,3 +385,67 @@ func TestAlgorithmsOnLeanLoadedModel(t *testing.T) {
 		})
 	}
 }
+
+// TestBiasCorrectionKeepsBiasShape: a Gemm bias written as [1, N] (as old
+// exporters write it) is corrected in place and keeps its shape, which
+// ONNX Runtime checks against the graph's declared inputs; a bias with a
+// value per row is not one value per output channel and is left alone.
+func TestBiasCorrectionKeepsBiasShape(t *testing.T) {
+	const k, n = 8, 6
+	rng := rand.New(rand.NewPCG(3, 4))
+	randn := func(size int) []float32 {
+		v := make([]float32, size)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	for _, c := range []struct {
+		name      string
+		biasShape []int64
+		corrected bool
+	}{
+		{"row", []int64{1, n}, true},
+		{"per-row", []int64{4, n}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := testmodels.New("gemm", 13)
+			b.Input("x", tensor.Float, 4, k).Output("y", tensor.Float, 4, n)
+			b.Init("w", []int64{k, n}, randn(k*n))
+			b.Init("c", c.biasShape, randn(int(c.biasShape[0]*c.biasShape[1])))
+			b.Node("Gemm", "fc", []string{"x", "w", "c"}, []string{"y"})
+			m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  bias_correction: true\n"), "int4.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := &Unit{Model: m, Config: cfg.Quant, Algorithms: cfg.Algorithms,
+				Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+					return observe(t, m, plan), nil
+				},
+				Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: newSampleSource(6, 16, k), BatchSize: 4}}
+			if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var report *LayerReport
+			for i, l := range u.Layers {
+				if l.Algorithm == biasCorrectionName && l.Node == "fc" {
+					report = &u.Layers[i]
+				}
+			}
+			if report == nil {
+				t.Fatal("no bias correction report for fc")
+			}
+			if corrected := report.Skipped == ""; corrected != c.corrected {
+				t.Fatalf("corrected = %v (%+v), want %v", corrected, *report, c.corrected)
+			}
+			bias := u.Model.Graph.Value("c").Const
+			if got := bias.GetDims(); len(got) != 2 || got[0] != c.biasShape[0] || got[1] != c.biasShape[1] {
+				t.Errorf("bias dims %v, want %v", got, c.biasShape)
+			}
+		})
+	}
+}

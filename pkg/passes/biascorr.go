@@ -72,6 +72,7 @@ type biasLayer struct {
 	node              *onnxgraph.Node
 	bias              *onnxgraph.Value
 	biasData          []float32
+	biasShape         []int // as the model has it: [C], or [1, C] for a Gemm
 	beta              float32
 	delta             []float32 // float weight − quantize-dequantized weight
 	deltaShape        []int
@@ -192,7 +193,7 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 			before += l.sumSq[c]
 			after += l.sumSq[c] - 2*l.sum[c]*mean + l.count[c]*mean*mean
 		}
-		if err := setConst(m, l.bias, nb, []int{len(nb)}); err != nil {
+		if err := setConst(m, l.bias, nb, l.biasShape); err != nil {
 			return fmt.Errorf("%s: %s: %w", biasCorrectionName, l.node, err)
 		}
 		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
@@ -274,9 +275,17 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 	if orig, ok := u.roundedWeights[n.Inputs[1].Name]; ok {
 		w = orig // the error is against the float weight, before GPTQ rounded it
 	}
-	b, _, err := constFloats(u.Model, n.Inputs[2])
+	b, bshape, err := constFloats(u.Model, n.Inputs[2])
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: bias %q: %w", n, n.Inputs[2].Name, err)
+	}
+	outputs := shape[0]
+	if n.OpType == "Gemm" && (n.Attr("transB") == nil || n.Attr("transB").GetI() == 0) {
+		outputs = shape[len(shape)-1]
+	}
+	if len(b) != outputs {
+		// Gemm's C may broadcast a scalar or hold one value per row too.
+		return nil, fmt.Sprintf("the bias of shape %v is not one value per output channel (%d)", bshape, outputs), nil
 	}
 	beta := float32(1)
 	if a := n.Attr("beta"); n.OpType == "Gemm" && a != nil {
@@ -290,7 +299,7 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 		delta[i] = w[i] - dq[i]
 	}
 	c := len(b)
-	return &biasLayer{node: n, bias: n.Inputs[2], biasData: b, beta: beta, delta: delta, deltaShape: shape,
+	return &biasLayer{node: n, bias: n.Inputs[2], biasData: b, biasShape: bshape, beta: beta, delta: delta, deltaShape: shape,
 		input: n.Inputs[0].Name, output: n.Outputs[0].Name,
 		sum: make([]float64, c), sumSq: make([]float64, c), count: make([]float64, c)}, "", nil
 }
