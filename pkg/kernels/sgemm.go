@@ -32,6 +32,11 @@ type gemmArch struct {
 	// reading step p's nr floats of B at b + offs[p] (wideConv).
 	tileI   func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool)
 	tileIEp func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
+	// tileNarrow, when set, is tileS for mr rows of the first nr/2
+	// columns, overwriting C: a short last panel of at most nr/2 columns,
+	// at half the cost of the full width (SqueezeNet's 13×13 outputs are
+	// 5 panels of 32 columns and one of 9).
+	tileNarrow func(kc int, a, b *float32, ldb int, c *float32, ldc int)
 	// tileA1 and tileSA1, when set, are tile and tileS for one row of A
 	// read in place (row stride 1) instead of from a packed panel.
 	tileA1  func(kc int, a, b, c *float32, ldc int, accumulate bool)
@@ -389,9 +394,12 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 						}
 						continue
 					}
-					if brow != nil {
+					switch {
+					case brow != nil:
 						tileS(kr, kc, ap, &brow[0], ldb, &tmp[0], nr, false)
-					} else {
+					case cols <= nr/2 && rows == mr && arch.tileNarrow != nil:
+						arch.tileNarrow(kc, ap, bp, nr, &tmp[0], nr)
+					default:
 						tile(kr, kc, ap, bp, &tmp[0], nr, false)
 					}
 					for i := 0; i < rows; i++ {

@@ -54,6 +54,12 @@ func main() {
 				}
 				kernel(s, s.mr, true, src)
 			}
+			// Twelve rows by one vector, B rows ldb apart: a short last
+			// panel of at most 16 columns (packed, ldb = NR) at half the
+			// cost of the full width.
+			narrow := s
+			narrow.vecs = 1
+			kernel(narrow, s.mr, false, stridedB)
 			// One row of A read in place (A row stride 1).
 			one := s
 			one.name, one.mr = s.name+"A1", 1
