@@ -283,7 +283,17 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	mr, nr := arch.mr, arch.nr
 	bufs := packPool.Get().(*packBufs)
 	defer packPool.Put(bufs)
-	kcMax, mcMax, ncMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr)), min(arch.nc, roundUp(n, nr))
+	kcMax, mcMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr))
+	// ncb is the column block: the arch's, or, for an epilogue the
+	// micro-kernels do not apply with A prepacked (no A block to pack
+	// again for each column block), narrow enough for the B block to fit
+	// rowsOuterFloats, so that its row tiles sweep it and the epilogue
+	// runs on whole sweeps (sweepEp).
+	ncb := arch.nc
+	if pa != nil && ep != nil && !ep.rowOnly() {
+		ncb = min(ncb, max(nr, rowsOuterFloats/kcMax/nr*nr))
+	}
+	ncMax := min(ncb, roundUp(n, nr))
 	if pb == nil {
 		bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr)+packSlack)
 	}
@@ -315,8 +325,8 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	// to 96 channels at 122×122 ran at half the speed. The B block is then
 	// read once per row tile, so it must stay in L2 (rowsOuterFloats).
 	rowsOuter := kcMax*ncMax <= rowsOuterFloats
-	for jc := 0; jc < n; jc += arch.nc {
-		nc := min(arch.nc, n-jc)
+	for jc := 0; jc < n; jc += ncb {
+		nc := min(ncb, n-jc)
 		for pc := 0; pc < k; pc += arch.kc {
 			kc := min(arch.kc, k-pc)
 			bpack := bufs.b
@@ -352,10 +362,23 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				// tiles) or, when the B block fits the L2 budget, row
 				// tiles outer.
 				panels, rowTiles := ceilDiv(nc, nr), ceilDiv(mc, mr)
+				// sweepEp: an epilogue the micro-kernels do not apply
+				// (a residual, say) runs once per row tile on its whole
+				// sweep of nc columns rather than on each tile: it is
+				// a few calls per row, which cost a third as much as the
+				// product on each 12×32 tile of a 1×1 convolution of
+				// 144 channels.
+				sweepEp := rowsOuter && last && ep != nil && !rowEp
+				sweep := func(ir int) {
+					ep.apply(c[(ic+ir)*ldc+jc:], ldc, row0+ic+ir, col0+jc, min(mr, mc-ir), nc)
+				}
 				for t := range panels * rowTiles {
 					jr, ir := t/rowTiles*nr, t%rowTiles*mr
 					if rowsOuter {
 						ir, jr = t/panels*mr, t%panels*nr
+						if sweepEp && jr == 0 && ir > 0 {
+							sweep(ir - mr)
+						}
 					}
 					cols := min(nr, nc-jr)
 					var bp *float32
@@ -378,7 +401,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 							continue
 						}
 						tileS(kr, kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate)
-						if last && ep != nil {
+						if last && ep != nil && !sweepEp {
 							ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
 						}
 						continue
@@ -389,7 +412,7 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 							continue
 						}
 						tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
-						if last && ep != nil {
+						if last && ep != nil && !sweepEp {
 							ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
 						}
 						continue
@@ -413,9 +436,12 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 							copy(dst, src)
 						}
 					}
-					if last && ep != nil {
+					if last && ep != nil && !sweepEp {
 						ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
 					}
+				}
+				if sweepEp {
+					sweep((rowTiles - 1) * mr)
 				}
 			}
 		}
