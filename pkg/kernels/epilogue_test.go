@@ -89,8 +89,10 @@ func TestAxpyMatchesReference(t *testing.T) {
 // TestGemmEpilogueMatchesSeparate checks products with a row epilogue
 // (bias, scale and shift, Relu), which full tiles apply in the
 // micro-kernel's registers, against the plain product followed by the Go
-// row epilogue: bit for bit, with zeros, NaN and infinities among the
-// inputs and with k past one cache block (so tiles accumulate into C).
+// row epilogue, and products with a residual or a column bias against the
+// plain product followed by Apply: bit for bit, with zeros, NaN and
+// infinities among the inputs and with k past one cache block (so tiles
+// accumulate into C).
 func TestGemmEpilogueMatchesSeparate(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	negZero := float32(math.Copysign(0, -1))
@@ -133,6 +135,32 @@ func TestGemmEpilogueMatchesSeparate(t *testing.T) {
 			for i := range want {
 				if !sameResultBits(got[i], want[i]) {
 					t.Fatalf("%v %+v: C[%d,%d] = %g, want %g", sh, ep.Act, i/sh.n, i%sh.n, got[i], want[i])
+				}
+			}
+		}
+	}
+	// Epilogues the micro-kernels do not apply (a residual, a column
+	// bias), which run on whole sweeps of column panels, against the
+	// plain product followed by Apply; 700 columns take several column
+	// blocks.
+	for _, sh := range []struct{ m, n, k int }{{30, 70, 1}, {37, 100, 300}, {30, 700, 300}, {24, 961, 144}} {
+		a, b := draw(sh.m*sh.k), draw(sh.k*sh.n)
+		bias, res := draw(sh.m), draw(sh.m*sh.n)
+		for _, ep := range []Epilogue{
+			{RowBias: bias, Residual: res},
+			{RowBias: bias, Residual: res, ResidualFirst: true, Act: ActRelu},
+			{ColBias: draw(sh.n), Act: ActRelu},
+		} {
+			want := make([]float32, sh.m*sh.n)
+			Sgemm(false, false, sh.m, sh.n, sh.k, 1, a, sh.k, b, sh.n, 0, want, sh.n)
+			ep.Apply(want, sh.n, sh.m, sh.n)
+			for threads := 1; threads <= 2; threads++ {
+				got := make([]float32, sh.m*sh.n)
+				SgemmPacked(threads, PackA(false, sh.m, sh.k, 1, a, sh.k), sh.n, false, b, sh.n, 0, got, sh.n, &ep)
+				for i := range want {
+					if !sameResultBits(got[i], want[i]) {
+						t.Fatalf("%v residual %v threads %d: C[%d,%d] = %g, want %g", sh, ep.Residual != nil, threads, i/sh.n, i%sh.n, got[i], want[i])
+					}
 				}
 			}
 		}

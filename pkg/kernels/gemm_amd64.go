@@ -59,6 +59,9 @@ var avx512Gemm = &gemmArch{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 144, nc:
 	tileIEp: func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
 		gemm12x32AVX512IEp(kc, a, b, offs, c, ldc, flag(accumulate), bst, flag(relu))
 	},
+	tileNarrow: func(kc int, a, b *float32, ldb int, c *float32, ldc int) {
+		gemm12x16AVX512S(kc, a, b, ldb, c, ldc, 0)
+	},
 	tileA1: func(kc int, a, b, c *float32, ldc int, accumulate bool) {
 		gemm1x32AVX512A1(kc, a, b, c, ldc, flag(accumulate))
 	},

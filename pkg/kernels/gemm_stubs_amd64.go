@@ -58,6 +58,9 @@ func gemm1x32AVX512I(kc int, a *float32, b *float32, offs *int, c *float32, ldc 
 // gemm12x32AVX512IEp computes a 12×32 tile of C from a packed A panel and rows of B at offsets from b (A row stride 12).
 func gemm12x32AVX512IEp(kc int, a *float32, b *float32, offs *int, c *float32, ldc int, accumulate int, bst *float32, relu int)
 
+// gemm12x16AVX512S computes a 12×16 tile of C from a packed A panel and rows of B (A row stride 12).
+func gemm12x16AVX512S(kc int, a *float32, b *float32, ldb int, c *float32, ldc int, accumulate int)
+
 // gemm1x32AVX512A1 computes a 1×32 tile of C from packed panels (A row stride 1).
 func gemm1x32AVX512A1(kc int, a *float32, b *float32, c *float32, ldc int, accumulate int)
 

@@ -32,6 +32,11 @@ type gemmArch struct {
 	// reading step p's nr floats of B at b + offs[p] (wideConv).
 	tileI   func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool)
 	tileIEp func(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool)
+	// tileNarrow, when set, is tileS for mr rows of the first nr/2
+	// columns, overwriting C: a short last panel of at most nr/2 columns,
+	// at half the cost of the full width (SqueezeNet's 13×13 outputs are
+	// 5 panels of 32 columns and one of 9).
+	tileNarrow func(kc int, a, b *float32, ldb int, c *float32, ldc int)
 	// tileA1 and tileSA1, when set, are tile and tileS for one row of A
 	// read in place (row stride 1) instead of from a packed panel.
 	tileA1  func(kc int, a, b, c *float32, ldc int, accumulate bool)
@@ -278,7 +283,17 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	mr, nr := arch.mr, arch.nr
 	bufs := packPool.Get().(*packBufs)
 	defer packPool.Put(bufs)
-	kcMax, mcMax, ncMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr)), min(arch.nc, roundUp(n, nr))
+	kcMax, mcMax := min(arch.kc, k), min(arch.mc, roundUp(m, mr))
+	// ncb is the column block: the arch's, or, for an epilogue the
+	// micro-kernels do not apply with A prepacked (no A block to pack
+	// again for each column block), narrow enough for the B block to fit
+	// rowsOuterFloats, so that its row tiles sweep it and the epilogue
+	// runs on whole sweeps (sweepEp).
+	ncb := arch.nc
+	if pa != nil && ep != nil && !ep.rowOnly() {
+		ncb = min(ncb, max(nr, rowsOuterFloats/kcMax/nr*nr))
+	}
+	ncMax := min(ncb, roundUp(n, nr))
 	if pb == nil {
 		bufs.b = grow(bufs.b, kcMax*roundUp(ncMax, nr)+packSlack)
 	}
@@ -302,8 +317,16 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 	// direct: full panels of a row-major B are read in place; a short
 	// last panel is packed alone.
 	direct := pb == nil && cb == nil && !transB && arch.tileS != nil
-	for jc := 0; jc < n; jc += arch.nc {
-		nc := min(arch.nc, n-jc)
+	// rowsOuter: each row tile sweeps the column panels of the block,
+	// writing mr rows of C left to right, instead of each column panel
+	// being taken by every row tile, which wrote mc rows at once. When C
+	// is not in cache, as a layer's output is not, the many rows defeated
+	// the prefetch of the lines the stores fill: a 1×1 convolution of 16
+	// to 96 channels at 122×122 ran at half the speed. The B block is then
+	// read once per row tile, so it must stay in L2 (rowsOuterFloats).
+	rowsOuter := kcMax*ncMax <= rowsOuterFloats
+	for jc := 0; jc < n; jc += ncb {
+		nc := min(ncb, n-jc)
 		for pc := 0; pc < k; pc += arch.kc {
 			kc := min(arch.kc, k-pc)
 			bpack := bufs.b
@@ -334,7 +357,29 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 				default:
 					packA(transA, a, lda, ic, pc, mc, kc, mr, arch.kernelRows(mc%mr), alpha, bufs.a)
 				}
-				for jr := 0; jr < nc; jr += nr {
+				// Tile t is the tile at panel jr, row tile ir: column
+				// panels outer (a B panel stays in L1 across the row
+				// tiles) or, when the B block fits the L2 budget, row
+				// tiles outer.
+				panels, rowTiles := ceilDiv(nc, nr), ceilDiv(mc, mr)
+				// sweepEp: an epilogue the micro-kernels do not apply
+				// (a residual, say) runs once per row tile on its whole
+				// sweep of nc columns rather than on each tile: it is
+				// a few calls per row, which cost a third as much as the
+				// product on each 12×32 tile of a 1×1 convolution of
+				// 144 channels.
+				sweepEp := rowsOuter && last && ep != nil && !rowEp
+				sweep := func(ir int) {
+					ep.apply(c[(ic+ir)*ldc+jc:], ldc, row0+ic+ir, col0+jc, min(mr, mc-ir), nc)
+				}
+				for t := range panels * rowTiles {
+					jr, ir := t/rowTiles*nr, t%rowTiles*mr
+					if rowsOuter {
+						ir, jr = t/panels*mr, t%panels*nr
+						if sweepEp && jr == 0 && ir > 0 {
+							sweep(ir - mr)
+						}
+					}
 					cols := min(nr, nc-jr)
 					var bp *float32
 					var brow []float32
@@ -346,58 +391,66 @@ func gemmBlockedEp(arch *gemmArch, pa *PackedA, pb *PackedB, cb *convB, row0, co
 					default:
 						bp = &bpack[jr*kc]
 					}
-					for ir := 0; ir < mc; ir += mr {
-						rows := min(mr, mc-ir)
-						kr := arch.kernelRows(rows)
-						ap := &apack[ir*kc]
-						ci := (ic+ir)*ldc + jc + jr
-						if brow != nil && kr == rows {
-							if last && rowEp && rows == mr {
-								arch.tileSEp(kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
-								continue
-							}
-							tileS(kr, kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate)
-							if last && ep != nil {
-								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
-							}
+					rows := min(mr, mc-ir)
+					kr := arch.kernelRows(rows)
+					ap := &apack[ir*kc]
+					ci := (ic+ir)*ldc + jc + jr
+					if brow != nil && kr == rows {
+						if last && rowEp && rows == mr {
+							arch.tileSEp(kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
 							continue
 						}
-						if kr == rows && cols == nr {
-							if last && rowEp && rows == mr {
-								arch.tileEp(kc, ap, bp, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
-								continue
-							}
-							tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
-							if last && ep != nil {
-								ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
-							}
-							continue
-						}
-						if brow != nil {
-							tileS(kr, kc, ap, &brow[0], ldb, &tmp[0], nr, false)
-						} else {
-							tile(kr, kc, ap, bp, &tmp[0], nr, false)
-						}
-						for i := 0; i < rows; i++ {
-							dst := c[ci+i*ldc : ci+i*ldc+cols]
-							src := tmp[i*nr : i*nr+cols]
-							if accumulate {
-								for j, v := range src {
-									dst[j] += v
-								}
-							} else {
-								copy(dst, src)
-							}
-						}
-						if last && ep != nil {
+						tileS(kr, kc, ap, &brow[0], ldb, &c[ci], ldc, accumulate)
+						if last && ep != nil && !sweepEp {
 							ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
 						}
+						continue
 					}
+					if kr == rows && cols == nr {
+						if last && rowEp && rows == mr {
+							arch.tileEp(kc, ap, bp, &c[ci], ldc, accumulate, &bufs.ep[3*ir], ep.Act == ActRelu)
+							continue
+						}
+						tile(kr, kc, ap, bp, &c[ci], ldc, accumulate)
+						if last && ep != nil && !sweepEp {
+							ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
+						}
+						continue
+					}
+					switch {
+					case brow != nil:
+						tileS(kr, kc, ap, &brow[0], ldb, &tmp[0], nr, false)
+					case cols <= nr/2 && rows == mr && arch.tileNarrow != nil:
+						arch.tileNarrow(kc, ap, bp, nr, &tmp[0], nr)
+					default:
+						tile(kr, kc, ap, bp, &tmp[0], nr, false)
+					}
+					for i := 0; i < rows; i++ {
+						dst := c[ci+i*ldc : ci+i*ldc+cols]
+						src := tmp[i*nr : i*nr+cols]
+						if accumulate {
+							for j, v := range src {
+								dst[j] += v
+							}
+						} else {
+							copy(dst, src)
+						}
+					}
+					if last && ep != nil && !sweepEp {
+						ep.apply(c[ci:], ldc, row0+ic+ir, col0+jc+jr, rows, cols)
+					}
+				}
+				if sweepEp {
+					sweep((rowTiles - 1) * mr)
 				}
 			}
 		}
 	}
 }
+
+// rowsOuterFloats is the largest B block (kc×nc floats) that
+// gemmBlockedEp sweeps once per row tile: a quarter of a 1 MiB L2.
+const rowsOuterFloats = 1 << 16
 
 // PackedA is op(A) packed once for repeated products with different B,
 // such as constant weights: each k block of the active kernel's kc holds

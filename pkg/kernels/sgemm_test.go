@@ -253,3 +253,84 @@ func requireSameBits(t *testing.T, what string, got, want []float32) {
 		}
 	}
 }
+
+// BenchmarkSgemmPackedCold times 1×1 convolutions as products with A
+// prepacked, B read in place and a Relu epilogue, each run writing
+// another of several outputs that together exceed the caches, as a
+// network's layers do: MobileNetV2's expansions at 122×122 and 61×61,
+// SqueezeNet's classifier at 13×13.
+func BenchmarkSgemmPackedCold(b *testing.B) {
+	for _, sz := range [][3]int{{96, 14884, 16}, {16, 14884, 32}, {144, 3721, 24}, {24, 3721, 144}, {1000, 169, 512}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		b.Run(fmt.Sprintf("m%dn%dk%d", m, n, k), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 1))
+			pa := PackA(false, m, k, 1, randSlice(r, m*k), k)
+			ep := &Epilogue{RowBias: randSlice(r, m), Act: ActRelu}
+			bufs := max(2, (64<<20)/(4*m*n))
+			xs, ys := make([][]float32, bufs), make([][]float32, bufs)
+			for i := range bufs {
+				xs[i], ys[i] = randSlice(r, k*n), make([]float32, m*n)
+			}
+			i := 0
+			for b.Loop() {
+				SgemmPacked(1, pa, n, false, xs[i], n, 0, ys[i], n, ep)
+				i = (i + 1) % bufs
+			}
+			b.ReportMetric(float64(2*m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+		})
+	}
+}
+
+// TestNarrowTileMatchesWide checks products whose last column panel is
+// short enough for the narrow kernel (tileNarrow) bit for bit against the
+// full-width kernel on the same panel: B in place, transposed and
+// gathered from an image, over one and two k blocks, with and without an
+// epilogue, on one and two threads.
+func TestNarrowTileMatchesWide(t *testing.T) {
+	if activeGemm.tileNarrow == nil {
+		t.Skipf("the %s kernels have no narrow tile", activeGemm.name)
+	}
+	wide := *activeGemm
+	wide.tileNarrow = nil
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, sz := range [][3]int{{1000, 169, 512}, {24, 9, 40}, {36, 48, 300}, {13, 80, 7}, {40, 16, 257}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		a := randSlice(r, m*k)
+		for _, transB := range []bool{false, true} {
+			b := randSlice(r, k*n)
+			for i := range b {
+				if r.IntN(64) == 0 {
+					b[i] = dwSpecials[r.IntN(len(dwSpecials))]
+				}
+			}
+			ldb := n
+			if transB {
+				ldb = k
+			}
+			for _, ep := range []*Epilogue{nil, {RowBias: randSlice(r, m), Act: ActRelu}} {
+				for threads := 1; threads <= 2; threads++ {
+					want, got := make([]float32, m*n), make([]float32, m*n)
+					SgemmPacked(threads, packAFor(&wide, false, m, k, 1, a, k), n, transB, b, ldb, 0, want, n, ep)
+					SgemmPacked(threads, packAFor(activeGemm, false, m, k, 1, a, k), n, transB, b, ldb, 0, got, n, ep)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+							t.Fatalf("%v transB=%v ep=%v threads %d: C[%d] = %g, the full-width kernel gives %g", sz, transB, ep != nil, threads, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	// A convolution whose B panels are gathered from the image: 13×13
+	// outputs end in a panel of 9 columns.
+	g := &ConvGeom{In: []int{13, 13}, Kernel: []int{3, 3}, Strides: []int{1, 1}, Dilations: []int{1, 1}, PadBegin: []int{1, 1}, Out: []int{13, 13}}
+	x, w := randSlice(r, 8*169), randSlice(r, 24*72)
+	want, got := make([]float32, 24*169), make([]float32, 24*169)
+	SgemmConv(1, packAFor(&wide, false, 24, 72, 1, w, 72), g, ConvPlan{Way: ConvPacked}, x, want, 169, nil)
+	SgemmConv(1, packAFor(activeGemm, false, 24, 72, 1, w, 72), g, ConvPlan{Way: ConvPacked}, x, got, 169, nil)
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("convolution: y[%d] = %g, the full-width kernel gives %g", i, got[i], want[i])
+		}
+	}
+}

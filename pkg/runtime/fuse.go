@@ -198,6 +198,7 @@ func (c *compiler) buildConvChain(ch *convChain, constOf func(*onnxgraph.Value) 
 			in = in[:len(in)-1]
 		}
 		if slices.ContainsFunc(inner, rc.wants) || residual != nil && !residualFits(residual, in[0], in[1], attrs) {
+			rc.place = nil // the nodes' outputs are not the step's
 			return unfused.run(rc, in, residual)
 		}
 		var bias *tensor.Tensor

@@ -208,6 +208,11 @@ type runCtx struct {
 	lane    int
 	depth   int
 	kernel  string
+	// place is the running step's placement (floatOutPart,
+	// concatInPlace); placed holds the buffers of the in-place Concats
+	// whose parts are being computed.
+	place  *placement
+	placed map[*concatPlan][]float32
 }
 
 // profiling reports whether the step running now is being profiled, so
@@ -251,6 +256,8 @@ type step struct {
 	// fused names the nodes a fused step computes besides node, for the
 	// profile ("+BatchNormalization+Relu").
 	fused string
+	// place is the step's role in a Concat computed in place (nil: none).
+	place *placement
 }
 
 type inputSlot struct {
@@ -320,7 +327,9 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 			rc.kernel = ""
 			t0 = time.Now()
 		}
+		rc.place = st.place
 		outs, err := runKernel(st, rc, args)
+		rc.place = nil
 		if err != nil {
 			return nil, err
 		}
@@ -600,6 +609,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		p.outputs = append(p.outputs, s)
 	}
+	planConcats(p)
 	// A slot is freed after its last reader unless it outlives the run:
 	// constants, graph outputs and values that enclosing graphs own.
 	keep := map[int]bool{}

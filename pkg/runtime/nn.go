@@ -458,7 +458,7 @@ func (cv *convKernel) run(rc *runCtx, xt, wt, bt *tensor.Tensor, bn *bnPost, act
 		}
 		residual = rt.Float32s()
 	}
-	out := rc.newFloatOut(outShape...)
+	out := rc.floatOutPart(outShape)
 	y := out.Float32s()
 	cg, mg := c/grp, m/grp
 	kk := cg * g.KernelSize()

@@ -399,6 +399,9 @@ func buildConcat(b *builder) (kernel, error) {
 				parts = append(parts, t)
 			}
 		}
+		if out := rc.concatInPlace(parts, axis); out != nil {
+			return one(out), nil
+		}
 		out, err := concat(rc, parts, axis)
 		return one(out), err
 	}, nil
