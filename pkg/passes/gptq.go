@@ -3,14 +3,12 @@ package passes
 import (
 	"context"
 	"fmt"
-	"math"
 	goruntime "runtime"
 	"sync"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -41,54 +39,6 @@ func (l *gptqLayer) at(k, n int) int {
 	return k*l.n + n
 }
 
-// gramAccumulator sums XᵀX (K×K, float64) over the rows of one value,
-// batch by batch: memory holds K² numbers, never the activations.
-type gramAccumulator struct {
-	value   string
-	k       int
-	sum     []float64
-	rows    int
-	threads int
-}
-
-// add accumulates the rows of x (its last axis of size k). Row i of the
-// sum is computed by one goroutine over the rows in order, so the result
-// does not depend on the number of threads.
-func (g *gramAccumulator) add(x []float32, shape []int) error {
-	if len(shape) == 0 || shape[len(shape)-1] != g.k {
-		return fmt.Errorf("value %q of shape %v: want %d features on the last axis", g.value, shape, g.k)
-	}
-	rows := len(x) / g.k
-	k := g.k
-	parallelRows(g.threads, k, func(i int) {
-		out := g.sum[i*k : (i+1)*k]
-		for r := range rows {
-			row := x[r*k : (r+1)*k]
-			xi := float64(row[i])
-			if xi == 0 {
-				continue
-			}
-			for j := i; j < k; j++ {
-				out[j] += xi * float64(row[j])
-			}
-		}
-	})
-	g.rows += rows
-	return nil
-}
-
-// full returns the symmetric matrix (the accumulation fills j ≥ i).
-func (g *gramAccumulator) full() []float64 {
-	k := g.k
-	h := append([]float64(nil), g.sum...)
-	for i := range k {
-		for j := range i {
-			h[i*k+j] = h[j*k+i]
-		}
-	}
-	return h
-}
-
 // parallelRows calls fn(i) for i in [0, n) on threads goroutines (0: one
 // per CPU), each i once.
 func parallelRows(threads, n int, fn func(i int)) {
@@ -114,10 +64,13 @@ func parallelRows(threads, n int, fn func(i int)) {
 // layer's float input on calibration data, dampens it by damp·mean(diag H),
 // and rounds the weight one input feature at a time, each rounding error
 // spread over the features not yet rounded through the Cholesky factor of
-// H⁻¹. The rounded values are written back into the float weight, which
+// H⁻¹ (gptqRound: in lazy batches, the products in the SGEMM kernels).
+// The rounded values are written back into the float weight, which
 // finalize then quantizes to the same codes. A layer keeps round-to-nearest
 // when GPTQ does not lower its error ‖X(W − Ŵ)‖² (the report says so).
-// Memory holds one K×K matrix per distinct layer input, and one batch.
+// Memory holds one K×K matrix per distinct layer input, and one batch;
+// each is factored once for the layers that share it and freed after
+// the last of them.
 func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
@@ -147,6 +100,7 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 			return fmt.Errorf("%s: %s: input %q has %d features for one layer and %d for another", gptqAlgorithmName, n, in, g.k, l.k)
 		}
 		l.xtx = g
+		g.users++
 		layers = append(layers, l)
 	}
 	if len(layers) == 0 {
@@ -170,11 +124,15 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, after); err != nil {
 		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 	}
+	for _, g := range grams {
+		g.release()
+	}
 	for _, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rep, err := l.round(u, cfg.Damp)
+		l.xtx.done()
 		if err != nil {
 			return fmt.Errorf("%s: %s: weight %q: %w", gptqAlgorithmName, l.node, l.weight.Name, err)
 		}
@@ -251,14 +209,17 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	xtx := l.xtx.full()
-	g, err := gptqRound(l, xtx, damp)
+	f, err := l.xtx.factorize(damp)
 	if err != nil {
 		return rep, err
 	}
-	signal := l.weightedSquare(xtx, l.w, nil)
-	errRTN := l.weightedSquare(xtx, l.w, rtn)
-	errGPTQ := l.weightedSquare(xtx, l.w, g)
+	g, err := gptqRound(l, f.u)
+	if err != nil {
+		return rep, err
+	}
+	signal := l.weightedSquare(f.h32, l.w, nil)
+	errRTN := l.weightedSquare(f.h32, l.w, rtn)
+	errGPTQ := l.weightedSquare(f.h32, l.w, g)
 	rep.Before = sqnrDB(signal, errRTN)
 	if errGPTQ >= errRTN {
 		rep.After = rep.Before
@@ -275,165 +236,4 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	}
 	u.roundedWeights[l.weight.Name] = l.w
 	return rep, nil
-}
-
-// weightedSquare is ‖X(W − Ŵ)‖² = Σₙ δₙᵀ (XᵀX) δₙ over the outputs n, with
-// δ = w − q (q nil: ‖XW‖²).
-func (l *gptqLayer) weightedSquare(xtx []float64, w, q []float32) float64 {
-	k := l.k
-	parts := make([]float64, l.n)
-	parallelRows(l.threads, l.n, func(n int) {
-		d := make([]float64, k)
-		for i := range k {
-			d[i] = float64(w[l.at(i, n)])
-			if q != nil {
-				d[i] -= float64(q[l.at(i, n)])
-			}
-		}
-		var s float64
-		for i := range k {
-			var r float64
-			row := xtx[i*k : (i+1)*k]
-			for j := range k {
-				r += row[j] * d[j]
-			}
-			s += d[i] * r
-		}
-		parts[n] = s
-	})
-	var s float64
-	for _, p := range parts {
-		s += p
-	}
-	return s
-}
-
-// gptqRound returns the layer's weight rounded by GPTQ onto the plan's
-// grid, as dequantized values (each one a code of the plan's qparams).
-func gptqRound(l *gptqLayer, xtx []float64, damp float64) ([]float32, error) {
-	k := l.k
-	h := append([]float64(nil), xtx...)
-	var mean float64
-	for i := range k {
-		if h[i*k+i] == 0 {
-			// A feature the data never activates: its error costs nothing
-			// and spreads nowhere (its row and column are zero).
-			h[i*k+i] = 1
-		}
-		mean += h[i*k+i]
-	}
-	mean /= float64(k)
-	for i := range k {
-		h[i*k+i] += damp * mean
-	}
-	u, err := inverseCholeskyUpper(h, k, l.threads)
-	if err != nil {
-		return nil, err
-	}
-	tp := l.plan
-	grid, _ := tp.Spec.IntGrid()
-	layout, err := quant.NewLayout(l.shape, tp.Axis, tp.BlockSize)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(l.w))
-	// The outputs are independent: each is rounded feature by feature.
-	parallelRows(l.threads, l.n, func(n int) {
-		w := make([]float64, k)
-		for i := range k {
-			w[i] = float64(l.w[l.at(i, n)])
-		}
-		for i := range k {
-			idx := l.at(i, n)
-			g := layout.Of(idx)
-			scale, zp := tp.Params.Scales[g], int64(tp.Params.ZeroPoints[g])
-			q := quant.Dequantize(quant.Int(float32(w[i]), scale, zp, grid.QMin, grid.QMax), zp, scale)
-			out[idx] = q
-			e := (w[i] - float64(q)) / u[i*k+i]
-			row := u[i*k : (i+1)*k]
-			for j := i + 1; j < k; j++ {
-				w[j] -= e * row[j]
-			}
-		}
-	})
-	return out, nil
-}
-
-// inverseCholeskyUpper returns the upper triangular U with H⁻¹ = UᵀU, for
-// a symmetric positive definite H (k×k, row-major; overwritten).
-func inverseCholeskyUpper(h []float64, k, threads int) ([]float64, error) {
-	if err := choleskyLower(h, k, threads); err != nil {
-		return nil, fmt.Errorf("the dampened Hessian: %w", err)
-	}
-	// L⁻¹, lower triangular, by forward substitution.
-	inv := make([]float64, k*k)
-	for j := range k {
-		inv[j*k+j] = 1 / h[j*k+j]
-		for i := j + 1; i < k; i++ {
-			var s float64
-			for p := j; p < i; p++ {
-				s += h[i*k+p] * inv[p*k+j]
-			}
-			inv[i*k+j] = -s / h[i*k+i]
-		}
-	}
-	// H⁻¹ = L⁻ᵀ L⁻¹.
-	hinv := make([]float64, k*k)
-	parallelRows(threads, k, func(i int) {
-		for j := i; j < k; j++ {
-			var s float64
-			for p := j; p < k; p++ {
-				s += inv[p*k+i] * inv[p*k+j]
-			}
-			hinv[i*k+j] = s
-			hinv[j*k+i] = s
-		}
-	})
-	if err := choleskyLower(hinv, k, threads); err != nil {
-		return nil, fmt.Errorf("the inverse Hessian: %w", err)
-	}
-	u := make([]float64, k*k)
-	for i := range k {
-		for j := i; j < k; j++ {
-			u[i*k+j] = hinv[j*k+i]
-		}
-	}
-	return u, nil
-}
-
-// choleskyLower factors a symmetric positive definite a = LLᵀ in place
-// (L in the lower triangle; the upper is left as is).
-func choleskyLower(a []float64, k, threads int) error {
-	for j := range k {
-		s := a[j*k+j]
-		for p := range j {
-			s -= a[j*k+p] * a[j*k+p]
-		}
-		if !(s > 0) || math.IsInf(s, 0) {
-			return fmt.Errorf("not positive definite at row %d of %d", j, k)
-		}
-		d := math.Sqrt(s)
-		a[j*k+j] = d
-		rj := a[j*k : j*k+j]
-		parallelRowsFrom(threads, j+1, k, func(i int) {
-			ri := a[i*k : i*k+j]
-			v := a[i*k+j]
-			for p := range ri {
-				v -= ri[p] * rj[p]
-			}
-			a[i*k+j] = v / d
-		})
-	}
-	return nil
-}
-
-// parallelRowsFrom is parallelRows over [from, to), serial when short.
-func parallelRowsFrom(threads, from, to int, fn func(i int)) {
-	if to-from < 64 {
-		for i := from; i < to; i++ {
-			fn(i)
-		}
-		return
-	}
-	parallelRows(threads, to-from, func(i int) { fn(from + i) })
 }
