@@ -9,6 +9,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -75,11 +76,8 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
-	m := u.Model
 	var layers []*gptqLayer
-	grams := map[string]*gramAccumulator{}
-	var taps []string
-	for _, n := range m.Graph.AllNodes() {
+	for _, n := range u.Model.Graph.AllNodes() {
 		l, why, err := gptqLayerOf(u, n, cfg)
 		if err != nil {
 			return err
@@ -87,24 +85,83 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 		if why != "" {
 			u.Layers = append(u.Layers, LayerReport{Algorithm: gptqAlgorithmName, Node: n.Name, OpType: n.OpType, Measure: "output", Skipped: why})
 		}
-		if l == nil {
-			continue
+		if l != nil {
+			layers = append(layers, l)
 		}
-		in := n.Inputs[0].Name
-		g := grams[in]
-		if g == nil {
-			g = &gramAccumulator{value: in, k: l.k, sum: make([]float64, l.k*l.k), threads: u.Data.Runtime.Threads}
-			grams[in] = g
-			taps = append(taps, in)
-		} else if g.k != l.k {
-			return fmt.Errorf("%s: %s: input %q has %d features for one layer and %d for another", gptqAlgorithmName, n, in, g.k, l.k)
-		}
-		l.xtx = g
-		g.users++
-		layers = append(layers, l)
 	}
 	if len(layers) == 0 {
 		return nil
+	}
+	byNode := map[*onnxgraph.Node]*gptqLayer{}
+	for _, l := range layers {
+		byNode[l.node] = l
+	}
+	blocks, why := planBlocks(u.Model.Graph, func(n *onnxgraph.Node) bool { return byNode[n] != nil })
+	if blocks == nil {
+		u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("%s: every layer calibrated at once on the float model's activations, not block by block: %s", gptqAlgorithmName, why))
+		if err := gptqCollect(layers, u.Data.Runtime.Threads, func(taps []string, tap runtime.Tap, after func() error) error {
+			return u.Data.forEachBatch(ctx, u.Model, cfg.Samples, taps, tap, after)
+		}); err != nil {
+			return err
+		}
+		return gptqRoundAll(ctx, u, cfg, layers)
+	}
+	u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("%s: block by block (%d blocks): each block's layers calibrated on the outputs of the blocks before it, already rounded", gptqAlgorithmName, len(blocks)))
+	r, err := newBlockRunner(u, blocks, cfg.Samples)
+	if err != nil {
+		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
+	}
+	for _, b := range blocks {
+		var bl []*gptqLayer
+		for _, n := range b.layers {
+			bl = append(bl, byNode[n])
+		}
+		collect := func(taps []string, tap runtime.Tap, after func() error) error {
+			return r.run(ctx, b, taps, tap, after, false)
+		}
+		if gptqWholeModelBlocks {
+			collect = func(taps []string, tap runtime.Tap, after func() error) error {
+				return u.Data.forEachBatch(ctx, u.Model, cfg.Samples, taps, tap, after)
+			}
+		}
+		if err := gptqCollect(bl, u.Data.Runtime.Threads, collect); err != nil {
+			return err
+		}
+		if err := gptqRoundAll(ctx, u, cfg, bl); err != nil {
+			return err
+		}
+		if b.index < len(blocks)-1 && !gptqWholeModelBlocks {
+			if err := r.run(ctx, b, nil, nil, nil, true); err != nil {
+				return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
+			}
+		}
+	}
+	return nil
+}
+
+// gptqWholeModelBlocks, when set, makes block-by-block GPTQ collect each
+// block's layer inputs by running the whole model with the weights rounded
+// so far, instead of the block runner: the slow reference the tests hold
+// the block runner to.
+var gptqWholeModelBlocks bool
+
+// gptqCollect gives each layer the XᵀX of its input, one accumulator per
+// distinct input, summed over the batches run feeds to the tap.
+func gptqCollect(layers []*gptqLayer, threads int, run func(taps []string, tap runtime.Tap, after func() error) error) error {
+	grams := map[string]*gramAccumulator{}
+	var taps []string
+	for _, l := range layers {
+		in := l.node.Inputs[0].Name
+		g := grams[in]
+		if g == nil {
+			g = &gramAccumulator{value: in, k: l.k, sum: make([]float64, l.k*l.k), threads: threads}
+			grams[in] = g
+			taps = append(taps, in)
+		} else if g.k != l.k {
+			return fmt.Errorf("%s: %s: input %q has %d features for one layer and %d for another", gptqAlgorithmName, l.node, in, g.k, l.k)
+		}
+		l.xtx = g
+		g.users++
 	}
 	var tapErr error
 	tap := func(name string, t *tensor.Tensor) {
@@ -120,13 +177,17 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 			tapErr = fmt.Errorf("value %q: %w", name, err)
 		}
 	}
-	after := func() error { return tapErr }
-	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, after); err != nil {
+	if err := run(taps, tap, func() error { return tapErr }); err != nil {
 		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 	}
 	for _, g := range grams {
 		g.release()
 	}
+	return nil
+}
+
+// gptqRoundAll rounds the layers, each on its collected XᵀX, and reports them.
+func gptqRoundAll(ctx context.Context, u *Unit, cfg *config.GPTQ, layers []*gptqLayer) error {
 	for _, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -185,14 +246,12 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 	case u.roundedWeights[wv.Name] != nil:
 		return nil, "already rounded by adaround", nil
 	}
-	w, shape, err := constFloats(u.Model, wv)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: weight %q: %w", n, wv.Name, err)
+	dims := wv.Const.GetDims()
+	if len(dims) != 2 {
+		return nil, fmt.Sprintf("weight of rank %d, want a matrix", len(dims)), nil
 	}
-	if len(shape) != 2 {
-		return nil, fmt.Sprintf("weight of rank %d, want a matrix", len(shape)), nil
-	}
-	l := &gptqLayer{node: n, weight: wv, plan: tp, w: w, shape: shape, k: shape[0], n: shape[1], threads: u.Data.Runtime.Threads}
+	shape := []int{int(dims[0]), int(dims[1])}
+	l := &gptqLayer{node: n, weight: wv, plan: tp, shape: shape, k: shape[0], n: shape[1], threads: u.Data.Runtime.Threads}
 	if a := n.Attr("transB"); n.OpType == "Gemm" && a != nil && a.GetI() != 0 {
 		l.transposed, l.k, l.n = true, shape[1], shape[0]
 	}
@@ -205,6 +264,14 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	rep := LayerReport{Algorithm: gptqAlgorithmName, Node: l.node.Name, OpType: l.node.OpType, Measure: "output"}
 	tp := l.plan
+	// The weight is decoded now and dropped after: a large model's
+	// weights are never all in memory at once.
+	w, _, err := constFloats(u.Model, l.weight)
+	if err != nil {
+		return rep, err
+	}
+	l.w = w
+	defer func() { l.w = nil }()
 	rtn, err := finalize.FakeQuantize(l.w, l.shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
 	if err != nil {
 		return rep, err
@@ -231,9 +298,12 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	if err := setConst(u.Model, l.weight, g, l.shape); err != nil {
 		return rep, err
 	}
-	if u.roundedWeights == nil {
-		u.roundedWeights = map[string][]float32{}
+	if u.Algorithms.BiasCorrection != nil {
+		// Bias correction measures the error against the float weight.
+		if u.roundedWeights == nil {
+			u.roundedWeights = map[string][]float32{}
+		}
+		u.roundedWeights[l.weight.Name] = l.w
 	}
-	u.roundedWeights[l.weight.Name] = l.w
 	return rep, nil
 }
