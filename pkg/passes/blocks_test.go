@@ -9,10 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/coreaiq/coreaiq/internal/testmodels/llama"
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -190,6 +189,14 @@ func blockIndex(blocks []*graphBlock, n *onnxgraph.Node) int {
 	return -1
 }
 
+func tensorShape(dims []int64) []int {
+	out := make([]int, len(dims))
+	for i, d := range dims {
+		out[i] = int(d)
+	}
+	return out
+}
+
 func keys(m map[string]*tensor.Tensor) []string {
 	var out []string
 	for k := range m {
@@ -200,15 +207,14 @@ func keys(m map[string]*tensor.Tensor) []string {
 
 // gptqDecoder quantizes the generated decoder's projections to int4 per
 // block of 16 with GPTQ on 12 sequences of 16 random tokens (fixed seeds).
-func gptqDecoder(t *testing.T, threads int) *Unit {
+func gptqDecoder(t *testing.T, c llama.Config, threads int, scratch *onnxgraph.Scratch) *Unit {
 	t.Helper()
 	text := "quantization_config:\n  global_config:\n    op_input_spec: null\n    op_output_spec: null\n    op_state_spec:\n      weight: {dtype: int4, qscheme: symmetric, granularity: {type: per_block, block_size: 16}}\nalgorithms:\n  gptq: true\n"
 	cfg, err := config.Parse([]byte(text), "w4.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := llama.Tiny()
-	u := &Unit{Model: tinyDecoder(t, c), Config: cfg.Quant, Algorithms: cfg.Algorithms,
+	u := &Unit{Model: tinyDecoder(t, c), Config: cfg.Quant, Algorithms: cfg.Algorithms, Write: finalize.Options{Scratch: scratch},
 		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		},
@@ -236,9 +242,9 @@ func gptqReports(u *Unit) map[string]LayerReport {
 // good as round-to-nearest, the same reported errors within float
 // rounding and all but a few codes equal.
 func TestGPTQBlocksMatchWholeModelSequential(t *testing.T) {
-	blocked := gptqDecoder(t, 2)
+	blocked := gptqDecoder(t, llama.Tiny(), 2, nil)
 	gptqWholeModelBlocks = true
-	whole := gptqDecoder(t, 2)
+	whole := gptqDecoder(t, llama.Tiny(), 2, nil)
 	gptqWholeModelBlocks = false
 	rb, rw := gptqReports(blocked), gptqReports(whole)
 	if len(rb) != 15 || len(rb) != len(rw) {
@@ -283,12 +289,38 @@ func TestGPTQBlocksMatchWholeModelSequential(t *testing.T) {
 }
 
 // TestGPTQBlocksDeterministic checks that block-by-block GPTQ writes
-// byte-identical models across thread counts.
+// byte-identical models across thread counts, and with the rounded
+// weights moved to a scratch file as they are made (a decoder of width
+// 128, whose weights are large enough to move).
 func TestGPTQBlocksDeterministic(t *testing.T) {
+	c := llama.Tiny()
+	c.Hidden, c.Intermediate = 128, 256
 	var outs [][]byte
-	for _, threads := range []int{1, 2, 3} {
-		u := gptqDecoder(t, threads)
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
+	for _, run := range []struct {
+		threads int
+		scratch bool
+	}{{1, false}, {2, false}, {3, false}, {2, true}} {
+		var scratch *onnxgraph.Scratch
+		if run.scratch {
+			s, err := onnxgraph.NewScratch(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			scratch = s
+		}
+		u := gptqDecoder(t, c, run.threads, scratch)
+		if run.scratch {
+			// Every rounded weight of 64 KiB or more.
+			for node := range gptqReports(u) {
+				w := u.Model.Graph.Node(node).Inputs[1]
+				large := 4*tensor.NumElements(tensorShape(w.Const.GetDims())) >= 64<<10
+				if u.Model.InStore(w.Const) != large {
+					t.Errorf("%s: weight %q of %v in the scratch file: %v", node, w.Name, w.Const.GetDims(), !large)
+				}
+			}
+		}
+		b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +328,7 @@ func TestGPTQBlocksDeterministic(t *testing.T) {
 	}
 	for i := 1; i < len(outs); i++ {
 		if !bytes.Equal(outs[0], outs[i]) {
-			t.Fatalf("thread count %d wrote a different model", i+1)
+			t.Fatalf("run %d wrote a different model", i)
 		}
 	}
 }

@@ -76,6 +76,16 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
+	if s := u.Write.Scratch; s != nil {
+		// The rounded weights go to the writer's scratch file as they
+		// are made (see round): the model reads them back from there.
+		m, err := u.Model.Derive(u.Model.Proto, s)
+		if err != nil {
+			return err
+		}
+		m.Path = u.Model.Path
+		u.Model = m
+	}
 	var layers []*gptqLayer
 	for _, n := range u.Model.Graph.AllNodes() {
 		l, why, err := gptqLayerOf(u, n, cfg)
@@ -296,6 +306,9 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	rep.After = sqnrDB(signal, errGPTQ)
 	rep.Note = fmt.Sprintf("%d calibration rows", l.xtx.rows)
 	if err := setConst(u.Model, l.weight, g, l.shape); err != nil {
+		return rep, err
+	}
+	if err := u.Write.Scratch.Move(l.weight.Const); err != nil {
 		return rep, err
 	}
 	if u.Algorithms.BiasCorrection != nil {
