@@ -68,8 +68,8 @@ func planBlocks(g *onnxgraph.Graph, isLayer func(*onnxgraph.Node) bool) ([]*grap
 			}
 		}
 	}
-	if firstLayer == nil {
-		return nil, "no layer to round"
+	if layers < 2 {
+		return nil, "a single layer, nothing to sequence"
 	}
 	// Before the first layer the stream is what feeds it: the values
 	// computed on the way to its input count as the stream too.
@@ -86,9 +86,6 @@ func planBlocks(g *onnxgraph.Graph, isLayer func(*onnxgraph.Node) bool) ([]*grap
 	}
 	for _, v := range nodeReads(firstLayer) {
 		walk(v)
-	}
-	if layers < 2 {
-		return nil, fmt.Sprintf("%d layer(s) to round", layers)
 	}
 	// crossing[p]: the stream values computed before node p and read at
 	// or after it.
