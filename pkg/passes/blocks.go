@@ -175,6 +175,9 @@ type blockRunner struct {
 	held []map[string]*tensor.Tensor
 	// lastBlock is the last block that reads a value.
 	lastBlock map[string]int
+	// types are the graph's element types, for the blocks' inputs and
+	// outputs that the model declares none for (ONNX Runtime needs them).
+	types map[string]tensor.DType
 	// open counts the block sessions alive (tests check that it stays at
 	// most one).
 	open, maxOpen int
@@ -183,7 +186,7 @@ type blockRunner struct {
 // newBlockRunner reads the calibration batches (at most samples samples)
 // of the graph inputs the blocks read.
 func newBlockRunner(u *Unit, blocks []*graphBlock, samples int) (*blockRunner, error) {
-	r := &blockRunner{u: u, blocks: blocks, lastBlock: map[string]int{}}
+	r := &blockRunner{u: u, blocks: blocks, lastBlock: map[string]int{}, types: elemTypes(u.Model.Graph)}
 	for _, b := range blocks {
 		for _, v := range b.inputs {
 			r.lastBlock[v.Name] = b.index
@@ -312,7 +315,7 @@ func (r *blockRunner) subModel(b *graphBlock) (*onnxgraph.Model, error) {
 		}
 	}
 	for _, v := range b.inputs {
-		gp.Input = append(gp.Input, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: v.Type})
+		gp.Input = append(gp.Input, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: r.typeOf(v)})
 	}
 	outs := b.outputs
 	if len(outs) == 0 {
@@ -320,7 +323,7 @@ func (r *blockRunner) subModel(b *graphBlock) (*onnxgraph.Model, error) {
 		outs = []*onnxgraph.Value{b.nodes[len(b.nodes)-1].Outputs[0]}
 	}
 	for _, v := range outs {
-		gp.Output = append(gp.Output, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: v.Type})
+		gp.Output = append(gp.Output, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: r.typeOf(v)})
 	}
 	mp := &onnxpb.ModelProto{
 		IrVersion:    m.Proto.IrVersion,
@@ -330,6 +333,24 @@ func (r *blockRunner) subModel(b *graphBlock) (*onnxgraph.Model, error) {
 		Graph:        gp,
 	}
 	return m.Derive(mp, nil)
+}
+
+// typeOf is v's declared type, else its element type as the graph's
+// types tell it, else as held (a block's input), else none.
+func (r *blockRunner) typeOf(v *onnxgraph.Value) *onnxpb.TypeProto {
+	if v.Type != nil {
+		return v.Type
+	}
+	dt := r.types[v.Name]
+	if dt == tensor.Undefined && len(r.held) > 0 {
+		if t := r.held[0][v.Name]; t != nil {
+			dt = t.DType
+		}
+	}
+	if dt == tensor.Undefined {
+		return nil
+	}
+	return &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(dt))}}}
 }
 
 // shallowRenamed is t under another name, sharing its data.

@@ -102,14 +102,17 @@ func TestPlanBlocks(t *testing.T) {
 // each block reads are those of the whole model run on the same batches
 // within float rounding, that one block session is alive at a time, and
 // that each cut holds only what later blocks read.
-func TestBlockRunnerMatchesWholeModel(t *testing.T) {
+func TestBlockRunnerMatchesWholeModel(t *testing.T) { checkBlockRunner(t, "go") }
+
+// checkBlockRunner is TestBlockRunnerMatchesWholeModel on an engine.
+func checkBlockRunner(t *testing.T, engine string) {
 	m := tinyDecoder(t, llama.Tiny())
 	blocks, why := planBlocks(m.Graph, isProjection)
 	if blocks == nil {
 		t.Fatal(why)
 	}
 	src := newTokenSource(3, 7, 12, llama.Tiny().Vocab)
-	u := &Unit{Model: m, Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 2}, Source: src, BatchSize: 3}}
+	u := &Unit{Model: m, Data: &AlgorithmData{Engine: engine, Runtime: runtime.Options{Threads: 2}, Source: src, BatchSize: 3}}
 	var taps []string
 	for _, b := range blocks {
 		for _, n := range b.layers {
