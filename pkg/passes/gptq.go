@@ -62,16 +62,22 @@ func parallelRows(threads, n int, fn func(i int)) {
 // Quantization for Generative Pre-trained Transformers", 2023) with the
 // qparams prepare chose: for every MatMul and Gemm whose constant weight
 // the plan quantizes to an integer grid, it collects H = XᵀX of the
-// layer's float input on calibration data, dampens it by damp·mean(diag H),
+// layer's input on calibration data, dampens it by damp·mean(diag H),
 // and rounds the weight one input feature at a time, each rounding error
 // spread over the features not yet rounded through the Cholesky factor of
 // H⁻¹ (gptqRound: in lazy batches, the products in the SGEMM kernels).
 // The rounded values are written back into the float weight, which
 // finalize then quantizes to the same codes. A layer keeps round-to-nearest
 // when GPTQ does not lower its error ‖X(W − Ŵ)‖² (the report says so).
-// Memory holds one K×K matrix per distinct layer input, and one batch;
-// each is factored once for the layers that share it and freed after
-// the last of them.
+//
+// Where planBlocks finds blocks, the layers go block by block: each
+// block's inputs are the outputs of the blocks before it with their
+// weights rounded, run by the block runner, which holds the activations
+// crossing the current cut for all calibration samples and decodes one
+// block's weights at a time. Elsewhere the float model runs once for all
+// layers. Memory holds one K×K matrix per distinct input of the layers
+// being rounded (all of them on the whole-model path), each factored once
+// for the layers that share it and freed after the last of them.
 func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
