@@ -288,20 +288,23 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	}
 	l.w = w
 	defer func() { l.w = nil }()
-	rtn, err := finalize.FakeQuantize(l.w, l.shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
-	if err != nil {
-		return rep, err
-	}
 	f, err := l.xtx.factorize(damp)
 	if err != nil {
 		return rep, err
 	}
-	g, err := gptqRound(l, f.u)
+	// Round-to-nearest's error first: its weight is dead (collectable)
+	// before GPTQ's working copies are made, one copy fewer at the peak
+	// of a vocabulary head, a decoder's largest weight.
+	rtn, err := finalize.FakeQuantize(l.w, l.shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
 	if err != nil {
 		return rep, err
 	}
 	signal := l.weightedSquare(f.h32, l.w, nil)
 	errRTN := l.weightedSquare(f.h32, l.w, rtn)
+	g, err := gptqRound(l, f.u)
+	if err != nil {
+		return rep, err
+	}
 	errGPTQ := l.weightedSquare(f.h32, l.w, g)
 	rep.Before = sqnrDB(signal, errRTN)
 	if errGPTQ >= errRTN {
