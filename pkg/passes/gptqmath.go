@@ -81,6 +81,18 @@ func (g *gramAccumulator) add(x []float32, shape []int) error {
 	return nil
 }
 
+// full returns the symmetric matrix (the sum keeps the upper triangle).
+func (g *gramAccumulator) full() []float64 {
+	k := g.k
+	h := make([]float64, k*k)
+	for i := range k {
+		for j := i; j < k; j++ {
+			h[i*k+j], h[j*k+i] = g.sum[i*k+j], g.sum[i*k+j]
+		}
+	}
+	return h
+}
+
 // release drops the scratch buffer once the data is in.
 func (g *gramAccumulator) release() { g.scratch = nil }
 
