@@ -8,6 +8,15 @@
 // 10·log10(Σw²/Σ(w−ŵ)²) over all of them, read back from the written
 // MatMulNBits initializers. Medians close each binary's rows.
 //
+// With -gptq it runs the w4-accurate preset (GPTQ) instead, on 32
+// sequences of 128 token ids (seeded, written as an .npy of int64), and
+// prints besides wall, user and peak RSS the per-layer reconstruction
+// error GPTQ reached against round-to-nearest, from the report: how many
+// layers GPTQ touched, on how many its weighted error ‖X(W − Ŵ)‖² is
+// below round-to-nearest's, and the worst ratio of the two.
+//
+//	go run ./bench/llm -coreaiq /tmp/coreaiq -sizes 168m -external -gptq
+//
 //	go build -o /tmp/coreaiq ./cmd/coreaiq
 //	go run ./bench/llm -coreaiq /tmp/coreaiq -sizes 168m,1.26b -external
 //	go run ./bench/llm -coreaiq /tmp/new,/tmp/old -sizes 168m -repeat 3
@@ -16,9 +25,11 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +41,13 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
+)
+
+// The -gptq calibration data: sequences × tokens of ids.
+const (
+	gptqSequences = 32
+	gptqTokens    = 128
 )
 
 func main() {
@@ -40,8 +58,12 @@ func main() {
 	preset := flag.String("preset", "w4", "preset")
 	repeat := flag.Int("repeat", 1, "runs per binary")
 	work := flag.String("work", "", "folder for the models (default: a temporary one, removed at the end)")
+	gptq := flag.Bool("gptq", false, fmt.Sprintf("GPTQ (preset w4-accurate) on %d sequences of %d token ids, with the per-layer error against round-to-nearest", gptqSequences, gptqTokens))
 	flag.Parse()
-	if err := run(strings.Split(*bins, ","), strings.Split(*sizes, ","), *fp16, *external, *preset, *repeat, *work); err != nil {
+	if *gptq {
+		*preset = "w4-accurate"
+	}
+	if err := run(strings.Split(*bins, ","), strings.Split(*sizes, ","), *fp16, *external, *preset, *repeat, *work, *gptq); err != nil {
 		fmt.Fprintln(os.Stderr, "llm:", err)
 		os.Exit(1)
 	}
@@ -51,9 +73,24 @@ type result struct {
 	wall, user time.Duration
 	rssMiB     float64
 	sqnr       float64
+	layers     layerErrors
 }
 
-func run(bins, sizes []string, fp16, external bool, preset string, repeat int, work string) error {
+// layerErrors sums up the GPTQ layer reports: layers touched, layers
+// whose error is below round-to-nearest's, and the worst error ratio.
+type layerErrors struct {
+	layers, improved int
+	worst            float64
+}
+
+func (e layerErrors) String() string {
+	if e.layers == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  GPTQ layers %d, error below round-to-nearest on %d, worst error ratio GPTQ/RTN %.3f", e.layers, e.improved, e.worst)
+}
+
+func run(bins, sizes []string, fp16, external bool, preset string, repeat int, work string, gptq bool) error {
 	if work == "" {
 		tmp, err := os.MkdirTemp("", "bench-llm")
 		if err != nil {
@@ -82,16 +119,24 @@ func run(bins, sizes []string, fp16, external bool, preset string, repeat int, w
 			return fmt.Errorf("llamagen: %w", err)
 		}
 		fmt.Printf("%s (%s, fp16 %v, external data %v, preset %s)\n", strings.TrimSpace(string(out)), size, fp16, external, preset)
+		var data string
+		if gptq {
+			data = filepath.Join(dir, "calib_input_ids.npy")
+			if err := writeTokenIDs(data, model); err != nil {
+				return err
+			}
+			fmt.Printf("  calibration: %d sequences x %d token ids\n", gptqSequences, gptqTokens)
+		}
 		results := make([][]result, len(bins))
 		for r := range repeat {
 			for i, bin := range bins {
-				res, err := quantize(bin, model, filepath.Join(dir, fmt.Sprintf("out%d", i), "llama.w4.onnx"), preset)
+				res, err := quantize(bin, model, filepath.Join(dir, fmt.Sprintf("out%d", i), "llama.w4.onnx"), preset, data)
 				if err != nil {
 					return err
 				}
 				results[i] = append(results[i], res)
-				fmt.Printf("  %-24s run %d: wall %7.2fs  user %7.2fs  peak RSS %7.1f MiB  weight SQNR %.3f dB\n",
-					filepath.Base(bin), r+1, res.wall.Seconds(), res.user.Seconds(), res.rssMiB, res.sqnr)
+				fmt.Printf("  %-24s run %d: wall %7.2fs  user %7.2fs  peak RSS %7.1f MiB  weight SQNR %.3f dB%s\n",
+					filepath.Base(bin), r+1, res.wall.Seconds(), res.user.Seconds(), res.rssMiB, res.sqnr, res.layers)
 			}
 		}
 		for i, bin := range bins {
@@ -117,11 +162,16 @@ func run(bins, sizes []string, fp16, external bool, preset string, repeat int, w
 	return nil
 }
 
-func quantize(bin, model, out, preset string) (result, error) {
+func quantize(bin, model, out, preset, data string) (result, error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return result{}, err
 	}
-	cmd := exec.Command(bin, "quantize", "--model", model, "--preset", preset, "--format", "ort-nbits", "-o", out)
+	report := out + ".report.json"
+	args := []string{"quantize", "--model", model, "--preset", preset, "--format", "ort-nbits", "-o", out, "--report", report}
+	if data != "" {
+		args = append(args, "--data", data)
+	}
+	cmd := exec.Command(bin, args...)
 	start := time.Now()
 	b, err := cmd.CombinedOutput()
 	wall := time.Since(start)
@@ -131,7 +181,87 @@ func quantize(bin, model, out, preset string) (result, error) {
 	res := result{wall: wall, user: cmd.ProcessState.UserTime(),
 		rssMiB: float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024}
 	res.sqnr, err = weightSQNR(model, out)
+	if err != nil {
+		return res, err
+	}
+	res.layers, err = gptqLayers(report)
 	return res, err
+}
+
+// writeTokenIDs writes the -gptq calibration data for model: ids drawn
+// uniformly below the vocabulary size (the last dimension of the
+// logits), from a fixed seed.
+func writeTokenIDs(path, model string) error {
+	m, err := onnxgraph.Load(model)
+	if err != nil {
+		return err
+	}
+	if len(m.Graph.Outputs) == 0 {
+		return fmt.Errorf("%s has no output", model)
+	}
+	dims, ok := m.Graph.Outputs[0].Shape()
+	if !ok || len(dims) == 0 || dims[len(dims)-1].Size <= 0 {
+		return fmt.Errorf("%s: output %q has no fixed vocabulary size", model, m.Graph.Outputs[0].Name)
+	}
+	vocab := int(dims[len(dims)-1].Size)
+	rng := rand.New(rand.NewPCG(2026, 128))
+	ids := make([]int64, gptqSequences*gptqTokens)
+	for i := range ids {
+		ids[i] = int64(rng.IntN(vocab))
+	}
+	return npy.WriteNPYFile(path, tensor.FromInt64(ids, gptqSequences, gptqTokens))
+}
+
+// reportDB is a report's figure in dB: a number, or "inf" / "-inf".
+type reportDB float64
+
+func (d *reportDB) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"inf"`:
+		*d = reportDB(math.Inf(1))
+		return nil
+	case `"-inf"`:
+		*d = reportDB(math.Inf(-1))
+		return nil
+	}
+	var f float64
+	err := json.Unmarshal(b, &f)
+	*d = reportDB(f)
+	return err
+}
+
+// gptqLayers reads the GPTQ layer reports of a quantize report: the local
+// SQNR of round-to-nearest (before) and of the result (after), both
+// against the same signal, so the error ratio is 10^((before − after)/10).
+func gptqLayers(path string) (layerErrors, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return layerErrors{}, err
+	}
+	var rep struct {
+		Algorithms []struct {
+			Algorithm string    `json:"algorithm"`
+			Before    *reportDB `json:"local_sqnr_before_db"`
+			After     *reportDB `json:"local_sqnr_after_db"`
+			Skipped   string    `json:"skipped"`
+		} `json:"algorithms"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return layerErrors{}, fmt.Errorf("%s: %w", path, err)
+	}
+	var e layerErrors
+	for _, a := range rep.Algorithms {
+		if a.Algorithm != "gptq" || a.Skipped != "" || a.Before == nil || a.After == nil {
+			continue
+		}
+		e.layers++
+		ratio := math.Pow(10, float64(*a.Before-*a.After)/10)
+		if ratio < 1 {
+			e.improved++
+		}
+		e.worst = max(e.worst, ratio)
+	}
+	return e, nil
 }
 
 // weightSQNR pairs each MatMulNBits node of the quantized model with the

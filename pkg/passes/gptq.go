@@ -3,14 +3,13 @@ package passes
 import (
 	"context"
 	"fmt"
-	"math"
 	goruntime "runtime"
 	"sync"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/quant"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -41,54 +40,6 @@ func (l *gptqLayer) at(k, n int) int {
 	return k*l.n + n
 }
 
-// gramAccumulator sums XᵀX (K×K, float64) over the rows of one value,
-// batch by batch: memory holds K² numbers, never the activations.
-type gramAccumulator struct {
-	value   string
-	k       int
-	sum     []float64
-	rows    int
-	threads int
-}
-
-// add accumulates the rows of x (its last axis of size k). Row i of the
-// sum is computed by one goroutine over the rows in order, so the result
-// does not depend on the number of threads.
-func (g *gramAccumulator) add(x []float32, shape []int) error {
-	if len(shape) == 0 || shape[len(shape)-1] != g.k {
-		return fmt.Errorf("value %q of shape %v: want %d features on the last axis", g.value, shape, g.k)
-	}
-	rows := len(x) / g.k
-	k := g.k
-	parallelRows(g.threads, k, func(i int) {
-		out := g.sum[i*k : (i+1)*k]
-		for r := range rows {
-			row := x[r*k : (r+1)*k]
-			xi := float64(row[i])
-			if xi == 0 {
-				continue
-			}
-			for j := i; j < k; j++ {
-				out[j] += xi * float64(row[j])
-			}
-		}
-	})
-	g.rows += rows
-	return nil
-}
-
-// full returns the symmetric matrix (the accumulation fills j ≥ i).
-func (g *gramAccumulator) full() []float64 {
-	k := g.k
-	h := append([]float64(nil), g.sum...)
-	for i := range k {
-		for j := range i {
-			h[i*k+j] = h[j*k+i]
-		}
-	}
-	return h
-}
-
 // parallelRows calls fn(i) for i in [0, n) on threads goroutines (0: one
 // per CPU), each i once.
 func parallelRows(threads, n int, fn func(i int)) {
@@ -111,22 +62,38 @@ func parallelRows(threads, n int, fn func(i int)) {
 // Quantization for Generative Pre-trained Transformers", 2023) with the
 // qparams prepare chose: for every MatMul and Gemm whose constant weight
 // the plan quantizes to an integer grid, it collects H = XᵀX of the
-// layer's float input on calibration data, dampens it by damp·mean(diag H),
+// layer's input on calibration data, dampens it by damp·mean(diag H),
 // and rounds the weight one input feature at a time, each rounding error
 // spread over the features not yet rounded through the Cholesky factor of
-// H⁻¹. The rounded values are written back into the float weight, which
+// H⁻¹ (gptqRound: in lazy batches, the products in the SGEMM kernels).
+// The rounded values are written back into the float weight, which
 // finalize then quantizes to the same codes. A layer keeps round-to-nearest
 // when GPTQ does not lower its error ‖X(W − Ŵ)‖² (the report says so).
-// Memory holds one K×K matrix per distinct layer input, and one batch.
+//
+// Where planBlocks finds blocks, the layers go block by block: each
+// block's inputs are the outputs of the blocks before it with their
+// weights rounded, run by the block runner, which holds the activations
+// crossing the current cut for all calibration samples and decodes one
+// block's weights at a time. Elsewhere the float model runs once for all
+// layers. Memory holds one K×K matrix per distinct input of the layers
+// being rounded (all of them on the whole-model path), each factored once
+// for the layers that share it and freed after the last of them.
 func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
-	m := u.Model
+	if s := u.Write.Scratch; s != nil {
+		// The rounded weights go to the writer's scratch file as they
+		// are made (see round): the model reads them back from there.
+		m, err := u.Model.Derive(u.Model.Proto, s)
+		if err != nil {
+			return err
+		}
+		m.Path = u.Model.Path
+		u.Model = m
+	}
 	var layers []*gptqLayer
-	grams := map[string]*gramAccumulator{}
-	var taps []string
-	for _, n := range m.Graph.AllNodes() {
+	for _, n := range u.Model.Graph.AllNodes() {
 		l, why, err := gptqLayerOf(u, n, cfg)
 		if err != nil {
 			return err
@@ -134,23 +101,83 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 		if why != "" {
 			u.Layers = append(u.Layers, LayerReport{Algorithm: gptqAlgorithmName, Node: n.Name, OpType: n.OpType, Measure: "output", Skipped: why})
 		}
-		if l == nil {
-			continue
+		if l != nil {
+			layers = append(layers, l)
 		}
-		in := n.Inputs[0].Name
-		g := grams[in]
-		if g == nil {
-			g = &gramAccumulator{value: in, k: l.k, sum: make([]float64, l.k*l.k), threads: u.Data.Runtime.Threads}
-			grams[in] = g
-			taps = append(taps, in)
-		} else if g.k != l.k {
-			return fmt.Errorf("%s: %s: input %q has %d features for one layer and %d for another", gptqAlgorithmName, n, in, g.k, l.k)
-		}
-		l.xtx = g
-		layers = append(layers, l)
 	}
 	if len(layers) == 0 {
 		return nil
+	}
+	byNode := map[*onnxgraph.Node]*gptqLayer{}
+	for _, l := range layers {
+		byNode[l.node] = l
+	}
+	blocks, why := planBlocks(u.Model.Graph, func(n *onnxgraph.Node) bool { return byNode[n] != nil })
+	if blocks == nil {
+		u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("%s: every layer calibrated at once on the float model's activations, not block by block: %s", gptqAlgorithmName, why))
+		if err := gptqCollect(layers, u.Data.Runtime.Threads, func(taps []string, tap runtime.Tap, after func() error) error {
+			return u.Data.forEachBatch(ctx, u.Model, cfg.Samples, taps, tap, after)
+		}); err != nil {
+			return err
+		}
+		return gptqRoundAll(ctx, u, cfg, layers)
+	}
+	u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("%s: block by block (%d blocks): each block's layers calibrated on the outputs of the blocks before it, already rounded", gptqAlgorithmName, len(blocks)))
+	r, err := newBlockRunner(u, blocks, cfg.Samples)
+	if err != nil {
+		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
+	}
+	for _, b := range blocks {
+		var bl []*gptqLayer
+		for _, n := range b.layers {
+			bl = append(bl, byNode[n])
+		}
+		collect := func(taps []string, tap runtime.Tap, after func() error) error {
+			return r.run(ctx, b, taps, tap, after, false)
+		}
+		if gptqWholeModelBlocks {
+			collect = func(taps []string, tap runtime.Tap, after func() error) error {
+				return u.Data.forEachBatch(ctx, u.Model, cfg.Samples, taps, tap, after)
+			}
+		}
+		if err := gptqCollect(bl, u.Data.Runtime.Threads, collect); err != nil {
+			return err
+		}
+		if err := gptqRoundAll(ctx, u, cfg, bl); err != nil {
+			return err
+		}
+		if b.index < len(blocks)-1 && !gptqWholeModelBlocks {
+			if err := r.run(ctx, b, nil, nil, nil, true); err != nil {
+				return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
+			}
+		}
+	}
+	return nil
+}
+
+// gptqWholeModelBlocks, when set, makes block-by-block GPTQ collect each
+// block's layer inputs by running the whole model with the weights rounded
+// so far, instead of the block runner: the slow reference the tests hold
+// the block runner to.
+var gptqWholeModelBlocks bool
+
+// gptqCollect gives each layer the XᵀX of its input, one accumulator per
+// distinct input, summed over the batches run feeds to the tap.
+func gptqCollect(layers []*gptqLayer, threads int, run func(taps []string, tap runtime.Tap, after func() error) error) error {
+	grams := map[string]*gramAccumulator{}
+	var taps []string
+	for _, l := range layers {
+		in := l.node.Inputs[0].Name
+		g := grams[in]
+		if g == nil {
+			g = &gramAccumulator{value: in, k: l.k, sum: make([]float64, l.k*l.k), threads: threads}
+			grams[in] = g
+			taps = append(taps, in)
+		} else if g.k != l.k {
+			return fmt.Errorf("%s: %s: input %q has %d features for one layer and %d for another", gptqAlgorithmName, l.node, in, g.k, l.k)
+		}
+		l.xtx = g
+		g.users++
 	}
 	var tapErr error
 	tap := func(name string, t *tensor.Tensor) {
@@ -166,15 +193,23 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 			tapErr = fmt.Errorf("value %q: %w", name, err)
 		}
 	}
-	after := func() error { return tapErr }
-	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, after); err != nil {
+	if err := run(taps, tap, func() error { return tapErr }); err != nil {
 		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 	}
+	for _, g := range grams {
+		g.release()
+	}
+	return nil
+}
+
+// gptqRoundAll rounds the layers, each on its collected XᵀX, and reports them.
+func gptqRoundAll(ctx context.Context, u *Unit, cfg *config.GPTQ, layers []*gptqLayer) error {
 	for _, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rep, err := l.round(u, cfg.Damp)
+		l.xtx.done()
 		if err != nil {
 			return fmt.Errorf("%s: %s: weight %q: %w", gptqAlgorithmName, l.node, l.weight.Name, err)
 		}
@@ -227,14 +262,12 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 	case u.roundedWeights[wv.Name] != nil:
 		return nil, "already rounded by adaround", nil
 	}
-	w, shape, err := constFloats(u.Model, wv)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: weight %q: %w", n, wv.Name, err)
+	dims := wv.Const.GetDims()
+	if len(dims) != 2 {
+		return nil, fmt.Sprintf("weight of rank %d, want a matrix", len(dims)), nil
 	}
-	if len(shape) != 2 {
-		return nil, fmt.Sprintf("weight of rank %d, want a matrix", len(shape)), nil
-	}
-	l := &gptqLayer{node: n, weight: wv, plan: tp, w: w, shape: shape, k: shape[0], n: shape[1], threads: u.Data.Runtime.Threads}
+	shape := []int{int(dims[0]), int(dims[1])}
+	l := &gptqLayer{node: n, weight: wv, plan: tp, shape: shape, k: shape[0], n: shape[1], threads: u.Data.Runtime.Threads}
 	if a := n.Attr("transB"); n.OpType == "Gemm" && a != nil && a.GetI() != 0 {
 		l.transposed, l.k, l.n = true, shape[1], shape[0]
 	}
@@ -247,18 +280,32 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	rep := LayerReport{Algorithm: gptqAlgorithmName, Node: l.node.Name, OpType: l.node.OpType, Measure: "output"}
 	tp := l.plan
+	// The weight is decoded now and dropped after: a large model's
+	// weights are never all in memory at once.
+	w, _, err := constFloats(u.Model, l.weight)
+	if err != nil {
+		return rep, err
+	}
+	l.w = w
+	defer func() { l.w = nil }()
+	f, err := l.xtx.factorize(damp)
+	if err != nil {
+		return rep, err
+	}
+	// Round-to-nearest's error first: its weight is dead (collectable)
+	// before GPTQ's working copies are made, one copy fewer at the peak
+	// of a vocabulary head, a decoder's largest weight.
 	rtn, err := finalize.FakeQuantize(l.w, l.shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
 	if err != nil {
 		return rep, err
 	}
-	xtx := l.xtx.full()
-	g, err := gptqRound(l, xtx, damp)
+	signal := l.weightedSquare(f.h32, l.w, nil)
+	errRTN := l.weightedSquare(f.h32, l.w, rtn)
+	g, err := gptqRound(l, f.u)
 	if err != nil {
 		return rep, err
 	}
-	signal := l.weightedSquare(xtx, l.w, nil)
-	errRTN := l.weightedSquare(xtx, l.w, rtn)
-	errGPTQ := l.weightedSquare(xtx, l.w, g)
+	errGPTQ := l.weightedSquare(f.h32, l.w, g)
 	rep.Before = sqnrDB(signal, errRTN)
 	if errGPTQ >= errRTN {
 		rep.After = rep.Before
@@ -270,170 +317,15 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	if err := setConst(u.Model, l.weight, g, l.shape); err != nil {
 		return rep, err
 	}
-	if u.roundedWeights == nil {
-		u.roundedWeights = map[string][]float32{}
+	if err := u.Write.Scratch.Move(l.weight.Const); err != nil {
+		return rep, err
 	}
-	u.roundedWeights[l.weight.Name] = l.w
+	if u.Algorithms.BiasCorrection != nil {
+		// Bias correction measures the error against the float weight.
+		if u.roundedWeights == nil {
+			u.roundedWeights = map[string][]float32{}
+		}
+		u.roundedWeights[l.weight.Name] = l.w
+	}
 	return rep, nil
-}
-
-// weightedSquare is ‖X(W − Ŵ)‖² = Σₙ δₙᵀ (XᵀX) δₙ over the outputs n, with
-// δ = w − q (q nil: ‖XW‖²).
-func (l *gptqLayer) weightedSquare(xtx []float64, w, q []float32) float64 {
-	k := l.k
-	parts := make([]float64, l.n)
-	parallelRows(l.threads, l.n, func(n int) {
-		d := make([]float64, k)
-		for i := range k {
-			d[i] = float64(w[l.at(i, n)])
-			if q != nil {
-				d[i] -= float64(q[l.at(i, n)])
-			}
-		}
-		var s float64
-		for i := range k {
-			var r float64
-			row := xtx[i*k : (i+1)*k]
-			for j := range k {
-				r += row[j] * d[j]
-			}
-			s += d[i] * r
-		}
-		parts[n] = s
-	})
-	var s float64
-	for _, p := range parts {
-		s += p
-	}
-	return s
-}
-
-// gptqRound returns the layer's weight rounded by GPTQ onto the plan's
-// grid, as dequantized values (each one a code of the plan's qparams).
-func gptqRound(l *gptqLayer, xtx []float64, damp float64) ([]float32, error) {
-	k := l.k
-	h := append([]float64(nil), xtx...)
-	var mean float64
-	for i := range k {
-		if h[i*k+i] == 0 {
-			// A feature the data never activates: its error costs nothing
-			// and spreads nowhere (its row and column are zero).
-			h[i*k+i] = 1
-		}
-		mean += h[i*k+i]
-	}
-	mean /= float64(k)
-	for i := range k {
-		h[i*k+i] += damp * mean
-	}
-	u, err := inverseCholeskyUpper(h, k, l.threads)
-	if err != nil {
-		return nil, err
-	}
-	tp := l.plan
-	grid, _ := tp.Spec.IntGrid()
-	layout, err := quant.NewLayout(l.shape, tp.Axis, tp.BlockSize)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(l.w))
-	// The outputs are independent: each is rounded feature by feature.
-	parallelRows(l.threads, l.n, func(n int) {
-		w := make([]float64, k)
-		for i := range k {
-			w[i] = float64(l.w[l.at(i, n)])
-		}
-		for i := range k {
-			idx := l.at(i, n)
-			g := layout.Of(idx)
-			scale, zp := tp.Params.Scales[g], int64(tp.Params.ZeroPoints[g])
-			q := quant.Dequantize(quant.Int(float32(w[i]), scale, zp, grid.QMin, grid.QMax), zp, scale)
-			out[idx] = q
-			e := (w[i] - float64(q)) / u[i*k+i]
-			row := u[i*k : (i+1)*k]
-			for j := i + 1; j < k; j++ {
-				w[j] -= e * row[j]
-			}
-		}
-	})
-	return out, nil
-}
-
-// inverseCholeskyUpper returns the upper triangular U with H⁻¹ = UᵀU, for
-// a symmetric positive definite H (k×k, row-major; overwritten).
-func inverseCholeskyUpper(h []float64, k, threads int) ([]float64, error) {
-	if err := choleskyLower(h, k, threads); err != nil {
-		return nil, fmt.Errorf("the dampened Hessian: %w", err)
-	}
-	// L⁻¹, lower triangular, by forward substitution.
-	inv := make([]float64, k*k)
-	for j := range k {
-		inv[j*k+j] = 1 / h[j*k+j]
-		for i := j + 1; i < k; i++ {
-			var s float64
-			for p := j; p < i; p++ {
-				s += h[i*k+p] * inv[p*k+j]
-			}
-			inv[i*k+j] = -s / h[i*k+i]
-		}
-	}
-	// H⁻¹ = L⁻ᵀ L⁻¹.
-	hinv := make([]float64, k*k)
-	parallelRows(threads, k, func(i int) {
-		for j := i; j < k; j++ {
-			var s float64
-			for p := j; p < k; p++ {
-				s += inv[p*k+i] * inv[p*k+j]
-			}
-			hinv[i*k+j] = s
-			hinv[j*k+i] = s
-		}
-	})
-	if err := choleskyLower(hinv, k, threads); err != nil {
-		return nil, fmt.Errorf("the inverse Hessian: %w", err)
-	}
-	u := make([]float64, k*k)
-	for i := range k {
-		for j := i; j < k; j++ {
-			u[i*k+j] = hinv[j*k+i]
-		}
-	}
-	return u, nil
-}
-
-// choleskyLower factors a symmetric positive definite a = LLᵀ in place
-// (L in the lower triangle; the upper is left as is).
-func choleskyLower(a []float64, k, threads int) error {
-	for j := range k {
-		s := a[j*k+j]
-		for p := range j {
-			s -= a[j*k+p] * a[j*k+p]
-		}
-		if !(s > 0) || math.IsInf(s, 0) {
-			return fmt.Errorf("not positive definite at row %d of %d", j, k)
-		}
-		d := math.Sqrt(s)
-		a[j*k+j] = d
-		rj := a[j*k : j*k+j]
-		parallelRowsFrom(threads, j+1, k, func(i int) {
-			ri := a[i*k : i*k+j]
-			v := a[i*k+j]
-			for p := range ri {
-				v -= ri[p] * rj[p]
-			}
-			a[i*k+j] = v / d
-		})
-	}
-	return nil
-}
-
-// parallelRowsFrom is parallelRows over [from, to), serial when short.
-func parallelRowsFrom(threads, from, to int, fn func(i int)) {
-	if to-from < 64 {
-		for i := from; i < to; i++ {
-			fn(i)
-		}
-		return
-	}
-	parallelRows(threads, to-from, func(i int) { fn(from + i) })
 }
