@@ -137,6 +137,11 @@ func Untie(m *onnxgraph.Model, ties []Tie, opts UntieOptions) (*onnxgraph.Model,
 		}
 		if tie.Transpose != nil {
 			drop[tie.Transpose.Index] = true
+			// Identity copies of the table that only fed the Transpose
+			// go with it.
+			for v := tie.Transpose.Inputs[0]; v.Producer != nil && len(v.Consumers) == 1 && !v.IsGraphOutput; v = v.Producer.Inputs[0] {
+				drop[v.Producer.Index] = true
+			}
 		}
 		g.Initializer = append(g.Initializer, w)
 		g.Node[tie.Head.Index].Input[1] = tie.Weight
