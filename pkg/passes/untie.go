@@ -30,23 +30,32 @@ func untieTables(u *Unit) error {
 	if err != nil {
 		return err
 	}
+	// A node the target runs in float keeps its weight float whatever
+	// the config says (an embedding Gather under ort-x86).
+	floatWhy := place(probe.Graph, res, u.Prepare.Target).floatWhy
+	stateSpec := func(node string, index int) *spec.QuantizationSpec {
+		if floatWhy[node] != "" {
+			return nil
+		}
+		return stateSpecOf(res, node, index)
+	}
 	var apart []finalize.Tie
 	for _, tie := range ties {
-		head := stateSpec(res, tie.Head.Name, 1)
+		head := stateSpec(tie.Head.Name, 1)
 		reads := tie.Head.String()
 		if tie.Transpose != nil {
 			reads += " through " + tie.Transpose.String()
 		}
 		differs := ""
 		for _, g := range tie.Gathers {
-			if s := stateSpec(res, g.Name, 0); !sameGroups(s, head, tie.Transpose != nil) {
+			if s := stateSpec(g.Name, 0); !sameGroups(s, head, tie.Transpose != nil) {
 				differs = fmt.Sprintf("%s gets %s, %s gets %s", g, specText(s), tie.Head, specText(head))
 				break
 			}
 		}
 		if differs == "" {
 			u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("embedding table %q, read by %s: kept tied, one table for both: the config gives both %s",
-				tie.Table.Name, reads, specText(stateSpec(res, tie.Gathers[0].Name, 0))))
+				tie.Table.Name, reads, specText(stateSpec(tie.Gathers[0].Name, 0))))
 			continue
 		}
 		apart = append(apart, tie)
@@ -64,9 +73,9 @@ func untieTables(u *Unit) error {
 	return nil
 }
 
-// stateSpec is the spec the resolution gives input index of node name as
-// a state, nil for none (float).
-func stateSpec(res *config.Resolution, name string, index int) *spec.QuantizationSpec {
+// stateSpecOf is the spec the resolution gives input index of node name
+// as a state, nil for none (float).
+func stateSpecOf(res *config.Resolution, name string, index int) *spec.QuantizationSpec {
 	nr := res.Node(name)
 	if nr == nil {
 		return nil
