@@ -145,6 +145,10 @@ func Untie(m *onnxgraph.Model, ties []Tie, opts UntieOptions) (*onnxgraph.Model,
 		}
 		g.Initializer = append(g.Initializer, w)
 		g.Node[tie.Head.Index].Input[1] = tie.Weight
+		if out.GetIrVersion() < 4 {
+			// Before IR 4 every initializer is a graph input too.
+			g.Input = append(g.Input, tensorInput(w))
+		}
 	}
 	nodes := g.Node[:0]
 	for i, n := range g.Node {
@@ -199,4 +203,15 @@ func transposedCopy(m *onnxgraph.Model, t *onnxpb.TensorProto, name string) (*on
 		}
 	}
 	return tensor.ToProto(dst, name)
+}
+
+// tensorInput declares initializer t as a graph input.
+func tensorInput(t *onnxpb.TensorProto) *onnxpb.ValueInfoProto {
+	shape := &onnxpb.TensorShapeProto{}
+	for _, d := range t.GetDims() {
+		shape.Dim = append(shape.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
+	}
+	return &onnxpb.ValueInfoProto{Name: proto.String(t.GetName()), Type: &onnxpb.TypeProto{
+		Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(t.GetDataType()), Shape: shape}},
+	}}
 }

@@ -5,15 +5,18 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // tiedModel builds ids [4] → Gather(E [10, 6]) → x [4, 6] → head → logits
 // [4, 10], the head reading E in the form given: "transpose" MatMul(x,
-// Transpose(E)), "identity" the same through an Identity copy of E,
+// Transpose(E)), "ir 3" the same in IR version 3, "identity" the same through an Identity copy of E,
 // "gemm" Gemm(x, E, transB=1); "transpose twice" adds a second reader of
 // the Transpose's output, "gather axis 1" gathers columns instead.
 func tiedModel(t *testing.T, form string) *onnxgraph.Model {
@@ -21,6 +24,11 @@ func tiedModel(t *testing.T, form string) *onnxgraph.Model {
 	b := testmodels.New("tied", 17)
 	b.Input("ids", tensor.Int64, 4).Output("logits", tensor.Float, 4, 10)
 	b.RandomInit("E", 0.5, 10, 6)
+	if form == "ir 3" {
+		// Before IR 4 every initializer is a graph input too.
+		b.Model.IrVersion = proto.Int64(3)
+		b.Input("E", tensor.Float, 10, 6)
+	}
 	gatherAxis := int64(0)
 	if form == "gather axis 1" {
 		gatherAxis = 1
@@ -60,6 +68,7 @@ func TestUntie(t *testing.T) {
 		form, weight string
 	}{
 		{"transpose", "Et"},
+		{"ir 3", "Et"},
 		{"identity", "Et"},
 		{"gemm", "lm_head.weight"},
 		{"transpose twice", ""},
@@ -101,6 +110,9 @@ func TestUntie(t *testing.T) {
 					if n.OpType == "Gather" && initializerOf(n.Inputs[0]).Name != "E" {
 						t.Errorf("shapeOnly=%v: the Gather reads %q, want the table", shapeOnly, n.Inputs[0].Name)
 					}
+				}
+				if tc.form == "ir 3" && !slices.ContainsFunc(um.Proto.Graph.Input, func(v *onnxpb.ValueInfoProto) bool { return v.GetName() == tc.weight }) {
+					t.Errorf("shapeOnly=%v: IR 3 and %q is no graph input", shapeOnly, tc.weight)
 				}
 				if shapeOnly {
 					continue
