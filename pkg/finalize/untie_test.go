@@ -16,9 +16,10 @@ import (
 
 // tiedModel builds ids [4] → Gather(E [10, 6]) → x [4, 6] → head → logits
 // [4, 10], the head reading E in the form given: "transpose" MatMul(x,
-// Transpose(E)), "ir 3" the same in IR version 3, "identity" the same through an Identity copy of E,
-// "gemm" Gemm(x, E, transB=1); "transpose twice" adds a second reader of
-// the Transpose's output, "gather axis 1" gathers columns instead.
+// Transpose(E)), "ir 3" the same in IR version 3, "identity" the same
+// through an Identity copy of E, "gemm" Gemm(x, E, transB=1); "transpose
+// twice" adds a second reader of the Transpose's output, "gather axis 1"
+// gathers columns instead.
 func tiedModel(t *testing.T, form string) *onnxgraph.Model {
 	t.Helper()
 	b := testmodels.New("tied", 17)
