@@ -52,8 +52,10 @@ type Calibrator func(ctx context.Context, m *onnxgraph.Model, plan *Plan) (Stats
 // the Plan they fill in.
 type Unit struct {
 	// Model is the model to quantize. The fold pass replaces it with a copy
-	// in which Constant nodes are initializers and BatchNormalization is
-	// folded into the preceding Conv (unless Prepare.KeepBatchNorm):
+	// in which Constant nodes are initializers, a tied lm_head that the
+	// config quantizes otherwise than its embedding reads a weight of its
+	// own (untieTables) and BatchNormalization is folded into the
+	// preceding Conv (unless Prepare.KeepBatchNorm):
 	// prepare, calibration and finalize work on that copy.
 	Model  *onnxgraph.Model
 	Config *config.QuantizerConfig
@@ -238,6 +240,9 @@ func foldPass(_ context.Context, u *Unit) error {
 		return err
 	}
 	u.Model = m
+	if err := untieTables(u); err != nil {
+		return err
+	}
 	if u.Prepare.KeepBatchNorm {
 		return nil
 	}
