@@ -189,18 +189,11 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, []string,
 		nodes = append(nodes, inserted[i]...)
 	}
 	g.Node = nodes
-	var vi []*onnxpb.ValueInfoProto
-	for _, v := range g.ValueInfo {
-		if !dropValue[v.GetName()] {
-			vi = append(vi, v)
-		}
-	}
-	g.ValueInfo = vi
-	lm, err := m.Derive(out, nil)
+	dropValueInfo(g, dropValue)
+	lm, err := rewritten(m, out, "clamp chains")
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("clamp chains: %w", err)
+		return nil, nil, nil, err
 	}
-	lm.Path = m.Path
 	return lm, notes, lowered, nil
 }
 

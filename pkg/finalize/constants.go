@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 )
 
 // ConstantsAsInitializers returns a copy of m in which every Constant node
@@ -46,10 +47,32 @@ func ConstantsAsInitializers(m *onnxgraph.Model) (*onnxgraph.Model, int, error) 
 		g.Initializer = append(g.Initializer, t)
 	}
 	g.Node = nodes
-	fm, err := m.Derive(out, nil)
+	fm, err := rewritten(m, out, "constants as initializers")
 	if err != nil {
-		return nil, 0, fmt.Errorf("constants as initializers: %w", err)
+		return nil, 0, err
 	}
-	fm.Path = m.Path
 	return fm, len(drop), nil
+}
+
+// rewritten wraps out, an edited copy of m's proto, as a model that reads
+// its tensors as m does (same directory and stores) and keeps m's path;
+// what names the rewrite in the error.
+func rewritten(m *onnxgraph.Model, out *onnxpb.ModelProto, what string) (*onnxgraph.Model, error) {
+	r, err := m.Derive(out, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	r.Path = m.Path
+	return r, nil
+}
+
+// dropValueInfo removes from g's value_info the values a rewrite removed.
+func dropValueInfo(g *onnxpb.GraphProto, dropped map[string]bool) {
+	var vi []*onnxpb.ValueInfoProto
+	for _, v := range g.ValueInfo {
+		if !dropped[v.GetName()] {
+			vi = append(vi, v)
+		}
+	}
+	g.ValueInfo = vi
 }

@@ -111,18 +111,11 @@ func foldScalarFactors(m *onnxgraph.Model) (*onnxgraph.Model, []string, []string
 		}
 	}
 	g.Node = nodes
-	var vi []*onnxpb.ValueInfoProto
-	for _, v := range g.ValueInfo {
-		if !dropValue[v.GetName()] {
-			vi = append(vi, v)
-		}
-	}
-	g.ValueInfo = vi
-	fm, err := m.Derive(out, nil)
+	dropValueInfo(g, dropValue)
+	fm, err := rewritten(m, out, "scalar factors")
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("scalar factors: %w", err)
+		return nil, nil, nil, err
 	}
-	fm.Path = m.Path
 	return fm, notes, folded, nil
 }
 

@@ -152,13 +152,7 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 	}
 	g.Initializer = keep
-	var vi []*onnxpb.ValueInfoProto
-	for _, v := range g.ValueInfo {
-		if !removedValues[v.GetName()] {
-			vi = append(vi, v)
-		}
-	}
-	g.ValueInfo = vi
+	dropValueInfo(g, removedValues)
 	var inputs []*onnxpb.ValueInfoProto
 	for _, v := range g.Input {
 		if _, isInit := inits[v.GetName()]; !isInit || used[v.GetName()] {
@@ -166,11 +160,10 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 	}
 	g.Input = inputs
-	fm, err := m.Derive(out, nil)
+	fm, err := rewritten(m, out, "folding BatchNormalization")
 	if err != nil {
-		return nil, nil, fmt.Errorf("folding BatchNormalization: %w", err)
+		return nil, nil, err
 	}
-	fm.Path = m.Path
 	return fm, notes, nil
 }
 
