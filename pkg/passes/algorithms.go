@@ -25,6 +25,9 @@ type AlgorithmData struct {
 	// lie beyond it.
 	Samples   int
 	BatchSize int
+	// Progress, when set, is called after each block of an algorithm
+	// that goes block by block.
+	Progress func(BlockProgress)
 }
 
 // LayerReport is what one algorithm did to one node: the node's local

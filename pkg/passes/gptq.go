@@ -127,6 +127,7 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 	}
+	prog := u.Data.blockProgress(gptqAlgorithmName, len(blocks))
 	for _, b := range blocks {
 		var bl []*gptqLayer
 		for _, n := range b.layers {
@@ -151,6 +152,7 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 				return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 			}
 		}
+		prog(b)
 	}
 	return nil
 }
