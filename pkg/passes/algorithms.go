@@ -99,6 +99,24 @@ func ownModel(u *Unit) error {
 	return nil
 }
 
+// useScratch makes u's model read the writer's scratch file (when there
+// is one), where the algorithms that rewrite a large model's weights
+// (GPTQ, AWQ) move each as it is made, so that they are never all in
+// memory.
+func useScratch(u *Unit) error {
+	s := u.Write.Scratch
+	if s == nil || u.readsScratch {
+		return nil
+	}
+	m, err := u.Model.Derive(u.Model.Proto, s)
+	if err != nil {
+		return err
+	}
+	m.Path = u.Model.Path
+	u.Model, u.readsScratch = m, true
+	return nil
+}
+
 // constFloats reads a constant value as float32.
 func constFloats(m *onnxgraph.Model, v *onnxgraph.Value) ([]float32, []int, error) {
 	t, err := tensor.FromProto(v.Const, m)

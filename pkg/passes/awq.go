@@ -69,6 +69,11 @@ func runAWQ(ctx context.Context, u *Unit, cfg *config.AWQ) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
+	// The scaled weights go to the writer's scratch file as they are
+	// made: the model reads them back from there.
+	if err := useScratch(u); err != nil {
+		return err
+	}
 	m := u.Model
 	res, err := resolveFor(u.Config, m.Graph, u.Prepare)
 	if err != nil {
@@ -223,7 +228,15 @@ func awqSearchSites(ctx context.Context, u *Unit, cfg *config.AWQ, plan *Plan, s
 			return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
 		}
 		u.Layers = append(u.Layers, reps...)
-		if site.s != nil && folded != nil {
+		if site.s == nil {
+			continue
+		}
+		for _, w := range append(append([]*weightData(nil), site.weights...), site.absorb...) {
+			if err := u.Write.Scratch.Move(w.v.Const); err != nil {
+				return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
+			}
+		}
+		if folded != nil {
 			if err := folded(site.scaledValues(), site.s); err != nil {
 				return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
 			}

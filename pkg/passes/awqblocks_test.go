@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testmodels/llama"
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -88,7 +90,7 @@ var awqBlockCases = []awqBlockCase{
 // quantizeAWQBlocks runs AWQ (int4 blocks of 16) on the case's model,
 // block by block or with the whole model, and returns the unit, the
 // block progress it reported and the most block sessions alive at once.
-func quantizeAWQBlocks(t *testing.T, c awqBlockCase, threads int, whole bool) (*Unit, []BlockProgress, int) {
+func quantizeAWQBlocks(t *testing.T, c awqBlockCase, threads int, whole bool, scratch *onnxgraph.Scratch) (*Unit, []BlockProgress, int) {
 	t.Helper()
 	cfg, err := config.Parse([]byte(c.quant+"algorithms:\n  awq: true\n"), "awq.yaml")
 	if err != nil {
@@ -100,7 +102,7 @@ func quantizeAWQBlocks(t *testing.T, c awqBlockCase, threads int, whole bool) (*
 	blockRunnerMade = func(r *blockRunner) { runners = append(runners, r) }
 	awqWholeModel = whole
 	defer func() { blockRunnerMade, awqWholeModel = nil, false }()
-	u := &Unit{Model: c.model(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
+	u := &Unit{Model: c.model(t), Config: cfg.Quant, Algorithms: cfg.Algorithms, Write: finalize.Options{Scratch: scratch},
 		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		},
@@ -164,8 +166,8 @@ func outputsOn(t *testing.T, m *onnxgraph.Model, src calibrate.Source, n int) ma
 func TestAWQBlocksMatchWholeModel(t *testing.T) {
 	for _, c := range awqBlockCases {
 		t.Run(c.name, func(t *testing.T) {
-			blocked, events, maxOpen := quantizeAWQBlocks(t, c, 2, false)
-			whole, _, _ := quantizeAWQBlocks(t, c, 2, true)
+			blocked, events, maxOpen := quantizeAWQBlocks(t, c, 2, false, nil)
+			whole, _, _ := quantizeAWQBlocks(t, c, 2, true, nil)
 			rb, rw := awqReports(blocked), awqReports(whole)
 			if len(rb) != c.layers || len(rw) != c.layers {
 				t.Fatalf("%d layers scaled block by block, %d with the whole model, want %d", len(rb), len(rw), c.layers)
@@ -241,11 +243,59 @@ func TestAWQBlocksMatchWholeModel(t *testing.T) {
 	}
 }
 
-// TestAWQBlocksDeterministic checks byte-identical models across thread
-// counts block by block.
+// TestAWQBlocksDeterministic checks that block-by-block AWQ writes
+// byte-identical models across thread counts, and with the scaled weights
+// moved to a scratch file as they are made (a decoder of width 128, whose
+// weights are large enough to move).
 func TestAWQBlocksDeterministic(t *testing.T) {
-	sameModelAcrossThreads(t, func(threads int) *Unit {
-		u, _, _ := quantizeAWQBlocks(t, awqBlockCases[0], threads, false)
-		return u
-	})
+	c := awqBlockCases[0]
+	lc := llama.Tiny()
+	lc.Hidden, lc.Intermediate = 128, 256
+	c.model = func(t *testing.T) *onnxgraph.Model { return tinyDecoder(t, lc) }
+	var outs [][]byte
+	for _, run := range []struct {
+		threads int
+		scratch bool
+	}{{1, false}, {2, false}, {3, false}, {2, true}} {
+		var scratch *onnxgraph.Scratch
+		if run.scratch {
+			s, err := onnxgraph.NewScratch(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			scratch = s
+		}
+		u, _, _ := quantizeAWQBlocks(t, c, run.threads, false, scratch)
+		if run.scratch {
+			// Every scaled weight of 64 KiB or more.
+			moved := 0
+			for node, r := range awqReports(u) {
+				if !strings.HasPrefix(r.Note, "alpha") {
+					continue
+				}
+				w := u.Model.Graph.Node(node).Inputs[1]
+				large := 4*tensor.NumElements(tensorShape(w.Const.GetDims())) >= 64<<10
+				if u.Model.InStore(w.Const) != large {
+					t.Errorf("%s: weight %q of %v in the scratch file: %v", node, w.Name, w.Const.GetDims(), !large)
+				}
+				if large {
+					moved++
+				}
+			}
+			if moved == 0 {
+				t.Error("no scaled weight moved to the scratch file: nothing checked")
+			}
+		}
+		b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, b)
+	}
+	for i := 1; i < len(outs); i++ {
+		if !bytes.Equal(outs[0], outs[i]) {
+			t.Fatalf("run %d wrote a different model", i)
+		}
+	}
 }

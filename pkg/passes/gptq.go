@@ -82,15 +82,10 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
-	if s := u.Write.Scratch; s != nil {
-		// The rounded weights go to the writer's scratch file as they
-		// are made (see round): the model reads them back from there.
-		m, err := u.Model.Derive(u.Model.Proto, s)
-		if err != nil {
-			return err
-		}
-		m.Path = u.Model.Path
-		u.Model = m
+	// The rounded weights go to the writer's scratch file as they are
+	// made (see round): the model reads them back from there.
+	if err := useScratch(u); err != nil {
+		return err
 	}
 	var layers []*gptqLayer
 	for _, n := range u.Model.Graph.AllNodes() {
