@@ -13,9 +13,12 @@
 // prints besides wall, user and peak RSS the per-layer reconstruction
 // error GPTQ reached against round-to-nearest, from the report: how many
 // layers GPTQ touched, on how many its weighted error ‖X(W − Ŵ)‖² is
-// below round-to-nearest's, and the worst ratio of the two.
+// below round-to-nearest's, and the worst ratio of the two. With -awq it
+// runs AWQ the same way: the w4-accurate preset with AWQ in place of GPTQ
+// (the config written next to the model), the layer errors AWQ's.
 //
 //	go run ./bench/llm -coreaiq /tmp/coreaiq -sizes 168m -external -gptq
+//	go run ./bench/llm -coreaiq /tmp/coreaiq -sizes 168m -external -awq
 //
 //	go build -o /tmp/coreaiq ./cmd/coreaiq
 //	go run ./bench/llm -coreaiq /tmp/coreaiq -sizes 168m,1.26b -external
@@ -44,7 +47,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
 
-// The -gptq calibration data: sequences × tokens of ids.
+// The -gptq and -awq calibration data: sequences × tokens of ids.
 const (
 	gptqSequences = 32
 	gptqTokens    = 128
@@ -59,11 +62,19 @@ func main() {
 	repeat := flag.Int("repeat", 1, "runs per binary")
 	work := flag.String("work", "", "folder for the models (default: a temporary one, removed at the end)")
 	gptq := flag.Bool("gptq", false, fmt.Sprintf("GPTQ (preset w4-accurate) on %d sequences of %d token ids, with the per-layer error against round-to-nearest", gptqSequences, gptqTokens))
+	awq := flag.Bool("awq", false, fmt.Sprintf("AWQ (preset w4-accurate with AWQ in place of GPTQ) on %d sequences of %d token ids, with the per-layer error against round-to-nearest", gptqSequences, gptqTokens))
 	flag.Parse()
-	if *gptq {
-		*preset = "w4-accurate"
+	algorithm := ""
+	switch {
+	case *gptq && *awq:
+		fmt.Fprintln(os.Stderr, "llm: -gptq and -awq exclude each other")
+		os.Exit(2)
+	case *gptq:
+		algorithm, *preset = "gptq", "w4-accurate"
+	case *awq:
+		algorithm, *preset = "awq", "w4-accurate"
 	}
-	if err := run(strings.Split(*bins, ","), strings.Split(*sizes, ","), *fp16, *external, *preset, *repeat, *work, *gptq); err != nil {
+	if err := run(strings.Split(*bins, ","), strings.Split(*sizes, ","), *fp16, *external, *preset, *repeat, *work, algorithm); err != nil {
 		fmt.Fprintln(os.Stderr, "llm:", err)
 		os.Exit(1)
 	}
@@ -76,9 +87,11 @@ type result struct {
 	layers     layerErrors
 }
 
-// layerErrors sums up the GPTQ layer reports: layers touched, layers
-// whose error is below round-to-nearest's, and the worst error ratio.
+// layerErrors sums up an algorithm's layer reports: layers touched,
+// layers whose error is below round-to-nearest's, and the worst error
+// ratio.
 type layerErrors struct {
+	algorithm        string
 	layers, improved int
 	worst            float64
 }
@@ -87,10 +100,11 @@ func (e layerErrors) String() string {
 	if e.layers == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  GPTQ layers %d, error below round-to-nearest on %d, worst error ratio GPTQ/RTN %.3f", e.layers, e.improved, e.worst)
+	name := strings.ToUpper(e.algorithm)
+	return fmt.Sprintf("  %s layers %d, error below round-to-nearest on %d, worst error ratio %s/RTN %.3f", name, e.layers, e.improved, name, e.worst)
 }
 
-func run(bins, sizes []string, fp16, external bool, preset string, repeat int, work string, gptq bool) error {
+func run(bins, sizes []string, fp16, external bool, preset string, repeat int, work string, algorithm string) error {
 	if work == "" {
 		tmp, err := os.MkdirTemp("", "bench-llm")
 		if err != nil {
@@ -119,18 +133,24 @@ func run(bins, sizes []string, fp16, external bool, preset string, repeat int, w
 			return fmt.Errorf("llamagen: %w", err)
 		}
 		fmt.Printf("%s (%s, fp16 %v, external data %v, preset %s)\n", strings.TrimSpace(string(out)), size, fp16, external, preset)
-		var data string
-		if gptq {
+		var data, config string
+		if algorithm != "" {
 			data = filepath.Join(dir, "calib_input_ids.npy")
 			if err := writeTokenIDs(data, model); err != nil {
 				return err
 			}
 			fmt.Printf("  calibration: %d sequences x %d token ids\n", gptqSequences, gptqTokens)
 		}
+		if algorithm == "awq" {
+			config = filepath.Join(dir, "w4-awq.yaml")
+			if err := writeAWQConfig(config, preset); err != nil {
+				return err
+			}
+		}
 		results := make([][]result, len(bins))
 		for r := range repeat {
 			for i, bin := range bins {
-				res, err := quantize(bin, model, filepath.Join(dir, fmt.Sprintf("out%d", i), "llama.w4.onnx"), preset, data)
+				res, err := quantize(bin, model, filepath.Join(dir, fmt.Sprintf("out%d", i), "llama.w4.onnx"), preset, config, data, algorithm)
 				if err != nil {
 					return err
 				}
@@ -162,12 +182,17 @@ func run(bins, sizes []string, fp16, external bool, preset string, repeat int, w
 	return nil
 }
 
-func quantize(bin, model, out, preset, data string) (result, error) {
+// quantize runs bin on model with the config file, else the preset, and
+// reads the layer reports of algorithm ("" for none) from its report.
+func quantize(bin, model, out, preset, config, data, algorithm string) (result, error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return result{}, err
 	}
 	report := out + ".report.json"
 	args := []string{"quantize", "--model", model, "--preset", preset, "--format", "ort-nbits", "-o", out, "--report", report}
+	if config != "" {
+		args = []string{"quantize", "--config", config, "--model", model, "--format", "ort-nbits", "-o", out, "--report", report}
+	}
 	if data != "" {
 		args = append(args, "--data", data)
 	}
@@ -184,11 +209,28 @@ func quantize(bin, model, out, preset, data string) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.layers, err = gptqLayers(report)
+	if algorithm != "" {
+		res.layers, err = algorithmLayers(report, algorithm)
+	}
 	return res, err
 }
 
-// writeTokenIDs writes the -gptq calibration data for model: ids drawn
+// writeAWQConfig writes the preset's config (configs/presets, read from
+// the repository root) with AWQ in place of its algorithms.
+func writeAWQConfig(path, preset string) error {
+	b, err := os.ReadFile(filepath.Join("configs", "presets", preset+".yaml"))
+	if err != nil {
+		return err
+	}
+	text := string(b)
+	i := strings.Index(text, "\nalgorithms:\n")
+	if i < 0 {
+		return fmt.Errorf("preset %s has no algorithms section to replace", preset)
+	}
+	return os.WriteFile(path, []byte(text[:i+1]+"algorithms:\n  awq: true\n"), 0o644)
+}
+
+// writeTokenIDs writes the -gptq and -awq calibration data for model: ids drawn
 // uniformly below the vocabulary size (the last dimension of the
 // logits), from a fixed seed.
 func writeTokenIDs(path, model string) error {
@@ -230,10 +272,11 @@ func (d *reportDB) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// gptqLayers reads the GPTQ layer reports of a quantize report: the local
-// SQNR of round-to-nearest (before) and of the result (after), both
-// against the same signal, so the error ratio is 10^((before − after)/10).
-func gptqLayers(path string) (layerErrors, error) {
+// algorithmLayers reads an algorithm's layer reports of a quantize report:
+// the local SQNR of round-to-nearest (before) and of the result (after),
+// both against the same signal, so the error ratio is
+// 10^((before − after)/10).
+func algorithmLayers(path, algorithm string) (layerErrors, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return layerErrors{}, err
@@ -249,9 +292,9 @@ func gptqLayers(path string) (layerErrors, error) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return layerErrors{}, fmt.Errorf("%s: %w", path, err)
 	}
-	var e layerErrors
+	e := layerErrors{algorithm: algorithm}
 	for _, a := range rep.Algorithms {
-		if a.Algorithm != "gptq" || a.Skipped != "" || a.Before == nil || a.After == nil {
+		if a.Algorithm != algorithm || a.Skipped != "" || a.Before == nil || a.After == nil {
 			continue
 		}
 		e.layers++

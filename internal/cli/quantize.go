@@ -421,7 +421,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		u := &passes.Unit{}
 		if source != nil {
 			u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
-				Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
+				Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize,
+				Progress: passes.NewBlockProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default()).Report}
 			u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
 				calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
 		}

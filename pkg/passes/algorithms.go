@@ -25,6 +25,9 @@ type AlgorithmData struct {
 	// lie beyond it.
 	Samples   int
 	BatchSize int
+	// Progress, when set, is called after each block of an algorithm
+	// that goes block by block.
+	Progress func(BlockProgress)
 }
 
 // LayerReport is what one algorithm did to one node: the node's local
@@ -93,6 +96,24 @@ func ownModel(u *Unit) error {
 	}
 	m.Path = u.Model.Path
 	u.Model, u.ownsModel = m, true
+	return nil
+}
+
+// useScratch makes u's model read the writer's scratch file (when there
+// is one), where the algorithms that rewrite a large model's weights
+// (GPTQ, AWQ) move each as it is made, so that they are never all in
+// memory.
+func useScratch(u *Unit) error {
+	s := u.Write.Scratch
+	if s == nil || u.readsScratch {
+		return nil
+	}
+	m, err := u.Model.Derive(u.Model.Proto, s)
+	if err != nil {
+		return err
+	}
+	m.Path = u.Model.Path
+	u.Model, u.readsScratch = m, true
 	return nil
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -24,6 +26,16 @@ type awqSite struct {
 	// xtx is XᵀX over the calibration rows; absSum sums |X_j|.
 	xtx    *gramAccumulator
 	absSum []float64
+}
+
+// awqPending is a site found before its statistics are collected: its
+// value, width and readers. Its weights are loaded again when it is
+// searched, so that only the sites being searched hold theirs, and an
+// earlier site's fold into a shared constant is seen.
+type awqPending struct {
+	x      *onnxgraph.Value
+	k      int
+	layers []*onnxgraph.Node
 }
 
 // runAWQ is AWQ (Lin et al., "AWQ: Activation-aware Weight Quantization
@@ -42,8 +54,24 @@ type awqSite struct {
 // activations. It runs before prepare, which then computes the weight
 // qparams of the scaled model; the search models the weights'
 // quantization only, not that of X.
+//
+// Where planBlocks finds blocks (the sites' readers marked), the sites go
+// block by block through the block runner, each with the block of its
+// first reader: the block runs on the held activations, its sites'
+// statistics are collected, their scales searched and folded, and the cut
+// advances. A fold keeps the float function, so each block sees the
+// activations of the float model, as on the whole-model path; a held
+// activation the fold divides (X, or a MatMul's output before the Add of
+// its bias, computed by a block already run) is divided by s with it.
+// Memory holds the activations crossing one cut and one block's weights
+// and XᵀX. Elsewhere the model runs once for all sites.
 func runAWQ(ctx context.Context, u *Unit, cfg *config.AWQ) error {
 	if err := ownModel(u); err != nil {
+		return err
+	}
+	// The scaled weights go to the writer's scratch file as they are
+	// made: the model reads them back from there.
+	if err := useScratch(u); err != nil {
 		return err
 	}
 	m := u.Model
@@ -55,10 +83,8 @@ func runAWQ(ctx context.Context, u *Unit, cfg *config.AWQ) error {
 	if err != nil {
 		return err
 	}
-	threads := u.Data.Runtime.Threads
-	var sites []*awqSite
-	bySite := map[string]*awqSite{}
-	var taps []string
+	var sites []*awqPending
+	isLayer := map[*onnxgraph.Node]bool{}
 	for _, v := range m.Graph.Values() {
 		site, why, err := awqSiteOf(m, plan, v, cfg)
 		if err != nil {
@@ -72,47 +98,167 @@ func runAWQ(ctx context.Context, u *Unit, cfg *config.AWQ) error {
 		if site == nil {
 			continue
 		}
-		site.xtx = &gramAccumulator{value: v.Name, k: site.k, sum: make([]float64, site.k*site.k), threads: threads}
-		site.absSum = make([]float64, site.k)
-		sites = append(sites, site)
-		bySite[v.Name] = site
-		taps = append(taps, v.Name)
+		sites = append(sites, &awqPending{x: v, k: site.k, layers: site.layers})
+		for _, l := range site.layers {
+			isLayer[l] = true
+		}
 	}
 	if len(sites) == 0 {
 		return nil
 	}
+	blocks, why := planBlocks(m.Graph, func(n *onnxgraph.Node) bool { return isLayer[n] })
+	if blocks == nil || awqWholeModel {
+		if blocks == nil {
+			u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("%s: every site measured at once on the whole model, not block by block: %s", awqAlgorithmName, why))
+		}
+		return awqSearchSites(ctx, u, cfg, plan, sites, func(taps []string, tap runtime.Tap, after func() error) error {
+			return u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, after)
+		}, nil)
+	}
+	u.Plan.Notes = append(u.Plan.Notes, fmt.Sprintf("%s: block by block (%d blocks): each block's sites measured on the activations the blocks before it pass on", awqAlgorithmName, len(blocks)))
+	blockOf := map[*onnxgraph.Node]int{}
+	for _, b := range blocks {
+		for _, n := range b.nodes {
+			blockOf[n] = b.index
+		}
+	}
+	r, err := newBlockRunner(u, blocks, cfg.Samples)
+	if err != nil {
+		return fmt.Errorf("%s: %w", awqAlgorithmName, err)
+	}
+	prog := u.Data.blockProgress(awqAlgorithmName, len(blocks))
+	for _, b := range blocks {
+		var bs []*awqPending
+		for _, s := range sites {
+			first := len(blocks)
+			for _, l := range s.layers {
+				first = min(first, blockOf[l])
+			}
+			if first == b.index {
+				bs = append(bs, s)
+			}
+		}
+		run := func(taps []string, tap runtime.Tap, after func() error) error {
+			return r.run(ctx, b, taps, tap, after, false)
+		}
+		divide := func(values []string, s []float32) error {
+			for _, v := range values {
+				if err := r.divideHeld(v, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := awqSearchSites(ctx, u, cfg, plan, bs, run, divide); err != nil {
+			return err
+		}
+		if b.index < len(blocks)-1 {
+			if err := r.run(ctx, b, nil, nil, nil, true); err != nil {
+				return fmt.Errorf("%s: %w", awqAlgorithmName, err)
+			}
+		}
+		prog(b)
+	}
+	return nil
+}
+
+// awqWholeModel, when set, makes AWQ take the whole-model path even where
+// blocks are found: the reference the tests hold the block path to.
+var awqWholeModel bool
+
+// awqSearchSites collects the sites' statistics over the batches run
+// feeds to the tap, then searches and folds each site's scales in turn,
+// its weights loaded as the earlier folds left them; folded, when set, is
+// told of the values each fold divided feature by feature (see
+// scaledValues) and the scales.
+func awqSearchSites(ctx context.Context, u *Unit, cfg *config.AWQ, plan *Plan, sites []*awqPending,
+	run func(taps []string, tap runtime.Tap, after func() error) error, folded func(values []string, s []float32) error) error {
+	if len(sites) == 0 {
+		return nil
+	}
+	threads := u.Data.Runtime.Threads
+	type stats struct {
+		xtx    *gramAccumulator
+		absSum []float64
+	}
+	byValue := map[string]*stats{}
+	var taps []string
+	for _, s := range sites {
+		byValue[s.x.Name] = &stats{xtx: &gramAccumulator{value: s.x.Name, k: s.k, sum: make([]float64, s.k*s.k), threads: threads}, absSum: make([]float64, s.k)}
+		taps = append(taps, s.x.Name)
+	}
 	var tapErr error
 	tap := func(name string, t *tensor.Tensor) {
-		site := bySite[name]
-		if site == nil || tapErr != nil {
+		st := byValue[name]
+		if st == nil || tapErr != nil {
 			return
 		}
 		f, err := t.AsFloat32()
 		if err == nil {
-			err = site.xtx.add(f, t.Shape)
+			err = st.xtx.add(f, t.Shape)
 		}
 		if err != nil {
 			tapErr = fmt.Errorf("value %q: %w", name, err)
 			return
 		}
+		k := st.xtx.k
 		for i, x := range f {
-			site.absSum[i%site.k] += math.Abs(float64(x))
+			st.absSum[i%k] += math.Abs(float64(x))
 		}
 	}
-	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, func() error { return tapErr }); err != nil {
+	if err := run(taps, tap, func() error { return tapErr }); err != nil {
 		return fmt.Errorf("%s: %w", awqAlgorithmName, err)
 	}
-	for _, site := range sites {
+	for _, p := range sites {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		site, why, err := awqSiteOf(u.Model, plan, p.x, cfg)
+		if err == nil && site == nil {
+			err = fmt.Errorf("no longer a site after the folds before it: %s", why)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
+		}
+		st := byValue[p.x.Name]
+		site.xtx, site.absSum = st.xtx, st.absSum
+		delete(byValue, p.x.Name)
 		reps, err := site.search(u, cfg.Grid, threads)
 		if err != nil {
-			return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, site.x.Name, err)
+			return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
 		}
 		u.Layers = append(u.Layers, reps...)
+		if site.s == nil {
+			continue
+		}
+		for _, w := range append(append([]*weightData(nil), site.weights...), site.absorb...) {
+			if err := u.Write.Scratch.Move(w.v.Const); err != nil {
+				return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
+			}
+		}
+		if folded != nil {
+			if err := folded(site.scaledValues(), site.s); err != nil {
+				return fmt.Errorf("%s: value %q: %w", awqAlgorithmName, p.x.Name, err)
+			}
+		}
 	}
 	return nil
+}
+
+// scaledValues are the activations a fold of 1/s divides feature by
+// feature: X, and the output of each node whose constant absorbs 1/s
+// besides X's producer (the MatMul before the Add of its bias, the Mul
+// before the Add of a written-out LayerNorm).
+func (s *smoothSite) scaledValues() []string {
+	out := []string{s.x.Name}
+	for _, c := range s.absorb {
+		for _, n := range c.v.Consumers {
+			if n != s.x.Producer && len(n.Outputs) > 0 && n.Outputs[0] != nil && !slices.Contains(out, n.Outputs[0].Name) {
+				out = append(out, n.Outputs[0].Name)
+			}
+		}
+	}
+	return out
 }
 
 // quantizedReaders are the MatMul and Gemm nodes that read v as their

@@ -187,6 +187,9 @@ type blockRunner struct {
 // of the graph inputs the blocks read.
 func newBlockRunner(u *Unit, blocks []*graphBlock, samples int) (*blockRunner, error) {
 	r := &blockRunner{u: u, blocks: blocks, lastBlock: map[string]int{}, types: elemTypes(u.Model.Graph)}
+	if blockRunnerMade != nil {
+		blockRunnerMade(r)
+	}
 	for _, b := range blocks {
 		for _, v := range b.inputs {
 			r.lastBlock[v.Name] = b.index
@@ -211,6 +214,10 @@ func newBlockRunner(u *Unit, blocks []*graphBlock, samples int) (*blockRunner, e
 	}
 	return r, nil
 }
+
+// blockRunnerMade, when set, is told of every block runner made: tests
+// read its count of open sessions.
+var blockRunnerMade func(*blockRunner)
 
 // run runs block b on every held batch with the model's current weights,
 // calling tap for the values in taps as they are computed (block inputs
@@ -362,4 +369,30 @@ func shallowRenamed(t *onnxpb.TensorProto, name string) *onnxpb.TensorProto {
 		ExternalData: t.ExternalData, DataLocation: t.DataLocation,
 	}
 	return c
+}
+
+// divideHeld divides feature j (the last axis) of the held value name by
+// s[j] in every batch, when the cut holds it: an algorithm folded 1/s
+// into its producer, in a block already run, and the readers still to run
+// read it scaled. Values not held are left alone.
+func (r *blockRunner) divideHeld(name string, s []float32) error {
+	for i, held := range r.held {
+		t := held[name]
+		if t == nil {
+			continue
+		}
+		if t.DType != tensor.Float || len(t.Shape) == 0 || t.Shape[len(t.Shape)-1] != len(s) {
+			return fmt.Errorf("held value %q (batch %d) is %s %v, want float with %d features on the last axis", name, i, t.DType, t.Shape, len(s))
+		}
+		f, err := t.AsFloat32()
+		if err != nil {
+			return err
+		}
+		out := make([]float32, len(f))
+		for j, v := range f {
+			out[j] = v / s[j%len(s)]
+		}
+		held[name] = tensor.FromFloat32(out, t.Shape...)
+	}
+	return nil
 }

@@ -210,7 +210,7 @@ func keys(m map[string]*tensor.Tensor) []string {
 
 // gptqDecoder quantizes the generated decoder's projections to int4 per
 // block of 16 with GPTQ on 12 sequences of 16 random tokens (fixed seeds).
-func gptqDecoder(t *testing.T, c llama.Config, threads int, scratch *onnxgraph.Scratch) *Unit {
+func gptqDecoder(t *testing.T, c llama.Config, threads int, scratch *onnxgraph.Scratch, progress func(BlockProgress)) *Unit {
 	t.Helper()
 	text := "quantization_config:\n  global_config:\n    op_input_spec: null\n    op_output_spec: null\n    op_state_spec:\n      weight: {dtype: int4, qscheme: symmetric, granularity: {type: per_block, block_size: 16}}\nalgorithms:\n  gptq: true\n"
 	cfg, err := config.Parse([]byte(text), "w4.yaml")
@@ -221,7 +221,7 @@ func gptqDecoder(t *testing.T, c llama.Config, threads int, scratch *onnxgraph.S
 		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		},
-		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newTokenSource(9, 12, 16, c.Vocab), BatchSize: 5}}
+		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newTokenSource(9, 12, 16, c.Vocab), BatchSize: 5, Progress: progress}}
 	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -241,13 +241,14 @@ func gptqReports(u *Unit) map[string]LayerReport {
 
 // TestGPTQBlocksMatchWholeModelSequential checks block-by-block GPTQ on
 // the generated decoder against the same sequential scheme run with the
-// whole model for every block: the same layers, every one at least as
-// good as round-to-nearest, the same reported errors within float
+// whole model for every block: the same layers, one progress record per
+// block, every one at least as good as round-to-nearest, the same reported errors within float
 // rounding and all but a few codes equal.
 func TestGPTQBlocksMatchWholeModelSequential(t *testing.T) {
-	blocked := gptqDecoder(t, llama.Tiny(), 2, nil)
+	var events []BlockProgress
+	blocked := gptqDecoder(t, llama.Tiny(), 2, nil, func(e BlockProgress) { events = append(events, e) })
 	gptqWholeModelBlocks = true
-	whole := gptqDecoder(t, llama.Tiny(), 2, nil)
+	whole := gptqDecoder(t, llama.Tiny(), 2, nil, nil)
 	gptqWholeModelBlocks = false
 	rb, rw := gptqReports(blocked), gptqReports(whole)
 	if len(rb) != 15 || len(rb) != len(rw) {
@@ -259,6 +260,9 @@ func TestGPTQBlocksMatchWholeModelSequential(t *testing.T) {
 	}
 	if !noted {
 		t.Errorf("notes %q do not say block by block in 5 blocks", blocked.Plan.Notes)
+	}
+	if len(events) != 5 || events[4].Block != 5 || events[4].Blocks != 5 || events[4].Algorithm != gptqAlgorithmName || len(events[0].Layers) != 4 {
+		t.Errorf("progress records %+v, want one per block of 5, the first with its 4 layers", events)
 	}
 	var differ, total int
 	for node, b := range rb {
@@ -312,7 +316,7 @@ func TestGPTQBlocksDeterministic(t *testing.T) {
 			defer s.Close()
 			scratch = s
 		}
-		u := gptqDecoder(t, c, run.threads, scratch)
+		u := gptqDecoder(t, c, run.threads, scratch, nil)
 		if run.scratch {
 			// Every rounded weight of 64 KiB or more.
 			for node := range gptqReports(u) {

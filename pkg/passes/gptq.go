@@ -82,15 +82,10 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
-	if s := u.Write.Scratch; s != nil {
-		// The rounded weights go to the writer's scratch file as they
-		// are made (see round): the model reads them back from there.
-		m, err := u.Model.Derive(u.Model.Proto, s)
-		if err != nil {
-			return err
-		}
-		m.Path = u.Model.Path
-		u.Model = m
+	// The rounded weights go to the writer's scratch file as they are
+	// made (see round): the model reads them back from there.
+	if err := useScratch(u); err != nil {
+		return err
 	}
 	var layers []*gptqLayer
 	for _, n := range u.Model.Graph.AllNodes() {
@@ -127,6 +122,7 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 	}
+	prog := u.Data.blockProgress(gptqAlgorithmName, len(blocks))
 	for _, b := range blocks {
 		var bl []*gptqLayer
 		for _, n := range b.layers {
@@ -151,6 +147,7 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 				return fmt.Errorf("%s: %w", gptqAlgorithmName, err)
 			}
 		}
+		prog(b)
 	}
 	return nil
 }

@@ -79,6 +79,8 @@ type Unit struct {
 	// ownsModel is set once Model is a private copy that the algorithms
 	// may edit.
 	ownsModel bool
+	// readsScratch is set once Model reads the writer's scratch file too.
+	readsScratch bool
 	// roundedWeights are the float weights GPTQ replaced by rounded ones,
 	// by value name, for bias correction's error.
 	roundedWeights map[string][]float32

@@ -102,3 +102,74 @@ func (r *WeightProgressReporter) Report(e WeightProgress) {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// BlockProgress is reported by an algorithm that goes block by block
+// (GPTQ, AWQ) after each block.
+type BlockProgress struct {
+	Algorithm     string
+	Block, Blocks int // blocks done, of how many
+	// Layers are the nodes of the block the algorithm rewrote.
+	Layers  []string
+	Elapsed time.Duration // since the first block began
+}
+
+// ETA extrapolates the time left from the mean time per block so far.
+func (e BlockProgress) ETA() time.Duration {
+	if e.Block <= 0 {
+		return 0
+	}
+	return time.Duration(float64(e.Elapsed) * float64(e.Blocks-e.Block) / float64(e.Block))
+}
+
+// blockProgress returns the callback an algorithm calls after each of its
+// blocks: it times the blocks from now and reports to d.Progress, if set.
+func (d *AlgorithmData) blockProgress(algorithm string, blocks int) func(b *graphBlock) {
+	began := time.Now()
+	return func(b *graphBlock) {
+		if d.Progress == nil {
+			return
+		}
+		names := make([]string, len(b.layers))
+		for i, n := range b.layers {
+			names[i] = n.Name
+		}
+		d.Progress(BlockProgress{Algorithm: algorithm, Block: b.index + 1, Blocks: blocks, Layers: names, Elapsed: time.Since(began)})
+	}
+}
+
+// BlockProgressReporter shows a block-by-block algorithm's progress: on a
+// terminal a line redrawn in place (block n of N, layers, elapsed, ETA),
+// elsewhere one log record per block, so that a long run on a large
+// decoder is never silent.
+type BlockProgressReporter struct {
+	w        io.Writer
+	terminal bool
+	log      *slog.Logger
+}
+
+// NewBlockProgressReporter writes the line to w on a terminal, log records
+// to logger otherwise.
+func NewBlockProgressReporter(w io.Writer, terminal bool, logger *slog.Logger) *BlockProgressReporter {
+	return &BlockProgressReporter{w: w, terminal: terminal, log: logger}
+}
+
+// Report is an AlgorithmData.Progress callback.
+func (r *BlockProgressReporter) Report(e BlockProgress) {
+	if e.Blocks <= 0 {
+		return
+	}
+	eta := e.ETA().Round(time.Second)
+	elapsed := e.Elapsed.Round(time.Second)
+	if r.terminal {
+		const width = 30
+		filled := e.Block * width / e.Blocks
+		fmt.Fprintf(r.w, "\r%s %s block %d/%d  %d layers  %s elapsed  ETA %s ",
+			e.Algorithm, strings.Repeat("█", filled)+strings.Repeat("░", width-filled), e.Block, e.Blocks, len(e.Layers), elapsed, eta)
+		if e.Block == e.Blocks {
+			fmt.Fprintln(r.w)
+		}
+		return
+	}
+	r.log.Info("block done", "algorithm", e.Algorithm, "block", e.Block, "blocks", e.Blocks,
+		"layers", strings.Join(e.Layers, ","), "elapsed", elapsed.String(), "eta", eta.String())
+}

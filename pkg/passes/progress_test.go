@@ -51,3 +51,45 @@ func TestWeightProgressReporter(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockProgressReporter: a terminal gets a line per block redrawn in
+// place, ending in a newline at the last block; a log gets one record per
+// block with the algorithm, the block, its layers and the ETA.
+func TestBlockProgressReporter(t *testing.T) {
+	events := []BlockProgress{
+		{Algorithm: "gptq", Block: 1, Blocks: 4, Layers: []string{"q", "k"}, Elapsed: 10 * time.Second},
+		{Algorithm: "gptq", Block: 2, Blocks: 4, Layers: []string{"up"}, Elapsed: 20 * time.Second},
+		{Algorithm: "gptq", Block: 3, Blocks: 4, Layers: []string{"down"}, Elapsed: 30 * time.Second},
+		{Algorithm: "gptq", Block: 4, Blocks: 4, Layers: []string{"head"}, Elapsed: 40 * time.Second},
+	}
+	cases := []struct {
+		name     string
+		terminal bool
+		records  int
+		want     []string
+	}{
+		{"terminal", true, 0, []string{"\rgptq ", "block 1/4  2 layers  10s elapsed  ETA 30s", "block 4/4  1 layers  40s elapsed  ETA 0s"}},
+		{"log", false, 4, []string{"algorithm=gptq block=1 blocks=4 layers=q,k elapsed=10s eta=30s", "block=3 blocks=4 layers=down elapsed=30s eta=10s"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var term, logs bytes.Buffer
+			r := NewBlockProgressReporter(&term, c.terminal, slog.New(slog.NewTextHandler(&logs, nil)))
+			for _, e := range events {
+				r.Report(e)
+			}
+			out := term.String() + logs.String()
+			if n := strings.Count(logs.String(), "block done"); n != c.records {
+				t.Errorf("%d log records, want %d:\n%s", n, c.records, logs.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if c.terminal && (!strings.HasSuffix(out, "\n") || strings.Count(out, "\n") != 1) {
+				t.Errorf("the line is not redrawn in place and ended once: %q", out)
+			}
+		})
+	}
+}
