@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -252,50 +251,19 @@ func TestAWQBlocksDeterministic(t *testing.T) {
 	lc := llama.Tiny()
 	lc.Hidden, lc.Intermediate = 128, 256
 	c.model = func(t *testing.T) *onnxgraph.Model { return tinyDecoder(t, lc) }
-	var outs [][]byte
-	for _, run := range []struct {
-		threads int
-		scratch bool
-	}{{1, false}, {2, false}, {3, false}, {2, true}} {
-		var scratch *onnxgraph.Scratch
-		if run.scratch {
-			s, err := onnxgraph.NewScratch(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			scratch = s
-		}
-		u, _, _ := quantizeAWQBlocks(t, c, run.threads, false, scratch)
-		if run.scratch {
-			// Every scaled weight of 64 KiB or more.
-			moved := 0
-			for node, r := range awqReports(u) {
-				if !strings.HasPrefix(r.Note, "alpha") {
-					continue
-				}
-				w := u.Model.Graph.Node(node).Inputs[1]
-				large := 4*tensor.NumElements(tensorShape(w.Const.GetDims())) >= 64<<10
-				if u.Model.InStore(w.Const) != large {
-					t.Errorf("%s: weight %q of %v in the scratch file: %v", node, w.Name, w.Const.GetDims(), !large)
-				}
-				if large {
-					moved++
-				}
-			}
-			if moved == 0 {
-				t.Error("no scaled weight moved to the scratch file: nothing checked")
+	moved := sameModelWithScratch(t, func(threads int, scratch *onnxgraph.Scratch) *Unit {
+		u, _, _ := quantizeAWQBlocks(t, c, threads, false, scratch)
+		return u
+	}, func(u *Unit) []string {
+		var scaled []string
+		for node, r := range awqReports(u) {
+			if strings.HasPrefix(r.Note, "alpha") {
+				scaled = append(scaled, node)
 			}
 		}
-		b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, b)
-	}
-	for i := 1; i < len(outs); i++ {
-		if !bytes.Equal(outs[0], outs[i]) {
-			t.Fatalf("run %d wrote a different model", i)
-		}
+		return scaled
+	})
+	if moved == 0 {
+		t.Error("no scaled weight moved to the scratch file: nothing checked")
 	}
 }

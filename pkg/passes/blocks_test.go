@@ -302,7 +302,26 @@ func TestGPTQBlocksMatchWholeModelSequential(t *testing.T) {
 func TestGPTQBlocksDeterministic(t *testing.T) {
 	c := llama.Tiny()
 	c.Hidden, c.Intermediate = 128, 256
+	sameModelWithScratch(t, func(threads int, scratch *onnxgraph.Scratch) *Unit {
+		return gptqDecoder(t, c, threads, scratch, nil)
+	}, func(u *Unit) []string {
+		var nodes []string
+		for node := range gptqReports(u) {
+			nodes = append(nodes, node)
+		}
+		return nodes
+	})
+}
+
+// sameModelWithScratch fails unless quantize writes byte-identical models
+// at 1, 2 and 3 threads and at 2 threads with a scratch file; on the
+// scratch run, every weight of the nodes rewritten(u) names that is
+// 64 KiB or more must wait in the scratch file and every smaller one in
+// memory. It returns how many weights the scratch file held.
+func sameModelWithScratch(t *testing.T, quantize func(threads int, scratch *onnxgraph.Scratch) *Unit, rewritten func(u *Unit) []string) int {
+	t.Helper()
 	var outs [][]byte
+	moved := 0
 	for _, run := range []struct {
 		threads int
 		scratch bool
@@ -316,14 +335,16 @@ func TestGPTQBlocksDeterministic(t *testing.T) {
 			defer s.Close()
 			scratch = s
 		}
-		u := gptqDecoder(t, c, run.threads, scratch, nil)
+		u := quantize(run.threads, scratch)
 		if run.scratch {
-			// Every rounded weight of 64 KiB or more.
-			for node := range gptqReports(u) {
+			for _, node := range rewritten(u) {
 				w := u.Model.Graph.Node(node).Inputs[1]
 				large := 4*tensor.NumElements(tensorShape(w.Const.GetDims())) >= 64<<10
 				if u.Model.InStore(w.Const) != large {
 					t.Errorf("%s: weight %q of %v in the scratch file: %v", node, w.Name, w.Const.GetDims(), !large)
+				}
+				if large {
+					moved++
 				}
 			}
 		}
@@ -338,4 +359,5 @@ func TestGPTQBlocksDeterministic(t *testing.T) {
 			t.Fatalf("run %d wrote a different model", i)
 		}
 	}
+	return moved
 }
