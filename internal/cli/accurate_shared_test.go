@@ -46,12 +46,16 @@ func sharedSQNR(t *testing.T, dir, preset string, extra ...string) map[string]fl
 // 8.48, ppocrv3-det 3.98 → 12.77, bert_encoder 27.99 / 36.34 → 28.70 /
 // 37.66, bert_encoder-op13 28.03 / 34.30 → 28.70 / 37.66, gpt_decoder
 // 22.87 → 25.64, digits_resnet 26.95 → 38.52, digits_lenet 24.83 → 38.99,
-// mnist-cntk-op8 18.36 → 39.17. lstm_lm is the exception (38.91 → 38.36):
-// percentile clips the lower tail of its first LSTM's output.
+// mnist-cntk-op8 18.36 → 39.17, digits_mlp 24.63 → 38.42. lstm_lm is the
+// exception (38.91 → 38.36): percentile clips the lower tail of its first
+// LSTM's output, which its evaluation samples reach far more often than
+// its calibration samples (README "Getting accuracy back"); its bound
+// keeps that loss from growing unnoticed.
 func TestAccuratePresetShared(t *testing.T) {
 	cases := []struct {
 		model string
-		// gain is the least improvement in dB over w8a8 on every output.
+		// gain is the least improvement in dB over w8a8 on every output
+		// (negative: the most it may lose).
 		gain float64
 	}{
 		{"squeezenet1.0-fp32", 0.5},
@@ -66,6 +70,8 @@ func TestAccuratePresetShared(t *testing.T) {
 		{"digits_resnet", 10},
 		{"digits_lenet", 10},
 		{"mnist-cntk-op8", 10},
+		{"digits_mlp", 10},
+		{"lstm_lm", -0.6},
 	}
 	for _, c := range cases {
 		t.Run(c.model, func(t *testing.T) {
@@ -149,7 +155,7 @@ func checkGain(t *testing.T, model string, gain float64, base, preset string, ex
 		}
 		t.Logf("%s: %s %.2f dB, candidate %.2f dB", name, base, bv, cv)
 		if cv < bv+gain {
-			t.Errorf("output %q: %.2f dB, want at least %s's %.2f dB + %.1f", name, cv, base, bv, gain)
+			t.Errorf("output %q: %.2f dB, want at least %s's %.2f dB %+.1f", name, cv, base, bv, gain)
 		}
 	}
 }
