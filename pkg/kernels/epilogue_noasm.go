@@ -8,10 +8,6 @@ func axpy(dst, src []float32, w float32) { axpyGo(dst, src, w) }
 
 func maxRow(dst, src []float32, first bool) { maxRowGo(dst, src, first) }
 
-func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
-	dwRowGo(out, x, ldx, nr, size, stride, w)
-}
-
 func erfRow(dst, src []float32) { erfGo(dst, src) }
 
 func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
