@@ -2,12 +2,6 @@
 
 package kernels
 
-func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowGo(r, b, s, t, relu) }
-
-func axpy(dst, src []float32, w float32) { axpyGo(dst, src, w) }
-
-func maxRow(dst, src []float32, first bool) { maxRowGo(dst, src, first) }
-
 func erfRow(dst, src []float32) { erfGo(dst, src) }
 
 func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
@@ -31,5 +25,3 @@ func maxPoolS2Rows(x []float32, at, ldx, rows, taps, n int, y []float32, count, 
 func sigmoidRow(dst, src []float32, silu bool) { sigmoidGo(dst, src, silu) }
 
 func tanhRow(dst, src []float32) { tanhGo(dst, src) }
-
-func clipVec(dst, src []float32, lo, hi float32) int { return 0 }

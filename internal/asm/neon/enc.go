@@ -99,3 +99,17 @@ func fmlaElem(d, n, m, idx int) uint32 {
 
 // fmovOnes encodes FMOV Vd.4S, #1.0 (imm8 0x70: abc=011, defgh=10000).
 func fmovOnes(d int) uint32 { return 0x4F03F600 | uint32(d) }
+
+const (
+	encFMAX  = 0x4E20F400 // FMAX Vd.4S, Vn.4S, Vm.4S
+	encFCMGT = 0x6EA0E400 // FCMGT Vd.4S, Vn.4S, Vm.4S
+)
+
+func (f *asmFile) fmax(d, n, m int)  { f.vec3("FMAX", encFMAX, d, n, m) }
+func (f *asmFile) fcmgt(d, n, m int) { f.vec3("FCMGT", encFCMGT, d, n, m) }
+
+// bit writes BIT Vd.16B, Vn.16B, Vm.16B: the bits of Vn where Vm is set
+// replace those of Vd.
+func (f *asmFile) bit(d, n, m int) {
+	f.word(0x6EA01C00|uint32(m&31)<<16|uint32(n&31)<<5|uint32(d&31), "BIT V%d.16B, V%d.16B, V%d.16B", d, n, m)
+}
