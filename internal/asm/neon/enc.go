@@ -113,3 +113,10 @@ func (f *asmFile) fcmgt(d, n, m int) { f.vec3("FCMGT", encFCMGT, d, n, m) }
 func (f *asmFile) bit(d, n, m int) {
 	f.word(0x6EA01C00|uint32(m&31)<<16|uint32(n&31)<<5|uint32(d&31), "BIT V%d.16B, V%d.16B, V%d.16B", d, n, m)
 }
+
+// fmulElem writes FMUL Vd.4S, Vn.4S, Vm.S[idx], which rounds each
+// product once as the vector FMUL does.
+func (f *asmFile) fmulElem(d, n, m, idx int) {
+	f.word(0x4F809000|uint32(idx&1)<<21|uint32(m&31)<<16|uint32(idx>>1)<<11|uint32(n&31)<<5|uint32(d&31),
+		"FMUL V%d.4S, V%d.4S, V%d.S[%d]", d, n, m, idx)
+}
