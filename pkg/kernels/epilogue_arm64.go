@@ -20,6 +20,12 @@ func maxRowNEON(dst, src *float32, n int)
 //go:noescape
 func clipRowNEON(dst, src *float32, n int, lo, hi float32)
 
+//go:noescape
+func hardSwishMulRowNEON(dst, src *float32, n int, shift, lo, hi, d float32)
+
+//go:noescape
+func hardSwishDivRowNEON(dst, src *float32, n int, shift, lo, hi, d float32)
+
 // epilogueRow is epilogueRowGo with the bulk in NEON (bit-identical: the
 // same three roundings, no FMA; Relu as FMAX with +0).
 func epilogueRow(r []float32, b, s, t float32, relu bool) {
@@ -70,5 +76,21 @@ func clipVec(dst, src []float32, lo, hi float32) int {
 		return 0
 	}
 	clipRowNEON(&dst[0], &src[0], n, lo, hi)
+	return n
+}
+
+// hardSwishVec computes the first len(dst) &^ 7 elements of
+// HardSwishChain in NEON and returns how many; the caller has checked the
+// bounds (clipVecOK).
+func hardSwishVec(dst, src []float32, p HardSwishParams) int {
+	n := len(dst) &^ 7
+	if !hasNEON || n == 0 {
+		return 0
+	}
+	if p.Div {
+		hardSwishDivRowNEON(&dst[0], &src[0], n, p.Shift, p.Lo, p.Hi, p.D)
+	} else {
+		hardSwishMulRowNEON(&dst[0], &src[0], n, p.Shift, p.Lo, p.Hi, p.D)
+	}
 	return n
 }

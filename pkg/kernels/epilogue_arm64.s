@@ -123,3 +123,67 @@ loop:
 	CBNZ R1, loop
 done:
 	RET
+
+// func hardSwishMulRowNEON(dst *float32, src *float32, n int, shift float32, lo float32, hi float32, d float32)
+TEXT ·hardSwishMulRowNEON(SB), NOSPLIT, $0-40
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R2
+	MOVD n+16(FP), R1
+	FMOVS shift+24(FP), F16
+	VDUP V16.S[0], V16.S4
+	FMOVS lo+28(FP), F17
+	VDUP V17.S[0], V17.S4
+	FMOVS hi+32(FP), F18
+	VDUP V18.S[0], V18.S4
+	FMOVS d+36(FP), F19
+	VDUP V19.S[0], V19.S4
+	CBZ R1, done
+loop:
+	VLD1.P 32(R2), [V0.S4, V1.S4]
+	WORD $0x4e30d402 // FADD V2.4S, V0.4S, V16.4S
+	WORD $0x4e30d423 // FADD V3.4S, V1.4S, V16.4S
+	WORD $0x4e31f442 // FMAX V2.4S, V2.4S, V17.4S
+	WORD $0x4e31f463 // FMAX V3.4S, V3.4S, V17.4S
+	WORD $0x4eb2f442 // FMIN V2.4S, V2.4S, V18.4S
+	WORD $0x4eb2f463 // FMIN V3.4S, V3.4S, V18.4S
+	WORD $0x6e22dc00 // FMUL V0.4S, V0.4S, V2.4S
+	WORD $0x6e23dc21 // FMUL V1.4S, V1.4S, V3.4S
+	WORD $0x6e33dc00 // FMUL V0.4S, V0.4S, V19.4S
+	WORD $0x6e33dc21 // FMUL V1.4S, V1.4S, V19.4S
+	VST1.P [V0.S4, V1.S4], 32(R0)
+	SUB $8, R1, R1
+	CBNZ R1, loop
+done:
+	RET
+
+// func hardSwishDivRowNEON(dst *float32, src *float32, n int, shift float32, lo float32, hi float32, d float32)
+TEXT ·hardSwishDivRowNEON(SB), NOSPLIT, $0-40
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R2
+	MOVD n+16(FP), R1
+	FMOVS shift+24(FP), F16
+	VDUP V16.S[0], V16.S4
+	FMOVS lo+28(FP), F17
+	VDUP V17.S[0], V17.S4
+	FMOVS hi+32(FP), F18
+	VDUP V18.S[0], V18.S4
+	FMOVS d+36(FP), F19
+	VDUP V19.S[0], V19.S4
+	CBZ R1, done
+loop:
+	VLD1.P 32(R2), [V0.S4, V1.S4]
+	WORD $0x4e30d402 // FADD V2.4S, V0.4S, V16.4S
+	WORD $0x4e30d423 // FADD V3.4S, V1.4S, V16.4S
+	WORD $0x4e31f442 // FMAX V2.4S, V2.4S, V17.4S
+	WORD $0x4e31f463 // FMAX V3.4S, V3.4S, V17.4S
+	WORD $0x4eb2f442 // FMIN V2.4S, V2.4S, V18.4S
+	WORD $0x4eb2f463 // FMIN V3.4S, V3.4S, V18.4S
+	WORD $0x6e22dc00 // FMUL V0.4S, V0.4S, V2.4S
+	WORD $0x6e23dc21 // FMUL V1.4S, V1.4S, V3.4S
+	WORD $0x6e33fc00 // FDIV V0.4S, V0.4S, V19.4S
+	WORD $0x6e33fc21 // FDIV V1.4S, V1.4S, V19.4S
+	VST1.P [V0.S4, V1.S4], 32(R0)
+	SUB $8, R1, R1
+	CBNZ R1, loop
+done:
+	RET

@@ -120,3 +120,7 @@ func (f *asmFile) fmulElem(d, n, m, idx int) {
 	f.word(0x4F809000|uint32(idx&1)<<21|uint32(m&31)<<16|uint32(idx>>1)<<11|uint32(n&31)<<5|uint32(d&31),
 		"FMUL V%d.4S, V%d.4S, V%d.S[%d]", d, n, m, idx)
 }
+
+const encFDIV = 0x6E20FC00 // FDIV Vd.4S, Vn.4S, Vm.4S
+
+func (f *asmFile) fdiv(d, n, m int) { f.vec3("FDIV", encFDIV, d, n, m) }

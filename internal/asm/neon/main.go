@@ -2,7 +2,7 @@
 // assembly file per family: the SGEMM micro-kernel (gemm_arm64.s), the
 // calibration statistics (stats_arm64.s), the quantization-error scores
 // (quanterr_arm64.s), the depthwise rows (depthwise_arm64.s) and the
-// element-wise rows of the epilogue, Clip and pooling
+// element-wise rows of the epilogue, pooling, Clip and HardSwish
 // (epilogue_arm64.s). Each kernel's comment states its arithmetic
 // against the Go reference.
 //

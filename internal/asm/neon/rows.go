@@ -1,20 +1,23 @@
 package main
 
-// rows writes the element-wise row kernels of the convolution epilogue
-// and pooling, each bit-identical to its Go reference in pkg/kernels
-// (epilogueRowGo, axpyGo, maxRowGo, clipGo): one IEEE operation per Go
-// operation, products rounded before their adds (the references' explicit
-// float32 conversions forbid FMA, so no FMLA here). Each runs over n
-// values, a multiple of 8, two vectors an iteration: one or two
-// two-register loads, one store and two to six vector operations per 8
-// values, where the Go loops spend about as many scalar instructions per
-// value.
+// rows writes the element-wise row kernels of the convolution
+// epilogue, pooling, Clip and HardSwish, each bit-identical to its Go
+// reference in pkg/kernels (epilogueRowGo, axpyGo, maxRowGo, clipGo,
+// hardSwishGo): one IEEE operation per Go operation, products rounded
+// before their adds (the references' explicit float32 conversions forbid
+// FMA, so no FMLA here). Each runs over n values, a multiple of 8, two
+// vectors an iteration: one or two two-register loads and one store per
+// 8 values, and two to five vector operations per 4 values where the Go
+// loops spend as many scalar ones per value, plus their loads, stores
+// and loop control.
 func rows(f *asmFile) {
 	epilogueRow(f, false)
 	epilogueRow(f, true)
 	axpy(f)
 	maxRow(f)
 	clipRow(f)
+	hardSwish(f, false)
+	hardSwish(f, true)
 }
 
 // rowLoop writes the loop over R1 values in steps of 8: load (the inputs
@@ -143,6 +146,49 @@ func clipRow(f *asmFile) {
 		}
 		for h := 0; h < 2; h++ {
 			f.fmin(h, h, 17)
+		}
+	})
+}
+
+// hardSwish writes hardSwish{Mul,Div}RowNEON(dst, src *float32, n int,
+// shift, lo, hi, d float32): HardSwishChain's x·min(max(x+shift, lo), hi)
+// then ·d or /d, one rounding a step; FMAX and FMIN as in clipRow, so the
+// caller sends only bounds clipVecOK takes.
+func hardSwish(f *asmFile, div bool) {
+	w := f.op
+	name := "hardSwishMulRowNEON"
+	if div {
+		name = "hardSwishDivRowNEON"
+	}
+	f.raw("")
+	f.raw("// func %s(dst *float32, src *float32, n int, shift float32, lo float32, hi float32, d float32)", name)
+	f.raw("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	w("MOVD dst+0(FP), R0")
+	w("MOVD src+8(FP), R2")
+	w("MOVD n+16(FP), R1")
+	broadcast(f, "shift", 24, 16)
+	broadcast(f, "lo", 28, 17)
+	broadcast(f, "hi", 32, 18)
+	broadcast(f, "d", 36, 19)
+	rowLoop(f, "R2", false, func() {
+		for h := 0; h < 2; h++ {
+			f.fadd(2+h, h, 16)
+		}
+		for h := 0; h < 2; h++ {
+			f.fmax(2+h, 2+h, 17)
+		}
+		for h := 0; h < 2; h++ {
+			f.fmin(2+h, 2+h, 18)
+		}
+		for h := 0; h < 2; h++ {
+			f.fmul(h, h, 2+h)
+		}
+		for h := 0; h < 2; h++ {
+			if div {
+				f.fdiv(h, h, 19)
+			} else {
+				f.fmul(h, h, 19)
+			}
 		}
 	})
 }
