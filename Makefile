@@ -108,7 +108,7 @@ check-generate: deps
 			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
 	done; rm -rf $$tmp
 	@tmp=$$(mktemp -d) && (cd internal/asm/neon && $(GO) run . -dir $$tmp) && \
-	for f in gemm_arm64.s stats_arm64.s quanterr_arm64.s depthwise_arm64.s epilogue_arm64.s; do \
+	for f in gemm_arm64.s stats_arm64.s quanterr_arm64.s depthwise_arm64.s epilogue_arm64.s binary_arm64.s; do \
 		if ! diff -q $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
 			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
 	done; rm -rf $$tmp

@@ -4,10 +4,6 @@ package kernels
 
 func erfRow(dst, src []float32) { erfGo(dst, src) }
 
-func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
-
-func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int { return 0 }
-
 func expSubRow(dst, src []float32, m float32) float64 { return expSubRowGo(dst, src, m) }
 
 func sumRow(x []float32) float64 { return sumRowGo(x) }

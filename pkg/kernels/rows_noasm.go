@@ -16,3 +16,7 @@ func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 }
 
 func clipVec(dst, src []float32, lo, hi float32) int { return 0 }
+
+func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
+
+func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int { return 0 }

@@ -1,10 +1,11 @@
 // Command neon generates the arm64 NEON kernels of pkg/kernels, one
 // assembly file per family: the SGEMM micro-kernel (gemm_arm64.s), the
 // calibration statistics (stats_arm64.s), the quantization-error scores
-// (quanterr_arm64.s), the depthwise rows (depthwise_arm64.s) and the
+// (quanterr_arm64.s), the depthwise rows (depthwise_arm64.s), the
 // element-wise rows of the epilogue, pooling, Clip and HardSwish
-// (epilogue_arm64.s). Each kernel's comment states its arithmetic
-// against the Go reference.
+// (epilogue_arm64.s) and the element-wise binary operations
+// (binary_arm64.s). Each kernel's comment states its arithmetic against
+// the Go reference.
 //
 // Go's arm64 assembler lacks most vector floating-point instructions
 // (FADD, FMUL, FMINNM, FRINTN, by-element FMLA, …); those are written as
@@ -30,6 +31,7 @@ func main() {
 		{"quanterr_arm64.s", quantErr},
 		{"depthwise_arm64.s", depthwise},
 		{"epilogue_arm64.s", rows},
+		{"binary_arm64.s", binary},
 	}
 	for _, file := range files {
 		f := newFile()
