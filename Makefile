@@ -83,7 +83,7 @@ generate:
 	cd internal/asm/stats && $(GO) run . -out ../../../pkg/kernels/stats_amd64.s -stubs ../../../pkg/kernels/stats_stubs_amd64.go -pkg kernels
 	cd internal/asm/gemm && $(GO) run . -out ../../../pkg/kernels/gemm_amd64.s -stubs ../../../pkg/kernels/gemm_stubs_amd64.go -pkg kernels
 	cd internal/asm/quanterr && $(GO) run . -out ../../../pkg/kernels/quanterr_amd64.s -stubs ../../../pkg/kernels/quanterr_stubs_amd64.go -pkg kernels
-	cd internal/asm/neon && $(GO) run . -out ../../../pkg/kernels/gemm_arm64.s
+	cd internal/asm/neon && $(GO) run . -dir ../../../pkg/kernels
 	$(GO) run ./cmd/coreaiq config schema > configs/coreaiq.schema.json
 
 # check-generate fails when the committed generated code is not what the generator writes.
@@ -107,9 +107,11 @@ check-generate: deps
 		if ! diff -q -I '^// Code generated' $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
 			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
 	done; rm -rf $$tmp
-	@tmp=$$(mktemp -d) && (cd internal/asm/neon && $(GO) run . -out $$tmp/gemm_arm64.s) && \
-	if ! diff -q $$tmp/gemm_arm64.s pkg/kernels/gemm_arm64.s >/dev/null; then \
-		rm -rf $$tmp; echo "pkg/kernels/gemm_arm64.s is stale: run make generate and commit"; exit 1; fi; rm -rf $$tmp
+	@tmp=$$(mktemp -d) && (cd internal/asm/neon && $(GO) run . -dir $$tmp) && \
+	for f in gemm_arm64.s stats_arm64.s quanterr_arm64.s depthwise_arm64.s epilogue_arm64.s binary_arm64.s; do \
+		if ! diff -q $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
+			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
+	done; rm -rf $$tmp
 	@tmp=$$(mktemp) && $(GO) run ./cmd/coreaiq config schema > $$tmp && \
 	if ! cmp -s $$tmp configs/coreaiq.schema.json; then \
 		rm -f $$tmp; echo "configs/coreaiq.schema.json is stale: run make generate and commit"; exit 1; fi; rm -f $$tmp

@@ -2,21 +2,7 @@
 
 package kernels
 
-func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowGo(r, b, s, t, relu) }
-
-func axpy(dst, src []float32, w float32) { axpyGo(dst, src, w) }
-
-func maxRow(dst, src []float32, first bool) { maxRowGo(dst, src, first) }
-
-func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
-	dwRowGo(out, x, ldx, nr, size, stride, w)
-}
-
 func erfRow(dst, src []float32) { erfGo(dst, src) }
-
-func binaryVec(op BinOp, o, a, b []float32) int { return 0 }
-
-func binaryScalarVec(op BinOp, o, a []float32, s float32, rev bool) int { return 0 }
 
 func expSubRow(dst, src []float32, m float32) float64 { return expSubRowGo(dst, src, m) }
 
@@ -35,5 +21,3 @@ func maxPoolS2Rows(x []float32, at, ldx, rows, taps, n int, y []float32, count, 
 func sigmoidRow(dst, src []float32, silu bool) { sigmoidGo(dst, src, silu) }
 
 func tanhRow(dst, src []float32) { tanhGo(dst, src) }
-
-func clipVec(dst, src []float32, lo, hi float32) int { return 0 }

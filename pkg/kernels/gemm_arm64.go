@@ -2,7 +2,7 @@
 
 package kernels
 
-//go:generate sh -c "cd ../../internal/asm/neon && go run . -out ../../../pkg/kernels/gemm_arm64.s"
+//go:generate sh -c "cd ../../internal/asm/neon && go run . -dir ../../../pkg/kernels"
 
 // gemm8x8NEON computes an 8×8 tile of C from kc steps of packed panels a
 // (8 floats a step) and b (8 floats a step); see internal/asm/neon.

@@ -33,7 +33,10 @@ func quantSqErrRef(x []float32, inv, scale, lo, hi float32) float32 {
 		if q > hi {
 			q = hi
 		}
-		d := v - ((q+roundMagic)-roundMagic)*scale
+		// The conversion keeps the compiler from fusing the product
+		// into the subtraction (it does on arm64): DequantizeLinear
+		// rounds the product, as the kernels do.
+		d := v - float32(((q+roundMagic)-roundMagic)*scale)
 		e += d * d
 	}
 	return e

@@ -74,6 +74,18 @@ func naiveMinMax(x []float32) (lo, hi float32, nan, inf int) {
 	return lo, hi, nan, inf
 }
 
+// statsVariant is one implementation of the whole-vector kernels with the
+// tail finished by the reference, as the dispatchers do; each build lists
+// its own in statsVariants.
+type statsVariant struct {
+	name   string
+	ok     bool
+	minMax func(x []float32) (float32, float32, int)
+	accum  func(x, lo, hi []float32) int
+	// hist is HistogramPow2 for parameters that satisfy histKernelOK.
+	hist func(x []float32, exp, start int, counts []uint64) (under, over, nonFinite int)
+}
+
 func sameBits(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }
 
 func TestFiniteMinMaxVariants(t *testing.T) {

@@ -2,17 +2,6 @@
 
 package kernels
 
-// statsVariant is one implementation of the whole-vector kernels with the
-// tail finished by the reference, as the dispatchers do.
-type statsVariant struct {
-	name   string
-	ok     bool
-	minMax func(x []float32) (float32, float32, int)
-	accum  func(x, lo, hi []float32) int
-	// hist is HistogramPow2 for parameters that satisfy histKernelOK.
-	hist func(x []float32, exp, start int, counts []uint64) (under, over, nonFinite int)
-}
-
 func statsVariants() []statsVariant {
 	return []statsVariant{
 		{name: "avx512", ok: hasAVX512,
