@@ -90,9 +90,10 @@ func TestTargetsNoWorseThanDefault(t *testing.T) {
 	// With asymmetric activations the tensorrt placement measures 8.51 dB
 	// on yolox-nano and 25.22 dB on gpt_decoder.
 	symmetricOnly := shortfall{"TensorRT takes symmetric int8 activations only: one-sided activations (Softmax outputs before the attention MatMul, SiLU outputs) lose the bit the default config's asymmetric Softmax and Sigmoid outputs keep", 1}
-	// The first LSTM's output is bounded by its tanh; its extremes carry
-	// signal that percentile ranges clip (min/max ranges: 38.59 dB).
-	lstmTails := shortfall{"percentile ranges clip the tails of the first LSTM's output", 1}
+	// The evaluation samples reach the lower tail of the first LSTM's
+	// output far more often than the calibration samples (README, the
+	// accurate preset's costs); min/max ranges: 38.59 dB.
+	lstmTails := shortfall{"percentile ranges clip the lower tail of the first LSTM's output", 1}
 	cases := []struct {
 		model string
 		below map[string]shortfall
