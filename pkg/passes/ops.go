@@ -236,6 +236,74 @@ func nonNegative(m *onnxgraph.Model) map[string]bool {
 	return out
 }
 
+// valueBounds is the range each value of g cannot leave by the
+// definition of the ops that make it (ops.OutputBound: Tanh, Sigmoid,
+// Softmax, Clip, an LSTM's hidden state), carried through the ops that only
+// move values (ops.Op.MovesValues: Reshape, Transpose, Slice, Concat): a
+// side of such an op's output is bounded when that side of every data
+// input is, by the widest of them.
+func valueBounds(m *onnxgraph.Model) map[string]Bound {
+	out := map[string]Bound{}
+	for _, n := range m.Graph.Nodes {
+		op, ok := ops.Of(n)
+		if !ok {
+			continue
+		}
+		var moved Bound
+		if op.MovesValues {
+			moved = movedBound(n, op, out)
+		}
+		for i, v := range n.Outputs {
+			if v == nil {
+				continue
+			}
+			b := moved
+			if !op.MovesValues {
+				b.Min, b.Max = ops.OutputBound(m, n, i)
+			}
+			if b.Min != nil || b.Max != nil {
+				out[v.Name] = b
+			}
+		}
+	}
+	return out
+}
+
+// movedBound is the bound of the outputs of an op that only moves the
+// values of its data inputs (the ones its quantization rule names): on each
+// side, the widest of the inputs' bounds, none when an input is unbounded
+// there.
+func movedBound(n *onnxgraph.Node, op *ops.Op, bounds map[string]Bound) Bound {
+	var lo, hi *float32
+	loOK, hiOK, seen := true, true, false
+	for i, v := range n.Inputs {
+		if v == nil || !op.Quant.QuantizesInput(i) {
+			continue
+		}
+		b, ok := bounds[v.Name]
+		if !ok {
+			return Bound{}
+		}
+		seen = true
+		if loOK = loOK && b.Min != nil; loOK && (lo == nil || *b.Min < *lo) {
+			lo = b.Min
+		}
+		if hiOK = hiOK && b.Max != nil; hiOK && (hi == nil || *b.Max > *hi) {
+			hi = b.Max
+		}
+	}
+	if !seen {
+		return Bound{}
+	}
+	if !loOK {
+		lo = nil
+	}
+	if !hiOK {
+		hi = nil
+	}
+	return Bound{Min: lo, Max: hi}
+}
+
 // clipBounds reads the constant bounds of a clamping op (the table's
 // Bounds); nil, nil for other ops.
 func clipBounds(m *onnxgraph.Model, n *onnxgraph.Node) (lo, hi *float32) {
