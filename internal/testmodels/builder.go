@@ -163,15 +163,6 @@ func AttrString(name, v string) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
 }
 
-// AttrStrings makes a STRINGS attribute.
-func AttrStrings(name string, v ...string) *onnxpb.AttributeProto {
-	a := &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRINGS.Enum()}
-	for _, s := range v {
-		a.Strings = append(a.Strings, []byte(s))
-	}
-	return a
-}
-
 // AttrGraph makes a GRAPH attribute.
 func AttrGraph(name string, g *onnxpb.GraphProto) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_GRAPH.Enum(), G: g}

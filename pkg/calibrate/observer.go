@@ -364,27 +364,6 @@ func (o *Observer) Range(s *spec.QuantizationSpec) (mins, maxs []float32, err er
 	return []float32{lo}, []float32{hi}, nil
 }
 
-// BoundedRange is Range for a value that cannot leave [lo, hi] by the
-// definition of the ops that make it (a nil side is unbounded). A clipping
-// calculator (percentile, entropy, mse) cuts rare tails as outliers of an
-// unbounded distribution; on a bounded side the tail is signal (an LSTM's
-// hidden state near ±1), which data unlike the calibration set reaches
-// more often, so there the range is the observed extreme, kept within the
-// bound. Min/max calculators already give the observed extremes.
-func (o *Observer) BoundedRange(s *spec.QuantizationSpec, lo, hi *float32) (mins, maxs []float32, err error) {
-	mins, maxs, err = o.Range(s)
-	if err != nil || o.Kind != KindHistogram {
-		return mins, maxs, err
-	}
-	if lo != nil {
-		mins[0] = max(float32(o.Min[0]), *lo)
-	}
-	if hi != nil {
-		maxs[0] = min(float32(o.Max[0]), *hi)
-	}
-	return mins, maxs, nil
-}
-
 // clone deep-copies the exported state.
 func (o *Observer) clone() *Observer {
 	c := *o

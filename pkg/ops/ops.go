@@ -55,15 +55,6 @@ type Op struct {
 	// Bounds reads a clamping op's constant bounds from the node (Clip):
 	// a missing, non-constant or unbounded side is nil.
 	Bounds func(m *onnxgraph.Model, n *onnxgraph.Node) (lo, hi *float32)
-	// Bounded reads from the node the range output i cannot leave
-	// whatever the inputs, for ops whose bound depends on attributes (a
-	// recurrent op's hidden state under squashing activations); a nil side
-	// is unbounded. OutputBound gathers it with the facts above.
-	Bounded func(m *onnxgraph.Model, n *onnxgraph.Node, output int) (lo, hi *float32)
-	// MovesValues: every output value is a value of a data input
-	// (Reshape, Transpose, Slice, Concat, MaxPool), so a bound on every
-	// data input bounds the outputs.
-	MovesValues bool
 	// Intrinsic is the op-intrinsic rule of output 0 (coreai-opt's
 	// graph-mode override of the config's qscheme and range); nil for none.
 	Intrinsic *Intrinsic
@@ -447,37 +438,4 @@ func TargetNames() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// OutputBound is the range output i of n cannot leave by the op's
-// definition, whatever its inputs: Range (Tanh, Sigmoid, Softmax), an
-// unconditional Intrinsic range (HardSigmoid), a clamping op's constant
-// Bounds (Clip, Relu6) and a node's Bounded outputs (LSTM, GRU, RNN). A nil
-// side is unbounded. A lower bound of zero alone (Relu) is left out: it is
-// the NonNegative fact, and no calculator clips it.
-func OutputBound(m *onnxgraph.Model, n *onnxgraph.Node, i int) (lo, hi *float32) {
-	op, ok := Of(n)
-	var r *Range
-	switch {
-	case !ok:
-		return nil, nil
-	case op.Bounded != nil:
-		return op.Bounded(m, n, i)
-	case i != 0:
-		return nil, nil
-	case op.Range != nil:
-		r = op.Range
-	case op.Intrinsic != nil && op.Intrinsic.Range != nil && !op.Intrinsic.IfInputsNonNegative:
-		r = op.Intrinsic.Range
-	case op.Bounds != nil:
-		lo, hi = op.Bounds(m, n)
-		if hi == nil && lo != nil && *lo == 0 {
-			return nil, nil
-		}
-		return lo, hi
-	default:
-		return nil, nil
-	}
-	a, b := r.Min, r.Max
-	return &a, &b
 }

@@ -100,7 +100,6 @@ var entries = []Op{
 		Args:             [][]string{{"tensors"}},
 		Torch:            []Torch{{Name: "cat", Preferred: true, Args: []string{"tensors"}, Targets: []string{"concat"}}, {Name: "concat", Args: []string{"tensors"}, Targets: []string{"cat"}}},
 		Quant:            &Quant{Kind: Generic},
-		MovesValues:      true,
 		KeepsNonNegative: true,
 		Intrinsic:        &Intrinsic{Scheme: spec.Asymmetric, What: "Concat of non-negative inputs", IfInputsNonNegative: true},
 		Changes:          changedAt(4), // v4: axis became required
@@ -142,11 +141,10 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{
-		Type:        "DepthToSpace",
-		Torch:       []Torch{{Name: "pixel_shuffle"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     unchanged,
+		Type:    "DepthToSpace",
+		Torch:   []Torch{{Name: "pixel_shuffle"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: unchanged,
 	},
 	{
 		Type:    "DequantizeLinear",
@@ -163,11 +161,10 @@ var entries = []Op{
 		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
-		Type:        "Dropout",
-		Torch:       []Torch{{Name: "dropout"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     changedAt(7, 10, 12), // v7 dropped is_test, v10 made the mask bool, v12 moved ratio to an input
+		Type:    "Dropout",
+		Torch:   []Torch{{Name: "dropout"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: changedAt(7, 10, 12), // v7 dropped is_test, v10 made the mask bool, v12 moved ratio to an input
 	},
 	{
 		Type:    "DynamicQuantizeLinear",
@@ -202,34 +199,31 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{
-		Type:        "Expand",
-		Torch:       []Torch{{Name: "expand"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     unchanged,
+		Type:    "Expand",
+		Torch:   []Torch{{Name: "expand"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: unchanged,
 	},
 	{
-		Type:        "Flatten",
-		Inputs:      []string{"input"},
-		Outputs:     []string{"output"},
-		Torch:       []Torch{{Name: "flatten"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     unchanged,
+		Type:    "Flatten",
+		Inputs:  []string{"input"},
+		Outputs: []string{"output"},
+		Torch:   []Torch{{Name: "flatten"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: unchanged,
 	},
 	{Type: "Floor", Changes: unchanged},
-	{Type: "GRU", Bounded: gruBound, Changes: unchanged},
+	{Type: "GRU", Changes: unchanged},
 	{
-		Type:        "Gather",
-		Inputs:      []string{"data", "indices"},
-		Outputs:     []string{"output"},
-		Args:        [][]string{{"input", "self"}, {"index"}},
-		States:      map[int]string{0: "weight"},
-		Torch:       []Torch{{Name: "embedding", If: constInput(0), States: []string{"weight"}, NodeArgs: [][]string{{"weight"}, {"input"}}}, {Name: "gather", Preferred: true}, {Name: "index_select"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Weight:      fixedAxes(0, 1, "per_channel 0, per_block 1 (embedding table)"),
-		Changes:     unchanged,
+		Type:    "Gather",
+		Inputs:  []string{"data", "indices"},
+		Outputs: []string{"output"},
+		Args:    [][]string{{"input", "self"}, {"index"}},
+		States:  map[int]string{0: "weight"},
+		Torch:   []Torch{{Name: "embedding", If: constInput(0), States: []string{"weight"}, NodeArgs: [][]string{{"weight"}, {"input"}}}, {Name: "gather", Preferred: true}, {Name: "index_select"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Weight:  fixedAxes(0, 1, "per_channel 0, per_block 1 (embedding table)"),
+		Changes: unchanged,
 	},
 	{Type: "GatherElements", Changes: unchanged},
 	{Type: "GatherND", Changes: unchanged},
@@ -297,10 +291,9 @@ var entries = []Op{
 	},
 	{Type: "Hardmax", Changes: changedAt(13)}, // v13: the 2-D coercion around axis was dropped
 	{
-		Type:        "Identity",
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     unchanged,
+		Type:    "Identity",
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: unchanged,
 	},
 	{Type: "If", Changes: unchanged},
 	{
@@ -322,7 +315,7 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{Type: "LRN", Changes: unchanged},
-	{Type: "LSTM", Bounded: lstmBound, Changes: unchanged},
+	{Type: "LSTM", Changes: unchanged},
 	{
 		Type:    "LayerNormalization",
 		Inputs:  []string{"X", "Scale", "B"},
@@ -384,7 +377,6 @@ var entries = []Op{
 		Outputs:          []string{"Y", "Indices"},
 		Torch:            []Torch{{Name: "max_pool1d"}, {Name: "max_pool2d", Preferred: true}, {Name: "max_pool3d"}},
 		Quant:            &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues:      true,
 		KeepsNonNegative: true,
 		Changes:          unchanged,
 	},
@@ -472,7 +464,7 @@ var entries = []Op{
 		States: map[int]string{1: "weight", 2: "bias"},
 		Torch:  []Torch{{Name: "rms_norm", States: []string{"weight"}}},
 	},
-	{Type: "RNN", Bounded: rnnBound, Changes: unchanged},
+	{Type: "RNN", Changes: unchanged},
 	{Type: "Range", Changes: unchanged},
 	{
 		Type:    "Reciprocal",
@@ -510,14 +502,13 @@ var entries = []Op{
 		Changes:     unchanged,
 	},
 	{
-		Type:        "Reshape",
-		Inputs:      []string{"data", "shape"},
-		Outputs:     []string{"reshaped"},
-		Args:        [][]string{{"input", "self"}, {"shape"}},
-		Torch:       []Torch{{Name: "reshape", Preferred: true, Targets: []string{"view"}}, {Name: "view", Targets: []string{"reshape"}}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     changedAt(5), // v5: shape moved to an input
+		Type:    "Reshape",
+		Inputs:  []string{"data", "shape"},
+		Outputs: []string{"reshaped"},
+		Args:    [][]string{{"input", "self"}, {"shape"}},
+		Torch:   []Torch{{Name: "reshape", Preferred: true, Targets: []string{"view"}}, {Name: "view", Targets: []string{"reshape"}}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: changedAt(5), // v5: shape moved to an input
 	},
 	{
 		Type:    "Resize",
@@ -562,11 +553,10 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{
-		Type:        "Slice",
-		Torch:       []Torch{{Name: "slice"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     changedAt(10), // v10: starts, ends and axes moved to inputs
+		Type:    "Slice",
+		Torch:   []Torch{{Name: "slice"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: changedAt(10), // v10: starts, ends and axes moved to inputs
 	},
 	{
 		Type:        "Softmax",
@@ -590,21 +580,19 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{
-		Type:        "SpaceToDepth",
-		Torch:       []Torch{{Name: "pixel_unshuffle"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     unchanged,
+		Type:    "SpaceToDepth",
+		Torch:   []Torch{{Name: "pixel_unshuffle"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: unchanged,
 	},
 	{
-		Type:        "Split",
-		Inputs:      []string{"input", "split"},
-		Outputs:     []string{"outputs"},
-		Args:        [][]string{{"input", "self"}, {"split_size_or_sections"}},
-		Torch:       []Torch{{Name: "chunk"}, {Name: "split", Preferred: true, Targets: []string{"split_with_sizes"}}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}, AllOutputs: true},
-		MovesValues: true,
-		Changes:     changedAt(13), // v13: split moved to an input
+		Type:    "Split",
+		Inputs:  []string{"input", "split"},
+		Outputs: []string{"outputs"},
+		Args:    [][]string{{"input", "self"}, {"split_size_or_sections"}},
+		Torch:   []Torch{{Name: "chunk"}, {Name: "split", Preferred: true, Targets: []string{"split_with_sizes"}}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}, AllOutputs: true},
+		Changes: changedAt(13), // v13: split moved to an input
 	},
 	{
 		Type:    "Sqrt",
@@ -612,11 +600,10 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{
-		Type:        "Squeeze",
-		Torch:       []Torch{{Name: "squeeze"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     changedAt(13), // v13: axes moved to an input
+		Type:    "Squeeze",
+		Torch:   []Torch{{Name: "squeeze"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: changedAt(13), // v13: axes moved to an input
 	},
 	{
 		Type:    "Sub",
@@ -641,11 +628,10 @@ var entries = []Op{
 	},
 	{Type: "ThresholdedRelu", Changes: unchanged},
 	{
-		Type:        "Tile",
-		Torch:       []Torch{{Name: "tile"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     changedAt(6), // v6: tiles and axis became the repeats input
+		Type:    "Tile",
+		Torch:   []Torch{{Name: "tile"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: changedAt(6), // v6: tiles and axis became the repeats input
 	},
 	{
 		Type:    "TopK",
@@ -654,21 +640,19 @@ var entries = []Op{
 		Changes: changedAt(10), // v10: k moved to an input
 	},
 	{
-		Type:        "Transpose",
-		Inputs:      []string{"data"},
-		Outputs:     []string{"transposed"},
-		Torch:       []Torch{{Name: "permute"}, {Name: "transpose", Preferred: true}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     unchanged,
+		Type:    "Transpose",
+		Inputs:  []string{"data"},
+		Outputs: []string{"transposed"},
+		Torch:   []Torch{{Name: "permute"}, {Name: "transpose", Preferred: true}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: unchanged,
 	},
 	{Type: "Trilu", Changes: unchanged},
 	{
-		Type:        "Unsqueeze",
-		Torch:       []Torch{{Name: "unsqueeze"}},
-		Quant:       &Quant{Kind: Shared, Inputs: []int{0}},
-		MovesValues: true,
-		Changes:     changedAt(13), // v13: axes moved to an input
+		Type:    "Unsqueeze",
+		Torch:   []Torch{{Name: "unsqueeze"}},
+		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
+		Changes: changedAt(13), // v13: axes moved to an input
 	},
 	{Type: "Upsample", Changes: changedAt(10)}, // removed at v10
 	{
@@ -786,66 +770,4 @@ func clipBounds(m *onnxgraph.Model, n *onnxgraph.Node) (lo, hi *float32) {
 		return &v
 	}
 	return bound("min", 1), bound("max", 2)
-}
-
-// squashing are the recurrent activations whose values lie in [-1, 1]
-// (ONNX's defaults among them); unitSquashing those in [0, 1].
-var (
-	squashing     = map[string]bool{"Sigmoid": true, "HardSigmoid": true, "Tanh": true}
-	unitSquashing = map[string]bool{"Sigmoid": true, "HardSigmoid": true}
-)
-
-// recurrentActivations reports whether every activation of a recurrent
-// node (the `activations` attribute, per direction, in the order of the
-// op's gates) passes ok at its gate position; a node without the
-// attribute has the defaults, which pass.
-func recurrentActivations(n *onnxgraph.Node, gates int, ok func(gate int, name string) bool) bool {
-	a := n.Attr("activations")
-	if a == nil {
-		return true
-	}
-	for i, name := range a.GetStrings() {
-		if !ok(i%gates, string(name)) {
-			return false
-		}
-	}
-	return true
-}
-
-// hiddenBound is [-1, 1] for the hidden-state outputs (Y and Y_h, the
-// first two) of a recurrent node whose activations pass, else unbounded.
-func hiddenBound(output int, pass bool) (lo, hi *float32) {
-	if output > 1 || !pass {
-		return nil, nil
-	}
-	l, h := signedRange.Min, signedRange.Max
-	return &l, &h
-}
-
-// lstmBound: Y and Y_h are o ⊙ h(C), a product of two activations that
-// squash into [-1, 1] (defaults Sigmoid and Tanh); the cell state Y_c is
-// unbounded.
-func lstmBound(_ *onnxgraph.Model, n *onnxgraph.Node, output int) (lo, hi *float32) {
-	return hiddenBound(output, recurrentActivations(n, 3, func(_ int, name string) bool { return squashing[name] }))
-}
-
-// rnnBound: Y and Y_h are f(...) (default Tanh).
-func rnnBound(_ *onnxgraph.Model, n *onnxgraph.Node, output int) (lo, hi *float32) {
-	return hiddenBound(output, recurrentActivations(n, 1, func(_ int, name string) bool { return squashing[name] }))
-}
-
-// gruBound: H_t = (1 − z) ⊙ g(...) + z ⊙ H_{t−1} stays in [-1, 1] when
-// the update gate f is in [0, 1] (default Sigmoid), g squashes (default
-// Tanh) and H_0 is zero (no initial_h input): each step is a convex
-// combination of values in [-1, 1].
-func gruBound(_ *onnxgraph.Model, n *onnxgraph.Node, output int) (lo, hi *float32) {
-	if len(n.Inputs) > 5 && n.Inputs[5] != nil {
-		return nil, nil
-	}
-	return hiddenBound(output, recurrentActivations(n, 2, func(gate int, name string) bool {
-		if gate == 0 {
-			return unitSquashing[name]
-		}
-		return squashing[name]
-	}))
 }

@@ -52,18 +52,13 @@ func StatsOf(st *calibrate.Stats) Stats { return calibStats{st} }
 
 type calibStats struct{ st *calibrate.Stats }
 
-// ActivationParams applies the observer's calculator to the tensor's spec,
-// within the tensor's definitional bound.
+// ActivationParams applies the observer's calculator to the tensor's spec.
 func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	o := c.st.Tensor(t.Value)
 	if o == nil {
 		return nil, fmt.Errorf("activation %q is not in the calibration statistics (were they computed with this config and model?)", t.Value)
 	}
-	var lo, hi *float32
-	if t.Bound != nil {
-		lo, hi = t.Bound.Min, t.Bound.Max
-	}
-	mins, maxs, err := o.BoundedRange(t.Spec, lo, hi)
+	mins, maxs, err := o.Range(t.Spec)
 	if err != nil {
 		return nil, err
 	}

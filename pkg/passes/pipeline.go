@@ -25,7 +25,6 @@ type (
 	Skip        = plan.Skip
 	Params      = plan.Params
 	Range       = plan.Range
-	Bound       = plan.Bound
 	Role        = plan.Role
 	Stage       = plan.Stage
 	PalettePlan = plan.PalettePlan

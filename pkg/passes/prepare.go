@@ -98,9 +98,6 @@ type preparer struct {
 	// nonNeg are the values known to be non-negative (nonNegative),
 	// computed on first use.
 	nonNeg map[string]bool
-	// bounds are the values' definitional ranges (valueBounds), computed
-	// on first use.
-	bounds map[string]Bound
 	// place is the target's placement.
 	place *placement
 	// inside maps each value inside a pattern to its match, and
@@ -339,9 +336,6 @@ func (p *preparer) planActivations() error {
 				}
 			}
 		}
-		if t.Fixed == nil {
-			t.Bound = p.boundOf(v)
-		}
 		unused.add(t)
 		if err := p.plan.Add(t); err != nil {
 			return err
@@ -395,17 +389,6 @@ func (p *preparer) isNonNeg(v *onnxgraph.Value) bool {
 		p.nonNeg = nonNegative(p.m)
 	}
 	return v != nil && p.nonNeg[v.Name]
-}
-
-// boundOf is v's definitional range (valueBounds), nil when unbounded.
-func (p *preparer) boundOf(v *onnxgraph.Value) *Bound {
-	if p.bounds == nil {
-		p.bounds = valueBounds(p.m)
-	}
-	if b, ok := p.bounds[v.Name]; ok {
-		return &b
-	}
-	return nil
 }
 
 // applyIntrinsic sets t's qscheme and range from its producer's

@@ -76,25 +76,6 @@ type Range struct {
 	Max float32 `json:"max"`
 }
 
-// Bound is a range a value cannot leave by the definition of the ops that
-// make it (a Tanh, an LSTM's hidden state, a Reshape of one); a nil side
-// is unbounded.
-type Bound struct {
-	Min *float32 `json:"min,omitempty"`
-	Max *float32 `json:"max,omitempty"`
-}
-
-// String is the bound as an interval, with ±inf for an open side.
-func (b Bound) String() string {
-	side := func(v *float32, inf string) string {
-		if v == nil {
-			return inf
-		}
-		return fmt.Sprintf("%g", *v)
-	}
-	return "[" + side(b.Min, "-inf") + ", " + side(b.Max, "+inf") + "]"
-}
-
 // Params are the qparams of one tensor: one scale and zero point per
 // tensor, channel or block, in the layout of the granularity (per block:
 // row-major over the scale tensor's shape).
@@ -149,11 +130,6 @@ type TensorPlan struct {
 	// Fixed is the known output range of Softmax, Sigmoid, Tanh, Clip: the
 	// qparams need no calibration.
 	Fixed *Range `json:"fixed,omitempty"`
-	// Bound is the range the value cannot leave by its producers'
-	// definition, on an activation without a fixed range: a clipping
-	// calculator (percentile, entropy, mse) keeps the observed extreme on
-	// each bounded side, since there the tails are signal, not outliers.
-	Bound *Bound `json:"bound,omitempty"`
 	// Intrinsic describes the op-intrinsic rule that set this tensor's
 	// qscheme or range over the config's spec (an asymmetric Relu output, a
 	// fixed Sigmoid range), "" when the spec is the config's as written.
@@ -320,9 +296,6 @@ func (p *Plan) Dump(w io.Writer) error {
 		}
 		if t.Fixed != nil {
 			fmt.Fprintf(&b, "  fixed [%g, %g]\n", t.Fixed.Min, t.Fixed.Max)
-		}
-		if t.Bound != nil {
-			fmt.Fprintf(&b, "  bound %s\n", t.Bound)
 		}
 		if t.Role == Bias {
 			fmt.Fprintf(&b, "  input %q weight %q", t.Input, t.Weight)
