@@ -23,7 +23,7 @@ func TestORTNearestResizeChannelsFirst(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			u, plain := quantizeChain(t, resizeNet(t, tc.k, tc.coords), in)
+			u, plain := quantizeChain(t, resizeNet(t, tc.batch, tc.k, tc.coords), in)
 			om := ortOptimized(t, lib, u.Result.Model)
 			resizes := 0
 			for _, n := range om.Graph.Nodes {
