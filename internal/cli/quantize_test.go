@@ -270,7 +270,8 @@ func TestPresetConfigsRun(t *testing.T) {
 				}
 				// Every named node of the source is still there under its
 				// name, and no op lost a node (BatchNormalization and bias
-				// Adds the fold pass folds into their Conv, and Identity or
+				// Adds the fold pass folds into their Conv or ConvTranspose
+				// under a target, and Identity or
 				// Constant nodes giving a weight, replaced by its
 				// DequantizeLinear, excepted).
 				ops := map[string]int{}
@@ -281,7 +282,7 @@ func TestPresetConfigsRun(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				folded, _, err := finalize.FoldBatchNorm(withInits)
+				folded, _, err := finalize.FoldIntoLayers(withInits) // what a target's fold pass folds
 				if err != nil {
 					t.Fatal(err)
 				}

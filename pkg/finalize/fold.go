@@ -23,14 +23,32 @@ import (
 // then absorb the normalisation, and no activation is quantized between
 // the two. It returns m itself and no notes when nothing folds.
 func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
-	m, addNotes, err := foldBiasAdds(m)
+	return foldBatchNorm(m, false, nil)
+}
+
+// FoldIntoLayers folds more than FoldBatchNorm, for a deployment target
+// whose kernels decide the placement: every Add of a per-channel constant
+// that alone consumes a Conv's or ConvTranspose's output into its bias
+// (exporters that write the bias as an Add: PaddlePaddle's
+// ConvTranspose), then BatchNormalization into a Conv or ConvTranspose
+// (per group). Where ConvTranspose has no integer kernel, the head of
+// ppocrv3-det then keeps no float Add or BatchNormalization beside it.
+// The generic target keeps coreai-opt's folding (FoldBatchNorm).
+func FoldIntoLayers(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+	m, notes, err := foldBiasAdds(m)
 	if err != nil {
 		return nil, nil, err
 	}
+	return foldBatchNorm(m, true, notes)
+}
+
+// foldBatchNorm folds BatchNormalization into the Conv before it, and into
+// a ConvTranspose when convTranspose; the returned notes follow addNotes.
+func foldBatchNorm(m *onnxgraph.Model, convTranspose bool, addNotes []string) (*onnxgraph.Model, []string, error) {
 	type pair struct{ conv, bn *onnxgraph.Node }
 	var pairs []pair
 	for _, n := range m.Graph.Nodes {
-		if p, ok := foldable(n); ok {
+		if p, ok := foldable(n, convTranspose); ok {
 			pairs = append(pairs, pair{p, n})
 		}
 	}
@@ -186,8 +204,9 @@ func initializerOf(v *onnxgraph.Value) *onnxgraph.Value {
 	return nil
 }
 
-// foldable returns the Conv a BatchNormalization node can be folded into.
-func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
+// foldable returns the Conv (or, when convTranspose, ConvTranspose) a
+// BatchNormalization node can be folded into.
+func foldable(bn *onnxgraph.Node, convTranspose bool) (*onnxgraph.Node, bool) {
 	if bn.OpType != "BatchNormalization" || bn.Domain != "" || len(bn.Inputs) != 5 || len(bn.Outputs) == 0 {
 		return nil, false
 	}
@@ -212,7 +231,7 @@ func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
 		return nil, false
 	}
 	conv := x.Producer
-	return conv, foldsInto(conv)
+	return conv, foldsInto(conv) && (convTranspose || conv.OpType == "Conv")
 }
 
 // foldsInto reports a Conv or ConvTranspose whose weight and bias a fold
@@ -445,7 +464,7 @@ func intDims(d []int64) []int {
 func BatchNormFloors(m *onnxgraph.Model) (map[string][]float32, error) {
 	floors := map[string][]float32{}
 	for _, n := range m.Graph.Nodes {
-		if _, ok := foldable(n); !ok {
+		if _, ok := foldable(n, false); !ok {
 			continue
 		}
 		var params [2][]float32
