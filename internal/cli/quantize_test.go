@@ -10,6 +10,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/passes"
 	"github.com/coreaiq/coreaiq/pkg/plan"
@@ -268,15 +269,28 @@ func TestPresetConfigsRun(t *testing.T) {
 					t.Errorf("opset %d, want %d", m.Opset(""), want)
 				}
 				// Every named node of the source is still there under its
-				// name, and no op lost a node (BatchNormalization folded
-				// into its Conv, and Identity or Constant nodes giving a
-				// weight, replaced by its DequantizeLinear, excepted).
+				// name, and no op lost a node (BatchNormalization and bias
+				// Adds the fold pass folds into their Conv or ConvTranspose
+				// under a target, and Identity or
+				// Constant nodes giving a weight, replaced by its
+				// DequantizeLinear, excepted).
 				ops := map[string]int{}
 				for _, n := range m.Graph.Nodes {
 					ops[n.OpType]++
 				}
+				withInits, _, err := finalize.ConstantsAsInitializers(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				folded, _, err := finalize.FoldIntoLayers(withInits) // what a target's fold pass folds
+				if err != nil {
+					t.Fatal(err)
+				}
 				for _, n := range src.Graph.Nodes {
 					if n.OpType == "BatchNormalization" || n.OpType == "Identity" || n.OpType == "Constant" {
+						continue
+					}
+					if n.OpType == "Add" && folded.Graph.Node(n.Name) == nil {
 						continue
 					}
 					if ops[n.OpType]--; ops[n.OpType] < 0 {

@@ -23,15 +23,37 @@ import (
 // then absorb the normalisation, and no activation is quantized between
 // the two. It returns m itself and no notes when nothing folds.
 func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+	return foldBatchNorm(m, false, nil)
+}
+
+// FoldIntoLayers folds more than FoldBatchNorm, for a deployment target
+// whose kernels decide the placement: every Add of a per-channel constant
+// that alone consumes a Conv's or ConvTranspose's output into its bias
+// (exporters that write the bias as an Add: PaddlePaddle's
+// ConvTranspose), then BatchNormalization into a Conv or ConvTranspose
+// (per group). Where ConvTranspose has no integer kernel, the head of
+// ppocrv3-det then keeps no float Add or BatchNormalization beside it.
+// The generic target keeps coreai-opt's folding (FoldBatchNorm).
+func FoldIntoLayers(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+	m, notes, err := foldBiasAdds(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return foldBatchNorm(m, true, notes)
+}
+
+// foldBatchNorm folds BatchNormalization into the Conv before it, and into
+// a ConvTranspose when convTranspose; the returned notes follow addNotes.
+func foldBatchNorm(m *onnxgraph.Model, convTranspose bool, addNotes []string) (*onnxgraph.Model, []string, error) {
 	type pair struct{ conv, bn *onnxgraph.Node }
 	var pairs []pair
 	for _, n := range m.Graph.Nodes {
-		if p, ok := foldable(n); ok {
+		if p, ok := foldable(n, convTranspose); ok {
 			pairs = append(pairs, pair{p, n})
 		}
 	}
 	if len(pairs) == 0 {
-		return m, nil, nil
+		return m, addNotes, nil
 	}
 	out := onnxgraph.CloneSharingData(m.Proto)
 	g := out.Graph
@@ -41,7 +63,7 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 	}
 	drop := map[int]bool{}
 	removedValues := map[string]bool{}
-	var notes []string
+	notes := addNotes
 	for _, p := range pairs {
 		conv, bn := g.Node[p.conv.Index], g.Node[p.bn.Index]
 		read := func(v *onnxgraph.Value) ([]float32, error) {
@@ -67,7 +89,7 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		}
 		scale, beta, mean, variance := params[0], params[1], params[2], params[3]
 		oc := len(scale)
-		if oc == 0 || len(w)%oc != 0 || len(beta) != oc || len(mean) != oc || len(variance) != oc || int(wv.Const.GetDims()[0]) != oc {
+		if oc == 0 || len(w)%oc != 0 || len(beta) != oc || len(mean) != oc || len(variance) != oc || outChannels(p.conv) != oc {
 			continue
 		}
 		eps := float32(1e-5)
@@ -81,12 +103,10 @@ func FoldBatchNorm(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 			}
 		}
 		scaleBy, nb := kernels.BatchNormFold(scale, beta, mean, variance, bias, eps)
-		per := len(w) / oc
 		nw := make([]float32, len(w))
-		for c := range oc {
-			for i := range per {
-				nw[c*per+i] = w[c*per+i] * scaleBy[c]
-			}
+		channelOf := weightChannels(p.conv)
+		for i, v := range w {
+			nw[i] = v * scaleBy[channelOf(i)]
 		}
 		wp, err := tensor.ToProto(tensor.FromFloat32(nw, intDims(wv.Const.GetDims())...), wv.Name)
 		if err != nil {
@@ -184,8 +204,9 @@ func initializerOf(v *onnxgraph.Value) *onnxgraph.Value {
 	return nil
 }
 
-// foldable returns the Conv a BatchNormalization node can be folded into.
-func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
+// foldable returns the Conv (or, when convTranspose, ConvTranspose) a
+// BatchNormalization node can be folded into.
+func foldable(bn *onnxgraph.Node, convTranspose bool) (*onnxgraph.Node, bool) {
 	if bn.OpType != "BatchNormalization" || bn.Domain != "" || len(bn.Inputs) != 5 || len(bn.Outputs) == 0 {
 		return nil, false
 	}
@@ -210,20 +231,210 @@ func foldable(bn *onnxgraph.Node) (*onnxgraph.Node, bool) {
 		return nil, false
 	}
 	conv := x.Producer
-	if conv.OpType != "Conv" || conv.Domain != "" || len(conv.Inputs) < 2 || len(conv.Outputs) != 1 {
-		return nil, false
+	return conv, foldsInto(conv) && (convTranspose || conv.OpType == "Conv")
+}
+
+// foldsInto reports a Conv or ConvTranspose whose weight and bias a fold
+// may rewrite: float initializers it alone reads.
+func foldsInto(conv *onnxgraph.Node) bool {
+	if conv.OpType != "Conv" && conv.OpType != "ConvTranspose" || conv.Domain != "" || len(conv.Inputs) < 2 || len(conv.Outputs) != 1 {
+		return false
 	}
 	w := conv.Inputs[1]
-	if w == nil || w.Const == nil || !w.IsInitializer || len(w.Consumers) != 1 || w.DType() != tensor.Float {
-		return nil, false
+	if w == nil || w.Const == nil || !w.IsInitializer || len(w.Consumers) != 1 || w.DType() != tensor.Float || len(w.Const.GetDims()) < 2 {
+		return false
 	}
 	if len(conv.Inputs) > 2 && conv.Inputs[2] != nil {
 		b := conv.Inputs[2]
 		if b.Const == nil || !b.IsInitializer || len(b.Consumers) != 1 || b.DType() != tensor.Float {
-			return nil, false
+			return false
 		}
 	}
-	return conv, true
+	return outChannels(conv) > 0
+}
+
+// outChannels is the number of output channels of a Conv or
+// ConvTranspose (0 when the weight does not say): a Conv's weight is
+// [M, C/group, k...], a ConvTranspose's [C, M/group, k...].
+func outChannels(conv *onnxgraph.Node) int {
+	d := conv.Inputs[1].Const.GetDims()
+	if conv.OpType == "Conv" {
+		return int(d[0])
+	}
+	g := int64(1)
+	if a := conv.Attr("group"); a != nil {
+		g = a.GetI()
+	}
+	if g < 1 || d[0]%g != 0 {
+		return 0
+	}
+	return int(d[1] * g)
+}
+
+// weightChannels returns, for a Conv or ConvTranspose, the output channel
+// of each element of its weight (by flat index).
+func weightChannels(conv *onnxgraph.Node) func(i int) int {
+	d := intDims(conv.Inputs[1].Const.GetDims())
+	per := 1
+	for _, v := range d[2:] {
+		per *= v
+	}
+	if conv.OpType == "Conv" {
+		return func(i int) int { return i / (per * d[1]) }
+	}
+	// ConvTranspose: input channel ci of group ci/(C/group) feeds output
+	// channels group·(M/group) + j.
+	inPerGroup := d[0] * d[1] / outChannels(conv)
+	return func(i int) int {
+		ci, j := i/(per*d[1]), i/per%d[1]
+		return ci/inPerGroup*d[1] + j
+	}
+}
+
+// foldBiasAdds returns a copy of m in which every Add of a constant per
+// channel (or scalar) that alone consumes a Conv's or ConvTranspose's
+// output is folded into its bias (exporters that write the bias as an
+// Add: PaddlePaddle's ConvTranspose), with a note per fold; m itself when
+// nothing folds. The Conv takes over the Add's output name.
+func foldBiasAdds(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
+	type pair struct {
+		conv, add *onnxgraph.Node
+		c         *onnxgraph.Value
+	}
+	var pairs []pair
+	for _, n := range m.Graph.Nodes {
+		if conv, c := foldableBiasAdd(n); conv != nil {
+			pairs = append(pairs, pair{conv, n, c})
+		}
+	}
+	if len(pairs) == 0 {
+		return m, nil, nil
+	}
+	out := onnxgraph.CloneSharingData(m.Proto)
+	g := out.Graph
+	inits := map[string]int{}
+	for i, t := range g.GetInitializer() {
+		inits[t.GetName()] = i
+	}
+	drop := map[int]bool{}
+	removed := map[string]bool{}
+	addend := map[string]bool{} // the added constants, dropped when nothing else reads them
+	var notes []string
+	for _, p := range pairs {
+		read := func(v *onnxgraph.Value) ([]float32, error) {
+			t, err := tensor.FromProto(initializerOf(v).Const, m)
+			if err != nil {
+				return nil, err
+			}
+			return t.AsFloat32()
+		}
+		c, err := read(p.c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %q: %w", p.add, p.c.Name, err)
+		}
+		oc := outChannels(p.conv)
+		bias := make([]float32, oc)
+		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
+			b, err := read(p.conv.Inputs[2])
+			if err != nil || len(b) != oc {
+				continue
+			}
+			copy(bias, b)
+		}
+		for i := range bias {
+			bias[i] += c[i%len(c)]
+		}
+		bp, err := tensor.ToProto(tensor.FromFloat32(bias, oc), "")
+		if err != nil {
+			return nil, nil, err
+		}
+		conv, add := g.Node[p.conv.Index], g.Node[p.add.Index]
+		var bname string
+		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
+			bname = p.conv.Inputs[2].Name
+			bp.Name = proto.String(bname)
+			g.Initializer[inits[bname]] = bp
+		} else {
+			bname = uniqueName(m, p.conv.Inputs[1].Name+"_bias")
+			bp.Name = proto.String(bname)
+			g.Initializer = append(g.Initializer, bp)
+		}
+		removed[conv.Output[0]] = true
+		addend[p.c.Name] = p.c.IsInitializer
+		conv.Input = append(conv.Input[:2:2], bname)
+		conv.Output[0] = add.Output[0]
+		drop[p.add.Index] = true
+		notes = append(notes, fmt.Sprintf("%s folded into the bias of %s", p.add, p.conv))
+	}
+	nodes := g.Node[:0]
+	for i, n := range g.Node {
+		if !drop[i] {
+			nodes = append(nodes, n)
+		}
+	}
+	g.Node = nodes
+	used := map[string]bool{}
+	for _, n := range g.Node {
+		for _, in := range n.Input {
+			used[in] = true
+		}
+	}
+	for _, o := range g.Output {
+		used[o.GetName()] = true
+	}
+	var keep []*onnxpb.TensorProto
+	for _, t := range g.Initializer {
+		if used[t.GetName()] || !addend[t.GetName()] {
+			keep = append(keep, t)
+		}
+	}
+	g.Initializer = keep
+	dropValueInfo(g, removed)
+	fm, err := rewritten(m, out, "folding bias Add")
+	if err != nil {
+		return nil, nil, err
+	}
+	return fm, notes, nil
+}
+
+// foldableBiasAdd returns the Conv or ConvTranspose an Add folds into as
+// its bias and the constant it adds; nil when it does not fold: the
+// constant must be a float initializer of one value per output channel
+// (shape [M, 1, ...] or [1, M, 1, ...] against the output's rank) or a
+// scalar.
+func foldableBiasAdd(add *onnxgraph.Node) (*onnxgraph.Node, *onnxgraph.Value) {
+	if add.OpType != "Add" || add.Domain != "" || len(add.Inputs) != 2 || len(add.Outputs) != 1 {
+		return nil, nil
+	}
+	for i, x := range add.Inputs {
+		c := add.Inputs[1-i]
+		if x == nil || c == nil || x.Producer == nil || len(x.Consumers) != 1 || x.IsGraphOutput || initializerOf(c) == nil || initializerOf(c).DType() != tensor.Float {
+			continue
+		}
+		conv := x.Producer
+		if !foldsInto(conv) {
+			continue
+		}
+		rank := len(conv.Inputs[1].Const.GetDims())
+		cd := initializerOf(c).Const.GetDims()
+		if len(cd) > rank {
+			continue
+		}
+		dims := append(make([]int64, rank-len(cd)), cd...)
+		if len(cd) < rank {
+			for i := range rank - len(cd) {
+				dims[i] = 1
+			}
+		}
+		ok := dims[0] == 1 && (dims[1] == 1 || dims[1] == int64(outChannels(conv)))
+		for _, d := range dims[2:] {
+			ok = ok && d == 1
+		}
+		if ok {
+			return conv, c
+		}
+	}
+	return nil, nil
 }
 
 // uniqueName returns base, or base_1, base_2, …: the first name no value
@@ -253,7 +464,7 @@ func intDims(d []int64) []int {
 func BatchNormFloors(m *onnxgraph.Model) (map[string][]float32, error) {
 	floors := map[string][]float32{}
 	for _, n := range m.Graph.Nodes {
-		if _, ok := foldable(n); !ok {
+		if _, ok := foldable(n, false); !ok {
 			continue
 		}
 		var params [2][]float32

@@ -112,3 +112,103 @@ func TestFoldBatchNorm(t *testing.T) {
 		})
 	}
 }
+
+// convTransposeAddBN builds x [N,4,3,3] → ConvTranspose (2×2, stride 2,
+// group groups, no bias) → Add of a constant with shape addDims (none when
+// nil) → BatchNormalization (when bn) → y [N,6,6,6]: PaddlePaddle writes its
+// ConvTranspose bias as such an Add.
+func convTransposeAddBN(t *testing.T, groups int64, addDims []int64, bn bool) *onnxgraph.Model {
+	t.Helper()
+	b := testmodels.New("deconv", 17)
+	b.Input("x", tensor.Float, "N", 4, 3, 3).Output("y", tensor.Float, "N", 6, 6, 6)
+	b.RandomInit("w", 0.5, 4, 6/groups, 2, 2)
+	last := func(out string, final bool) string {
+		if final {
+			return "y"
+		}
+		return out
+	}
+	v := last("d", addDims == nil && !bn)
+	b.Node("ConvTranspose", "deconv", []string{"x", "w"}, []string{v},
+		testmodels.AttrInts("kernel_shape", 2, 2), testmodels.AttrInts("strides", 2, 2), testmodels.AttrInt("group", groups))
+	if addDims != nil {
+		n := int64(1)
+		for _, d := range addDims {
+			n *= d
+		}
+		vals := make([]float32, n)
+		for i := range vals {
+			vals[i] = 0.3*float32(i) - 0.7
+		}
+		b.Init("c", addDims, vals)
+		a := last("a", !bn)
+		b.Node("Add", "bias", []string{v, "c"}, []string{a})
+		v = a
+	}
+	if bn {
+		b.Init("g", []int64{6}, []float32{1.5, 0.5, -0.7, 1, 2, 0.3}).Init("beta", []int64{6}, []float32{0.1, -0.2, 0.3, 0, 1, -1})
+		b.Init("mean", []int64{6}, []float32{0.05, -0.4, 0.2, 0, 0.1, 0.3}).Init("var", []int64{6}, []float32{0.8, 1.7, 0.02, 1, 0.5, 2})
+		b.Node("BatchNormalization", "bn", []string{v, "g", "beta", "mean", "var"}, []string{"y"})
+	}
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestFoldIntoConvTranspose folds a bias Add and a BatchNormalization into
+// the ConvTranspose before them, per group (FoldIntoLayers; FoldBatchNorm
+// leaves them), and checks that the built-in engine gives the outputs of
+// the model as written.
+func TestFoldIntoConvTranspose(t *testing.T) {
+	x := tensor.New(tensor.Float, 2, 4, 3, 3)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(math.Sin(float64(i) * 0.37))
+	}
+	for _, tc := range []struct {
+		name    string
+		groups  int64
+		addDims []int64
+		bn      bool
+		folds   int
+		left    []string // op types left besides the ConvTranspose
+	}{
+		{"add per channel then bn", 1, []int64{1, 6, 1, 1}, true, 2, nil},
+		{"add per channel, groups", 2, []int64{6, 1, 1}, false, 1, nil},
+		{"bn, groups", 2, nil, true, 1, nil},
+		{"scalar add", 1, []int64{}, false, 1, nil},
+		{"add per row does not fold", 1, []int64{1, 1, 6, 1}, false, 0, []string{"Add"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := convTransposeAddBN(t, tc.groups, tc.addDims, tc.bn)
+			if _, notes, err := FoldBatchNorm(m); err != nil || len(notes) != 0 {
+				t.Fatalf("FoldBatchNorm folds %v (%v): it keeps coreai-opt's Conv-only folding", notes, err)
+			}
+			fm, notes, err := FoldIntoLayers(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(notes) != tc.folds {
+				t.Fatalf("%d folds (%v), want %d", len(notes), notes, tc.folds)
+			}
+			var left []string
+			for _, n := range fm.Graph.Nodes {
+				if n.OpType != "ConvTranspose" {
+					left = append(left, n.OpType)
+				}
+			}
+			if len(left) != len(tc.left) {
+				t.Errorf("nodes left besides the ConvTranspose: %v, want %v", left, tc.left)
+			}
+			ref, got := runGo(t, m, x), runGo(t, fm, x)
+			for name, r := range ref {
+				for i := range r {
+					if d := math.Abs(float64(r[i] - got[name][i])); d > 1e-5*(1+math.Abs(float64(r[i]))) {
+						t.Fatalf("output %q[%d]: folded %g, original %g", name, i, got[name][i], r[i])
+					}
+				}
+			}
+		})
+	}
+}

@@ -51,7 +51,9 @@ type Options struct {
 	RandomData bool
 	// IntegerChains rewrites the clamp chains of the written model
 	// (HardSwish and HardSigmoid written out as Add, Clip, Div, Mul) into
-	// the form ONNX Runtime's QDQ fusions run on integers (chains.go).
+	// the form ONNX Runtime's QDQ fusions run on integers (chains.go),
+	// folds scalar factors into scales (factors.go) and keeps nearest
+	// Resizes by powers of 2 channels-first (resize.go).
 	IntegerChains bool
 }
 
@@ -226,7 +228,7 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	}
 	var rewritten []string
 	if opts.IntegerChains {
-		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors} {
+		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors, keepNearestChannelsFirst} {
 			var notes, nodes []string
 			if qm, notes, nodes, err = lower(qm); err != nil {
 				return nil, err

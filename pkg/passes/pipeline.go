@@ -253,7 +253,13 @@ func foldPass(_ context.Context, u *Unit) error {
 			return err
 		}
 	}
-	m, notes, err := finalize.FoldBatchNorm(u.Model)
+	fold := finalize.FoldBatchNorm
+	if t := u.Prepare.Target; t != nil && t.Ops != nil {
+		// A target's kernels decide the placement: bias Adds and
+		// ConvTranspose's BatchNormalization fold too.
+		fold = finalize.FoldIntoLayers
+	}
+	m, notes, err := fold(u.Model)
 	if err != nil {
 		return err
 	}
