@@ -71,9 +71,10 @@ func (arch *gemmArch) packing(packB, packRowA bool) *gemmArch {
 	return &c
 }
 
-// goArch is the portable micro-kernel (the noasm build and CPUs without
-// AVX2/FMA).
-var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile, tileI: gatheredTileI(goTile)}
+// goArch is the portable micro-kernel family (the noasm build, other
+// GOARCHes and CPUs without AVX2/FMA). Its kernel computes all four rows
+// of a panel, so rows lists 4 alone: packing zero-fills a short panel.
+var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4}, tile: goTile, tileI: gatheredTileI(goTile)}
 
 // gatheredTileI makes the tileI of a family whose tile has nr = 8 and kc
 // at most 256: it gathers step p's B row at b + offs[p] into a panel and
@@ -87,41 +88,6 @@ func gatheredTileI(tile func(rows, kc int, a, b, c *float32, ldc int, accumulate
 			*(*[nr]float32)(panel[p*nr:]) = *(*[nr]float32)(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(b), 4*o)), nr))
 		}
 		tile(rows, kc, a, &panel[0], c, ldc, accumulate)
-	}
-}
-
-// goTile is the portable micro-kernel on 4×8 tiles.
-func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
-	const mr, nr = 4, 8
-	as := unsafe.Slice(a, kc*mr)
-	bs := unsafe.Slice(b, kc*nr)
-	var acc [mr][nr]float32
-	for p := 0; p < kc; p++ {
-		ap := as[p*mr : p*mr+mr : p*mr+mr]
-		bp := bs[p*nr : p*nr+nr : p*nr+nr]
-		for i := 0; i < rows; i++ {
-			av := ap[i]
-			r := &acc[i]
-			// One statement for every lane: the compiler picks the
-			// operand order of each addition, which decides the payload
-			// when both are NaN, and an unrolled lane may get another
-			// order than its neighbours. A column's result must not
-			// depend on its lane (wideConv's panels start elsewhere).
-			for j, bv := range bp {
-				r[j] += av * bv
-			}
-		}
-	}
-	cs := unsafe.Slice(c, (rows-1)*ldc+nr)
-	for i := 0; i < rows; i++ {
-		row := cs[i*ldc : i*ldc+nr]
-		if accumulate {
-			for j := range row {
-				row[j] += acc[i][j]
-			}
-		} else {
-			copy(row, acc[i][:])
-		}
 	}
 }
 

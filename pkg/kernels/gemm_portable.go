@@ -1,0 +1,59 @@
+package kernels
+
+import "unsafe"
+
+// goTile is the portable micro-kernel on 4×8 tiles: A in panels of 4
+// rows, B in panels of 8 columns. It computes the tile in four passes of
+// 4 rows by 2 columns, each holding its 8 sums in local variables, which
+// the compiler keeps in registers: 8 independent chains of multiply-adds
+// hide their latency, and 8 sums with the 6 values loaded per step fit
+// the 16 floating-point registers of amd64 (on amd64 v1, where a product
+// and its addition are two instructions, the compiler spills a few of
+// the products; arm64 and amd64 v3 fuse each `+=` of a product into one
+// FMA). Pointers step through the panels so that the loop has no bounds
+// checks; kc steps of both panels are there by contract.
+//
+// Every column is summed in step order from zero, whatever its lane, and
+// the tile is then added to or stored in C, so a column's value does not
+// depend on where its panel starts (wideConv's panels start elsewhere
+// than Im2col's). Rows past rows are computed and dropped.
+func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
+	const mr, nr = 4, 8
+	var acc [mr][nr]float32
+	for j := 0; j < nr; j += 2 {
+		var c00, c01, c10, c11, c20, c21, c30, c31 float32
+		pa := unsafe.Pointer(a)
+		pb := unsafe.Add(unsafe.Pointer(b), 4*j)
+		for range kc {
+			av := (*[mr]float32)(pa)
+			bv := (*[2]float32)(pb)
+			a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
+			b0, b1 := bv[0], bv[1]
+			c00 += a0 * b0
+			c01 += a0 * b1
+			c10 += a1 * b0
+			c11 += a1 * b1
+			c20 += a2 * b0
+			c21 += a2 * b1
+			c30 += a3 * b0
+			c31 += a3 * b1
+			pa = unsafe.Add(pa, 4*mr)
+			pb = unsafe.Add(pb, 4*nr)
+		}
+		acc[0][j], acc[0][j+1] = c00, c01
+		acc[1][j], acc[1][j+1] = c10, c11
+		acc[2][j], acc[2][j+1] = c20, c21
+		acc[3][j], acc[3][j+1] = c30, c31
+	}
+	cs := unsafe.Slice(c, (rows-1)*ldc+nr)
+	for i := 0; i < rows; i++ {
+		row := cs[i*ldc : i*ldc+nr]
+		if accumulate {
+			for j := range row {
+				row[j] += acc[i][j]
+			}
+		} else {
+			copy(row, acc[i][:])
+		}
+	}
+}
