@@ -3,23 +3,56 @@ package kernels
 import "unsafe"
 
 // goTile is the portable micro-kernel on 4×8 tiles: A in panels of 4
-// rows, B in panels of 8 columns. It computes the tile in four passes of
-// 4 rows by 2 columns, each holding its 8 sums in local variables, which
-// the compiler keeps in registers: 8 independent chains of multiply-adds
-// hide their latency, and 8 sums with the 6 values loaded per step fit
-// the 16 floating-point registers of amd64 (on amd64 v1, where a product
-// and its addition are two instructions, the compiler spills a few of
-// the products; arm64 and amd64 v3 fuse each `+=` of a product into one
-// FMA). Pointers step through the panels so that the loop has no bounds
-// checks; kc steps of both panels are there by contract.
+// rows, B in panels of 8 columns (goTileSums), stored in or added to C.
+// It is compiled once, never inlined: when C already holds a NaN and so
+// does the tile, the operand order the compiler gives the addition picks
+// the payload, and every path to C (goTileEp among them) must pick alike.
 //
-// Every column is summed in step order from zero, whatever its lane, and
-// the tile is then added to or stored in C, so a column's value does not
-// depend on where its panel starts (wideConv's panels start elsewhere
-// than Im2col's). Rows past rows are computed and dropped.
+//go:noinline
 func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
+	var acc [4][8]float32
+	goTileSums(&acc, kc, a, b)
+	cs := unsafe.Slice(c, (rows-1)*ldc+8)
+	for i := 0; i < rows; i++ {
+		row := cs[i*ldc : i*ldc+8]
+		if accumulate {
+			for j := range row {
+				row[j] += acc[i][j]
+			}
+		} else {
+			copy(row, acc[i][:])
+		}
+	}
+}
+
+// goTileEp is goTile for 4 rows followed by the row epilogue, row i's
+// (b, s, t) at bst[3i:], while the tile is in L1: the same operations as
+// goTile then Epilogue.apply.
+func goTileEp(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
+	goTile(4, kc, a, b, c, ldc, accumulate)
+	cs := unsafe.Slice(c, 3*ldc+8)
+	ep := (*[12]float32)(unsafe.Pointer(bst))
+	for i := range 4 {
+		epilogueRow(cs[i*ldc:i*ldc+8], ep[3*i], ep[3*i+1], ep[3*i+2], relu)
+	}
+}
+
+// goTileSums computes the 4×8 products of kc steps of packed panels a and
+// b into acc, in four passes of 4 rows by 2 columns, each holding its 8
+// sums in local variables, which the compiler keeps in registers: 8
+// independent chains of multiply-adds hide their latency, and 8 sums with
+// the 6 values loaded per step fit the 16 floating-point registers of
+// amd64 (on amd64 v1, where a product and its addition are two
+// instructions, the compiler spills a few of the products; arm64 and
+// amd64 v3 fuse each `+=` of a product into one FMA). Pointers step
+// through the panels so that the loop has no bounds checks; kc steps of
+// both panels are there by contract.
+//
+// Every column is summed in step order from zero, whatever its lane, so
+// its value does not depend on where its panel starts (wideConv's panels
+// start elsewhere than Im2col's).
+func goTileSums(acc *[4][8]float32, kc int, a, b *float32) {
 	const mr, nr = 4, 8
-	var acc [mr][nr]float32
 	for j := 0; j < nr; j += 2 {
 		var c00, c01, c10, c11, c20, c21, c30, c31 float32
 		pa := unsafe.Pointer(a)
@@ -44,16 +77,5 @@ func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
 		acc[1][j], acc[1][j+1] = c10, c11
 		acc[2][j], acc[2][j+1] = c20, c21
 		acc[3][j], acc[3][j+1] = c30, c31
-	}
-	cs := unsafe.Slice(c, (rows-1)*ldc+nr)
-	for i := 0; i < rows; i++ {
-		row := cs[i*ldc : i*ldc+nr]
-		if accumulate {
-			for j := range row {
-				row[j] += acc[i][j]
-			}
-		} else {
-			copy(row, acc[i][:])
-		}
 	}
 }
