@@ -74,7 +74,8 @@ func (arch *gemmArch) packing(packB, packRowA bool) *gemmArch {
 // goArch is the portable micro-kernel family (the noasm build, other
 // GOARCHes and CPUs without AVX2/FMA). Its kernel computes all four rows
 // of a panel, so rows lists 4 alone: packing zero-fills a short panel.
-var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4}, tile: goTile, tileEp: goTileEp, tileI: gatheredTileI(goTile)}
+var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4},
+	tile: goTile, tileEp: goTileEp, tileI: goTileI, tileIEp: goTileIEp}
 
 // gatheredTileI makes the tileI of a family whose tile has nr = 8 and kc
 // at most 256: it gathers step p's B row at b + offs[p] into a panel and
