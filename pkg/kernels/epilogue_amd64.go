@@ -7,7 +7,7 @@ package kernels
 func epilogueRow(r []float32, b, s, t float32, relu bool) {
 	n := len(r) &^ 7
 	if !hasAVX2 || n == 0 {
-		epilogueRowGo(r, b, s, t, relu)
+		epilogueRowPortable(r, b, s, t, relu)
 		return
 	}
 	if relu {

@@ -5,7 +5,7 @@ package kernels
 // The row kernels both amd64 and arm64 have in assembly run their Go
 // references here, or the portable loops that give the same bits.
 
-func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowGo(r, b, s, t, relu) }
+func epilogueRow(r []float32, b, s, t float32, relu bool) { epilogueRowPortable(r, b, s, t, relu) }
 
 func axpy(dst, src []float32, w float32) { axpyGo(dst, src, w) }
 
