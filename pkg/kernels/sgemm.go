@@ -1,9 +1,6 @@
 package kernels
 
-import (
-	"sync"
-	"unsafe"
-)
+import "sync"
 
 // gemmArch is one micro-kernel family: tiles of up to mr×nr, computed from
 // A packed in panels of mr rows and B packed in panels of nr columns.
@@ -76,21 +73,6 @@ func (arch *gemmArch) packing(packB, packRowA bool) *gemmArch {
 // of a panel, so rows lists 4 alone: packing zero-fills a short panel.
 var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4},
 	tile: goTile, tileEp: goTileEp, tileI: goTileI, tileIEp: goTileIEp}
-
-// gatheredTileI makes the tileI of a family whose tile has nr = 8 and kc
-// at most 256: it gathers step p's B row at b + offs[p] into a panel and
-// runs tile on it.
-func gatheredTileI(tile func(rows, kc int, a, b, c *float32, ldc int, accumulate bool)) func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
-	return func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
-		const nr = 8
-		var panel [256 * nr]float32
-		os := unsafe.Slice(offs, kc)
-		for p, o := range os {
-			*(*[nr]float32)(panel[p*nr:]) = *(*[nr]float32)(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(b), 4*o)), nr))
-		}
-		tile(rows, kc, a, &panel[0], c, ldc, accumulate)
-	}
-}
 
 // packBufs are one goroutine's packing buffers, reused across calls.
 type packBufs struct {
