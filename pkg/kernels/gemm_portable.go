@@ -9,7 +9,7 @@ import "unsafe"
 // bit: a packed panel is read through packedSteps.
 
 // packedSteps are the offsets of the steps of a packed B panel, 8 floats
-// apart, for the kernel's kc of at most 256.
+// apart, for the kernel's kc of at most 256 (slicing them checks kc).
 var packedSteps = func() (s [256]int) {
 	for p := range s {
 		s[p] = 8 * p
@@ -18,7 +18,7 @@ var packedSteps = func() (s [256]int) {
 }()
 
 func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
-	goKernel(rows, kc, a, b, &packedSteps[0], c, ldc, accumulate)
+	goKernel(rows, kc, a, b, unsafe.SliceData(packedSteps[:kc]), c, ldc, accumulate)
 }
 
 func goTileI(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
@@ -26,7 +26,7 @@ func goTileI(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumu
 }
 
 func goTileEp(kc int, a, b, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
-	goKernelEp(kc, a, b, &packedSteps[0], c, ldc, accumulate, bst, relu)
+	goKernelEp(kc, a, b, unsafe.SliceData(packedSteps[:kc]), c, ldc, accumulate, bst, relu)
 }
 
 func goTileIEp(kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool, bst *float32, relu bool) {
