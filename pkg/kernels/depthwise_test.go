@@ -70,9 +70,10 @@ func TestDepthwise2DMatchesLoop(t *testing.T) {
 var dwSpecials = []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-40, 3e38}
 
 // TestDwRowMatchesReference checks dwRow (assembly where the build has
-// it) against dwRowGo bit for bit (any NaN matching any NaN) on every
-// length up to 67, both strides, 3×3 kernels over one to three rows and
-// 5×5 kernels over five, with specials in the inputs and the weights.
+// it) and dwRowPortable against dwRowGo bit for bit (any NaN matching
+// any NaN) on every length up to 67, both strides, 3×3 kernels over one
+// to three rows and 5×5 kernels over five, with specials in the inputs
+// and the weights.
 func TestDwRowMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(14, 15))
 	draw := func(n int) []float32 {
@@ -98,12 +99,18 @@ func TestDwRowMatchesReference(t *testing.T) {
 						w[i] = special[i%len(special)]
 					}
 				}
-				got, want := draw(n), make([]float32, n)
-				dwRow(got, x, ldx, sr.nr, sr.size, stride, w)
+				want := make([]float32, n)
 				dwRowGo(want, x, ldx, sr.nr, sr.size, stride, w)
-				for i := range got {
-					if !sameResultBits(got[i], want[i]) {
-						t.Fatalf("%d×%d, stride %d, %d rows, n=%d: [%d] = %g, reference %g", sr.size, sr.size, stride, sr.nr, n, i, got[i], want[i])
+				for _, row := range []struct {
+					name string
+					f    func(out, x []float32, ldx, nr, size, stride int, w []float32)
+				}{{"dwRow", dwRow}, {"dwRowPortable", dwRowPortable}} {
+					got := draw(n)
+					row.f(got, x, ldx, sr.nr, sr.size, stride, w)
+					for i := range got {
+						if !sameResultBits(got[i], want[i]) {
+							t.Fatalf("%s, %d×%d, stride %d, %d rows, n=%d: [%d] = %g, reference %g", row.name, sr.size, sr.size, stride, sr.nr, n, i, got[i], want[i])
+						}
 					}
 				}
 			}

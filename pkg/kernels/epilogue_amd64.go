@@ -7,7 +7,7 @@ package kernels
 func epilogueRow(r []float32, b, s, t float32, relu bool) {
 	n := len(r) &^ 7
 	if !hasAVX2 || n == 0 {
-		epilogueRowGo(r, b, s, t, relu)
+		epilogueRowPortable(r, b, s, t, relu)
 		return
 	}
 	if relu {
@@ -58,7 +58,7 @@ func maxRow(dst, src []float32, first bool) {
 func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	n := len(out) &^ 7
 	if !hasAVX2 || n == 0 || !(size == 3 && nr >= 1 && nr <= 3 || size == 5 && nr == 5) || (stride != 1 && stride != 2) {
-		dwRowGo(out, x, ldx, nr, size, stride, w)
+		dwRowPortable(out, x, ldx, nr, size, stride, w)
 		return
 	}
 	_ = x[(nr-1)*ldx+stride*(n-1)+size-1]

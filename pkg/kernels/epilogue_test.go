@@ -22,12 +22,13 @@ func TestEpilogueReluMatchesMax(t *testing.T) {
 }
 
 // TestEpilogueRowMatchesReference checks the row epilogue (assembly where
-// the build has it) against epilogueRowGo bit for bit on every length up
-// to 70, random values and specials (signed zeros, NaN, infinities,
-// subnormals), with and without Relu, bias and scale.
+// the build has it) and epilogueRowPortable against epilogueRowGo bit for
+// bit on every length up to 70, random values and specials (signed zeros,
+// NaN of either sign, infinities, subnormals), with and without Relu,
+// bias and scale.
 func TestEpilogueRowMatchesReference(t *testing.T) {
 	negZero := float32(math.Copysign(0, -1))
-	specials := []float32{0, negZero, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-45, 1e-40, -3e38, 3e38}
+	specials := []float32{0, negZero, float32(math.NaN()), -float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-45, 1e-40, -3e38, 3e38}
 	r := rand.New(rand.NewPCG(3, 5))
 	params := [][3]float32{{negZero, 1, negZero}, {0.5, 1, negZero}, {-0.25, 1.7, 0.3}, {negZero, -2, 1e-3}, {1e-40, 3e38, -1}}
 	for n := 0; n <= 70; n++ {
@@ -41,12 +42,18 @@ func TestEpilogueRowMatchesReference(t *testing.T) {
 		}
 		for _, p := range params {
 			for _, relu := range []bool{false, true} {
-				got, want := slices.Clone(x), slices.Clone(x)
-				epilogueRow(got, p[0], p[1], p[2], relu)
+				want := slices.Clone(x)
 				epilogueRowGo(want, p[0], p[1], p[2], relu)
-				for i := range got {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("n=%d b,s,t=%v relu=%v: [%d] = %g (%#x), reference %g (%#x) from %g", n, p, relu, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]), x[i])
+				for _, row := range []struct {
+					name string
+					f    func(r []float32, b, s, t float32, relu bool)
+				}{{"epilogueRow", epilogueRow}, {"epilogueRowPortable", epilogueRowPortable}} {
+					got := slices.Clone(x)
+					row.f(got, p[0], p[1], p[2], relu)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s: n=%d b,s,t=%v relu=%v: [%d] = %g (%#x), reference %g (%#x) from %g", row.name, n, p, relu, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]), x[i])
+						}
 					}
 				}
 			}

@@ -1,9 +1,6 @@
 package kernels
 
-import (
-	"sync"
-	"unsafe"
-)
+import "sync"
 
 // gemmArch is one micro-kernel family: tiles of up to mr×nr, computed from
 // A packed in panels of mr rows and B packed in panels of nr columns.
@@ -71,59 +68,11 @@ func (arch *gemmArch) packing(packB, packRowA bool) *gemmArch {
 	return &c
 }
 
-// goArch is the portable micro-kernel (the noasm build and CPUs without
-// AVX2/FMA).
-var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4, 3, 2, 1}, tile: goTile, tileI: gatheredTileI(goTile)}
-
-// gatheredTileI makes the tileI of a family whose tile has nr = 8 and kc
-// at most 256: it gathers step p's B row at b + offs[p] into a panel and
-// runs tile on it.
-func gatheredTileI(tile func(rows, kc int, a, b, c *float32, ldc int, accumulate bool)) func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
-	return func(rows, kc int, a, b *float32, offs *int, c *float32, ldc int, accumulate bool) {
-		const nr = 8
-		var panel [256 * nr]float32
-		os := unsafe.Slice(offs, kc)
-		for p, o := range os {
-			*(*[nr]float32)(panel[p*nr:]) = *(*[nr]float32)(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(b), 4*o)), nr))
-		}
-		tile(rows, kc, a, &panel[0], c, ldc, accumulate)
-	}
-}
-
-// goTile is the portable micro-kernel on 4×8 tiles.
-func goTile(rows, kc int, a, b, c *float32, ldc int, accumulate bool) {
-	const mr, nr = 4, 8
-	as := unsafe.Slice(a, kc*mr)
-	bs := unsafe.Slice(b, kc*nr)
-	var acc [mr][nr]float32
-	for p := 0; p < kc; p++ {
-		ap := as[p*mr : p*mr+mr : p*mr+mr]
-		bp := bs[p*nr : p*nr+nr : p*nr+nr]
-		for i := 0; i < rows; i++ {
-			av := ap[i]
-			r := &acc[i]
-			// One statement for every lane: the compiler picks the
-			// operand order of each addition, which decides the payload
-			// when both are NaN, and an unrolled lane may get another
-			// order than its neighbours. A column's result must not
-			// depend on its lane (wideConv's panels start elsewhere).
-			for j, bv := range bp {
-				r[j] += av * bv
-			}
-		}
-	}
-	cs := unsafe.Slice(c, (rows-1)*ldc+nr)
-	for i := 0; i < rows; i++ {
-		row := cs[i*ldc : i*ldc+nr]
-		if accumulate {
-			for j := range row {
-				row[j] += acc[i][j]
-			}
-		} else {
-			copy(row, acc[i][:])
-		}
-	}
-}
+// goArch is the portable micro-kernel family (the noasm build, other
+// GOARCHes and CPUs without AVX2/FMA). Its kernel computes all four rows
+// of a panel, so rows lists 4 alone: packing zero-fills a short panel.
+var goArch = &gemmArch{name: "go", mr: 4, nr: 8, kc: 256, mc: 128, nc: 1024, rows: []int{4},
+	tile: goTile, tileEp: goTileEp, tileI: goTileI, tileIEp: goTileIEp}
 
 // packBufs are one goroutine's packing buffers, reused across calls.
 type packBufs struct {
