@@ -38,7 +38,7 @@ func dw5s2r5NEON(out *float32, n int, x *float32, ldx int, w *float32)
 func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 	n := len(out) &^ 7
 	if !hasNEON || n == 0 || !(size == 3 && nr >= 1 && nr <= 3 || size == 5 && nr == 5) || (stride != 1 && stride != 2) {
-		dwRowGo(out, x, ldx, nr, size, stride, w)
+		dwRowPortable(out, x, ldx, nr, size, stride, w)
 		return
 	}
 	_ = x[(nr-1)*ldx+stride*(n-1)+size-1]
@@ -62,6 +62,6 @@ func dwRow(out, x []float32, ldx, nr, size, stride int, w []float32) {
 		dw5s2r5NEON(&out[0], n, &x[0], ldx, &w[0])
 	}
 	if n < len(out) {
-		dwRowGo(out[n:], x[stride*n:], ldx, nr, size, stride, w)
+		dwRowPortable(out[n:], x[stride*n:], ldx, nr, size, stride, w)
 	}
 }

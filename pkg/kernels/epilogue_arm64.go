@@ -31,7 +31,7 @@ func hardSwishDivRowNEON(dst, src *float32, n int, shift, lo, hi, d float32)
 func epilogueRow(r []float32, b, s, t float32, relu bool) {
 	n := len(r) &^ 7
 	if !hasNEON || n == 0 {
-		epilogueRowGo(r, b, s, t, relu)
+		epilogueRowPortable(r, b, s, t, relu)
 		return
 	}
 	if relu {
@@ -39,7 +39,7 @@ func epilogueRow(r []float32, b, s, t float32, relu bool) {
 	} else {
 		epilogueRowNEON(&r[0], n, b, s, t)
 	}
-	epilogueRowGo(r[n:], b, s, t, relu)
+	epilogueRowPortable(r[n:], b, s, t, relu)
 }
 
 // axpy is axpyGo with the bulk in NEON (bit-identical: product rounded
