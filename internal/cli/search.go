@@ -136,9 +136,13 @@ var levelNames = [...]string{"as configured", "int16", "float"}
 type searchUnit struct {
 	Name   string
 	Values []string
-	// Acts are the 8-bit integer activations among Values, which the
-	// int16 step widens; none means the unit goes straight to float.
-	Acts  []string
+	// Points are the activations and weights among Values: the
+	// quantization points the search counts (a bias follows its weight).
+	Points []string
+	// Wide are the 8-bit integer points among Points, which the int16
+	// step widens (an activation to A16, a weight to W16); none means the
+	// unit goes straight to float.
+	Wide  []string
 	level int
 	// est is, by level, the estimated gain of raising the unit there
 	// from its level (the sensitivity analysis's, or a measurement),
@@ -151,10 +155,10 @@ type searchUnit struct {
 }
 
 // steps are the levels the unit can be raised to: int16 for its 8-bit
-// activations, float.
+// points, float.
 func (un *searchUnit) steps() []int {
 	var out []int
-	if un.level < levelInt16 && len(un.Acts) > 0 {
+	if un.level < levelInt16 && len(un.Wide) > 0 {
 		out = append(out, levelInt16)
 	}
 	if un.level < levelFloat {
@@ -163,11 +167,13 @@ func (un *searchUnit) steps() []int {
 	return out
 }
 
-// weight is a level's cost per point: an int16 activation costs one, a
-// point in float two (it loses the integer kernel as well as the width).
-func levelWeight(level int, act bool) int {
+// levelWeight is a level's cost per point, in bytes per element over
+// int8's: an int16 point (activation or weight) costs one, a point in
+// float two (its four bytes, and the integer kernel it loses, count more
+// than int16's two; the scale is the width, not one target's latency).
+func levelWeight(level int, wide bool) int {
 	switch {
-	case level == levelInt16 && act:
+	case level == levelInt16 && wide:
 		return 1
 	case level == levelFloat:
 		return 2
@@ -177,26 +183,23 @@ func levelWeight(level int, act bool) int {
 
 // cost is what raising the unit to level adds.
 func (un *searchUnit) cost(level int) int {
-	acts := map[string]bool{}
-	for _, v := range un.Acts {
-		acts[v] = true
-	}
 	c := 0
-	for _, v := range un.Values {
-		c += levelWeight(level, acts[v]) - levelWeight(un.level, acts[v])
+	for _, v := range un.Points {
+		wide := slices.Contains(un.Wide, v)
+		c += levelWeight(level, wide) - levelWeight(un.level, wide)
 	}
 	return c
 }
 
-// raised is the number of the unit's points above their configured precision.
-func (un *searchUnit) raised() int {
+// raisedPoints are the unit's points above their configured precision.
+func (un *searchUnit) raisedPoints() []string {
 	switch un.level {
 	case levelInt16:
-		return len(un.Acts)
+		return un.Wide
 	case levelFloat:
-		return len(un.Values)
+		return un.Points
 	}
-	return 0
+	return nil
 }
 
 // promotion is a unit the search raised, with the figures of its step.
@@ -233,21 +236,24 @@ type searchReport struct {
 	Target string `json:"target"`
 	// Start and Reached are the target metric before and after, Met
 	// whether Reached meets it; StartSQNR and ReachedSQNR the worst output.
-	Start       float64      `json:"start"`
-	Reached     float64      `json:"reached"`
-	StartSQNR   compare.DB   `json:"start_sqnr_db"`
-	ReachedSQNR compare.DB   `json:"reached_sqnr_db"`
-	Met         bool         `json:"met"`
-	Evaluations int          `json:"evaluations"`
-	Points      int          `json:"points"`
-	Raised      int          `json:"points_raised"`
-	Promotions  []promotion  `json:"promotions"`
-	Trace       []searchStep `json:"trace"`
+	Start       float64    `json:"start"`
+	Reached     float64    `json:"reached"`
+	StartSQNR   compare.DB `json:"start_sqnr_db"`
+	ReachedSQNR compare.DB `json:"reached_sqnr_db"`
+	Met         bool       `json:"met"`
+	Evaluations int        `json:"evaluations"`
+	// Points are the activation and weight quantization points (a bias
+	// follows its weight), Raised those above their configured precision.
+	Points     int          `json:"points"`
+	Raised     int          `json:"points_raised"`
+	Counts     pointCounts  `json:"point_counts"`
+	Promotions []promotion  `json:"promotions"`
+	Trace      []searchStep `json:"trace"`
 }
 
 func (r *searchResult) report(so *searchOptions) *searchReport {
 	rep := &searchReport{Target: so.targetFlag(), Start: r.Start, Reached: r.Reached, StartSQNR: r.StartSQNR, ReachedSQNR: r.ReachedSQNR,
-		Met: r.Met, Evaluations: r.Evaluations, Points: r.Points, Raised: r.Raised, Promotions: r.Promoted, Trace: r.Trace}
+		Met: r.Met, Evaluations: r.Evaluations, Points: r.Counts.points(), Raised: r.Counts.raised(), Counts: r.Counts, Promotions: r.Promoted, Trace: r.Trace}
 	if rep.Promotions == nil {
 		rep.Promotions = []promotion{}
 	}
@@ -271,11 +277,56 @@ type searchResult struct {
 	StartSQNR, ReachedSQNR compare.DB
 	Evaluations            int
 	Met                    bool
-	// Points is the number of quantization points, Raised those above
-	// their configured precision.
-	Points, Raised int
+	// Counts are the quantization points and those raised.
+	Counts pointCounts
 	// Trace is every candidate measured, in order.
 	Trace []searchStep
+}
+
+// pointCounts are the quantization points the search counts, activations
+// and weights (a bias follows its weight and is not counted), and those
+// raised above their configured precision.
+type pointCounts struct {
+	Activations       int `json:"activations"`
+	Weights           int `json:"weights"`
+	RaisedActivations int `json:"raised_activations"`
+	RaisedWeights     int `json:"raised_weights"`
+}
+
+func (c pointCounts) points() int { return c.Activations + c.Weights }
+func (c pointCounts) raised() int { return c.RaisedActivations + c.RaisedWeights }
+
+// String is "5 of 93 points (5.4%) above their configured precision: 3 of
+// 41 activations, 2 of 52 weights".
+func (c pointCounts) String() string {
+	return fmt.Sprintf("%d of %d points (%.1f%%) above their configured precision: %d of %d activations, %d of %d weights",
+		c.raised(), c.points(), 100*float64(c.raised())/float64(max(c.points(), 1)),
+		c.RaisedActivations, c.Activations, c.RaisedWeights, c.Weights)
+}
+
+// counts are the state's quantization points and those raised.
+func (st *searchState) counts() pointCounts {
+	var c pointCounts
+	for _, un := range st.units {
+		raised := un.raisedPoints()
+		for _, v := range un.Points {
+			weight := st.u.Plan.Tensor(v).Role == plan.Weight
+			up := slices.Contains(raised, v)
+			switch {
+			case weight:
+				c.Weights++
+				if up {
+					c.RaisedWeights++
+				}
+			default:
+				c.Activations++
+				if up {
+					c.RaisedActivations++
+				}
+			}
+		}
+	}
+	return c
 }
 
 // searchMetric is the search's target: the metric of a candidate model
@@ -367,10 +418,14 @@ func newSearchState(u *passes.Unit) *searchState {
 				continue // a palettized weight: kmeans_palettization_config's
 			}
 			un.Values = append(un.Values, v)
-			if t.Role == plan.Activation && t.Spec != nil && widened(t.Spec) != nil {
-				un.Acts = append(un.Acts, v)
-			}
 			st.byVal[v] = un
+			if t.Role == plan.Bias {
+				continue
+			}
+			un.Points = append(un.Points, v)
+			if t.Spec != nil && widened(t.Spec) != nil {
+				un.Wide = append(un.Wide, v)
+			}
 		}
 		if len(un.Values) > 0 {
 			st.units = append(st.units, un)
@@ -404,7 +459,7 @@ func (st *searchState) levels(un *searchUnit, level int) map[string]int {
 		}
 		switch l {
 		case levelInt16:
-			for _, v := range x.Acts {
+			for _, v := range x.Wide {
 				out[v] = levelInt16
 			}
 		case levelFloat:
@@ -446,6 +501,13 @@ func (st *searchState) plan(levels map[string]int) (*plan.Plan, error) {
 		c := *t
 		c.Spec = widened(t.Spec)
 		c.Params = nil // from the statistics, for the new type
+		if t.Role == plan.Weight && t.SharedWith == "" {
+			q, err := passes.WeightParamsAs(st.u.Model, t, c.Spec, st.u.Prepare)
+			if err != nil {
+				return nil, fmt.Errorf("%s in int16: %w", t.Value, err)
+			}
+			c.Params = q
+		}
 		if t.Fixed != nil {
 			sc, zp, err := c.Spec.QParams([]float32{t.Fixed.Min}, []float32{t.Fixed.Max})
 			if err != nil {
@@ -481,7 +543,7 @@ func (st *searchState) comments(promoted []promotion) map[string]string {
 func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
 	base *yaml.Node, sp sensitivitySplit, un *searchUnit, level int) (why string, err error) {
 	levels := st.levels(un, level)
-	text, err := renderSearchConfig(base, st.u.Resolution, levels, nil, sp, &opts.Search)
+	text, err := renderSearchConfig(base, st.u.Resolution, levels, nil, sp, &opts.Search, "")
 	if err != nil {
 		var ne *notExpressible
 		if errors.As(err, &ne) {
@@ -529,7 +591,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	res := &searchResult{Unit: u}
 	if !so.active() {
-		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
+		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so, "")
 		return res, err
 	}
 	errOut := opts.IO.ErrOut
@@ -552,14 +614,13 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	res.StartSQNR, res.ReachedSQNR, res.Reached = first.SQNR, first.SQNR, res.Start
 	budget := so.budget(sp.calibSamples, m.Samples)
 	st := newSearchState(u)
-	for _, un := range st.units {
-		res.Points += len(un.Values)
-	}
-	fmt.Fprintf(errOut, "search: %s %s on %d held-out samples, target %s; %d units of %d points, budget %d evaluations\n",
-		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Points, budget)
+	res.Counts = st.counts()
+	fmt.Fprintf(errOut, "search: %s %s on %d held-out samples, target %s; %d units of %d points (%d activations, %d weights), budget %d evaluations\n",
+		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Counts.points(),
+		res.Counts.Activations, res.Counts.Weights, budget)
 	if res.Reached >= metric.target {
 		res.Met = true
-		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
+		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so, res.Counts.String())
 		return res, err
 	}
 	sens, err := cachedSensitivity(ctx, opts.IO, s, u, sp, false, nil)
@@ -661,10 +722,8 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		best.est[levelFloat] -= gain
 		lastModel, last = nil, candidate{}
 	}
-	for _, un := range st.units {
-		res.Raised += un.raised()
-	}
-	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so)
+	res.Counts = st.counts()
+	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so, res.Counts.String())
 	if err != nil {
 		return nil, err
 	}
@@ -687,8 +746,8 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if metric.isSQNR {
 			figure = fmt.Sprintf("worst output %s dB", got.SQNR)
 		}
-		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s (the search measured %s dB); %d of %d points (%.1f%%) raised\n",
-			figure, searched, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
+		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s (the search measured %s dB); %s\n",
+			figure, searched, res.Counts)
 	}
 	res.Met = res.Reached >= metric.target
 	return res, nil
@@ -752,9 +811,11 @@ func searchConfigName(opts *quantizeOptions) string {
 // baseConfigDoc is the config the emitted one starts from: the --config
 // file as written, with the --preset's quantization_spec,
 // quantization_config and algorithms in place of its own when one is
-// given. The entries go in quantization_config.global_config: a config
-// without one (a preset reference, a target's defaults, palettization
-// only) is refused.
+// given, or the target's defaults (the default preset's for the generic
+// target) when neither the file nor a preset gives a
+// quantization_config. The entries go in
+// quantization_config.global_config: a quantization_config without one
+// (a preset reference) is refused.
 func baseConfigDoc(opts *quantizeOptions, s *pipelineSetup) (*yaml.Node, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	if opts.Config != "" {
@@ -785,6 +846,16 @@ func baseConfigDoc(opts *quantizeOptions, s *pipelineSetup) (*yaml.Node, error) 
 		root.Content = append(root.Content, preset.Content[0].Content...)
 		return root, nil
 	}
+	if mappingValue(root, "quantization_config") == nil {
+		// No quantization config given: the target's, as quantize uses
+		// (the generic target's is the default preset).
+		var defaults yaml.Node
+		if err := yaml.Unmarshal(s.target.ConfigYAML(), &defaults); err != nil {
+			return nil, err
+		}
+		deleteKey(root, "quantization_spec")
+		root.Content = append(root.Content, defaults.Content[0].Content...)
+	}
 	if globalConfig(root) == nil {
 		return nil, Usagef("--target-sqnr and --emit-config add op_name_config entries to quantization_config.global_config, which %s does not have as a mapping: give --preset, or write the global_config out (coreaiq presets NAME prints one)", opts.Config)
 	}
@@ -803,7 +874,7 @@ func (e *notExpressible) Error() string { return e.why }
 // that quantizes a raised value, an op_name_config entry: the node's
 // resolved specs written out, the raised values in int16 or null.
 // comments, by value, go beside the entries.
-func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[string]int, comments map[string]string, sp sensitivitySplit, so *searchOptions) ([]byte, error) {
+func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[string]int, comments map[string]string, sp sensitivitySplit, so *searchOptions, counts string) ([]byte, error) {
 	root := cloneNode(base)
 	if sp.source != nil {
 		cal := ensureMapping(root, "calibration")
@@ -846,6 +917,9 @@ func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[stri
 	if t := so.targetFlag(); t != "" {
 		head += " (" + t + ")"
 	}
+	if counts != "" {
+		head += "\n" + counts
+	}
 	doc.HeadComment = head
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
@@ -887,7 +961,7 @@ func promotionEntry(nr *config.NodeResolution, levels map[string]int, anchors sp
 			continue // no key: not quantized, as the resolution has it
 		case s != nil && levels[t.Value] == levelFloat:
 			s = nil
-		case s != nil && levels[t.Value] == levelInt16 && t.Role != config.RoleState:
+		case s != nil && levels[t.Value] == levelInt16:
 			if s = widened(s); s == nil {
 				return nil, nil, &notExpressible{fmt.Sprintf("the spec of %q at node %s is %s, not an 8-bit integer", t.Value, nr.Node.Name, t.Spec)}
 			}
@@ -1086,5 +1160,5 @@ func cloneNode(n *yaml.Node) *yaml.Node {
 // searchGateError is the exit-3 error of a search that fell short.
 func searchGateError(so *searchOptions, r *searchResult) error {
 	return &GateError{Err: fmt.Errorf("%s not met within --search-budget: the model reaches %s (from %s; worst output %s dB) with %d of %d points raised after %d evaluation(s); the best model found was written",
-		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Raised, r.Points, r.Evaluations)}
+		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Counts.raised(), r.Counts.points(), r.Evaluations)}
 }
