@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -209,22 +210,30 @@ type promotion struct {
 	// To is int16 or float.
 	To string `json:"to"`
 	// Gain is the measured gain of the step in the guide metric (dB of
-	// the worst output), Cost its added cost.
+	// the worst output), Cost its added cost. A unit raised in a batch
+	// has the batch's gain, measured with all its units raised together.
 	Gain compare.DB `json:"gain_db"`
 	Cost int        `json:"cost"`
+	// Batch is the batch the unit was raised in (1, 2, …), 0 for a
+	// promotion of its own.
+	Batch int `json:"batch,omitempty"`
 }
 
 // searchStep is one candidate the search measured.
 type searchStep struct {
-	Unit string `json:"unit"`
-	To   string `json:"to"`
+	// Unit and To are the unit and its level; for a batch, Unit is
+	// "batch N" and Moves its units and levels.
+	Unit  string   `json:"unit"`
+	To    string   `json:"to,omitempty"`
+	Moves []string `json:"moves,omitempty"`
 	// SQNR is the candidate's worst output, Gain its gain over the model
 	// it was built on, Cost the step's added cost.
 	SQNR compare.DB `json:"sqnr_db"`
 	Gain compare.DB `json:"gain_db"`
 	Cost int        `json:"cost"`
 	// Verdict: "measured" (re-ranked), "kept" (the promotion was made),
-	// "not expressible: ..." (no config writes it).
+	// "not expressible: ..." (no config writes it), "backed off" (a
+	// batch's unit lowered again, the target still met without it).
 	Verdict string `json:"verdict"`
 	// Metric is the target metric after a kept step when it is not the
 	// SQNR (top-1 agreement, the --eval-cmd number).
@@ -451,11 +460,25 @@ func widened(s *spec.QuantizationSpec) *spec.QuantizationSpec {
 
 // levels is each value's level with un raised to level (un nil: none).
 func (st *searchState) levels(un *searchUnit, level int) map[string]int {
+	return st.levelsWith([]searchMove{{un, level}})
+}
+
+// searchMove is a unit and the level it moves to.
+type searchMove struct {
+	un *searchUnit
+	to int
+}
+
+// levelsWith is each value's level with the moves made (a nil unit
+// moves nothing).
+func (st *searchState) levelsWith(moves []searchMove) map[string]int {
 	out := map[string]int{}
 	for _, x := range st.units {
 		l := x.level
-		if x == un {
-			l = level
+		for _, mv := range moves {
+			if mv.un == x {
+				l = mv.to
+			}
 		}
 		switch l {
 		case levelInt16:
@@ -526,6 +549,9 @@ func (st *searchState) comments(promoted []promotion) map[string]string {
 	out := map[string]string{}
 	for _, p := range promoted {
 		c := fmt.Sprintf("%s to %s: %+.2f dB for cost %d", p.Unit, p.To, float64(p.Gain), p.Cost)
+		if p.Batch > 0 {
+			c = fmt.Sprintf("%s to %s (cost %d) in batch %d: %+.2f dB together", p.Unit, p.To, p.Cost, p.Batch, float64(p.Gain))
+		}
 		for _, v := range p.Values {
 			if out[v] != "" && p.To == levelNames[levelFloat] {
 				c = out[v] + "; then " + c
@@ -536,13 +562,12 @@ func (st *searchState) comments(promoted []promotion) map[string]string {
 	return out
 }
 
-// checkExpressible renders the config of the current levels with un
-// raised to level, prepares the model from it and compares the plan with
-// the one the search measures: why is "" when they agree, else what
-// differs.
+// checkExpressible renders the config of the current levels with the
+// moves made, prepares the model from it and compares the plan with the
+// one the search measures: why is "" when they agree, else what differs.
 func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
-	base *yaml.Node, sp sensitivitySplit, un *searchUnit, level int) (why string, err error) {
-	levels := st.levels(un, level)
+	base *yaml.Node, sp sensitivitySplit, moves []searchMove) (why string, err error) {
+	levels := st.levelsWith(moves)
 	text, err := renderSearchConfig(base, st.u.Resolution, levels, nil, sp, &opts.Search, "")
 	if err != nil {
 		var ne *notExpressible
@@ -557,7 +582,7 @@ func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptio
 	}
 	got, err := quantizeFromConfig(ctx, opts, s, newUnit, text, "prepare")
 	if err != nil {
-		return "", fmt.Errorf("the config with %s raised to %s: %w", un.Name, levelNames[level], err)
+		return "", fmt.Errorf("the config with %s: %w", describeMoves(moves), err)
 	}
 	for _, t := range want.Tensors {
 		g := got.Plan.Tensor(t.Value)
@@ -644,9 +669,74 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	var lastModel *onnxgraph.Model
 	var last candidate
+	batchLimit := 0
+	if metric.isSQNR {
+		batchLimit = max(2, (len(st.units)+batchShare-1)/batchShare)
+	}
+	var batched []batchMember
 	for res.Reached < metric.target {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if gap := metric.target - current; batchLimit >= 2 && gap >= batchGap && res.Evaluations < budget {
+			if batch := pickBatch(st.units, gap, batchLimit); len(batch) >= 2 {
+				n := len(batched) + 1
+				if len(batched) > 0 {
+					n = batched[len(batched)-1].batch + 1
+				}
+				model, err := st.write(st.levelsWith(batch))
+				if err != nil {
+					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+				}
+				got, err := m.Measure(ctx, model)
+				if err != nil {
+					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+				}
+				res.Evaluations++
+				gain, cost := float64(got)-current, movesCost(batch)
+				trace := searchStep{Unit: fmt.Sprintf("batch %d", n), Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+				fmt.Fprintf(errOut, "search %d/%d: batch %d, %s (cost %d): worst output %s dB (%+.2f dB)\n",
+					res.Evaluations, budget, n, describeMoves(batch), cost, got, gain)
+				why := ""
+				if gain > 0 {
+					if why, err = st.checkExpressible(ctx, opts, s, newUnit, base, sp, batch); err != nil {
+						return nil, err
+					}
+				}
+				switch {
+				case gain <= 0:
+					// Fewer at once: the batch's gains cancelled.
+					batchLimit /= 2
+				case why != "":
+					// The single steps find which unit no config writes.
+					batchLimit = 0
+					trace.Verdict = "not expressible: " + why
+					fmt.Fprintf(errOut, "search: batch %d not promoted: %s\n", n, why)
+				default:
+					trace.Verdict = "kept"
+					estimated := 0.0
+					for _, mv := range batch {
+						estimated += mv.un.est[mv.to]
+					}
+					for _, mv := range batch {
+						batched = append(batched, batchMember{back: searchMove{mv.un, mv.un.level}, to: mv.to, ratio: mv.un.est[mv.to] / float64(max(mv.un.cost(mv.to), 1)), batch: n})
+						res.Promoted = append(res.Promoted, promotion{Unit: mv.un.Name, Values: mv.un.Values, To: levelNames[mv.to], Gain: compare.DB(gain), Cost: mv.un.cost(mv.to), Batch: n})
+						if mv.to == levelInt16 {
+							// Float after int16 starts from its estimate
+							// less int16's share of the batch's gain.
+							mv.un.est[levelFloat] -= gain * mv.un.est[mv.to] / estimated
+						}
+						mv.un.level = mv.to
+					}
+					stamp++
+					current += gain
+					res.ReachedSQNR, res.Reached = compare.DB(current), current
+					fmt.Fprintf(errOut, "search: batch %d kept: %s %s\n", n, metric.name, metric.format(res.Reached))
+				}
+				res.Trace = append(res.Trace, trace)
+				lastModel, last = nil, candidate{}
+				continue
+			}
 		}
 		best, to := pickStep(st.units, stamp)
 		fresh := best != nil && best.stamp[to] == stamp
@@ -681,7 +771,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		// The step's estimate is a measurement on the current model, and
 		// no other step's estimate is better per cost: it is made, if a
 		// config expresses it.
-		if why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, best, to); err != nil {
+		if why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, []searchMove{{best, to}}); err != nil {
 			return nil, err
 		} else if why != "" {
 			best.inexpressible[to] = why
@@ -721,6 +811,12 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		// Float after int16 starts from its estimate less what int16 gained.
 		best.est[levelFloat] -= gain
 		lastModel, last = nil, candidate{}
+	}
+	if res.Reached >= metric.target && len(batched) > 0 {
+		if current, err = st.backOff(ctx, opts, s, newUnit, base, sp, m, batched, current, metric.target, budget, res); err != nil {
+			return nil, err
+		}
+		res.ReachedSQNR, res.Reached = compare.DB(current), current
 	}
 	res.Counts = st.counts()
 	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so, res.Counts.String())
@@ -1161,4 +1257,156 @@ func cloneNode(n *yaml.Node) *yaml.Node {
 func searchGateError(so *searchOptions, r *searchResult) error {
 	return &GateError{Err: fmt.Errorf("%s not met within --search-budget: the model reaches %s (from %s; worst output %s dB) with %d of %d points raised after %d evaluation(s); the best model found was written",
 		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Counts.raised(), r.Counts.points(), r.Evaluations)}
+}
+
+// describeMoves is "a to int16, b to float".
+func describeMoves(moves []searchMove) string {
+	var parts []string
+	for _, mv := range moves {
+		parts = append(parts, mv.un.Name+" to "+levelNames[mv.to])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Batches: while the worst output is batchGap dB or more below an SQNR
+// target, the search raises several units in one evaluation, each unit's
+// best step by estimate per cost, best first, until their estimates add
+// up to the gap or there are one per batchShare units (at least two). A
+// batch whose gain is no gain halves that number; one kept is backed off
+// once the target is met (backOff).
+const (
+	batchGap   = 3.0
+	batchShare = 16
+)
+
+// batchMember is a unit a batch raised: back is the move that lowers it
+// again, to the level the batch raised it to, ratio its estimated gain
+// per cost when it was picked.
+type batchMember struct {
+	back  searchMove
+	to    int
+	ratio float64
+	batch int
+}
+
+// pickBatch is the moves of the next batch: each unit's step with the
+// best estimated gain per cost (positive estimates, steps no config is
+// known to refuse), best first (ties: the lower name), until the
+// estimates add up to gap or there are limit of them.
+func pickBatch(units []*searchUnit, gap float64, limit int) []searchMove {
+	type candidate struct {
+		mv    searchMove
+		ratio float64
+	}
+	var cands []candidate
+	for _, un := range units {
+		var best *candidate
+		for _, to := range un.steps() {
+			if un.inexpressible[to] != "" || un.est[to] <= 0 {
+				continue
+			}
+			r := un.est[to] / float64(max(un.cost(to), 1))
+			if best == nil || r > best.ratio {
+				best = &candidate{searchMove{un, to}, r}
+			}
+		}
+		if best != nil {
+			cands = append(cands, *best)
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		if c := cmp.Compare(b.ratio, a.ratio); c != 0 {
+			return c
+		}
+		return strings.Compare(a.mv.un.Name, b.mv.un.Name)
+	})
+	var out []searchMove
+	sum := 0.0
+	for _, c := range cands {
+		if len(out) == limit || sum >= gap {
+			break
+		}
+		out = append(out, c.mv)
+		sum += c.mv.un.est[c.mv.to]
+	}
+	return out
+}
+
+// movesCost is what the moves add.
+func movesCost(moves []searchMove) int {
+	c := 0
+	for _, mv := range moves {
+		c += mv.un.cost(mv.to)
+	}
+	return c
+}
+
+// moveNames are the moves as "unit to level".
+func moveNames(moves []searchMove) []string {
+	var out []string
+	for _, mv := range moves {
+		out = append(out, mv.un.Name+" to "+levelNames[mv.to])
+	}
+	return out
+}
+
+// backOff lowers the units the batches raised, the least promising first
+// (by their estimate per cost when picked; ties: the lower name), one
+// evaluation each while the budget lasts: a unit whose lowering keeps the
+// worst output at target or above goes back to its level before the
+// batch (its promotion dropped); current is the worst output's SQNR,
+// returned as it ends.
+func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
+	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, target float64, budget int, res *searchResult) (float64, error) {
+	order := slices.Clone(batched)
+	slices.SortStableFunc(order, func(a, b batchMember) int {
+		if c := cmp.Compare(a.ratio, b.ratio); c != 0 {
+			return c
+		}
+		return strings.Compare(a.back.un.Name, b.back.un.Name)
+	})
+	errOut := opts.IO.ErrOut
+	for _, b := range order {
+		if res.Evaluations >= budget {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		un := b.back.un
+		if un.level != b.to {
+			continue // raised again since
+		}
+		moves := []searchMove{b.back}
+		model, err := st.write(st.levelsWith(moves))
+		if err != nil {
+			return 0, fmt.Errorf("candidate with %s lowered to %s: %w", un.Name, levelNames[b.back.to], err)
+		}
+		got, err := m.Measure(ctx, model)
+		if err != nil {
+			return 0, fmt.Errorf("candidate with %s lowered to %s: %w", un.Name, levelNames[b.back.to], err)
+		}
+		res.Evaluations++
+		gain, cost := float64(got)-current, un.cost(b.back.to)
+		step := searchStep{Unit: un.Name, To: levelNames[b.back.to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		fmt.Fprintf(errOut, "search %d/%d: %s back to %s (cost %d): worst output %s dB (%+.2f dB)\n",
+			res.Evaluations, budget, un.Name, levelNames[b.back.to], cost, got, gain)
+		if float64(got) >= target {
+			why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, moves)
+			if err != nil {
+				return 0, err
+			}
+			if why == "" {
+				un.level = b.back.to
+				current = float64(got)
+				step.Verdict = "backed off"
+				res.Promoted = slices.DeleteFunc(res.Promoted, func(p promotion) bool {
+					return p.Unit == un.Name && p.Batch == b.batch
+				})
+				fmt.Fprintf(errOut, "search: %s backed off to %s: worst output %s dB\n", un.Name, levelNames[b.back.to], got)
+			}
+		}
+		res.Trace = append(res.Trace, step)
+	}
+	return current, nil
 }

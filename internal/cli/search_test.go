@@ -380,3 +380,123 @@ func TestSearchSensitivityCache(t *testing.T) {
 		}
 	})
 }
+
+// outlierWeightModel is one Gemm whose weight rows each hold one large
+// value (5, at input feature 0) and small ones (±0.05) elsewhere, read
+// by an input whose feature 0 is always 0 (outlierWeightData): the output
+// is carried by the small weights, which int8's per-channel scale (5/127)
+// rounds to 0 or ±0.04, while int16's keeps them.
+func outlierWeightModel() *testmodels.Builder {
+	b := testmodels.New("outlier_weight", 17)
+	b.Input("x", tensor.Float, "N", 8).Output("y", tensor.Float, "N", 4)
+	rng := rand.New(rand.NewPCG(5, 7))
+	w := make([]float32, 4*8)
+	for i := range w {
+		w[i] = (rng.Float32()*2 - 1) * 0.05
+		if i%8 == 0 {
+			w[i] = 5
+		}
+	}
+	b.Init("fc.weight", []int64{4, 8}, w).RandomInit("fc.bias", 0.01, 4)
+	b.Node("Gemm", "/fc/Gemm", []string{"x", "fc.weight", "fc.bias"}, []string{"y"},
+		testmodels.AttrFloat("alpha", 1), testmodels.AttrFloat("beta", 1), testmodels.AttrInt("transB", 1))
+	return b
+}
+
+// outlierWeightData writes 64 samples of outlierWeightModel's input from
+// a fixed seed, uniform in [-1, 1) but for feature 0, which is 0.
+func outlierWeightData(t *testing.T, dir string) string {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(17, 23))
+	x := tensor.New(tensor.Float, 64, 8)
+	for i := range x.Float32s() {
+		if i%8 != 0 {
+			x.Float32s()[i] = rng.Float32()*2 - 1
+		}
+	}
+	return writeNPY(t, dir, "x.npy", x)
+}
+
+// TestSearchRaisesWeightToInt16 checks, on outlierWeightModel (64 samples
+// of outlierWeightData, 4 held out), that --target-sqnr 30 raises the
+// weight fc.weight to int16 (W16) and nothing else, from the default
+// preset given and from no quantization config at all (the default's
+// specs); that the emitted config gives /fc/Gemm an int16 weight, says
+// the points raised, validates and writes the searched model byte for
+// byte; and that the report counts one weight of two activations and one
+// weight raised.
+func TestSearchRaisesWeightToInt16(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "outlier_weight.onnx", outlierWeightModel())
+	data := outlierWeightData(t, dir)
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{name: "preset", args: []string{"--preset", "w8a8"}},
+		{name: "default", args: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, emitted, report := filepath.Join(dir, tt.name+".onnx"), filepath.Join(dir, tt.name+".yaml"), filepath.Join(dir, tt.name+".json")
+			args := append([]string{"quantize", "--model", model, "--data", data, "--target-sqnr", "30", "-o", out, "--emit-config", emitted, "--report", report}, tt.args...)
+			code, _, stderr := runCLI(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			text, err := os.ReadFile(emitted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Parse(text, emitted)
+			if err != nil {
+				t.Fatalf("emitted config does not parse: %v\n%s", err, text)
+			}
+			if n := len(cfg.Quant.Global.OpNames); n != 1 || cfg.Quant.Global.OpNames[0].Key != "/fc/Gemm" {
+				t.Fatalf("%d op_name_config entries, want one for /fc/Gemm:\n%s", n, text)
+			}
+			w, ok := cfg.Quant.Global.OpNames[0].Config.State.Lookup(-1, "weight")
+			if !ok || w.Spec == nil || w.Spec.DType != spec.Int16 {
+				t.Errorf("/fc/Gemm's weight is not int16:\n%s", text)
+			}
+			if in, ok := cfg.Quant.Global.OpNames[0].Config.Input.Lookup(0); !ok || in.Spec == nil || in.Spec.DType != spec.Int8 {
+				t.Errorf("/fc/Gemm's input is not left int8:\n%s", text)
+			}
+			if want := "1 of 3 points (33.3%) above their configured precision: 0 of 2 activations, 1 of 1 weights"; !strings.Contains(string(text), want) {
+				t.Errorf("the emitted config does not say %q:\n%s", want, text)
+			}
+			again := filepath.Join(dir, tt.name+".again.onnx")
+			if code, _, stderr := runCLI(t, "quantize", "--config", emitted, "--model", model, "--data", data, "-o", again); code != 0 {
+				t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
+			}
+			if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
+				t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
+			}
+			b, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep struct{ Search *searchReport }
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if s := rep.Search; s == nil || !s.Met || s.Points != 3 || s.Raised != 1 ||
+				s.Counts != (pointCounts{Activations: 2, Weights: 1, RaisedWeights: 1}) ||
+				len(s.Promotions) != 1 || s.Promotions[0].Unit != "fc.weight" || s.Promotions[0].To != "int16" {
+				t.Errorf("report's search: %+v, want met, 3 points (2 activations, 1 weight), fc.weight raised to int16", s)
+			}
+		})
+	}
+}
