@@ -61,7 +61,7 @@ const (
 )
 
 func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
-	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to int16 activations, then to float, the quantization points whose measured gain per added cost is highest, one at a time, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
+	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to 16 bits, then to float, the quantization points (activations and weights) whose measured gain per added cost is highest, several at once while 3 dB or more short, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
 	optFloat64(f, &o.TargetTop1, "target-top1", 0, "as --target-sqnr, with the target the top-1 agreement with the float model on the held-out samples, in percent (classifiers: outputs [batch, classes] or [batch, classes, 1, ...])")
 	f.StringVar(&o.EvalCmd, "eval-cmd", "", "as --target-sqnr, with the target the number printed on the last line of this shell command (higher is better), run on each promotion's model written to a temporary directory in place of {model}; needs --target-metric")
 	optFloat64(f, &o.TargetMetric, "target-metric", 0, "the number --eval-cmd must reach")

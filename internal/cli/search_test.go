@@ -500,3 +500,46 @@ func TestSearchRaisesWeightToInt16(t *testing.T) {
 		})
 	}
 }
+
+// TestPickBatch checks the batch's choice: each unit's best step by
+// estimate per cost, best first, until the estimates cover the gap or
+// the limit is reached; a unit with no positive estimate, or whose step
+// no config writes, is left out.
+func TestPickBatch(t *testing.T) {
+	unit := func(name string, wide bool, int16Est, floatEst float64) *searchUnit {
+		un := &searchUnit{Name: name, Values: []string{name}, Points: []string{name}}
+		if wide {
+			un.Wide = []string{name}
+		}
+		un.est = [levelFloat + 1]float64{0, int16Est, floatEst}
+		return un
+	}
+	tests := []struct {
+		name  string
+		units []*searchUnit
+		gap   float64
+		limit int
+		want  string
+	}{
+		{name: "int16 costs less", units: []*searchUnit{unit("a", true, 4, 4), unit("b", true, 1, 6)}, gap: 10, limit: 4,
+			want: "a to int16, b to float"},
+		{name: "gap covered", units: []*searchUnit{unit("a", true, 4, 4), unit("b", true, 3, 3), unit("c", true, 2, 2)}, gap: 6, limit: 4,
+			want: "a to int16, b to int16"},
+		{name: "limit", units: []*searchUnit{unit("a", true, 1, 1), unit("b", true, 1, 1), unit("c", true, 1, 1)}, gap: 30, limit: 2,
+			want: "a to int16, b to int16"},
+		{name: "no gain left out", units: []*searchUnit{unit("a", true, -1, -2), unit("b", false, 0, 2), unit("c", true, 0.5, 0.5)}, gap: 30, limit: 4,
+			want: "b to float, c to int16"},
+		{name: "inexpressible left out", units: func() []*searchUnit {
+			a := unit("a", true, 5, 5)
+			a.inexpressible[levelInt16] = "module boundary"
+			return []*searchUnit{a, unit("b", true, 1, 1)}
+		}(), gap: 30, limit: 4, want: "a to float, b to int16"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := describeMoves(pickBatch(tt.units, tt.gap, tt.limit)); got != tt.want {
+				t.Errorf("pickBatch = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
