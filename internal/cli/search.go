@@ -674,6 +674,9 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		batchLimit = max(2, (len(st.units)+batchShare-1)/batchShare)
 	}
 	var batched []batchMember
+	// promised and kept are what the re-measured stale estimates
+	// promised in all and what the measurements kept of it.
+	var promised, kept float64
 	for res.Reached < metric.target {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -738,7 +741,15 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				continue
 			}
 		}
-		best, to := pickStep(st.units, stamp)
+		// Stale estimates promise more than they keep on the current
+		// model as much as the ones re-measured so far did: a
+		// measurement that beats the discounted rest is made without
+		// measuring them all.
+		discount := 1.0
+		if promised > 0 {
+			discount = kept / promised
+		}
+		best, to := pickStep(st.units, stamp, discount)
 		fresh := best != nil && best.stamp[to] == stamp
 		if best == nil || fresh && best.est[to] <= 0 {
 			fmt.Fprintf(errOut, "search: no promotion left that gains\n")
@@ -761,6 +772,10 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			}
 			res.Evaluations++
 			gain := float64(got) - current
+			if best.est[to] > 0 {
+				promised += best.est[to]
+				kept += min(max(gain, 0), best.est[to])
+			}
 			best.est[to], best.stamp[to] = gain, stamp
 			lastModel, last = model, candidate{best, to}
 			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"})
@@ -850,10 +865,11 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 }
 
 // pickStep is the unit and level with the highest estimated gain per
-// added cost (ties: an estimate from an earlier model, which may be stale,
-// before a measurement on this one; then the cheaper step, then the lower
-// name), nil when no unit can be raised.
-func pickStep(units []*searchUnit, stamp int) (*searchUnit, int) {
+// added cost, a positive estimate from an earlier model (which may be
+// stale) taken at discount times its value (ties: a stale estimate before
+// a measurement on this one; then the cheaper step, then the lower name),
+// nil when no unit can be raised.
+func pickStep(units []*searchUnit, stamp int, discount float64) (*searchUnit, int) {
 	var best *searchUnit
 	var bestLevel int
 	var bestRatio float64
@@ -863,6 +879,9 @@ func pickStep(units []*searchUnit, stamp int) (*searchUnit, int) {
 				continue
 			}
 			r := un.est[to] / float64(max(un.cost(to), 1))
+			if un.stamp[to] != stamp && r > 0 {
+				r *= discount
+			}
 			if best == nil || r > bestRatio || r == bestRatio && best.stamp[bestLevel] == stamp && un.stamp[to] != stamp {
 				best, bestLevel, bestRatio = un, to, r
 			}
