@@ -501,11 +501,25 @@ func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	decided, err := passes.DecidedCopy(st.u.Model, sub, st.u.Stats)
+	// Bias correction corrected the planned weights' error; a raised
+	// weight's layer keeps its bias as it was (an int16 weight's error
+	// is some 1/256 of int8's, which the correction of a quantize from
+	// the emitted config mostly finds insignificant).
+	var raised []string
+	for _, t := range st.u.Plan.Tensors {
+		if t.Role == plan.Weight && levels[t.Value] != levelConfigured {
+			raised = append(raised, t.Value)
+		}
+	}
+	model, err := passes.WithUncorrectedBiases(st.u, raised)
 	if err != nil {
 		return nil, err
 	}
-	res, err := finalize.Write(st.u.Model, decided, st.u.Write)
+	decided, err := passes.DecidedCopy(model, sub, st.u.Stats)
+	if err != nil {
+		return nil, err
+	}
+	res, err := finalize.Write(model, decided, st.u.Write)
 	if err != nil {
 		return nil, err
 	}
