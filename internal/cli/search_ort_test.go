@@ -45,7 +45,7 @@ func TestSearchInt16InOrt(t *testing.T) {
 	}{
 		{name: "a16w8", args: append([]string{"--model", outlier, "--preset", "w8a8", "--target-sqnr", "15"}, outlierData(t, dir)...),
 			kept: "x to int16 kept", inputs: []string{"x", "z"}, int16Q: 1},
-		{name: "w16", args: []string{"--model", outlierWeight, "--data", outlierWeightData(t, weightData), "--target-sqnr", "30"},
+		{name: "w16", args: []string{"--model", outlierWeight, "--data", outlierWeightData(t, weightData, 0), "--target-sqnr", "30"},
 			kept: "1 of 3 points (33.3%) above their configured precision: 0 of 2 activations, 1 of 1 weights", inputs: []string{"x"}, int16W: 1},
 	}
 	for _, tt := range tests {
