@@ -688,6 +688,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		batchLimit = max(2, (len(st.units)+batchShare-1)/batchShare)
 	}
 	var batched []batchMember
+	batches := 0
 	// promised and kept are what the re-measured stale estimates
 	// promised in all and what the measurements kept of it.
 	var promised, kept float64
@@ -697,10 +698,8 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		}
 		if gap := metric.target - current; batchLimit >= 2 && gap >= batchGap && res.Evaluations < budget {
 			if batch := pickBatch(st.units, gap, batchLimit); len(batch) >= 2 {
-				n := len(batched) + 1
-				if len(batched) > 0 {
-					n = batched[len(batched)-1].batch + 1
-				}
+				batches++
+				n := batches
 				model, err := st.write(st.levelsWith(batch))
 				if err != nil {
 					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
@@ -721,9 +720,23 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 					}
 				}
 				switch {
-				case gain <= 0:
-					// Fewer at once: the batch's gains cancelled.
-					batchLimit /= 2
+				case gain < minGainPerCost*float64(cost):
+					// Fewer at once (none after a batch of two): the
+					// batch's gains cancelled. Its steps' estimates become
+					// their shares of what it measured, so that the next
+					// batch tries others (the same units in float among
+					// them).
+					batchLimit = max(2, batchLimit/2)
+					if len(batch) == 2 {
+						batchLimit = 0
+					}
+					estimated := 0.0
+					for _, mv := range batch {
+						estimated += mv.un.est[mv.to]
+					}
+					for _, mv := range batch {
+						mv.un.est[mv.to], mv.un.stamp[mv.to] = gain*mv.un.est[mv.to]/estimated, stamp
+					}
 				case why != "":
 					// The single steps find which unit no config writes.
 					batchLimit = 0
@@ -765,7 +778,15 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		}
 		best, to := pickStep(st.units, stamp, discount)
 		fresh := best != nil && best.stamp[to] == stamp
-		if best == nil || fresh && best.est[to] <= 0 {
+		if fresh && best.est[to] < minGainPerCost*float64(max(best.cost(to), 1)) {
+			// Before giving up, the best stale estimate at its full
+			// value (an int16 step that gained nothing says little of
+			// the same unit in float).
+			if alt, altTo := pickStep(st.units, stamp, 1); alt.stamp[altTo] != stamp && alt.est[altTo] >= minGainPerCost*float64(max(alt.cost(altTo), 1)) {
+				best, to, fresh = alt, altTo, false
+			}
+		}
+		if best == nil || fresh && best.est[to] < minGainPerCost*float64(max(best.cost(to), 1)) {
 			fmt.Fprintf(errOut, "search: no promotion left that gains\n")
 			break
 		}
@@ -1300,6 +1321,11 @@ func describeMoves(moves []searchMove) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// minGainPerCost is the least measured gain per added cost, in dB, for
+// which the search makes a step or keeps a batch: a step that changes
+// the output by less than that is not worth its bytes.
+const minGainPerCost = 0.05
 
 // Batches: while the worst output is batchGap dB or more below an SQNR
 // target, the search raises several units in one evaluation, each unit's
