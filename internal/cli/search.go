@@ -697,7 +697,15 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			return nil, err
 		}
 		if gap := metric.target - current; batchLimit >= 2 && gap >= batchGap && res.Evaluations < budget {
-			if batch := pickBatch(st.units, gap, batchLimit); len(batch) >= 2 {
+			batch, whole := pickBatch(st.units, gap, batchLimit), false
+			if batches == 0 && len(batch) >= 2 {
+				// The first batch is every 8-bit point in 16 bits: when
+				// that meets the target, the search backs off from it.
+				if all := allWide(st.units); len(all) > len(batch) {
+					batch, whole = all, true
+				}
+			}
+			if len(batch) >= 2 {
 				batches++
 				n := batches
 				model, err := st.write(st.levelsWith(batch))
@@ -714,12 +722,15 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				fmt.Fprintf(errOut, "search %d/%d: batch %d, %s (cost %d): worst output %s dB (%+.2f dB)\n",
 					res.Evaluations, budget, n, describeMoves(batch), cost, got, gain)
 				why := ""
-				if gain > 0 {
+				if gain > 0 && (!whole || float64(got) >= metric.target) {
 					if why, err = st.checkExpressible(ctx, opts, s, newUnit, base, sp, batch); err != nil {
 						return nil, err
 					}
 				}
 				switch {
+				case whole && float64(got) < metric.target:
+					// 16 bits everywhere falls short: the search goes up
+					// from the configured model.
 				case gain < minGainPerCost*float64(cost):
 					// Fewer at once (none after a batch of two): the
 					// batch's gains cancelled. Its steps' estimates become
@@ -780,9 +791,10 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		fresh := best != nil && best.stamp[to] == stamp
 		if fresh && best.est[to] < minGainPerCost*float64(max(best.cost(to), 1)) {
 			// Before giving up, the best stale estimate at its full
-			// value (an int16 step that gained nothing says little of
-			// the same unit in float).
-			if alt, altTo := pickStep(st.units, stamp, 1); alt.stamp[altTo] != stamp && alt.est[altTo] >= minGainPerCost*float64(max(alt.cost(altTo), 1)) {
+			// value is measured, whatever it promises (an int16 step
+			// that gained nothing says little of the same unit in
+			// float; an estimate from another model little of this one).
+			if alt, altTo := pickStale(st.units, stamp); alt != nil {
 				best, to, fresh = alt, altTo, false
 			}
 		}
@@ -1410,62 +1422,113 @@ func moveNames(moves []searchMove) []string {
 }
 
 // backOff lowers the units the batches raised, the least promising first
-// (by their estimate per cost when picked; ties: the lower name), one
-// evaluation each while the budget lasts: a unit whose lowering keeps the
-// worst output at target or above goes back to its level before the
-// batch (its promotion dropped); current is the worst output's SQNR,
-// returned as it ends.
+// (by their estimate per cost when picked; ties: the lower name), in
+// groups while the budget lasts: a group of a quarter of them first,
+// lowered together in one evaluation; a group whose lowering keeps the
+// worst output at target or above goes back to its levels before the
+// batches (its promotions dropped), and one that does not is halved and
+// tried again, down to a single unit, which then stays raised. current is
+// the worst output's SQNR, returned as it ends.
 func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
 	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, target float64, budget int, res *searchResult) (float64, error) {
-	order := slices.Clone(batched)
-	slices.SortStableFunc(order, func(a, b batchMember) int {
+	pending := slices.Clone(batched)
+	slices.SortStableFunc(pending, func(a, b batchMember) int {
 		if c := cmp.Compare(a.ratio, b.ratio); c != 0 {
 			return c
 		}
 		return strings.Compare(a.back.un.Name, b.back.un.Name)
 	})
 	errOut := opts.IO.ErrOut
-	for _, b := range order {
-		if res.Evaluations >= budget {
-			break
-		}
+	size := max(1, len(pending)/4)
+	for len(pending) > 0 && res.Evaluations < budget {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		un := b.back.un
-		if un.level != b.to {
-			continue // raised again since
+		if b := pending[0]; b.back.un.level != b.to {
+			pending = pending[1:] // raised again since
+			continue
 		}
-		moves := []searchMove{b.back}
+		// The group: the next units, each once.
+		var group []batchMember
+		var moves []searchMove
+		for _, b := range pending {
+			if len(group) == size || b.back.un.level != b.to || slices.ContainsFunc(moves, func(mv searchMove) bool { return mv.un == b.back.un }) {
+				break
+			}
+			group, moves = append(group, b), append(moves, b.back)
+		}
 		model, err := st.write(st.levelsWith(moves))
 		if err != nil {
-			return 0, fmt.Errorf("candidate with %s lowered to %s: %w", un.Name, levelNames[b.back.to], err)
+			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
 		}
 		got, err := m.Measure(ctx, model)
 		if err != nil {
-			return 0, fmt.Errorf("candidate with %s lowered to %s: %w", un.Name, levelNames[b.back.to], err)
+			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
 		}
 		res.Evaluations++
-		gain, cost := float64(got)-current, un.cost(b.back.to)
-		step := searchStep{Unit: un.Name, To: levelNames[b.back.to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
-		fmt.Fprintf(errOut, "search %d/%d: %s back to %s (cost %d): worst output %s dB (%+.2f dB)\n",
-			res.Evaluations, budget, un.Name, levelNames[b.back.to], cost, got, gain)
+		gain, cost := float64(got)-current, movesCost(moves)
+		step := searchStep{Unit: moves[0].un.Name, To: levelNames[moves[0].to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		if len(moves) > 1 {
+			step = searchStep{Unit: fmt.Sprintf("%d units", len(moves)), Moves: moveNames(moves), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		}
+		fmt.Fprintf(errOut, "search %d/%d: back off %s (cost %d): worst output %s dB (%+.2f dB)\n",
+			res.Evaluations, budget, describeMoves(moves), cost, got, gain)
+		why := "below the target"
 		if float64(got) >= target {
-			why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, moves)
-			if err != nil {
+			if why, err = st.checkExpressible(ctx, opts, s, newUnit, base, sp, moves); err != nil {
 				return 0, err
 			}
-			if why == "" {
-				un.level = b.back.to
-				current = float64(got)
-				step.Verdict = "backed off"
+		}
+		switch {
+		case why == "":
+			for _, b := range group {
+				b.back.un.level = b.back.to
 				res.Promoted = slices.DeleteFunc(res.Promoted, func(p promotion) bool {
-					return p.Unit == un.Name && p.Batch == b.batch
+					return p.Unit == b.back.un.Name && p.Batch == b.batch
 				})
-				fmt.Fprintf(errOut, "search: %s backed off to %s: worst output %s dB\n", un.Name, levelNames[b.back.to], got)
 			}
+			current = float64(got)
+			step.Verdict = "backed off"
+			pending = pending[len(group):]
+			fmt.Fprintf(errOut, "search: backed off %d unit(s): worst output %s dB\n", len(group), got)
+		case len(group) == 1:
+			pending = pending[1:] // stays raised
+		default:
+			size = len(group) / 2
 		}
 		res.Trace = append(res.Trace, step)
 	}
 	return current, nil
+}
+
+// allWide is every unit with 8-bit points, as configured, to int16 (but
+// those no config writes so).
+func allWide(units []*searchUnit) []searchMove {
+	var out []searchMove
+	for _, un := range units {
+		if un.level == levelConfigured && len(un.Wide) > 0 && un.inexpressible[levelInt16] == "" {
+			out = append(out, searchMove{un, levelInt16})
+		}
+	}
+	return out
+}
+
+// pickStale is the step with the highest estimate per cost among those
+// estimated on an earlier model than stamp's (ties: the lower name), nil
+// when every estimate is fresh.
+func pickStale(units []*searchUnit, stamp int) (*searchUnit, int) {
+	var best *searchUnit
+	var bestLevel int
+	var bestRatio float64
+	for _, un := range units {
+		for _, to := range un.steps() {
+			if un.stamp[to] == stamp || un.inexpressible[to] != "" {
+				continue
+			}
+			if r := un.est[to] / float64(max(un.cost(to), 1)); best == nil || r > bestRatio {
+				best, bestLevel, bestRatio = un, to, r
+			}
+		}
+	}
+	return best, bestLevel
 }
