@@ -237,11 +237,13 @@ func TestSearchUsageErrors(t *testing.T) {
 
 // TestSearchEvalCmd checks --eval-cmd on outlierInputModel (w8a8, 256
 // samples of outlierData, 4 held out) with a fake evaluator that prints
-// the number of times it has been called: 1 for the quantized model, 2
-// after the first promotion (x to int16, the only one that gains), 3 for
-// the final check of the emitted config. --target-metric 2 is met after
-// that promotion; 4 is not, since no promotion that gains is left, and exits 3. A
-// failing command fails the run (exit 1) with its standard error shown.
+// the number of times it has been called: 1 for the quantized model, one
+// more after each promotion (the first is x to int16), one for the final
+// check of the emitted config. --target-metric 2 is met after the first
+// promotion (3 calls); 10 is not: the search makes five promotions
+// (y1 and h to float among them), then none is left that gains (7
+// calls), and exits 3. A failing command fails the run (exit 1) with its
+// standard error shown.
 func TestSearchEvalCmd(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
@@ -262,7 +264,7 @@ func TestSearchEvalCmd(t *testing.T) {
 		wantStderr   string
 	}{
 		{name: "met", target: "2", body: "test -s \"$1\" || exit 9\necho x >> calls\nwc -l < calls\n", wantCode: 0, wantCalls: 3, wantStderr: "kept: --eval-cmd metric 2"},
-		{name: "not met", target: "4", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 3, wantStderr: "--target-metric 4 not met"},
+		{name: "not met", target: "10", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 7, wantStderr: "--target-metric 10 not met"},
 		{name: "failing", target: "2", body: "echo 'evaluator: no labels in /data' >&2\nexit 4\n", wantCode: ExitFailure, wantStderr: "evaluator: no labels in /data"},
 		{name: "no number", target: "2", body: "echo done\n", wantCode: ExitFailure, wantStderr: `last line "done" is not a number`},
 	}
