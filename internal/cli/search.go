@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,7 +61,7 @@ const (
 )
 
 func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
-	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to int16 activations, then to float, the quantization points whose measured gain per added cost is highest, one at a time, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
+	optFloat64(f, &o.TargetSQNR, "target-sqnr", 0, "after quantizing, raise to 16 bits, then to float, the quantization points (activations and weights) whose measured gain per added cost is highest, several at once while 3 dB or more short, until every output's SQNR on the held-out samples (--eval-samples, default 4) reaches this many dB; exit 3 with the best model found when the budget runs out first")
 	optFloat64(f, &o.TargetTop1, "target-top1", 0, "as --target-sqnr, with the target the top-1 agreement with the float model on the held-out samples, in percent (classifiers: outputs [batch, classes] or [batch, classes, 1, ...])")
 	f.StringVar(&o.EvalCmd, "eval-cmd", "", "as --target-sqnr, with the target the number printed on the last line of this shell command (higher is better), run on each promotion's model written to a temporary directory in place of {model}; needs --target-metric")
 	optFloat64(f, &o.TargetMetric, "target-metric", 0, "the number --eval-cmd must reach")
@@ -136,9 +137,13 @@ var levelNames = [...]string{"as configured", "int16", "float"}
 type searchUnit struct {
 	Name   string
 	Values []string
-	// Acts are the 8-bit integer activations among Values, which the
-	// int16 step widens; none means the unit goes straight to float.
-	Acts  []string
+	// Points are the activations and weights among Values: the
+	// quantization points the search counts (a bias follows its weight).
+	Points []string
+	// Wide are the 8-bit integer points among Points, which the int16
+	// step widens (an activation to A16, a weight to W16); none means the
+	// unit goes straight to float.
+	Wide  []string
 	level int
 	// est is, by level, the estimated gain of raising the unit there
 	// from its level (the sensitivity analysis's, or a measurement),
@@ -151,10 +156,10 @@ type searchUnit struct {
 }
 
 // steps are the levels the unit can be raised to: int16 for its 8-bit
-// activations, float.
+// points, float.
 func (un *searchUnit) steps() []int {
 	var out []int
-	if un.level < levelInt16 && len(un.Acts) > 0 {
+	if un.level < levelInt16 && len(un.Wide) > 0 {
 		out = append(out, levelInt16)
 	}
 	if un.level < levelFloat {
@@ -163,11 +168,13 @@ func (un *searchUnit) steps() []int {
 	return out
 }
 
-// weight is a level's cost per point: an int16 activation costs one, a
-// point in float two (it loses the integer kernel as well as the width).
-func levelWeight(level int, act bool) int {
+// levelWeight is a level's cost per point, in bytes per element over
+// int8's: an int16 point (activation or weight) costs one, a point in
+// float two (its four bytes, and the integer kernel it loses, count more
+// than int16's two; the scale is the width, not one target's latency).
+func levelWeight(level int, wide bool) int {
 	switch {
-	case level == levelInt16 && act:
+	case level == levelInt16 && wide:
 		return 1
 	case level == levelFloat:
 		return 2
@@ -177,26 +184,23 @@ func levelWeight(level int, act bool) int {
 
 // cost is what raising the unit to level adds.
 func (un *searchUnit) cost(level int) int {
-	acts := map[string]bool{}
-	for _, v := range un.Acts {
-		acts[v] = true
-	}
 	c := 0
-	for _, v := range un.Values {
-		c += levelWeight(level, acts[v]) - levelWeight(un.level, acts[v])
+	for _, v := range un.Points {
+		wide := slices.Contains(un.Wide, v)
+		c += levelWeight(level, wide) - levelWeight(un.level, wide)
 	}
 	return c
 }
 
-// raised is the number of the unit's points above their configured precision.
-func (un *searchUnit) raised() int {
+// raisedPoints are the unit's points above their configured precision.
+func (un *searchUnit) raisedPoints() []string {
 	switch un.level {
 	case levelInt16:
-		return len(un.Acts)
+		return un.Wide
 	case levelFloat:
-		return len(un.Values)
+		return un.Points
 	}
-	return 0
+	return nil
 }
 
 // promotion is a unit the search raised, with the figures of its step.
@@ -206,22 +210,30 @@ type promotion struct {
 	// To is int16 or float.
 	To string `json:"to"`
 	// Gain is the measured gain of the step in the guide metric (dB of
-	// the worst output), Cost its added cost.
+	// the worst output), Cost its added cost. A unit raised in a batch
+	// has the batch's gain, measured with all its units raised together.
 	Gain compare.DB `json:"gain_db"`
 	Cost int        `json:"cost"`
+	// Batch is the batch the unit was raised in (1, 2, …), 0 for a
+	// promotion of its own.
+	Batch int `json:"batch,omitempty"`
 }
 
 // searchStep is one candidate the search measured.
 type searchStep struct {
-	Unit string `json:"unit"`
-	To   string `json:"to"`
+	// Unit and To are the unit and its level; for a batch, Unit is
+	// "batch N" and Moves its units and levels.
+	Unit  string   `json:"unit"`
+	To    string   `json:"to,omitempty"`
+	Moves []string `json:"moves,omitempty"`
 	// SQNR is the candidate's worst output, Gain its gain over the model
 	// it was built on, Cost the step's added cost.
 	SQNR compare.DB `json:"sqnr_db"`
 	Gain compare.DB `json:"gain_db"`
 	Cost int        `json:"cost"`
 	// Verdict: "measured" (re-ranked), "kept" (the promotion was made),
-	// "not expressible: ..." (no config writes it).
+	// "not expressible: ..." (no config writes it), "backed off" (a
+	// batch's unit lowered again, the target still met without it).
 	Verdict string `json:"verdict"`
 	// Metric is the target metric after a kept step when it is not the
 	// SQNR (top-1 agreement, the --eval-cmd number).
@@ -233,21 +245,24 @@ type searchReport struct {
 	Target string `json:"target"`
 	// Start and Reached are the target metric before and after, Met
 	// whether Reached meets it; StartSQNR and ReachedSQNR the worst output.
-	Start       float64      `json:"start"`
-	Reached     float64      `json:"reached"`
-	StartSQNR   compare.DB   `json:"start_sqnr_db"`
-	ReachedSQNR compare.DB   `json:"reached_sqnr_db"`
-	Met         bool         `json:"met"`
-	Evaluations int          `json:"evaluations"`
-	Points      int          `json:"points"`
-	Raised      int          `json:"points_raised"`
-	Promotions  []promotion  `json:"promotions"`
-	Trace       []searchStep `json:"trace"`
+	Start       float64    `json:"start"`
+	Reached     float64    `json:"reached"`
+	StartSQNR   compare.DB `json:"start_sqnr_db"`
+	ReachedSQNR compare.DB `json:"reached_sqnr_db"`
+	Met         bool       `json:"met"`
+	Evaluations int        `json:"evaluations"`
+	// Points are the activation and weight quantization points (a bias
+	// follows its weight), Raised those above their configured precision.
+	Points     int          `json:"points"`
+	Raised     int          `json:"points_raised"`
+	Counts     pointCounts  `json:"point_counts"`
+	Promotions []promotion  `json:"promotions"`
+	Trace      []searchStep `json:"trace"`
 }
 
 func (r *searchResult) report(so *searchOptions) *searchReport {
 	rep := &searchReport{Target: so.targetFlag(), Start: r.Start, Reached: r.Reached, StartSQNR: r.StartSQNR, ReachedSQNR: r.ReachedSQNR,
-		Met: r.Met, Evaluations: r.Evaluations, Points: r.Points, Raised: r.Raised, Promotions: r.Promoted, Trace: r.Trace}
+		Met: r.Met, Evaluations: r.Evaluations, Points: r.Counts.points(), Raised: r.Counts.raised(), Counts: r.Counts, Promotions: r.Promoted, Trace: r.Trace}
 	if rep.Promotions == nil {
 		rep.Promotions = []promotion{}
 	}
@@ -271,11 +286,56 @@ type searchResult struct {
 	StartSQNR, ReachedSQNR compare.DB
 	Evaluations            int
 	Met                    bool
-	// Points is the number of quantization points, Raised those above
-	// their configured precision.
-	Points, Raised int
+	// Counts are the quantization points and those raised.
+	Counts pointCounts
 	// Trace is every candidate measured, in order.
 	Trace []searchStep
+}
+
+// pointCounts are the quantization points the search counts, activations
+// and weights (a bias follows its weight and is not counted), and those
+// raised above their configured precision.
+type pointCounts struct {
+	Activations       int `json:"activations"`
+	Weights           int `json:"weights"`
+	RaisedActivations int `json:"raised_activations"`
+	RaisedWeights     int `json:"raised_weights"`
+}
+
+func (c pointCounts) points() int { return c.Activations + c.Weights }
+func (c pointCounts) raised() int { return c.RaisedActivations + c.RaisedWeights }
+
+// String is "5 of 93 points (5.4%) above their configured precision: 3 of
+// 41 activations, 2 of 52 weights".
+func (c pointCounts) String() string {
+	return fmt.Sprintf("%d of %d points (%.1f%%) above their configured precision: %d of %d activations, %d of %d weights",
+		c.raised(), c.points(), 100*float64(c.raised())/float64(max(c.points(), 1)),
+		c.RaisedActivations, c.Activations, c.RaisedWeights, c.Weights)
+}
+
+// counts are the state's quantization points and those raised.
+func (st *searchState) counts() pointCounts {
+	var c pointCounts
+	for _, un := range st.units {
+		raised := un.raisedPoints()
+		for _, v := range un.Points {
+			weight := st.u.Plan.Tensor(v).Role == plan.Weight
+			up := slices.Contains(raised, v)
+			switch {
+			case weight:
+				c.Weights++
+				if up {
+					c.RaisedWeights++
+				}
+			default:
+				c.Activations++
+				if up {
+					c.RaisedActivations++
+				}
+			}
+		}
+	}
+	return c
 }
 
 // searchMetric is the search's target: the metric of a candidate model
@@ -367,10 +427,14 @@ func newSearchState(u *passes.Unit) *searchState {
 				continue // a palettized weight: kmeans_palettization_config's
 			}
 			un.Values = append(un.Values, v)
-			if t.Role == plan.Activation && t.Spec != nil && widened(t.Spec) != nil {
-				un.Acts = append(un.Acts, v)
-			}
 			st.byVal[v] = un
+			if t.Role == plan.Bias {
+				continue
+			}
+			un.Points = append(un.Points, v)
+			if t.Spec != nil && widened(t.Spec) != nil {
+				un.Wide = append(un.Wide, v)
+			}
 		}
 		if len(un.Values) > 0 {
 			st.units = append(st.units, un)
@@ -396,15 +460,29 @@ func widened(s *spec.QuantizationSpec) *spec.QuantizationSpec {
 
 // levels is each value's level with un raised to level (un nil: none).
 func (st *searchState) levels(un *searchUnit, level int) map[string]int {
+	return st.levelsWith([]searchMove{{un, level}})
+}
+
+// searchMove is a unit and the level it moves to.
+type searchMove struct {
+	un *searchUnit
+	to int
+}
+
+// levelsWith is each value's level with the moves made (a nil unit
+// moves nothing).
+func (st *searchState) levelsWith(moves []searchMove) map[string]int {
 	out := map[string]int{}
 	for _, x := range st.units {
 		l := x.level
-		if x == un {
-			l = level
+		for _, mv := range moves {
+			if mv.un == x {
+				l = mv.to
+			}
 		}
 		switch l {
 		case levelInt16:
-			for _, v := range x.Acts {
+			for _, v := range x.Wide {
 				out[v] = levelInt16
 			}
 		case levelFloat:
@@ -423,11 +501,25 @@ func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	decided, err := passes.DecidedCopy(st.u.Model, sub, st.u.Stats)
+	// Bias correction corrected the planned weights' error; a raised
+	// weight's layer keeps its bias as it was (an int16 weight's error
+	// is some 1/256 of int8's, which the correction of a quantize from
+	// the emitted config mostly finds insignificant).
+	var raised []string
+	for _, t := range st.u.Plan.Tensors {
+		if t.Role == plan.Weight && levels[t.Value] != levelConfigured {
+			raised = append(raised, t.Value)
+		}
+	}
+	model, err := passes.WithUncorrectedBiases(st.u, raised)
 	if err != nil {
 		return nil, err
 	}
-	res, err := finalize.Write(st.u.Model, decided, st.u.Write)
+	decided, err := passes.DecidedCopy(model, sub, st.u.Stats)
+	if err != nil {
+		return nil, err
+	}
+	res, err := finalize.Write(model, decided, st.u.Write)
 	if err != nil {
 		return nil, err
 	}
@@ -446,6 +538,13 @@ func (st *searchState) plan(levels map[string]int) (*plan.Plan, error) {
 		c := *t
 		c.Spec = widened(t.Spec)
 		c.Params = nil // from the statistics, for the new type
+		if t.Role == plan.Weight && t.SharedWith == "" {
+			q, err := passes.WeightParamsAs(st.u.Model, t, c.Spec, st.u.Prepare)
+			if err != nil {
+				return nil, fmt.Errorf("%s in int16: %w", t.Value, err)
+			}
+			c.Params = q
+		}
 		if t.Fixed != nil {
 			sc, zp, err := c.Spec.QParams([]float32{t.Fixed.Min}, []float32{t.Fixed.Max})
 			if err != nil {
@@ -464,6 +563,9 @@ func (st *searchState) comments(promoted []promotion) map[string]string {
 	out := map[string]string{}
 	for _, p := range promoted {
 		c := fmt.Sprintf("%s to %s: %+.2f dB for cost %d", p.Unit, p.To, float64(p.Gain), p.Cost)
+		if p.Batch > 0 {
+			c = fmt.Sprintf("%s to %s (cost %d) in batch %d: %+.2f dB together", p.Unit, p.To, p.Cost, p.Batch, float64(p.Gain))
+		}
 		for _, v := range p.Values {
 			if out[v] != "" && p.To == levelNames[levelFloat] {
 				c = out[v] + "; then " + c
@@ -474,14 +576,13 @@ func (st *searchState) comments(promoted []promotion) map[string]string {
 	return out
 }
 
-// checkExpressible renders the config of the current levels with un
-// raised to level, prepares the model from it and compares the plan with
-// the one the search measures: why is "" when they agree, else what
-// differs.
+// checkExpressible renders the config of the current levels with the
+// moves made, prepares the model from it and compares the plan with the
+// one the search measures: why is "" when they agree, else what differs.
 func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
-	base *yaml.Node, sp sensitivitySplit, un *searchUnit, level int) (why string, err error) {
-	levels := st.levels(un, level)
-	text, err := renderSearchConfig(base, st.u.Resolution, levels, nil, sp, &opts.Search)
+	base *yaml.Node, sp sensitivitySplit, moves []searchMove) (why string, err error) {
+	levels := st.levelsWith(moves)
+	text, err := renderSearchConfig(base, st.u.Resolution, levels, nil, sp, &opts.Search, "")
 	if err != nil {
 		var ne *notExpressible
 		if errors.As(err, &ne) {
@@ -495,7 +596,7 @@ func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptio
 	}
 	got, err := quantizeFromConfig(ctx, opts, s, newUnit, text, "prepare")
 	if err != nil {
-		return "", fmt.Errorf("the config with %s raised to %s: %w", un.Name, levelNames[level], err)
+		return "", fmt.Errorf("the config with %s: %w", describeMoves(moves), err)
 	}
 	for _, t := range want.Tensors {
 		g := got.Plan.Tensor(t.Value)
@@ -529,7 +630,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	res := &searchResult{Unit: u}
 	if !so.active() {
-		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
+		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so, "")
 		return res, err
 	}
 	errOut := opts.IO.ErrOut
@@ -552,14 +653,13 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	res.StartSQNR, res.ReachedSQNR, res.Reached = first.SQNR, first.SQNR, res.Start
 	budget := so.budget(sp.calibSamples, m.Samples)
 	st := newSearchState(u)
-	for _, un := range st.units {
-		res.Points += len(un.Values)
-	}
-	fmt.Fprintf(errOut, "search: %s %s on %d held-out samples, target %s; %d units of %d points, budget %d evaluations\n",
-		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Points, budget)
+	res.Counts = st.counts()
+	fmt.Fprintf(errOut, "search: %s %s on %d held-out samples, target %s; %d units of %d points (%d activations, %d weights), budget %d evaluations\n",
+		metric.name, metric.format(res.Start), m.Samples, metric.format(metric.target), len(st.units), res.Counts.points(),
+		res.Counts.Activations, res.Counts.Weights, budget)
 	if res.Reached >= metric.target {
 		res.Met = true
-		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so)
+		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so, res.Counts.String())
 		return res, err
 	}
 	sens, err := cachedSensitivity(ctx, opts.IO, s, u, sp, false, nil)
@@ -583,13 +683,122 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	var lastModel *onnxgraph.Model
 	var last candidate
+	batchLimit := 0
+	if metric.isSQNR {
+		batchLimit = max(2, (len(st.units)+batchShare-1)/batchShare)
+	}
+	var batched []batchMember
+	batches := 0
+	// promised and kept are what the re-measured stale estimates
+	// promised in all and what the measurements kept of it.
+	var promised, kept float64
 	for res.Reached < metric.target {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		best, to := pickStep(st.units, stamp)
+		if gap := metric.target - current; batchLimit >= 2 && gap >= batchGap && res.Evaluations < budget {
+			batch, whole := pickBatch(st.units, gap, batchLimit), false
+			if batches == 0 && len(batch) >= 2 {
+				// The first batch is every 8-bit point in 16 bits: when
+				// that meets the target, the search backs off from it.
+				if all := allWide(st.units); len(all) > len(batch) {
+					batch, whole = all, true
+				}
+			}
+			if len(batch) >= 2 {
+				batches++
+				n := batches
+				model, err := st.write(st.levelsWith(batch))
+				if err != nil {
+					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+				}
+				got, err := m.Measure(ctx, model)
+				if err != nil {
+					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+				}
+				res.Evaluations++
+				gain, cost := float64(got)-current, movesCost(batch)
+				trace := searchStep{Unit: fmt.Sprintf("batch %d", n), Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+				fmt.Fprintf(errOut, "search %d/%d: batch %d, %s (cost %d): worst output %s dB (%+.2f dB)\n",
+					res.Evaluations, budget, n, describeMoves(batch), cost, got, gain)
+				why := ""
+				if gain > 0 && (!whole || float64(got) >= metric.target) {
+					if why, err = st.checkExpressible(ctx, opts, s, newUnit, base, sp, batch); err != nil {
+						return nil, err
+					}
+				}
+				switch {
+				case whole && float64(got) < metric.target:
+					// 16 bits everywhere falls short: the search goes up
+					// from the configured model.
+				case gain < minGainPerCost*float64(cost):
+					// Fewer at once (none after a batch of two): the
+					// batch's gains cancelled. Its steps' estimates become
+					// their shares of what it measured, so that the next
+					// batch tries others (the same units in float among
+					// them).
+					batchLimit = max(2, batchLimit/2)
+					if len(batch) == 2 {
+						batchLimit = 0
+					}
+					estimated := 0.0
+					for _, mv := range batch {
+						estimated += mv.un.est[mv.to]
+					}
+					for _, mv := range batch {
+						mv.un.est[mv.to], mv.un.stamp[mv.to] = gain*mv.un.est[mv.to]/estimated, stamp
+					}
+				case why != "":
+					// The single steps find which unit no config writes.
+					batchLimit = 0
+					trace.Verdict = "not expressible: " + why
+					fmt.Fprintf(errOut, "search: batch %d not promoted: %s\n", n, why)
+				default:
+					trace.Verdict = "kept"
+					estimated := 0.0
+					for _, mv := range batch {
+						estimated += mv.un.est[mv.to]
+					}
+					for _, mv := range batch {
+						batched = append(batched, batchMember{back: searchMove{mv.un, mv.un.level}, to: mv.to, ratio: mv.un.est[mv.to] / float64(max(mv.un.cost(mv.to), 1)), batch: n})
+						res.Promoted = append(res.Promoted, promotion{Unit: mv.un.Name, Values: mv.un.Values, To: levelNames[mv.to], Gain: compare.DB(gain), Cost: mv.un.cost(mv.to), Batch: n})
+						if mv.to == levelInt16 {
+							// Float after int16 starts from its estimate
+							// less int16's share of the batch's gain.
+							mv.un.est[levelFloat] -= gain * mv.un.est[mv.to] / estimated
+						}
+						mv.un.level = mv.to
+					}
+					stamp++
+					current += gain
+					res.ReachedSQNR, res.Reached = compare.DB(current), current
+					fmt.Fprintf(errOut, "search: batch %d kept: %s %s\n", n, metric.name, metric.format(res.Reached))
+				}
+				res.Trace = append(res.Trace, trace)
+				lastModel, last = nil, candidate{}
+				continue
+			}
+		}
+		// Stale estimates promise more than they keep on the current
+		// model as much as the ones re-measured so far did: a
+		// measurement that beats the discounted rest is made without
+		// measuring them all.
+		discount := 1.0
+		if promised > 0 {
+			discount = kept / promised
+		}
+		best, to := pickStep(st.units, stamp, discount)
 		fresh := best != nil && best.stamp[to] == stamp
-		if best == nil || fresh && best.est[to] <= 0 {
+		if fresh && best.est[to] < minGainPerCost*float64(max(best.cost(to), 1)) {
+			// Before giving up, the best stale estimate at its full
+			// value is measured, whatever it promises (an int16 step
+			// that gained nothing says little of the same unit in
+			// float; an estimate from another model little of this one).
+			if alt, altTo := pickStale(st.units, stamp); alt != nil {
+				best, to, fresh = alt, altTo, false
+			}
+		}
+		if best == nil || fresh && best.est[to] < minGainPerCost*float64(max(best.cost(to), 1)) {
 			fmt.Fprintf(errOut, "search: no promotion left that gains\n")
 			break
 		}
@@ -610,6 +819,10 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			}
 			res.Evaluations++
 			gain := float64(got) - current
+			if best.est[to] > 0 {
+				promised += best.est[to]
+				kept += min(max(gain, 0), best.est[to])
+			}
 			best.est[to], best.stamp[to] = gain, stamp
 			lastModel, last = model, candidate{best, to}
 			res.Trace = append(res.Trace, searchStep{Unit: best.Name, To: levelNames[to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"})
@@ -620,7 +833,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		// The step's estimate is a measurement on the current model, and
 		// no other step's estimate is better per cost: it is made, if a
 		// config expresses it.
-		if why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, best, to); err != nil {
+		if why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, []searchMove{{best, to}}); err != nil {
 			return nil, err
 		} else if why != "" {
 			best.inexpressible[to] = why
@@ -661,10 +874,14 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		best.est[levelFloat] -= gain
 		lastModel, last = nil, candidate{}
 	}
-	for _, un := range st.units {
-		res.Raised += un.raised()
+	if res.Reached >= metric.target && len(batched) > 0 {
+		if current, err = st.backOff(ctx, opts, s, newUnit, base, sp, m, batched, current, metric.target, budget, res); err != nil {
+			return nil, err
+		}
+		res.ReachedSQNR, res.Reached = compare.DB(current), current
 	}
-	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so)
+	res.Counts = st.counts()
+	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so, res.Counts.String())
 	if err != nil {
 		return nil, err
 	}
@@ -687,18 +904,19 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if metric.isSQNR {
 			figure = fmt.Sprintf("worst output %s dB", got.SQNR)
 		}
-		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s (the search measured %s dB); %d of %d points (%.1f%%) raised\n",
-			figure, searched, res.Raised, res.Points, 100*float64(res.Raised)/float64(max(res.Points, 1)))
+		fmt.Fprintf(errOut, "search: the emitted config quantized again: %s (the search measured %s dB); %s\n",
+			figure, searched, res.Counts)
 	}
 	res.Met = res.Reached >= metric.target
 	return res, nil
 }
 
 // pickStep is the unit and level with the highest estimated gain per
-// added cost (ties: an estimate from an earlier model, which may be stale,
-// before a measurement on this one; then the cheaper step, then the lower
-// name), nil when no unit can be raised.
-func pickStep(units []*searchUnit, stamp int) (*searchUnit, int) {
+// added cost, a positive estimate from an earlier model (which may be
+// stale) taken at discount times its value (ties: a stale estimate before
+// a measurement on this one; then the cheaper step, then the lower name),
+// nil when no unit can be raised.
+func pickStep(units []*searchUnit, stamp int, discount float64) (*searchUnit, int) {
 	var best *searchUnit
 	var bestLevel int
 	var bestRatio float64
@@ -708,6 +926,9 @@ func pickStep(units []*searchUnit, stamp int) (*searchUnit, int) {
 				continue
 			}
 			r := un.est[to] / float64(max(un.cost(to), 1))
+			if un.stamp[to] != stamp && r > 0 {
+				r *= discount
+			}
 			if best == nil || r > bestRatio || r == bestRatio && best.stamp[bestLevel] == stamp && un.stamp[to] != stamp {
 				best, bestLevel, bestRatio = un, to, r
 			}
@@ -752,9 +973,11 @@ func searchConfigName(opts *quantizeOptions) string {
 // baseConfigDoc is the config the emitted one starts from: the --config
 // file as written, with the --preset's quantization_spec,
 // quantization_config and algorithms in place of its own when one is
-// given. The entries go in quantization_config.global_config: a config
-// without one (a preset reference, a target's defaults, palettization
-// only) is refused.
+// given, or the target's defaults (the default preset's for the generic
+// target) when neither the file nor a preset gives a
+// quantization_config. The entries go in
+// quantization_config.global_config: a quantization_config without one
+// (a preset reference) is refused.
 func baseConfigDoc(opts *quantizeOptions, s *pipelineSetup) (*yaml.Node, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	if opts.Config != "" {
@@ -785,6 +1008,16 @@ func baseConfigDoc(opts *quantizeOptions, s *pipelineSetup) (*yaml.Node, error) 
 		root.Content = append(root.Content, preset.Content[0].Content...)
 		return root, nil
 	}
+	if mappingValue(root, "quantization_config") == nil {
+		// No quantization config given: the target's, as quantize uses
+		// (the generic target's is the default preset).
+		var defaults yaml.Node
+		if err := yaml.Unmarshal(s.target.ConfigYAML(), &defaults); err != nil {
+			return nil, err
+		}
+		deleteKey(root, "quantization_spec")
+		root.Content = append(root.Content, defaults.Content[0].Content...)
+	}
 	if globalConfig(root) == nil {
 		return nil, Usagef("--target-sqnr and --emit-config add op_name_config entries to quantization_config.global_config, which %s does not have as a mapping: give --preset, or write the global_config out (coreaiq presets NAME prints one)", opts.Config)
 	}
@@ -803,7 +1036,7 @@ func (e *notExpressible) Error() string { return e.why }
 // that quantizes a raised value, an op_name_config entry: the node's
 // resolved specs written out, the raised values in int16 or null.
 // comments, by value, go beside the entries.
-func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[string]int, comments map[string]string, sp sensitivitySplit, so *searchOptions) ([]byte, error) {
+func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[string]int, comments map[string]string, sp sensitivitySplit, so *searchOptions, counts string) ([]byte, error) {
 	root := cloneNode(base)
 	if sp.source != nil {
 		cal := ensureMapping(root, "calibration")
@@ -846,6 +1079,9 @@ func renderSearchConfig(base *yaml.Node, res *config.Resolution, levels map[stri
 	if t := so.targetFlag(); t != "" {
 		head += " (" + t + ")"
 	}
+	if counts != "" {
+		head += "\n" + counts
+	}
 	doc.HeadComment = head
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
@@ -887,7 +1123,7 @@ func promotionEntry(nr *config.NodeResolution, levels map[string]int, anchors sp
 			continue // no key: not quantized, as the resolution has it
 		case s != nil && levels[t.Value] == levelFloat:
 			s = nil
-		case s != nil && levels[t.Value] == levelInt16 && t.Role != config.RoleState:
+		case s != nil && levels[t.Value] == levelInt16:
 			if s = widened(s); s == nil {
 				return nil, nil, &notExpressible{fmt.Sprintf("the spec of %q at node %s is %s, not an 8-bit integer", t.Value, nr.Node.Name, t.Spec)}
 			}
@@ -1086,5 +1322,213 @@ func cloneNode(n *yaml.Node) *yaml.Node {
 // searchGateError is the exit-3 error of a search that fell short.
 func searchGateError(so *searchOptions, r *searchResult) error {
 	return &GateError{Err: fmt.Errorf("%s not met within --search-budget: the model reaches %s (from %s; worst output %s dB) with %d of %d points raised after %d evaluation(s); the best model found was written",
-		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Raised, r.Points, r.Evaluations)}
+		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Counts.raised(), r.Counts.points(), r.Evaluations)}
+}
+
+// describeMoves is "a to int16, b to float".
+func describeMoves(moves []searchMove) string {
+	var parts []string
+	for _, mv := range moves {
+		parts = append(parts, mv.un.Name+" to "+levelNames[mv.to])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// minGainPerCost is the least measured gain per added cost, in dB, for
+// which the search makes a step or keeps a batch: a step that changes
+// the output by less than that is not worth its bytes.
+const minGainPerCost = 0.05
+
+// Batches: while the worst output is batchGap dB or more below an SQNR
+// target, the search raises several units in one evaluation, each unit's
+// best step by estimate per cost, best first, until their estimates add
+// up to the gap or there are one per batchShare units (at least two). A
+// batch whose gain is no gain halves that number; one kept is backed off
+// once the target is met (backOff).
+const (
+	batchGap   = 3.0
+	batchShare = 16
+)
+
+// batchMember is a unit a batch raised: back is the move that lowers it
+// again, to the level the batch raised it to, ratio its estimated gain
+// per cost when it was picked.
+type batchMember struct {
+	back  searchMove
+	to    int
+	ratio float64
+	batch int
+}
+
+// pickBatch is the moves of the next batch: each unit's step with the
+// best estimated gain per cost (positive estimates, steps no config is
+// known to refuse), best first (ties: the lower name), until the
+// estimates add up to gap or there are limit of them.
+func pickBatch(units []*searchUnit, gap float64, limit int) []searchMove {
+	type candidate struct {
+		mv    searchMove
+		ratio float64
+	}
+	var cands []candidate
+	for _, un := range units {
+		var best *candidate
+		for _, to := range un.steps() {
+			if un.inexpressible[to] != "" || un.est[to] <= 0 {
+				continue
+			}
+			r := un.est[to] / float64(max(un.cost(to), 1))
+			if best == nil || r > best.ratio {
+				best = &candidate{searchMove{un, to}, r}
+			}
+		}
+		if best != nil {
+			cands = append(cands, *best)
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		if c := cmp.Compare(b.ratio, a.ratio); c != 0 {
+			return c
+		}
+		return strings.Compare(a.mv.un.Name, b.mv.un.Name)
+	})
+	var out []searchMove
+	sum := 0.0
+	for _, c := range cands {
+		if len(out) == limit || sum >= gap {
+			break
+		}
+		out = append(out, c.mv)
+		sum += c.mv.un.est[c.mv.to]
+	}
+	return out
+}
+
+// movesCost is what the moves add.
+func movesCost(moves []searchMove) int {
+	c := 0
+	for _, mv := range moves {
+		c += mv.un.cost(mv.to)
+	}
+	return c
+}
+
+// moveNames are the moves as "unit to level".
+func moveNames(moves []searchMove) []string {
+	var out []string
+	for _, mv := range moves {
+		out = append(out, mv.un.Name+" to "+levelNames[mv.to])
+	}
+	return out
+}
+
+// backOff lowers the units the batches raised, the least promising first
+// (by their estimate per cost when picked; ties: the lower name), in
+// groups while the budget lasts: a group of a quarter of them first,
+// lowered together in one evaluation; a group whose lowering keeps the
+// worst output at target or above goes back to its levels before the
+// batches (its promotions dropped), and one that does not is halved and
+// tried again, down to a single unit, which then stays raised. current is
+// the worst output's SQNR, returned as it ends.
+func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
+	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, target float64, budget int, res *searchResult) (float64, error) {
+	pending := slices.Clone(batched)
+	slices.SortStableFunc(pending, func(a, b batchMember) int {
+		if c := cmp.Compare(a.ratio, b.ratio); c != 0 {
+			return c
+		}
+		return strings.Compare(a.back.un.Name, b.back.un.Name)
+	})
+	errOut := opts.IO.ErrOut
+	size := max(1, len(pending)/4)
+	for len(pending) > 0 && res.Evaluations < budget {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if b := pending[0]; b.back.un.level != b.to {
+			pending = pending[1:] // raised again since
+			continue
+		}
+		// The group: the next units, each once.
+		var group []batchMember
+		var moves []searchMove
+		for _, b := range pending {
+			if len(group) == size || b.back.un.level != b.to || slices.ContainsFunc(moves, func(mv searchMove) bool { return mv.un == b.back.un }) {
+				break
+			}
+			group, moves = append(group, b), append(moves, b.back)
+		}
+		model, err := st.write(st.levelsWith(moves))
+		if err != nil {
+			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+		}
+		got, err := m.Measure(ctx, model)
+		if err != nil {
+			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+		}
+		res.Evaluations++
+		gain, cost := float64(got)-current, movesCost(moves)
+		step := searchStep{Unit: moves[0].un.Name, To: levelNames[moves[0].to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		if len(moves) > 1 {
+			step = searchStep{Unit: fmt.Sprintf("%d units", len(moves)), Moves: moveNames(moves), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		}
+		fmt.Fprintf(errOut, "search %d/%d: back off %s (cost %d): worst output %s dB (%+.2f dB)\n",
+			res.Evaluations, budget, describeMoves(moves), cost, got, gain)
+		why := "below the target"
+		if float64(got) >= target {
+			if why, err = st.checkExpressible(ctx, opts, s, newUnit, base, sp, moves); err != nil {
+				return 0, err
+			}
+		}
+		switch {
+		case why == "":
+			for _, b := range group {
+				b.back.un.level = b.back.to
+				res.Promoted = slices.DeleteFunc(res.Promoted, func(p promotion) bool {
+					return p.Unit == b.back.un.Name && p.Batch == b.batch
+				})
+			}
+			current = float64(got)
+			step.Verdict = "backed off"
+			pending = pending[len(group):]
+			fmt.Fprintf(errOut, "search: backed off %d unit(s): worst output %s dB\n", len(group), got)
+		case len(group) == 1:
+			pending = pending[1:] // stays raised
+		default:
+			size = len(group) / 2
+		}
+		res.Trace = append(res.Trace, step)
+	}
+	return current, nil
+}
+
+// allWide is every unit with 8-bit points, as configured, to int16 (but
+// those no config writes so).
+func allWide(units []*searchUnit) []searchMove {
+	var out []searchMove
+	for _, un := range units {
+		if un.level == levelConfigured && len(un.Wide) > 0 && un.inexpressible[levelInt16] == "" {
+			out = append(out, searchMove{un, levelInt16})
+		}
+	}
+	return out
+}
+
+// pickStale is the step with the highest estimate per cost among those
+// estimated on an earlier model than stamp's (ties: the lower name), nil
+// when every estimate is fresh.
+func pickStale(units []*searchUnit, stamp int) (*searchUnit, int) {
+	var best *searchUnit
+	var bestLevel int
+	var bestRatio float64
+	for _, un := range units {
+		for _, to := range un.steps() {
+			if un.stamp[to] == stamp || un.inexpressible[to] != "" {
+				continue
+			}
+			if r := un.est[to] / float64(max(un.cost(to), 1)); best == nil || r > bestRatio {
+				best, bestLevel, bestRatio = un, to, r
+			}
+		}
+	}
+	return best, bestLevel
 }

@@ -283,7 +283,9 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 	}
 	prog := newSensitivityProgress(streams)
 	r, err := compare.Analyze(ctx, compare.SensitivityInput{
-		Float: s.model, Prepared: u.Model, Plan: u.Plan, Write: u.Write,
+		Float: s.model, Prepared: u.Model, Plan: u.Plan, Write: u.Write, ModelFor: func(pl *plan.Plan) (*onnxgraph.Model, error) {
+			return passes.WithUncorrectedBiases(u, floatWeights(u.Plan, pl))
+		},
 		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, ExceptOnly: sp.exceptOnly, Progress: prog.report,
 	})
 	prog.done()
@@ -347,6 +349,11 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), sp.opset)
 	if sp.exceptOnly {
 		fmt.Fprintf(h, "except only\n")
+	}
+	if len(u.UncorrectedBiases) > 0 {
+		// The analysis writes a layer whose weight it leaves in float
+		// with its bias as it was before bias correction.
+		fmt.Fprintf(h, "uncorrected biases %d\n", len(u.UncorrectedBiases))
 	}
 	// Samples past the calibration ones and before the held-out ones are
 	// not read, so only the used ones are hashed.
@@ -460,4 +467,16 @@ func (p *sensitivityProgress) done() {
 	if p.drawn {
 		fmt.Fprintln(p.io.ErrOut)
 	}
+}
+
+// floatWeights are the weights of the plan all that the candidate plan
+// leaves in float.
+func floatWeights(all, candidate *plan.Plan) []string {
+	var out []string
+	for _, t := range all.Tensors {
+		if t.Role == plan.Weight && candidate.Tensor(t.Value) == nil {
+			out = append(out, t.Value)
+		}
+	}
+	return out
 }

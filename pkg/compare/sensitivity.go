@@ -236,6 +236,11 @@ type SensitivityInput struct {
 	Prepared *onnxgraph.Model
 	Plan     *plan.Plan
 	Write    finalize.Options
+	// ModelFor, when set, is the model a candidate plan is written from
+	// (Prepared otherwise): bias correction's biases fit the planned
+	// weights, and a weight the candidate leaves in float wants its
+	// layer's bias as it was.
+	ModelFor func(pl *plan.Plan) (*onnxgraph.Model, error)
 	// Data yields the held-out batches; it is called once.
 	Data     iter.Seq2[Batch, error]
 	Engine   string
@@ -370,7 +375,14 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		return nil, err
 	}
 	measure := func(pl *plan.Plan) (DB, error) {
-		res, err := finalize.Write(in.Prepared, pl, in.Write)
+		model := in.Prepared
+		if in.ModelFor != nil {
+			var err error
+			if model, err = in.ModelFor(pl); err != nil {
+				return 0, err
+			}
+		}
+		res, err := finalize.Write(model, pl, in.Write)
 		if err != nil {
 			return 0, err
 		}

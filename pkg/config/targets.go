@@ -285,7 +285,24 @@ func (t *Target) Config() (*QuantizerConfig, error) {
 	if t.Name == DefaultTarget {
 		return Preset(DefaultPreset)
 	}
-	text := fmt.Sprintf(`# defaults of target %s
+	cfg, err := Parse(t.ConfigYAML(), "target:"+t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	return cfg.Quant, nil
+}
+
+// ConfigYAML is the text of Config: the default preset's for the generic
+// target.
+func (t *Target) ConfigYAML() []byte {
+	if t.Name == DefaultTarget {
+		b, err := PresetYAML(DefaultPreset)
+		if err != nil {
+			panic(err) // embedded
+		}
+		return b
+	}
+	return []byte(fmt.Sprintf(`# defaults of target %s
 quantization_spec:
   activation: &activation
 %s  weight: &weight
@@ -297,12 +314,7 @@ quantization_spec:
       "*": *activation
     op_state_spec:
       weight: *weight
-`, t.Name, specYAML(t.Activation), specYAML(t.Weight))
-	cfg, err := Parse([]byte(text), "target:"+t.Name)
-	if err != nil {
-		return nil, fmt.Errorf("target %s: %w", t.Name, err)
-	}
-	return cfg.Quant, nil
+`, t.Name, specYAML(t.Activation), specYAML(t.Weight)))
 }
 
 func specYAML(s spec.QuantizationSpec) string {

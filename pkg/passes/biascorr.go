@@ -67,6 +67,45 @@ func runDataAlgorithms(ctx context.Context, u *Unit) error {
 	return nil
 }
 
+// UncorrectedBias is a bias as it was before bias correction changed it.
+type UncorrectedBias struct {
+	Bias  string
+	Data  []float32
+	Shape []int
+}
+
+// WithUncorrectedBiases is u's model, or a copy of it (sharing the other
+// tensors' data) in which the biases that bias correction changed for the
+// given weights are as they were: the correction is for the error of the
+// weight as planned, and a weight written at another precision (the
+// accuracy search's) has another error.
+func WithUncorrectedBiases(u *Unit, weights []string) (*onnxgraph.Model, error) {
+	var restore []UncorrectedBias
+	for _, w := range weights {
+		if b, ok := u.UncorrectedBiases[w]; ok {
+			restore = append(restore, b)
+		}
+	}
+	if len(restore) == 0 {
+		return u.Model, nil
+	}
+	m, err := u.Model.Derive(onnxgraph.CloneSharingData(u.Model.Proto), nil)
+	if err != nil {
+		return nil, err
+	}
+	m.Path = u.Model.Path
+	for _, b := range restore {
+		v := constantIn(m, b.Bias)
+		if v == nil {
+			return nil, fmt.Errorf("bias %q: not a constant of the model", b.Bias)
+		}
+		if err := setConst(m, v, b.Data, b.Shape); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
 // biasLayer is one Conv or Gemm whose bias absorbs its mean error.
 type biasLayer struct {
 	node              *onnxgraph.Node
@@ -196,6 +235,10 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 		if err := setConst(m, l.bias, nb, l.biasShape); err != nil {
 			return fmt.Errorf("%s: %s: %w", biasCorrectionName, l.node, err)
 		}
+		if u.UncorrectedBiases == nil {
+			u.UncorrectedBiases = map[string]UncorrectedBias{}
+		}
+		u.UncorrectedBiases[l.node.Inputs[1].Name] = UncorrectedBias{Bias: l.bias.Name, Data: l.biasData, Shape: l.biasShape}
 		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
 			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0)),
 			Note: fmt.Sprintf("%d of %d channels corrected", corrected, len(nb))})

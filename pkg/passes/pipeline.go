@@ -81,6 +81,9 @@ type Unit struct {
 	ownsModel bool
 	// readsScratch is set once Model reads the writer's scratch file too.
 	readsScratch bool
+	// UncorrectedBiases are the biases bias correction changed, as they
+	// were, by the weight of their layer.
+	UncorrectedBiases map[string]UncorrectedBias
 	// roundedWeights are the float weights GPTQ replaced by rounded ones,
 	// by value name, for bias correction's error.
 	roundedWeights map[string][]float32

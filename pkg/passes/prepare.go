@@ -553,6 +553,21 @@ func weightClipping(s *spec.QuantizationSpec, opts PrepareOptions) WeightClippin
 	return opts.WeightClipping
 }
 
+// WeightParamsAs is the qparams prepare would give weight t of model m
+// had the config given it spec s in place of its own: the accuracy search
+// widens a planned weight with it.
+func WeightParamsAs(m *onnxgraph.Model, t *TensorPlan, s *spec.QuantizationSpec, opts PrepareOptions) (*Params, error) {
+	v := constantIn(m, t.Value)
+	if v == nil || t.Role != Weight {
+		return nil, fmt.Errorf("weight %q: not a constant weight of the model", t.Value)
+	}
+	data, shape, err := constFloats(m, v)
+	if err != nil {
+		return nil, fmt.Errorf("weight %q: %w", t.Value, err)
+	}
+	return weightParams(data, shape, t.Axis, t.BlockSize, s, weightClipping(s, opts))
+}
+
 // weightParams computes a weight's qparams per group from its data. The
 // observed range in the params is the data's, whatever the clipping.
 func weightParams(data []float32, shape []int, axis, block int, s *spec.QuantizationSpec, clip WeightClipping) (*Params, error) {
