@@ -116,17 +116,9 @@ func foldBatchNorm(m *onnxgraph.Model, convTranspose bool, addNotes []string) (*
 		if err != nil {
 			return nil, nil, err
 		}
-		var bname string
-		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
-			bname = p.conv.Inputs[2].Name
-			bp.Name = proto.String(bname)
-			g.Initializer[inits[bname]] = bp
-		} else {
-			// A new initializer: the BN's B may be shared or an Identity copy.
-			bname = uniqueName(m, p.conv.Inputs[1].Name+"_bias")
-			bp.Name = proto.String(bname)
-			g.Initializer = append(g.Initializer, bp)
-		}
+		// A new initializer when the layer has no bias: the BN's B may be
+		// shared or an Identity copy.
+		bname := setBias(m, g, inits, p.conv, bp)
 		g.Initializer[inits[wv.Name]] = wp
 		removedValues[conv.Output[0]] = true
 		conv.Input = append(conv.Input[:2:2], bname)
@@ -134,13 +126,7 @@ func foldBatchNorm(m *onnxgraph.Model, convTranspose bool, addNotes []string) (*
 		drop[p.bn.Index] = true
 		notes = append(notes, fmt.Sprintf("%s folded into %s", p.bn, p.conv))
 	}
-	nodes := g.Node[:0]
-	for i, n := range g.Node {
-		if !drop[i] {
-			nodes = append(nodes, n)
-		}
-	}
-	g.Node = nodes
+	dropNodes(g, drop)
 	// Identity copies of folded parameters now feed nothing: drop them
 	// (in reverse order, so chains go at once).
 	outputs := map[string]bool{}
@@ -349,16 +335,7 @@ func foldBiasAdds(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 			return nil, nil, err
 		}
 		conv, add := g.Node[p.conv.Index], g.Node[p.add.Index]
-		var bname string
-		if len(p.conv.Inputs) > 2 && p.conv.Inputs[2] != nil {
-			bname = p.conv.Inputs[2].Name
-			bp.Name = proto.String(bname)
-			g.Initializer[inits[bname]] = bp
-		} else {
-			bname = uniqueName(m, p.conv.Inputs[1].Name+"_bias")
-			bp.Name = proto.String(bname)
-			g.Initializer = append(g.Initializer, bp)
-		}
+		bname := setBias(m, g, inits, p.conv, bp)
 		removed[conv.Output[0]] = true
 		addend[p.c.Name] = p.c.IsInitializer
 		conv.Input = append(conv.Input[:2:2], bname)
@@ -366,13 +343,7 @@ func foldBiasAdds(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		drop[p.add.Index] = true
 		notes = append(notes, fmt.Sprintf("%s folded into the bias of %s", p.add, p.conv))
 	}
-	nodes := g.Node[:0]
-	for i, n := range g.Node {
-		if !drop[i] {
-			nodes = append(nodes, n)
-		}
-	}
-	g.Node = nodes
+	dropNodes(g, drop)
 	used := map[string]bool{}
 	for _, n := range g.Node {
 		for _, in := range n.Input {
@@ -395,6 +366,33 @@ func foldBiasAdds(m *onnxgraph.Model) (*onnxgraph.Model, []string, error) {
 		return nil, nil, err
 	}
 	return fm, notes, nil
+}
+
+// setBias makes bp the bias of conv: in place of its bias initializer
+// when it has one, else as a new initializer named after its weight. It
+// returns the bias's name.
+func setBias(m *onnxgraph.Model, g *onnxpb.GraphProto, inits map[string]int, conv *onnxgraph.Node, bp *onnxpb.TensorProto) string {
+	if len(conv.Inputs) > 2 && conv.Inputs[2] != nil {
+		name := conv.Inputs[2].Name
+		bp.Name = proto.String(name)
+		g.Initializer[inits[name]] = bp
+		return name
+	}
+	name := uniqueName(m, conv.Inputs[1].Name+"_bias")
+	bp.Name = proto.String(name)
+	g.Initializer = append(g.Initializer, bp)
+	return name
+}
+
+// dropNodes removes the nodes whose index drop marks, keeping the order.
+func dropNodes(g *onnxpb.GraphProto, drop map[int]bool) {
+	nodes := g.Node[:0]
+	for i, n := range g.Node {
+		if !drop[i] {
+			nodes = append(nodes, n)
+		}
+	}
+	g.Node = nodes
 }
 
 // foldableBiasAdd returns the Conv or ConvTranspose an Add folds into as
