@@ -240,8 +240,8 @@ func TestSearchUsageErrors(t *testing.T) {
 // the number of times it has been called: 1 for the quantized model, one
 // more after each promotion (the first is x to int16), one for the final
 // check of the emitted config. --target-metric 2 is met after the first
-// promotion (3 calls); 10 is not: the search makes five promotions
-// (y1 and h to float among them), then none is left that gains (7
+// promotion (3 calls); 20 is not: the search raises each unit to int16
+// (y1 straight to float) and then to float, until none is left (17
 // calls), and exits 3. A failing command fails the run (exit 1) with its
 // standard error shown.
 func TestSearchEvalCmd(t *testing.T) {
@@ -264,7 +264,7 @@ func TestSearchEvalCmd(t *testing.T) {
 		wantStderr   string
 	}{
 		{name: "met", target: "2", body: "test -s \"$1\" || exit 9\necho x >> calls\nwc -l < calls\n", wantCode: 0, wantCalls: 3, wantStderr: "kept: --eval-cmd metric 2"},
-		{name: "not met", target: "10", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 7, wantStderr: "--target-metric 10 not met"},
+		{name: "not met", target: "20", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 17, wantStderr: "--target-metric 20 not met"},
 		{name: "failing", target: "2", body: "echo 'evaluator: no labels in /data' >&2\nexit 4\n", wantCode: ExitFailure, wantStderr: "evaluator: no labels in /data"},
 		{name: "no number", target: "2", body: "echo done\n", wantCode: ExitFailure, wantStderr: `last line "done" is not a number`},
 	}
