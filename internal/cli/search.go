@@ -432,7 +432,7 @@ func newSearchState(u *passes.Unit) *searchState {
 				continue
 			}
 			un.Points = append(un.Points, v)
-			if t.Spec != nil && widened(t.Spec) != nil {
+			if t.Spec != nil && widened(t.Spec, t.Role == plan.Weight) != nil {
 				un.Wide = append(un.Wide, v)
 			}
 		}
@@ -443,10 +443,20 @@ func newSearchState(u *passes.Unit) *searchState {
 	return st
 }
 
-// widened is an 8-bit integer spec with the 16-bit type of its signedness,
-// nil for other types.
-func widened(s *spec.QuantizationSpec) *spec.QuantizationSpec {
+// widened is an 8-bit integer spec with the 16-bit type of its signedness
+// and an unclipped range, nil for other types. A clipping calculator
+// (moving average, percentile, entropy, mse) gives up the rare extremes
+// for a finer step, which pays with 256 levels and costs with 65536: at
+// 16 bits the clipped extremes, not the step, make the error. So a raised
+// activation takes its observed min/max (global_minmax: every observer
+// holds it, so the run's statistics give the range that a quantize from
+// the emitted config observes), a raised weight its min/max (static).
+func widened(s *spec.QuantizationSpec, weight bool) *spec.QuantizationSpec {
 	c := s.Clone()
+	c.Calculator = spec.Calculator{Type: spec.GlobalMinMax}
+	if weight {
+		c.Calculator = spec.Calculator{Type: spec.Static}
+	}
 	switch s.DType {
 	case spec.Int8:
 		c.DType = spec.Int16
@@ -536,7 +546,7 @@ func (st *searchState) plan(levels map[string]int) (*plan.Plan, error) {
 			continue
 		}
 		c := *t
-		c.Spec = widened(t.Spec)
+		c.Spec = widened(t.Spec, t.Role == plan.Weight)
 		c.Params = nil // from the statistics, for the new type
 		if t.Role == plan.Weight && t.SharedWith == "" {
 			q, err := passes.WeightParamsAs(st.u.Model, t, c.Spec, st.u.Prepare)
@@ -1124,7 +1134,7 @@ func promotionEntry(nr *config.NodeResolution, levels map[string]int, anchors sp
 		case s != nil && levels[t.Value] == levelFloat:
 			s = nil
 		case s != nil && levels[t.Value] == levelInt16:
-			if s = widened(s); s == nil {
+			if s = widened(s, t.Role == config.RoleState); s == nil {
 				return nil, nil, &notExpressible{fmt.Sprintf("the spec of %q at node %s is %s, not an 8-bit integer", t.Value, nr.Node.Name, t.Spec)}
 			}
 		}

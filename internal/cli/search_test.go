@@ -240,8 +240,8 @@ func TestSearchUsageErrors(t *testing.T) {
 // the number of times it has been called: 1 for the quantized model, one
 // more after each promotion (the first is x to int16), one for the final
 // check of the emitted config. --target-metric 2 is met after the first
-// promotion (3 calls); 10 is not: the search makes five promotions
-// (y1 and h to float among them), then none is left that gains (7
+// promotion (3 calls); 20 is not: the search raises each unit to int16
+// (y1 straight to float) and then to float, until none is left (17
 // calls), and exits 3. A failing command fails the run (exit 1) with its
 // standard error shown.
 func TestSearchEvalCmd(t *testing.T) {
@@ -264,7 +264,7 @@ func TestSearchEvalCmd(t *testing.T) {
 		wantStderr   string
 	}{
 		{name: "met", target: "2", body: "test -s \"$1\" || exit 9\necho x >> calls\nwc -l < calls\n", wantCode: 0, wantCalls: 3, wantStderr: "kept: --eval-cmd metric 2"},
-		{name: "not met", target: "10", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 7, wantStderr: "--target-metric 10 not met"},
+		{name: "not met", target: "20", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 17, wantStderr: "--target-metric 20 not met"},
 		{name: "failing", target: "2", body: "echo 'evaluator: no labels in /data' >&2\nexit 4\n", wantCode: ExitFailure, wantStderr: "evaluator: no labels in /data"},
 		{name: "no number", target: "2", body: "echo done\n", wantCode: ExitFailure, wantStderr: `last line "done" is not a number`},
 	}
@@ -590,4 +590,137 @@ func TestSearchRaisedWeightKeepsUncorrectedBias(t *testing.T) {
 	if s := rep.Search; s == nil || !s.Met || len(s.Promotions) != 1 || s.Promotions[0].Unit != "fc.weight" || s.Promotions[0].To != "int16" {
 		t.Errorf("report's search: %+v, want fc.weight raised to int16, the target met", s)
 	}
+}
+
+// rareOutlierModel is one Gemm from x to y whose input x carries, in one
+// sample of 16, a value of 60 on feature 3 among values in [-1, 1)
+// (rareOutlierData): a moving-average range, averaging the batches'
+// maxima, stays far below 60 and clips it.
+func rareOutlierModel() *testmodels.Builder {
+	b := testmodels.New("rare_outlier", 17)
+	b.Input("x", tensor.Float, "N", 8).Output("y", tensor.Float, "N", 4)
+	b.RandomInit("fc.weight", 0.5, 4, 8).RandomInit("fc.bias", 0.1, 4)
+	b.Node("Gemm", "/fc/Gemm", []string{"x", "fc.weight", "fc.bias"}, []string{"y"},
+		testmodels.AttrFloat("alpha", 1), testmodels.AttrFloat("beta", 1), testmodels.AttrInt("transB", 1))
+	return b
+}
+
+// rareOutlierData writes 128 samples of rareOutlierModel's input from a
+// fixed seed, uniform in [-1, 1) but for feature 3 of every 16th sample
+// (15, 31, ..., 127: one of them held out), which is 60; and the 4 last
+// samples alone.
+func rareOutlierData(t *testing.T, dir string) (all, heldOut string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(29, 31))
+	x := tensor.New(tensor.Float, 128, 8)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = rng.Float32()*2 - 1
+		if sample, feature := i/8, i%8; sample%16 == 15 && feature == 3 {
+			x.Float32s()[i] = 60
+		}
+	}
+	last := tensor.New(tensor.Float, 4, 8)
+	copy(last.Float32s(), x.Float32s()[124*8:])
+	return writeNPY(t, dir, "x.npy", x), writeNPY(t, dir, "x_held_out.npy", last)
+}
+
+// TestSearchInt16RangeUnclipped checks, on rareOutlierModel (w8a8: moving
+// average ranges; 128 samples of rareOutlierData, 4 held out), that a
+// point the search raises to 16 bits takes its observed range: the
+// emitted config gives x an int16 global_minmax spec and the model's x
+// the range 60 at the top; that config reproduces the searched model
+// byte for byte and validates; and the same points in 16 bits with the
+// moving-average ranges kept (the emitted config with its calculator
+// changed back) give the held-out samples a lower SQNR by 20 dB or more.
+func TestSearchInt16RangeUnclipped(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "rare_outlier.onnx", rareOutlierModel())
+	data, heldOut := rareOutlierData(t, dir)
+	out, emitted, report := filepath.Join(dir, "s.onnx"), filepath.Join(dir, "s.yaml"), filepath.Join(dir, "s.json")
+	code, _, stderr := runCLI(t, "quantize", "--model", model, "--preset", "w8a8", "--data", data, "--target-sqnr", "40",
+		"-o", out, "--emit-config", emitted, "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	text, err := os.ReadFile(emitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(text, emitted)
+	if err != nil {
+		t.Fatalf("emitted config does not parse: %v\n%s", err, text)
+	}
+	if n := len(cfg.Quant.Global.OpNames); n != 1 || cfg.Quant.Global.OpNames[0].Key != "/fc/Gemm" {
+		t.Fatalf("%d op_name_config entries, want one for /fc/Gemm:\n%s", n, text)
+	}
+	in, ok := cfg.Quant.Global.OpNames[0].Config.Input.Lookup(0)
+	if !ok || in.Spec == nil || in.Spec.DType != spec.Int16 || in.Spec.Calculator.Type != spec.GlobalMinMax {
+		t.Fatalf("/fc/Gemm's input is not int16 with global_minmax:\n%s", text)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Tensors []reportTensor }
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range rep.Tensors {
+		if tr.Value == "x" && (tr.Observed == nil || tr.Observed.Max != 60) {
+			t.Errorf("x's range %+v, want the observed maximum 60", tr.Observed)
+		}
+	}
+
+	again := filepath.Join(dir, "again.onnx")
+	if code, _, stderr := runCLI(t, "quantize", "--config", emitted, "--model", model, "--data", data, "-o", again); code != 0 {
+		t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
+	}
+	if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
+		t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
+	}
+
+	clipping := strings.ReplaceAll(string(text), "{type: global_minmax}", "{type: moving_average, averaging_constant: 0.01}")
+	if clipping == string(text) {
+		t.Fatalf("no global_minmax calculator to change in:\n%s", text)
+	}
+	clipped, clippedModel := filepath.Join(dir, "clipped.yaml"), filepath.Join(dir, "clipped.onnx")
+	if err := os.WriteFile(clipped, []byte(clipping), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "quantize", "--config", clipped, "--model", model, "--data", data, "-o", clippedModel); code != 0 {
+		t.Fatalf("quantize --config %s: exit %d: %s", clipped, code, stderr)
+	}
+	sqnr := func(quantized string) float64 {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, "compare", model, quantized, "--data", heldOut, "--format", "json")
+		if code != 0 {
+			t.Fatalf("compare %s: exit %d: %s", quantized, code, stderr)
+		}
+		var doc struct {
+			Outputs []struct {
+				SQNR float64 `json:"sqnr_db"`
+			} `json:"outputs"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &doc); err != nil || len(doc.Outputs) != 1 {
+			t.Fatalf("compare %s: %v\n%s", quantized, err, stdout)
+		}
+		return doc.Outputs[0].SQNR
+	}
+	unclippedDB, clippedDB := sqnr(out), sqnr(clippedModel)
+	if unclippedDB < 40 || unclippedDB < clippedDB+20 {
+		t.Errorf("held-out SQNR %.2f dB with the observed ranges, %.2f dB with moving averages: want 40 dB or more, 20 above", unclippedDB, clippedDB)
+	}
+	t.Logf("held-out SQNR: %.2f dB with the observed ranges, %.2f dB with moving averages, same points in 16 bits", unclippedDB, clippedDB)
 }

@@ -330,10 +330,15 @@ func (o *Observer) Range(s *spec.QuantizationSpec) (mins, maxs []float32, err er
 			return nil, nil, fmt.Errorf("tensor %q: channel %d saw no finite values", o.Name, c)
 		}
 	}
-	switch o.Kind {
-	case KindMinMax, KindGlobalMinMax:
+	// A min/max calculator reads the observed min/max, which every kind
+	// keeps: a spec raised to a min/max calculator after calibration
+	// (the accuracy search's 16-bit points) gets the range that observing
+	// it with its own kind gives.
+	minMax := s != nil && (s.Calculator.Type == spec.Static || s.Calculator.Type == spec.GlobalMinMax)
+	switch {
+	case o.Kind == KindMinMax, o.Kind == KindGlobalMinMax, minMax:
 		return fromFloats(o.Min), fromFloats(o.Max), nil
-	case KindMovingAverage:
+	case o.Kind == KindMovingAverage:
 		return fromFloats(o.AvgMin), fromFloats(o.AvgMax), nil
 	}
 	if s == nil {

@@ -452,3 +452,56 @@ func TestHistogramNonNegativeRange(t *testing.T) {
 		}
 	}
 }
+
+// TestMinMaxSpecOverClippingObserver checks that a spec asking for a
+// min/max calculator gets the observed min/max from an observer of any
+// kind (a spec raised after calibration reads what observing it with its
+// own kind gives), while the observer's own calculator still clips.
+func TestMinMaxSpecOverClippingObserver(t *testing.T) {
+	// Four batches of 50000 values in [-1, 1), one of them -2 and one 50.
+	rng := rand.New(rand.NewPCG(1, 2))
+	batches := make([][]float32, 4)
+	for i := range batches {
+		batches[i] = make([]float32, 50000)
+		for j := range batches[i] {
+			batches[i][j] = rng.Float32()*2 - 1
+		}
+	}
+	batches[2][7], batches[2][9] = -2, 50
+	tests := []struct {
+		name     string
+		observer spec.CalculatorType
+	}{
+		{name: "moving average", observer: spec.MovingAverage},
+		{name: "percentile", observer: spec.Percentile},
+		{name: "mse", observer: spec.MSE},
+		{name: "global min/max", observer: spec.GlobalMinMax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := mustObserver(t, TensorToObserve{Name: "a", Spec: specWith(tt.observer)})
+			for _, b := range batches {
+				observe(t, o, b)
+			}
+			for _, c := range []spec.CalculatorType{spec.Static, spec.GlobalMinMax} {
+				mins, maxs, err := o.Range(specWith(c))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mins[0] != -2 || maxs[0] != 50 {
+					t.Errorf("%s spec: range [%v, %v], want the observed [-2, 50]", c, mins[0], maxs[0])
+				}
+			}
+			if tt.observer == spec.GlobalMinMax {
+				return
+			}
+			_, maxs, err := o.Range(specWith(tt.observer))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if maxs[0] >= 50 {
+				t.Errorf("%s spec: maximum %v, want below the observed 50 (clipped)", tt.observer, maxs[0])
+			}
+		})
+	}
+}
