@@ -141,25 +141,7 @@ func TestSearchPromotesFragileNode(t *testing.T) {
 
 			// The emitted config holds the calibration sample count, so quantize
 			// without held-out samples calibrates on the same ones.
-			again := filepath.Join(dir, tt.name+".again.onnx")
-			code, _, stderr = runCLI(t, append([]string{"quantize", "--config", emitted, "--model", model, "-o", again}, data...)...)
-			if code != 0 {
-				t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
-			}
-			want, err := os.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := os.ReadFile(again)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
-			}
-			if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
-				t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
-			}
+			checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, tt.name+".again.onnx"), append([]string{"--model", model}, data...)...)
 		})
 	}
 }
@@ -472,24 +454,7 @@ func TestSearchRaisesWeightToInt16(t *testing.T) {
 			if want := "1 of 3 points (33.3%) above their configured precision: 0 of 2 activations, 1 of 1 weights"; !strings.Contains(string(text), want) {
 				t.Errorf("the emitted config does not say %q:\n%s", want, text)
 			}
-			again := filepath.Join(dir, tt.name+".again.onnx")
-			if code, _, stderr := runCLI(t, "quantize", "--config", emitted, "--model", model, "--data", data, "-o", again); code != 0 {
-				t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
-			}
-			want, err := os.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := os.ReadFile(again)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
-			}
-			if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
-				t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
-			}
+			checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, tt.name+".again.onnx"), "--model", model, "--data", data)
 			b, err := os.ReadFile(report)
 			if err != nil {
 				t.Fatal(err)
@@ -672,24 +637,7 @@ func TestSearchInt16RangeUnclipped(t *testing.T) {
 		}
 	}
 
-	again := filepath.Join(dir, "again.onnx")
-	if code, _, stderr := runCLI(t, "quantize", "--config", emitted, "--model", model, "--data", data, "-o", again); code != 0 {
-		t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
-	}
-	want, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(again)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
-	}
-	if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
-		t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
-	}
+	checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, "again.onnx"), "--model", model, "--data", data)
 
 	clipping := strings.ReplaceAll(string(text), "{type: global_minmax}", "{type: moving_average, averaging_constant: 0.01}")
 	if clipping == string(text) {
@@ -723,4 +671,29 @@ func TestSearchInt16RangeUnclipped(t *testing.T) {
 		t.Errorf("held-out SQNR %.2f dB with the observed ranges, %.2f dB with moving averages: want 40 dB or more, 20 above", unclippedDB, clippedDB)
 	}
 	t.Logf("held-out SQNR: %.2f dB with the observed ranges, %.2f dB with moving averages, same points in 16 bits", unclippedDB, clippedDB)
+}
+
+// checkEmittedConfigReproduces quantizes again with the emitted config
+// and the given flags into again, and checks that the bytes are those of
+// the searched model out and that config validate accepts the config.
+func checkEmittedConfigReproduces(t *testing.T, emitted, out, again string, flags ...string) {
+	t.Helper()
+	args := append([]string{"quantize", "--config", emitted, "-o", again}, flags...)
+	if code, _, stderr := runCLI(t, args...); code != 0 {
+		t.Fatalf("quantize --config %s: exit %d: %s", emitted, code, stderr)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("quantize --config %s writes %d bytes that differ from the searched model's %d", emitted, len(got), len(want))
+	}
+	if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
+		t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
+	}
 }
