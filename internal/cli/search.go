@@ -415,10 +415,14 @@ type searchState struct {
 	u     *passes.Unit
 	units []*searchUnit
 	byVal map[string]*searchUnit
+	// int16Biases are, by weight, the biases bias correction fits to the
+	// weights raised to int16 so far (one measurement per weight: a
+	// layer's correction depends on its own weight's error alone).
+	int16Biases map[string]passes.BiasValue
 }
 
 func newSearchState(u *passes.Unit) *searchState {
-	st := &searchState{u: u, byVal: map[string]*searchUnit{}}
+	st := &searchState{u: u, byVal: map[string]*searchUnit{}, int16Biases: map[string]passes.BiasValue{}}
 	for _, g := range compare.Groups(u.Model, u.Plan, compare.GroupByTensor) {
 		un := &searchUnit{Name: g.Name, stamp: [levelFloat + 1]int{-1, -1, -1}}
 		for _, v := range g.Values {
@@ -506,22 +510,16 @@ func (st *searchState) levelsWith(moves []searchMove) map[string]int {
 
 // write writes the model of the given levels from the calibrated plan and
 // statistics.
-func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
+func (st *searchState) write(ctx context.Context, levels map[string]int) (*onnxgraph.Model, error) {
 	sub, err := st.plan(levels)
 	if err != nil {
 		return nil, err
 	}
-	// Bias correction corrected the planned weights' error; a raised
-	// weight's layer keeps its bias as it was (an int16 weight's error
-	// is some 1/256 of int8's, which the correction of a quantize from
-	// the emitted config mostly finds insignificant).
-	var raised []string
-	for _, t := range st.u.Plan.Tensors {
-		if t.Role == plan.Weight && levels[t.Value] != levelConfigured {
-			raised = append(raised, t.Value)
-		}
+	biases, err := st.biases(ctx, levels, sub)
+	if err != nil {
+		return nil, err
 	}
-	model, err := passes.WithUncorrectedBiases(st.u, raised)
+	model, err := passes.WithBiases(st.u.Model, biases)
 	if err != nil {
 		return nil, err
 	}
@@ -534,6 +532,53 @@ func (st *searchState) write(levels map[string]int) (*onnxgraph.Model, error) {
 		return nil, err
 	}
 	return res.Model, nil
+}
+
+// biases are the biases that differ from the calibrated model's for the
+// given levels. Bias correction fitted the biases to the planned weights'
+// error; a quantize from the emitted config fits a weight raised to int16
+// its bias for the int16 error, measured the same way (BiasesCorrectedAs),
+// and leaves a float weight's bias as it was (a float weight has no
+// error).
+func (st *searchState) biases(ctx context.Context, levels map[string]int, sub *plan.Plan) ([]passes.BiasValue, error) {
+	if len(st.u.UncorrectedBiases) == 0 {
+		return nil, nil
+	}
+	var out []passes.BiasValue
+	var measure []*plan.TensorPlan
+	for _, t := range st.u.Plan.Tensors {
+		b, corrected := st.u.UncorrectedBiases[t.Value]
+		if t.Role != plan.Weight || !corrected {
+			continue
+		}
+		switch levels[t.Value] {
+		case levelFloat:
+			out = append(out, b)
+		case levelInt16:
+			if _, ok := st.int16Biases[t.Value]; !ok && sub.Tensor(t.Value) != nil {
+				measure = append(measure, sub.Tensor(t.Value))
+			}
+		}
+	}
+	if len(measure) > 0 {
+		fitted, err := passes.BiasesCorrectedAs(ctx, st.u, measure)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range measure {
+			b, ok := fitted[t.Value]
+			if !ok {
+				b = st.u.UncorrectedBiases[t.Value]
+			}
+			st.int16Biases[t.Value] = b
+		}
+	}
+	for _, t := range st.u.Plan.Tensors {
+		if b, ok := st.int16Biases[t.Value]; ok && levels[t.Value] == levelInt16 {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }
 
 // plan is the calibrated plan with the given levels: the values in float
@@ -718,7 +763,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			if len(batch) >= 2 {
 				batches++
 				n := batches
-				model, err := st.write(st.levelsWith(batch))
+				model, err := st.write(ctx, st.levelsWith(batch))
 				if err != nil {
 					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
 				}
@@ -819,7 +864,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			if res.Evaluations >= budget {
 				break
 			}
-			model, err := st.write(st.levels(best, to))
+			model, err := st.write(ctx, st.levels(best, to))
 			if err != nil {
 				return nil, fmt.Errorf("candidate with %s %s: %w", best.Name, levelNames[to], err)
 			}
@@ -852,7 +897,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			continue
 		}
 		if last != (candidate{best, to}) {
-			if lastModel, err = st.write(st.levels(best, to)); err != nil {
+			if lastModel, err = st.write(ctx, st.levels(best, to)); err != nil {
 				return nil, err
 			}
 		}
@@ -1467,7 +1512,7 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 			}
 			group, moves = append(group, b), append(moves, b.back)
 		}
-		model, err := st.write(st.levelsWith(moves))
+		model, err := st.write(ctx, st.levelsWith(moves))
 		if err != nil {
 			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
 		}

@@ -515,17 +515,19 @@ func TestPickBatch(t *testing.T) {
 	}
 }
 
-// TestSearchRaisedWeightKeepsUncorrectedBias checks, on
+// TestSearchRaisedWeightBiasCorrectedAsEmitted checks, on
 // outlierWeightModel (64 samples of outlierWeightData with mean 1, whose
 // layer error has a mean that bias correction removes; 4 held out) with
-// w8a8 and bias correction, that the analysis and the search write a
-// layer whose weight they raise with its bias as it was before bias
-// correction fitted it to the int8 weight's error: fc.weight in float
-// then gains (with the fitted bias it lost, and the search raised x, to
-// no gain, and stopped at 11.08 dB), and the search raises it to int16
-// and meets --target-sqnr 30 (40.67 dB measured; the emitted config's
-// model, whose bias is corrected for the int16 weight, 42.09 dB).
-func TestSearchRaisedWeightKeepsUncorrectedBias(t *testing.T) {
+// w8a8 and bias correction, that the search measures a weight it raises
+// with its layer's bias as a quantize from the emitted config writes it:
+// fc.weight in float gains (its bias as it was: a float weight has no
+// error, and the search raised x, to no gain, and stopped at 11.08 dB);
+// the search raises it to int16, its bias corrected for the int16
+// weight's error, and meets --target-sqnr 30; and the emitted config
+// writes the searched model byte for byte, so the search's figure is the
+// emitted config's (an uncorrected bias with the int16 weight measured
+// 40.67 dB where the emitted config's model has 42.09 dB).
+func TestSearchRaisedWeightBiasCorrectedAsEmitted(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
 	model := writeModel(t, dir, "outlier_weight.onnx", outlierWeightModel())
@@ -538,9 +540,9 @@ func TestSearchRaisedWeightKeepsUncorrectedBias(t *testing.T) {
 	if err := os.WriteFile(cfg, append(preset, "algorithms:\n  bias_correction: true\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	report := filepath.Join(dir, "r.json")
+	out, emitted, report := filepath.Join(dir, "q.onnx"), filepath.Join(dir, "q.yaml"), filepath.Join(dir, "r.json")
 	code, _, stderr := runCLI(t, "quantize", "--model", model, "--config", cfg, "--data", data, "--target-sqnr", "30",
-		"-o", filepath.Join(dir, "q.onnx"), "--report", report)
+		"-o", out, "--emit-config", emitted, "--report", report)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -553,8 +555,19 @@ func TestSearchRaisedWeightKeepsUncorrectedBias(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := rep.Search; s == nil || !s.Met || len(s.Promotions) != 1 || s.Promotions[0].Unit != "fc.weight" || s.Promotions[0].To != "int16" {
-		t.Errorf("report's search: %+v, want fc.weight raised to int16, the target met", s)
+		t.Fatalf("report's search: %+v, want fc.weight raised to int16, the target met", s)
 	}
+	var searched compare.DB
+	for _, st := range rep.Search.Trace {
+		if st.Verdict == "kept" {
+			searched = st.SQNR
+		}
+	}
+	if d := math.Abs(float64(searched - rep.Search.ReachedSQNR)); d > 0.01 {
+		t.Errorf("the search measured %.2f dB, the emitted config's model has %.2f dB", float64(searched), float64(rep.Search.ReachedSQNR))
+	}
+	t.Logf("the search measured %.2f dB, the emitted config's model has %.2f dB", float64(searched), float64(rep.Search.ReachedSQNR))
+	checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, "again.onnx"), "--model", model, "--data", data)
 }
 
 // rareOutlierModel is one Gemm from x to y whose input x carries, in one

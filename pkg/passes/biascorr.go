@@ -67,8 +67,10 @@ func runDataAlgorithms(ctx context.Context, u *Unit) error {
 	return nil
 }
 
-// UncorrectedBias is a bias as it was before bias correction changed it.
-type UncorrectedBias struct {
+// BiasValue is a bias's data: as it was before bias correction changed it
+// (Unit.UncorrectedBiases), or as bias correction fits it to a weight at
+// another type (BiasesCorrectedAs).
+type BiasValue struct {
 	Bias  string
 	Data  []float32
 	Shape []int
@@ -80,30 +82,36 @@ type UncorrectedBias struct {
 // weight as planned, and a weight written at another precision (the
 // accuracy search's) has another error.
 func WithUncorrectedBiases(u *Unit, weights []string) (*onnxgraph.Model, error) {
-	var restore []UncorrectedBias
+	var restore []BiasValue
 	for _, w := range weights {
 		if b, ok := u.UncorrectedBiases[w]; ok {
 			restore = append(restore, b)
 		}
 	}
-	if len(restore) == 0 {
-		return u.Model, nil
+	return WithBiases(u.Model, restore)
+}
+
+// WithBiases is m, or a copy of it (sharing the other tensors' data) in
+// which the given biases hold the given data.
+func WithBiases(m *onnxgraph.Model, biases []BiasValue) (*onnxgraph.Model, error) {
+	if len(biases) == 0 {
+		return m, nil
 	}
-	m, err := u.Model.Derive(onnxgraph.CloneSharingData(u.Model.Proto), nil)
+	c, err := m.Derive(onnxgraph.CloneSharingData(m.Proto), nil)
 	if err != nil {
 		return nil, err
 	}
-	m.Path = u.Model.Path
-	for _, b := range restore {
-		v := constantIn(m, b.Bias)
+	c.Path = m.Path
+	for _, b := range biases {
+		v := constantIn(c, b.Bias)
 		if v == nil {
 			return nil, fmt.Errorf("bias %q: not a constant of the model", b.Bias)
 		}
-		if err := setConst(m, v, b.Data, b.Shape); err != nil {
+		if err := setConst(c, v, b.Data, b.Shape); err != nil {
 			return nil, err
 		}
 	}
-	return m, nil
+	return c, nil
 }
 
 // biasLayer is one Conv or Gemm whose bias absorbs its mean error.
@@ -136,7 +144,7 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 	m := u.Model
 	var layers []*biasLayer
 	for _, n := range m.Graph.AllNodes() {
-		l, why, err := biasLayerOf(u, n, cfg)
+		l, why, err := biasLayerOf(u, m, n, u.Plan.Tensor, cfg)
 		if err != nil {
 			return err
 		}
@@ -147,6 +155,84 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 			layers = append(layers, l)
 		}
 	}
+	if err := measureBiasErrors(ctx, u, m, layers, cfg); err != nil {
+		return err
+	}
+	for _, l := range layers {
+		nb, corrected, before, after := l.fold()
+		if err := setConst(m, l.bias, nb, l.biasShape); err != nil {
+			return fmt.Errorf("%s: %s: %w", biasCorrectionName, l.node, err)
+		}
+		if u.UncorrectedBiases == nil {
+			u.UncorrectedBiases = map[string]BiasValue{}
+		}
+		u.UncorrectedBiases[l.node.Inputs[1].Name] = BiasValue{Bias: l.bias.Name, Data: l.biasData, Shape: l.biasShape}
+		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
+			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0)),
+			Note: fmt.Sprintf("%d of %d channels corrected", corrected, len(nb))})
+	}
+	return nil
+}
+
+// BiasesCorrectedAs is, by weight, the bias that bias correction gives the
+// layer of each of the given weights (plan tensors of u's weights at
+// another type, the accuracy search's) for that weight's error: what a
+// quantize that plans the weight so writes, measured as it measures it
+// (the layer's input in the model as it was before bias correction, the
+// same calibration samples, the same arithmetic). A weight whose bias
+// bias correction left as it was has no entry.
+func BiasesCorrectedAs(ctx context.Context, u *Unit, weights []*TensorPlan) (map[string]BiasValue, error) {
+	if u.Algorithms == nil || u.Algorithms.BiasCorrection == nil || len(weights) == 0 {
+		return nil, nil
+	}
+	cfg := u.Algorithms.BiasCorrection
+	var all []string
+	for w := range u.UncorrectedBiases {
+		all = append(all, w)
+	}
+	m, err := WithUncorrectedBiases(u, all)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*TensorPlan{}
+	for _, t := range weights {
+		byName[t.Value] = t
+	}
+	var layers []*biasLayer
+	for _, n := range m.Graph.AllNodes() {
+		if n.Domain != "" || len(n.Inputs) < 2 || n.Inputs[1] == nil || byName[n.Inputs[1].Name] == nil {
+			continue
+		}
+		if _, ok := u.UncorrectedBiases[n.Inputs[1].Name]; !ok {
+			continue
+		}
+		l, why, err := biasLayerOf(u, m, n, func(v string) *TensorPlan { return byName[v] }, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			return nil, fmt.Errorf("%s: %s: %s", biasCorrectionName, n, why)
+		}
+		if l != nil {
+			layers = append(layers, l)
+		}
+	}
+	if err := measureBiasErrors(ctx, u, m, layers, cfg); err != nil {
+		return nil, err
+	}
+	out := map[string]BiasValue{}
+	for _, l := range layers {
+		nb, _, _, _ := l.fold()
+		out[l.node.Inputs[1].Name] = BiasValue{Bias: l.bias.Name, Data: nb, Shape: l.biasShape}
+	}
+	return out, nil
+}
+
+// measureBiasErrors accumulates each layer's output error over the
+// calibration samples, the layers' inputs read from m. The error is
+// computed by the engine running the layers with W − Ŵ as weights, one
+// batch at a time: memory holds one batch of the layers' inputs.
+func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers []*biasLayer, cfg *config.BiasCorrection) error {
 	if len(layers) == 0 {
 		return nil
 	}
@@ -219,31 +305,24 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, measure); err != nil {
 		return fmt.Errorf("%s: %w", biasCorrectionName, err)
 	}
-	for _, l := range layers {
-		var before, after float64
-		nb := make([]float32, len(l.biasData))
-		corrected := 0
-		for c := range l.biasData {
-			mean := significantMean(l.sum[c], l.sumSq[c], l.count[c])
-			if mean != 0 {
-				corrected++
-			}
-			nb[c] = l.biasData[c] + float32(mean/float64(l.beta))
-			before += l.sumSq[c]
-			after += l.sumSq[c] - 2*l.sum[c]*mean + l.count[c]*mean*mean
-		}
-		if err := setConst(m, l.bias, nb, l.biasShape); err != nil {
-			return fmt.Errorf("%s: %s: %w", biasCorrectionName, l.node, err)
-		}
-		if u.UncorrectedBiases == nil {
-			u.UncorrectedBiases = map[string]UncorrectedBias{}
-		}
-		u.UncorrectedBiases[l.node.Inputs[1].Name] = UncorrectedBias{Bias: l.bias.Name, Data: l.biasData, Shape: l.biasShape}
-		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
-			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0)),
-			Note: fmt.Sprintf("%d of %d channels corrected", corrected, len(nb))})
-	}
 	return nil
+}
+
+// fold is the layer's bias with its significant mean errors folded in,
+// how many channels it corrected, and the sum of squared errors before
+// and after.
+func (l *biasLayer) fold() (bias []float32, corrected int, before, after float64) {
+	bias = make([]float32, len(l.biasData))
+	for c := range l.biasData {
+		mean := significantMean(l.sum[c], l.sumSq[c], l.count[c])
+		if mean != 0 {
+			corrected++
+		}
+		bias[c] = l.biasData[c] + float32(mean/float64(l.beta))
+		before += l.sumSq[c]
+		after += l.sumSq[c] - 2*l.sum[c]*mean + l.count[c]*mean*mean
+	}
+	return bias, corrected, before, after
 }
 
 // significance is how many standard errors a channel's mean error must
@@ -285,11 +364,11 @@ func (l *biasLayer) accumulate(e []float32, shape []int) error {
 
 // biasLayerOf returns n as a bias-correction layer, or why it is not one
 // ("" for nodes the algorithm does not apply to at all).
-func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasLayer, string, error) {
+func biasLayerOf(u *Unit, m *onnxgraph.Model, n *onnxgraph.Node, planned func(string) *TensorPlan, cfg *config.BiasCorrection) (*biasLayer, string, error) {
 	if n.Domain != "" || (n.OpType != "Conv" && n.OpType != "Gemm") || len(n.Inputs) < 2 || n.Inputs[1] == nil {
 		return nil, "", nil
 	}
-	wt := u.Plan.Tensor(n.Inputs[1].Name)
+	wt := planned(n.Inputs[1].Name)
 	if wt == nil || wt.Role != Weight || wt.Params == nil {
 		return nil, "", nil
 	}
@@ -300,14 +379,14 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 		return nil, fmt.Sprintf("excluded by %s", cfg.Rule.Location()), nil
 	case len(n.Inputs) < 3 || n.Inputs[2] == nil:
 		return nil, "no bias to fold the correction into", nil
-	case !n.Inputs[2].IsConst() || initializerIndex(u.Model, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1:
+	case !n.Inputs[2].IsConst() || initializerIndex(m, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1:
 		return nil, "the bias is not an initializer of its own", nil
 	case n.OpType == "Gemm" && n.Attr("transA") != nil && n.Attr("transA").GetI() != 0:
 		return nil, "Gemm with transA", nil
 	case len(wt.Nodes) != 1:
 		return nil, "the weight is shared by several nodes", nil
 	}
-	w, shape, err := constFloats(u.Model, n.Inputs[1])
+	w, shape, err := constFloats(m, n.Inputs[1])
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: weight %q: %w", n, n.Inputs[1].Name, err)
 	}
@@ -318,7 +397,7 @@ func biasLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.BiasCorrection) (*biasL
 	if orig, ok := u.roundedWeights[n.Inputs[1].Name]; ok {
 		w = orig // the error is against the float weight, before GPTQ rounded it
 	}
-	b, bshape, err := constFloats(u.Model, n.Inputs[2])
+	b, bshape, err := constFloats(m, n.Inputs[2])
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: bias %q: %w", n, n.Inputs[2].Name, err)
 	}

@@ -83,7 +83,7 @@ type Unit struct {
 	readsScratch bool
 	// UncorrectedBiases are the biases bias correction changed, as they
 	// were, by the weight of their layer.
-	UncorrectedBiases map[string]UncorrectedBias
+	UncorrectedBiases map[string]BiasValue
 	// roundedWeights are the float weights GPTQ replaced by rounded ones,
 	// by value name, for bias correction's error.
 	roundedWeights map[string][]float32
