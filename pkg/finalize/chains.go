@@ -180,15 +180,7 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, []string,
 			}
 		}
 	}
-	var nodes []*onnxpb.NodeProto
-	for i, n := range g.Node {
-		nodes = append(nodes, before[i]...)
-		if !drop[i] {
-			nodes = append(nodes, n)
-		}
-		nodes = append(nodes, inserted[i]...)
-	}
-	g.Node = nodes
+	spliceNodes(g, before, drop, inserted)
 	dropValueInfo(g, dropValue)
 	lm, err := rewritten(m, out, "clamp chains")
 	if err != nil {

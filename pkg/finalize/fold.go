@@ -385,12 +385,18 @@ func setBias(m *onnxgraph.Model, g *onnxpb.GraphProto, inits map[string]int, con
 }
 
 // dropNodes removes the nodes whose index drop marks, keeping the order.
-func dropNodes(g *onnxpb.GraphProto, drop map[int]bool) {
-	nodes := g.Node[:0]
+func dropNodes(g *onnxpb.GraphProto, drop map[int]bool) { spliceNodes(g, nil, drop, nil) }
+
+// spliceNodes rewrites g's node list in order: by node index, the nodes
+// of before, the node itself unless drop marks it, the nodes of after.
+func spliceNodes(g *onnxpb.GraphProto, before map[int][]*onnxpb.NodeProto, drop map[int]bool, after map[int][]*onnxpb.NodeProto) {
+	var nodes []*onnxpb.NodeProto
 	for i, n := range g.Node {
+		nodes = append(nodes, before[i]...)
 		if !drop[i] {
 			nodes = append(nodes, n)
 		}
+		nodes = append(nodes, after[i]...)
 	}
 	g.Node = nodes
 }

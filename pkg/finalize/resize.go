@@ -138,15 +138,7 @@ func keepNearestChannelsFirst(m *onnxgraph.Model) (*onnxgraph.Model, []string, [
 		}
 		notes = append(notes, fmt.Sprintf("%s: %s runs on channel planes (Reshape to [N·C, 1, H, W] and back), which keeps ONNX Runtime from running it channels-last, where it has no fast loop", f.resize, what))
 	}
-	var nodes []*onnxpb.NodeProto
-	for i, n := range g.Node {
-		nodes = append(nodes, before[i]...)
-		if !drop[i] {
-			nodes = append(nodes, n)
-		}
-		nodes = append(nodes, after[i]...)
-	}
-	g.Node = nodes
+	spliceNodes(g, before, drop, after)
 	km, err := rewritten(m, out, "nearest Resize")
 	if err != nil {
 		return nil, nil, nil, err

@@ -150,13 +150,7 @@ func Untie(m *onnxgraph.Model, ties []Tie, opts UntieOptions) (*onnxgraph.Model,
 			g.Input = append(g.Input, tensorInput(w))
 		}
 	}
-	nodes := g.Node[:0]
-	for i, n := range g.Node {
-		if !drop[i] {
-			nodes = append(nodes, n)
-		}
-	}
-	g.Node = nodes
+	dropNodes(g, drop)
 	var vi []*onnxpb.ValueInfoProto
 	for _, v := range g.ValueInfo {
 		if !isUntied(ties, v.GetName()) {
