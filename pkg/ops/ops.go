@@ -55,6 +55,16 @@ type Op struct {
 	// Bounds reads a clamping op's constant bounds from the node (Clip):
 	// a missing, non-constant or unbounded side is nil.
 	Bounds func(m *onnxgraph.Model, n *onnxgraph.Node) (lo, hi *float32)
+	// DecidedByMax: input 0's largest values decide the output (Softmax:
+	// the top classes). A value above the calibrated maximum there is
+	// clipped to it and ties with the other clipped ones, so prepare gives
+	// such an input headroom above its range (plan.TensorPlan.Headroom).
+	DecidedByMax bool
+	// MaxFromInput: output 0's largest values are input 0's, averaged
+	// or taken whole (the pools), so a value whose maximum decides a
+	// DecidedByMax op passes that on to input 0. Ops of kind Shared do so
+	// too (their output values are input values).
+	MaxFromInput bool
 	// Intrinsic is the op-intrinsic rule of output 0 (coreai-opt's
 	// graph-mode override of the config's qscheme and range); nil for none.
 	Intrinsic *Intrinsic

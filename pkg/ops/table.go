@@ -52,6 +52,7 @@ var entries = []Op{
 		Torch:            []Torch{{Name: "avg_pool1d"}, {Name: "avg_pool2d", Preferred: true}, {Name: "avg_pool3d"}},
 		Quant:            &Quant{Kind: Generic, Inputs: []int{0}},
 		KeepsNonNegative: true,
+		MaxFromInput:     true,
 		Intrinsic:        &Intrinsic{Scheme: spec.Asymmetric, What: "AveragePool of non-negative inputs", IfInputsNonNegative: true},
 		Changes:          unchanged,
 	},
@@ -253,6 +254,7 @@ var entries = []Op{
 		Torch:            []Torch{{Name: "adaptive_avg_pool1d"}, {Name: "adaptive_avg_pool2d", Preferred: true}, {Name: "adaptive_avg_pool3d"}},
 		Quant:            &Quant{Kind: Generic, Inputs: []int{0}},
 		KeepsNonNegative: true,
+		MaxFromInput:     true,
 		Intrinsic:        &Intrinsic{Scheme: spec.Asymmetric, What: "GlobalAveragePool of non-negative inputs", IfInputsNonNegative: true},
 		Changes:          unchanged,
 	},
@@ -344,11 +346,12 @@ var entries = []Op{
 	},
 	{Type: "Log", Changes: unchanged},
 	{
-		Type:    "LogSoftmax",
-		Inputs:  []string{"input"},
-		Outputs: []string{"output"},
-		Torch:   []Torch{{Name: "log_softmax"}},
-		Changes: changedAt(13), // v13: the 2-D coercion around axis was dropped
+		Type:         "LogSoftmax",
+		Inputs:       []string{"input"},
+		Outputs:      []string{"output"},
+		Torch:        []Torch{{Name: "log_softmax"}},
+		DecidedByMax: true,
+		Changes:      changedAt(13), // v13: the 2-D coercion around axis was dropped
 	},
 	{Type: "Loop", Changes: unchanged},
 	{Type: "LpNormalization", Changes: unchanged},
@@ -559,15 +562,16 @@ var entries = []Op{
 		Changes: changedAt(10), // v10: starts, ends and axes moved to inputs
 	},
 	{
-		Type:        "Softmax",
-		Inputs:      []string{"input"},
-		Outputs:     []string{"output"},
-		Torch:       []Torch{{Name: "softmax"}},
-		Quant:       &Quant{Kind: Generic, Inputs: []int{0}},
-		Range:       unitRange,
-		NonNegative: true,
-		Intrinsic:   &Intrinsic{Scheme: spec.Asymmetric, Range: unitRange, What: "Softmax output is in [0, 1]"},
-		Changes:     changedAt(13), // v13: the 2-D coercion around axis was dropped
+		Type:         "Softmax",
+		Inputs:       []string{"input"},
+		Outputs:      []string{"output"},
+		Torch:        []Torch{{Name: "softmax"}},
+		Quant:        &Quant{Kind: Generic, Inputs: []int{0}},
+		DecidedByMax: true,
+		Range:        unitRange,
+		NonNegative:  true,
+		Intrinsic:    &Intrinsic{Scheme: spec.Asymmetric, Range: unitRange, What: "Softmax output is in [0, 1]"},
+		Changes:      changedAt(13), // v13: the 2-D coercion around axis was dropped
 	},
 	{
 		Type:    "Softplus",

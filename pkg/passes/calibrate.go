@@ -62,15 +62,16 @@ func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	if err != nil {
 		return nil, err
 	}
+	var observed *Range
+	if len(mins) == 1 {
+		observed = &Range{Min: mins[0], Max: maxs[0]}
+	}
+	widenForHeadroom(t, mins, maxs)
 	sc, zp, err := t.Spec.QParams(mins, maxs)
 	if err != nil {
 		return nil, fmt.Errorf("activation %q: %w", t.Value, err)
 	}
-	p := &Params{Scales: sc, ZeroPoints: zp}
-	if len(mins) == 1 {
-		p.Observed = &Range{Min: mins[0], Max: maxs[0]}
-	}
-	return p, nil
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: observed}, nil
 }
 
 // EngineCalibrator returns a Calibrator that runs the float model with

@@ -11,6 +11,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -39,6 +40,9 @@ type PrepareOptions struct {
 	// range, and Softmax, Sigmoid and Tanh keep the spec's qscheme on their
 	// fixed range.
 	NoOpIntrinsics bool
+	// NoHeadroom keeps the calibrated range of the values whose largest
+	// entries decide a Softmax's output (TensorPlan.Headroom).
+	NoHeadroom bool
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.
 	WeightClipping WeightClipping
@@ -226,6 +230,9 @@ func (p *preparer) run() error {
 	}
 	if !p.opts.ConcatOwnQParams {
 		p.shareConcat()
+	}
+	if !p.opts.NoHeadroom {
+		p.giveHeadroom()
 	}
 	p.skips()
 	return nil
@@ -805,4 +812,36 @@ func blockChannelAxis(n *onnxgraph.Node, shape []int, blockAxis int) (int, bool)
 		}
 	}
 	return 0, false
+}
+
+// giveHeadroom marks the activations whose largest values decide a
+// Softmax's output (ops.Op.DecidedByMax): its input and, back through
+// pools and data movement (MaxFromInput, Shared), the values that input's
+// maximum comes from. Calibration sees a few samples; a class scored
+// higher than any of them would otherwise be clipped to the same code as
+// the runner-up.
+func (p *preparer) giveHeadroom() {
+	for _, n := range p.nodes {
+		op, ok := ops.Of(n)
+		if !ok || !op.DecidedByMax || len(n.Inputs) == 0 {
+			continue
+		}
+		for v := n.Inputs[0]; v != nil; {
+			if t := p.plan.Tensor(v.Name); t != nil && t.Role == Activation {
+				if root := p.plan.Root(t); root.Fixed == nil && !root.Headroom {
+					root.Headroom = true
+					p.note("value %q: its largest values decide %s, so its range gets one bit of headroom above the calibrated maximum", root.Value, n)
+				}
+			}
+			prod := v.Producer
+			if prod == nil || len(prod.Inputs) == 0 {
+				break
+			}
+			pop, ok := ops.Of(prod)
+			if !ok || !(pop.MaxFromInput || pop.Quant != nil && pop.Quant.Kind == ops.Shared) {
+				break
+			}
+			v = prod.Inputs[0]
+		}
+	}
 }

@@ -37,7 +37,25 @@ func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	if !ok {
 		return nil, fmt.Errorf("no calibration range for activation %q", t.Value)
 	}
-	return paramsOfRange(t.Spec, rg)
+	mins, maxs := []float32{rg.Min}, []float32{rg.Max}
+	widenForHeadroom(t, mins, maxs)
+	sc, zp, err := t.Spec.QParams(mins, maxs)
+	if err != nil {
+		return nil, err
+	}
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
+}
+
+// widenForHeadroom raises each max by its range's width when t has
+// headroom (TensorPlan.Headroom): one bit of the grid above the
+// calibrated maximum.
+func widenForHeadroom(t *TensorPlan, mins, maxs []float32) {
+	if !t.Headroom {
+		return
+	}
+	for i := range maxs {
+		maxs[i] += maxs[i] - mins[i]
+	}
 }
 
 func paramsOfRange(s *spec.QuantizationSpec, rg Range) (*Params, error) {

@@ -130,6 +130,12 @@ type TensorPlan struct {
 	// Fixed is the known output range of Softmax, Sigmoid, Tanh, Clip: the
 	// qparams need no calibration.
 	Fixed *Range `json:"fixed,omitempty"`
+	// Headroom widens the calibrated range upward by its own width (one bit
+	// of the grid above the calibrated maximum): the value's largest
+	// entries decide a Softmax's output (ops.Op.DecidedByMax), where one
+	// above the maximum seen in calibration would be clipped and tie with
+	// the others clipped.
+	Headroom bool `json:"headroom,omitempty"`
 	// Intrinsic describes the op-intrinsic rule that set this tensor's
 	// qscheme or range over the config's spec (an asymmetric Relu output, a
 	// fixed Sigmoid range), "" when the spec is the config's as written.

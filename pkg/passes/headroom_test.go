@@ -1,0 +1,97 @@
+package passes
+
+import (
+	"math"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// classifierHead is a classifier's end as caffe exports write it: Conv →
+// Relu → GlobalAveragePool → Flatten → Softmax, with a side output of the
+// Conv's input so that the image features are quantized too.
+func classifierHead(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	b := testmodels.New("head", 17)
+	b.Input("x", tensor.Float, 1, 2, 4, 4).Output("probs", tensor.Float, 1, 3)
+	b.Init("w", []int64{3, 2, 1, 1}, []float32{1, 0, 0, 1, 1, 1})
+	b.Init("bias", []int64{3}, []float32{0, 0, 0})
+	b.Node("Conv", "conv", []string{"x", "w", "bias"}, []string{"c"})
+	b.Node("Relu", "relu", []string{"c"}, []string{"r"})
+	b.Node("GlobalAveragePool", "gap", []string{"r"}, []string{"g"})
+	b.Node("Flatten", "flat", []string{"g"}, []string{"logits"})
+	b.Node("Softmax", "softmax", []string{"logits"}, []string{"probs"}, testmodels.AttrInt("axis", -1))
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestHeadroomMarksTheValuesBehindSoftmax pins which values get headroom:
+// the Softmax's input and, back through Flatten (data movement) and the
+// pool, the Relu output the pool averages; not the Conv's input, whose
+// maximum does not decide the Softmax; none with the rule off.
+func TestHeadroomMarksTheValuesBehindSoftmax(t *testing.T) {
+	m := classifierHead(t)
+	for _, preset := range []string{"w8a8", "ort-x86"} {
+		for _, off := range []bool{false, true} {
+			plan := preparePreset(t, m, preset, PrepareOptions{NoHeadroom: off})
+			want := map[string]bool{"x": false, "r": !off, "g": !off, "probs": false}
+			for v, w := range want {
+				tp := plan.Tensor(v)
+				if tp == nil {
+					t.Fatalf("%s: %q is not quantized", preset, v)
+				}
+				if got := plan.Root(tp).Headroom; got != w {
+					t.Errorf("%s, NoHeadroom=%v: %q (root %q) headroom %v, want %v", preset, off, v, plan.Root(tp).Value, got, w)
+				}
+			}
+			if lt := plan.Tensor("logits"); lt == nil || plan.Root(lt).Value != "g" {
+				t.Errorf("%s: Flatten's output should share the pool output's qparams, got %+v", preset, lt)
+			}
+		}
+	}
+}
+
+// TestHeadroomKeepsTheTopClass: calibrated on logits up to 10, a sample
+// scoring 12 and 11 for its two best classes keeps them apart with
+// headroom (the grid spans [0, 20]) and ties them at the top code without.
+func TestHeadroomKeepsTheTopClass(t *testing.T) {
+	m := classifierHead(t)
+	for _, off := range []bool{false, true} {
+		plan := preparePreset(t, m, "ort-x86", PrepareOptions{NoHeadroom: off})
+		stats := RangeStats{}
+		for _, tp := range plan.Tensors {
+			if tp.Role == Activation && tp.SharedWith == "" && tp.Fixed == nil {
+				stats[tp.Value] = Range{Min: 0, Max: 10}
+			}
+		}
+		if err := DecideQParams(m, plan, stats); err != nil {
+			t.Fatal(err)
+		}
+		p := plan.Tensor("g").Params
+		if p.Observed == nil || p.Observed.Max != 10 {
+			t.Errorf("NoHeadroom=%v: observed range %+v, want the calibrated [0, 10]", off, p.Observed)
+		}
+		code := func(v float64) int64 {
+			q := math.RoundToEven(v/float64(p.Scales[0])) + float64(p.ZeroPoints[0])
+			return int64(math.Min(255, math.Max(0, q)))
+		}
+		wantScale := 10.0 / 255
+		if !off {
+			wantScale = 20.0 / 255
+		}
+		if got := float64(p.Scales[0]); math.Abs(got-wantScale) > 1e-6 {
+			t.Errorf("NoHeadroom=%v: scale %g, want %g", off, got, wantScale)
+		}
+		if tied := code(12) == code(11); tied != off {
+			t.Errorf("NoHeadroom=%v: codes of 12 and 11 are %d and %d (tied %v)", off, code(12), code(11), tied)
+		}
+		if x := plan.Tensor("x").Params; x.Scales[0] != float32(10.0/255) {
+			t.Errorf("NoHeadroom=%v: the Conv input's scale %g changed, want %g", off, x.Scales[0], 10.0/255)
+		}
+	}
+}
