@@ -55,8 +55,8 @@ type Op struct {
 	// Bounds reads a clamping op's constant bounds from the node (Clip):
 	// a missing, non-constant or unbounded side is nil.
 	Bounds func(m *onnxgraph.Model, n *onnxgraph.Node) (lo, hi *float32)
-	// DecidedByMax: input 0's largest values decide the output (Softmax:
-	// the top classes). A value above the calibrated maximum there is
+	// DecidedByMax: input 0's largest values decide the output (Softmax,
+	// ArgMax: the top classes). A value above the calibrated maximum there is
 	// clipped to it and ties with the other clipped ones, so prepare gives
 	// such an input headroom above its range (plan.TensorPlan.Headroom).
 	DecidedByMax bool

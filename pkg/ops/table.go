@@ -33,10 +33,11 @@ var entries = []Op{
 		Changes: changedAt(7), // v7: numpy broadcasting replaced the broadcast attribute
 	},
 	{
-		Type:    "ArgMax",
-		Torch:   []Torch{{Name: "argmax"}},
-		Out:     OutType{Fixed: tensor.Int64},
-		Changes: unchanged,
+		Type:         "ArgMax",
+		Torch:        []Torch{{Name: "argmax"}},
+		DecidedByMax: true,
+		Out:          OutType{Fixed: tensor.Int64},
+		Changes:      unchanged,
 	},
 	{
 		Type:    "ArgMin",

@@ -95,3 +95,34 @@ func TestHeadroomKeepsTheTopClass(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadroomReachesArgMaxThroughResize: a segmentation head (Conv →
+// Resize → ArgMax over the classes) decides each pixel by its largest
+// class score, and Resize moves data, so the Conv's output, whose
+// qparams the Resize shares, gets the headroom.
+func TestHeadroomReachesArgMaxThroughResize(t *testing.T) {
+	b := testmodels.New("seghead", 17)
+	b.Input("x", tensor.Float, 1, 2, 4, 4).Output("labels", tensor.Int64, 1, 1, 8, 8)
+	b.Init("w", []int64{3, 2, 1, 1}, []float32{1, 0, 0, 1, 1, 1})
+	b.Init("scales", []int64{4}, []float32{1, 1, 2, 2})
+	b.Node("Conv", "conv", []string{"x", "w"}, []string{"scores"})
+	b.Node("Resize", "up", []string{"scores", "", "scales"}, []string{"big"}, testmodels.AttrString("mode", "nearest"))
+	b.Node("ArgMax", "argmax", []string{"big"}, []string{"labels"}, testmodels.AttrInt("axis", 1), testmodels.AttrInt("keepdims", 1))
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, preset := range []string{"w8a8", "ort-x86"} {
+		plan := preparePreset(t, m, preset, PrepareOptions{})
+		scores, big := plan.Tensor("scores"), plan.Tensor("big")
+		if scores == nil || big == nil {
+			t.Fatalf("%s: the Conv's or the Resize's output is not quantized", preset)
+		}
+		if root := plan.Root(big); root != scores || !scores.Headroom {
+			t.Errorf("%s: Resize output's root %q headroom %v, want the Conv's output with headroom", preset, root.Value, root.Headroom)
+		}
+		if plan.Tensor("x").Headroom {
+			t.Errorf("%s: the Conv's input got headroom", preset)
+		}
+	}
+}

@@ -41,7 +41,7 @@ type PrepareOptions struct {
 	// fixed range.
 	NoOpIntrinsics bool
 	// NoHeadroom keeps the calibrated range of the values whose largest
-	// entries decide a Softmax's output (TensorPlan.Headroom).
+	// entries decide a Softmax's or an ArgMax's output (TensorPlan.Headroom).
 	NoHeadroom bool
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.

@@ -132,9 +132,9 @@ type TensorPlan struct {
 	Fixed *Range `json:"fixed,omitempty"`
 	// Headroom widens the calibrated range upward by its own width (one bit
 	// of the grid above the calibrated maximum): the value's largest
-	// entries decide a Softmax's output (ops.Op.DecidedByMax), where one
-	// above the maximum seen in calibration would be clipped and tie with
-	// the others clipped.
+	// entries decide a Softmax's or an ArgMax's output
+	// (ops.Op.DecidedByMax), where one above the maximum seen in
+	// calibration would be clipped and tie with the others clipped.
 	Headroom bool `json:"headroom,omitempty"`
 	// Intrinsic describes the op-intrinsic rule that set this tensor's
 	// qscheme or range over the config's spec (an asymmetric Relu output, a
