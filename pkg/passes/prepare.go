@@ -43,6 +43,9 @@ type PrepareOptions struct {
 	// NoHeadroom keeps the calibrated range of the values whose largest
 	// entries decide a Softmax's or an ArgMax's output (TensorPlan.Headroom).
 	NoHeadroom bool
+	// NoMixedConcat quantizes a model-ending Concat whatever its inputs'
+	// ranges (TensorPlan.MixedConcat).
+	NoMixedConcat bool
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.
 	WeightClipping WeightClipping
@@ -233,6 +236,9 @@ func (p *preparer) run() error {
 	}
 	if !p.opts.NoHeadroom {
 		p.giveHeadroom()
+	}
+	if !p.opts.NoMixedConcat {
+		p.markEndingConcats()
 	}
 	p.skips()
 	return nil
@@ -844,4 +850,39 @@ func (p *preparer) giveHeadroom() {
 			v = prod.Inputs[0]
 		}
 	}
+}
+
+// markEndingConcats marks the Concat outputs that are their qparams
+// group's root and that only graph outputs read, directly or through data
+// movement (TensorPlan.MixedConcat): no integer kernel needs them
+// quantized, so DecideQParams may leave them in float when their inputs'
+// ranges are too far apart for one scale.
+func (p *preparer) markEndingConcats() {
+	for _, n := range p.nodes {
+		if n.OpType != "Concat" || n.Domain != "" || len(n.Outputs) == 0 || n.Outputs[0] == nil {
+			continue
+		}
+		t := p.plan.Tensor(n.Outputs[0].Name)
+		if t == nil || t.Role != Activation || t.SharedWith != "" || t.Fixed != nil {
+			continue
+		}
+		if endsModel(n.Outputs[0]) {
+			t.MixedConcat = true
+		}
+	}
+}
+
+// endsModel reports whether v is a graph output or is read only by data
+// movement (ops of kind Shared) whose outputs end the model the same way.
+func endsModel(v *onnxgraph.Value) bool {
+	if len(v.Consumers) == 0 {
+		return v.IsGraphOutput
+	}
+	for _, c := range v.Consumers {
+		q := ops.QuantOf(c)
+		if q == nil || q.Kind != ops.Shared || len(c.Outputs) != 1 || c.Outputs[0] == nil || len(c.Inputs) == 0 || c.Inputs[0] != v || !endsModel(c.Outputs[0]) {
+			return false
+		}
+	}
+	return true
 }

@@ -113,6 +113,7 @@ func DecideQParams(m *onnxgraph.Model, p *Plan, stats Stats) error {
 		}
 		return fmt.Errorf("no qparams for %q%s: activations need calibration statistics (run calibrate, or use a weight-only preset)", missing, more)
 	}
+	floatMixedConcats(m, p)
 	for _, t := range p.Tensors {
 		if t.SharedWith == "" {
 			continue
@@ -252,4 +253,68 @@ func storedScale(ws *spec.QuantizationSpec, s float32) float32 {
 		return s
 	}
 	return tensor.Float8E8M0ToFloat32(tensor.Float32ToFloat8E8M0(s, true, tensor.E8M0Up))
+}
+
+// mixedConcatLevels is the fewest grid levels an input of a model-ending
+// Concat may keep under the output's scale: below it (four bits lost of
+// eight) the input is rounded to a handful of values, a detector's class
+// probabilities to zero beside its boxes in pixels.
+const mixedConcatLevels = 16
+
+// floatMixedConcats leaves in float each model-ending Concat output
+// (TensorPlan.MixedConcat) one of whose inputs, quantized with its own
+// qparams (a Sigmoid's fixed [0, 1], a calibrated range), would keep fewer
+// than mixedConcatLevels levels of the output's grid, together with the
+// points that share the output's qparams (the data movement after it, the
+// inputs that share its scale); a note says why. The Concat then reads
+// its inputs dequantized, and the model's outputs come out in float.
+func floatMixedConcats(m *onnxgraph.Model, p *Plan) {
+	drop := map[string]bool{}
+	for _, t := range p.Tensors {
+		if !t.MixedConcat || t.SharedWith != "" || !t.Spec.DType.IsInteger() || t.Params == nil || t.Params.Observed == nil {
+			continue
+		}
+		v := m.Graph.Value(t.Value)
+		if v == nil || v.Producer == nil {
+			continue
+		}
+		out := t.Params.Observed
+		width := float64(out.Max) - float64(out.Min)
+		grid := math.Exp2(float64(t.Spec.DType.Bits()))
+		for _, in := range v.Producer.Inputs {
+			if in == nil {
+				continue
+			}
+			it := p.Tensor(in.Name)
+			if it == nil || it.Role != Activation {
+				continue
+			}
+			r := p.Root(it)
+			if r == nil || r == t {
+				continue
+			}
+			rg := r.Fixed
+			if rg == nil && r.Params != nil {
+				rg = r.Params.Observed
+			}
+			if rg == nil {
+				continue
+			}
+			levels := grid * (float64(rg.Max) - float64(rg.Min)) / width
+			if levels >= mixedConcatLevels {
+				continue
+			}
+			p.Notes = append(p.Notes, fmt.Sprintf("value %q: output of Concat %q, which only graph outputs read: left in float with the values sharing its qparams, since its input %q spans [%g, %g] of its [%g, %g] and one scale would keep it %.1f of %g levels",
+				t.Value, v.Producer.Name, in.Name, rg.Min, rg.Max, out.Min, out.Max, levels, grid))
+			for _, s := range p.Tensors {
+				if p.Root(s) == t {
+					drop[s.Value] = true
+				}
+			}
+			break
+		}
+	}
+	if len(drop) > 0 {
+		p.Remove(drop)
+	}
 }

@@ -1,0 +1,107 @@
+package passes
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+)
+
+// detectorHead ends like an exported YOLO detector with its decoding in the
+// graph: boxes in pixels (a Sigmoid scaled by the 640-pixel image size)
+// concatenated with 6 class probabilities (Sigmoids), then reshaped to
+// [1, 10, 16] as the model's output. boxScale sets the boxes' range.
+func detectorHead(t *testing.T, boxScale float32) *onnxgraph.Model {
+	t.Helper()
+	b := testmodels.New("dethead", 13)
+	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 16)
+	w := func(n int) []float32 {
+		o := make([]float32, n)
+		for i := range o {
+			o[i] = float32(math.Sin(float64(3*i+1))) * 2
+		}
+		return o
+	}
+	b.Init("wb", []int64{4, 3, 1, 1}, w(12)).Init("wc", []int64{6, 3, 1, 1}, w(18))
+	b.Init("size", []int64{}, []float32{boxScale})
+	b.InitInt64("shape", []int64{3}, []int64{1, 10, 16})
+	b.Node("Conv", "box_conv", []string{"x", "wb"}, []string{"braw"})
+	b.Node("Sigmoid", "box_sig", []string{"braw"}, []string{"bs"})
+	b.Node("Mul", "box_px", []string{"bs", "size"}, []string{"boxes"})
+	b.Node("Conv", "cls_conv", []string{"x", "wc"}, []string{"craw"})
+	b.Node("Sigmoid", "cls_sig", []string{"craw"}, []string{"scores"})
+	b.Node("Concat", "cat", []string{"boxes", "scores"}, []string{"dets"}, testmodels.AttrInt("axis", 1))
+	b.Node("Reshape", "flat", []string{"dets", "shape"}, []string{"out"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestMixedConcatStaysFloat: with boxes up to 640 pixels beside
+// probabilities in [0, 1], one 8-bit scale for the Concat would round every
+// probability to 0 or to one step of 2.5 (errors up to 0.95 with the rule
+// off); the Concat's output, the Reshape after it and the boxes that share
+// its scale stay in float, and the probabilities keep the error of their
+// own quantization and of the Conv before them (0.008). Boxes up to 4 keep
+// the probabilities 64 levels, and the Concat stays quantized (0.020).
+func TestMixedConcatStaysFloat(t *testing.T) {
+	cases := []struct {
+		name     string
+		boxScale float32
+		opts     PrepareOptions
+		float    bool
+		// The largest error of a probability lies in [least, most].
+		least, most float64
+	}{
+		{"pixels", 640, PrepareOptions{}, true, 0, 0.02},
+		{"pixels, rule off", 640, PrepareOptions{NoMixedConcat: true}, false, 0.5, 1},
+		{"small boxes", 4, PrepareOptions{}, false, 0, 0.05},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := detectorHead(t, c.boxScale)
+			u := quantize(t, m, "w8a8", c.opts)
+			for _, v := range []string{"dets", "out", "boxes"} {
+				if got := u.Plan.Tensor(v) == nil; got != c.float {
+					t.Errorf("%q in float: %v, want %v", v, got, c.float)
+				}
+			}
+			if u.Plan.Tensor("scores") == nil {
+				t.Errorf("the probabilities lost their own quantization")
+			}
+			in := randomInputs(m, 9)
+			run := func(m *onnxgraph.Model) []float32 {
+				s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				out, err := s.Run(context.Background(), in, runtime.RunOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := out["out"].AsFloat32()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+			ref, got := run(m), run(u.Result.Model)
+			// Rows 4..9 of [1, 10, 16] are the probabilities.
+			worst := 0.0
+			for i := 4 * 16; i < len(ref); i++ {
+				worst = max(worst, math.Abs(float64(got[i]-ref[i])))
+			}
+			t.Logf("largest probability error %.4f", worst)
+			if worst < c.least || worst > c.most {
+				t.Errorf("largest probability error %.4f, want it in [%g, %g]", worst, c.least, c.most)
+			}
+		})
+	}
+}
