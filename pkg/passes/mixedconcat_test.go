@@ -105,3 +105,49 @@ func TestMixedConcatStaysFloat(t *testing.T) {
 		})
 	}
 }
+
+// TestMixedConcatAcrossScales: a detector that concatenates boxes and
+// probabilities per scale, reshapes each and concatenates the scales
+// (YOLOv5's layout) has one qparams group for all of it, the last Concat
+// its root; the per-scale Concats end the model through the last one, so
+// the whole group stays in float and every scale's probabilities keep
+// their own quantization.
+func TestMixedConcatAcrossScales(t *testing.T) {
+	b := testmodels.New("twoscales", 13)
+	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 32)
+	w := func(n, seed int) []float32 {
+		o := make([]float32, n)
+		for i := range o {
+			o[i] = float32(math.Sin(float64(3*i+seed))) * 2
+		}
+		return o
+	}
+	b.Init("size", []int64{}, []float32{640})
+	b.InitInt64("shape", []int64{3}, []int64{1, 10, 16})
+	for s, name := range []string{"p3", "p4"} {
+		b.Init(name+"_wb", []int64{4, 3, 1, 1}, w(12, s+1)).Init(name+"_wc", []int64{6, 3, 1, 1}, w(18, s+5))
+		b.Node("Conv", name+"_box_conv", []string{"x", name + "_wb"}, []string{name + "_braw"})
+		b.Node("Sigmoid", name+"_box_sig", []string{name + "_braw"}, []string{name + "_bs"})
+		b.Node("Mul", name+"_box_px", []string{name + "_bs", "size"}, []string{name + "_boxes"})
+		b.Node("Conv", name+"_cls_conv", []string{"x", name + "_wc"}, []string{name + "_craw"})
+		b.Node("Sigmoid", name+"_cls_sig", []string{name + "_craw"}, []string{name + "_scores"})
+		b.Node("Concat", name+"_cat", []string{name + "_boxes", name + "_scores"}, []string{name + "_dets"}, testmodels.AttrInt("axis", 1))
+		b.Node("Reshape", name+"_flat", []string{name + "_dets", "shape"}, []string{name + "_rows"})
+	}
+	b.Node("Concat", "scales", []string{"p3_rows", "p4_rows"}, []string{"out"}, testmodels.AttrInt("axis", 2))
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := quantize(t, m, "w8a8", PrepareOptions{})
+	for _, v := range []string{"out", "p3_dets", "p4_dets", "p3_rows", "p4_boxes"} {
+		if u.Plan.Tensor(v) != nil {
+			t.Errorf("%q is still quantized", v)
+		}
+	}
+	for _, v := range []string{"p3_scores", "p4_scores"} {
+		if u.Plan.Tensor(v) == nil {
+			t.Errorf("%q lost its own quantization", v)
+		}
+	}
+}

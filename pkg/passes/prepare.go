@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -852,18 +853,19 @@ func (p *preparer) giveHeadroom() {
 	}
 }
 
-// markEndingConcats marks the Concat outputs that are their qparams
-// group's root and that only graph outputs read, directly or through data
-// movement (TensorPlan.MixedConcat): no integer kernel needs them
-// quantized, so DecideQParams may leave them in float when their inputs'
-// ranges are too far apart for one scale.
+// markEndingConcats marks the Concat outputs that only graph outputs read,
+// directly or through data movement and further Concats
+// (TensorPlan.MixedConcat): no integer kernel needs them quantized, so
+// DecideQParams may leave their qparams group in float when the inputs'
+// ranges are too far apart for one scale. A detector writes one Concat of
+// boxes and probabilities per scale and a last one across the scales.
 func (p *preparer) markEndingConcats() {
 	for _, n := range p.nodes {
 		if n.OpType != "Concat" || n.Domain != "" || len(n.Outputs) == 0 || n.Outputs[0] == nil {
 			continue
 		}
 		t := p.plan.Tensor(n.Outputs[0].Name)
-		if t == nil || t.Role != Activation || t.SharedWith != "" || t.Fixed != nil {
+		if t == nil || t.Role != Activation || t.Fixed != nil {
 			continue
 		}
 		if endsModel(n.Outputs[0]) {
@@ -873,14 +875,20 @@ func (p *preparer) markEndingConcats() {
 }
 
 // endsModel reports whether v is a graph output or is read only by data
-// movement (ops of kind Shared) whose outputs end the model the same way.
+// movement (input 0 of an op of kind Shared) and Concats whose outputs end
+// the model the same way.
 func endsModel(v *onnxgraph.Value) bool {
 	if len(v.Consumers) == 0 {
 		return v.IsGraphOutput
 	}
 	for _, c := range v.Consumers {
+		if len(c.Outputs) != 1 || c.Outputs[0] == nil {
+			return false
+		}
 		q := ops.QuantOf(c)
-		if q == nil || q.Kind != ops.Shared || len(c.Outputs) != 1 || c.Outputs[0] == nil || len(c.Inputs) == 0 || c.Inputs[0] != v || !endsModel(c.Outputs[0]) {
+		moves := q != nil && q.Kind == ops.Shared && len(c.Inputs) > 0 && c.Inputs[0] == v && !slices.Contains(c.Inputs[1:], v)
+		concat := c.OpType == "Concat" && c.Domain == ""
+		if !moves && !concat || !endsModel(c.Outputs[0]) {
 			return false
 		}
 	}

@@ -261,36 +261,40 @@ func storedScale(ws *spec.QuantizationSpec, s float32) float32 {
 // probabilities to zero beside its boxes in pixels.
 const mixedConcatLevels = 16
 
-// floatMixedConcats leaves in float each model-ending Concat output
-// (TensorPlan.MixedConcat) one of whose inputs, quantized with its own
-// qparams (a Sigmoid's fixed [0, 1], a calibrated range), would keep fewer
-// than mixedConcatLevels levels of the output's grid, together with the
-// points that share the output's qparams (the data movement after it, the
-// inputs that share its scale); a note says why. The Concat then reads
-// its inputs dequantized, and the model's outputs come out in float.
+// floatMixedConcats leaves in float each qparams group holding a
+// model-ending Concat output (TensorPlan.MixedConcat) one of whose inputs,
+// quantized with qparams of its own (a Sigmoid's fixed [0, 1], a
+// calibrated range), would keep fewer than mixedConcatLevels levels of the
+// group's grid: the Concats, the data movement after them and the inputs
+// that share their scale (a detector's boxes) all go; a note says why. The
+// Concats then read their other inputs dequantized, and the model's
+// outputs come out in float.
 func floatMixedConcats(m *onnxgraph.Model, p *Plan) {
 	drop := map[string]bool{}
 	for _, t := range p.Tensors {
-		if !t.MixedConcat || t.SharedWith != "" || !t.Spec.DType.IsInteger() || t.Params == nil || t.Params.Observed == nil {
+		if !t.MixedConcat || drop[t.Value] {
+			continue
+		}
+		root := p.Root(t)
+		if root == nil || !root.Spec.DType.IsInteger() || root.Params == nil || root.Params.Observed == nil {
 			continue
 		}
 		v := m.Graph.Value(t.Value)
 		if v == nil || v.Producer == nil {
 			continue
 		}
-		out := t.Params.Observed
-		width := float64(out.Max) - float64(out.Min)
-		grid := math.Exp2(float64(t.Spec.DType.Bits()))
+		out := root.Params.Observed
+		grid := math.Exp2(float64(root.Spec.DType.Bits()))
 		for _, in := range v.Producer.Inputs {
-			if in == nil {
-				continue
+			it := (*TensorPlan)(nil)
+			if in != nil {
+				it = p.Tensor(in.Name)
 			}
-			it := p.Tensor(in.Name)
 			if it == nil || it.Role != Activation {
 				continue
 			}
 			r := p.Root(it)
-			if r == nil || r == t {
+			if r == nil || r == root {
 				continue
 			}
 			rg := r.Fixed
@@ -300,14 +304,14 @@ func floatMixedConcats(m *onnxgraph.Model, p *Plan) {
 			if rg == nil {
 				continue
 			}
-			levels := grid * (float64(rg.Max) - float64(rg.Min)) / width
+			levels := grid * (float64(rg.Max) - float64(rg.Min)) / (float64(out.Max) - float64(out.Min))
 			if levels >= mixedConcatLevels {
 				continue
 			}
-			p.Notes = append(p.Notes, fmt.Sprintf("value %q: output of Concat %q, which only graph outputs read: left in float with the values sharing its qparams, since its input %q spans [%g, %g] of its [%g, %g] and one scale would keep it %.1f of %g levels",
-				t.Value, v.Producer.Name, in.Name, rg.Min, rg.Max, out.Min, out.Max, levels, grid))
+			p.Notes = append(p.Notes, fmt.Sprintf("value %q: output of Concat %q, which only graph outputs read: left in float with the values sharing its qparams (%q's group), since its input %q spans [%g, %g] of their [%g, %g] and one scale would keep it %.1f of %g levels",
+				t.Value, v.Producer.Name, root.Value, in.Name, rg.Min, rg.Max, out.Min, out.Max, levels, grid))
 			for _, s := range p.Tensors {
-				if p.Root(s) == t {
+				if p.Root(s) == root {
 					drop[s.Value] = true
 				}
 			}

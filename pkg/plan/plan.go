@@ -137,11 +137,11 @@ type TensorPlan struct {
 	// calibration would be clipped and tie with the others clipped.
 	Headroom bool `json:"headroom,omitempty"`
 	// MixedConcat marks the output of a Concat that only graph outputs read
-	// (directly or through data movement): a detector's boxes in pixels
-	// beside its class probabilities. When an input with qparams of its
-	// own spans so little of this tensor's range that one scale would keep
-	// it fewer than mixedConcatLevels levels, DecideQParams leaves this
-	// tensor, and the points sharing its qparams, in float.
+	// (directly or through data movement and further Concats): a
+	// detector's boxes in pixels beside its class probabilities. When an
+	// input with qparams of its own spans so little of the range of this
+	// tensor's qparams group that one scale would keep it fewer than 16
+	// levels, DecideQParams leaves the whole group in float.
 	MixedConcat bool `json:"mixed_concat,omitempty"`
 	// Intrinsic describes the op-intrinsic rule that set this tensor's
 	// qscheme or range over the config's spec (an asymmetric Relu output, a
