@@ -3,11 +3,10 @@
 package passes
 
 import (
-	"context"
 	"math"
 	"testing"
 
-	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 )
 
@@ -22,30 +21,15 @@ func TestORTMixedConcat(t *testing.T) {
 	for _, preset := range []string{"w8a8", "ort-x86"} {
 		u := quantize(t, m, preset, PrepareOptions{})
 		in := randomInputs(m, 9)
-		got, err := runORT(t, lib, u.Result.Model, in, ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll})["out"].AsFloat32()
-		if err != nil {
-			t.Fatal(err)
+		so := ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll}
+		got, err1 := runORT(t, lib, u.Result.Model, in, so)["out"].AsFloat32()
+		own, err2 := enginetest.Run(t, u.Result.Model, in)["out"].AsFloat32()
+		ref, err3 := enginetest.Run(t, m, in)["out"].AsFloat32()
+		for _, err := range []error{err1, err2, err3} {
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-		s, err := runtime.NewGoSession(u.Result.Model, runtime.Options{Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs, err := s.Run(context.Background(), in, runtime.RunOptions{})
-		s.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		own, _ := outs["out"].AsFloat32()
-		fs, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fouts, err := fs.Run(context.Background(), in, runtime.RunOptions{})
-		fs.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, _ := fouts["out"].AsFloat32()
 		engines, toFloat := 0.0, 0.0
 		for i := 4 * 16; i < len(ref); i++ {
 			engines = max(engines, math.Abs(float64(got[i]-own[i])))

@@ -1,13 +1,12 @@
 package passes
 
 import (
-	"context"
 	"math"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -77,16 +76,7 @@ func TestMixedConcatStaysFloat(t *testing.T) {
 			}
 			in := randomInputs(m, 9)
 			run := func(m *onnxgraph.Model) []float32 {
-				s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				out, err := s.Run(context.Background(), in, runtime.RunOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				f, err := out["out"].AsFloat32()
+				f, err := enginetest.Run(t, m, in)["out"].AsFloat32()
 				if err != nil {
 					t.Fatal(err)
 				}
