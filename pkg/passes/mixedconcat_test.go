@@ -141,3 +141,42 @@ func TestMixedConcatAcrossScales(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedConcatInputReadElsewhere: when a value that shares the Concat's
+// scale is also read by a layer (here a Conv with a bias), leaving the
+// group in float leaves that layer's input in float too; its weight stays
+// quantized and its bias, whose scale needs the input's, stays float. The
+// plan keeps its invariants (test binaries check them after every pass).
+func TestMixedConcatInputReadElsewhere(t *testing.T) {
+	b := testmodels.New("dethead_tap", 13)
+	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 16).Output("tap", tensor.Float, 1, 2, 4, 4)
+	w := func(n int) []float32 {
+		o := make([]float32, n)
+		for i := range o {
+			o[i] = float32(math.Sin(float64(3*i+1))) * 2
+		}
+		return o
+	}
+	b.Init("wb", []int64{4, 3, 1, 1}, w(12)).Init("wc", []int64{6, 3, 1, 1}, w(18))
+	b.Init("wt", []int64{2, 4, 1, 1}, w(8)).Init("bt", []int64{2}, []float32{0.5, -0.5})
+	b.Init("size", []int64{}, []float32{640})
+	b.InitInt64("shape", []int64{3}, []int64{1, 10, 16})
+	b.Node("Conv", "box_conv", []string{"x", "wb"}, []string{"braw"})
+	b.Node("Sigmoid", "box_sig", []string{"braw"}, []string{"bs"})
+	b.Node("Mul", "box_px", []string{"bs", "size"}, []string{"boxes"})
+	b.Node("Conv", "tap_conv", []string{"boxes", "wt", "bt"}, []string{"tap"})
+	b.Node("Conv", "cls_conv", []string{"x", "wc"}, []string{"craw"})
+	b.Node("Sigmoid", "cls_sig", []string{"craw"}, []string{"scores"})
+	b.Node("Concat", "cat", []string{"boxes", "scores"}, []string{"dets"}, testmodels.AttrInt("axis", 1))
+	b.Node("Reshape", "flat", []string{"dets", "shape"}, []string{"out"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := quantize(t, m, "w8a8", PrepareOptions{})
+	for v, quantized := range map[string]bool{"dets": false, "boxes": false, "bt": false, "wt": true, "scores": true} {
+		if got := u.Plan.Tensor(v) != nil; got != quantized {
+			t.Errorf("%q quantized: %v, want %v", v, got, quantized)
+		}
+	}
+}

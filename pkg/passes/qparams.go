@@ -285,11 +285,15 @@ func floatMixedConcats(m *onnxgraph.Model, p *Plan) {
 		}
 		out := root.Params.Observed
 		grid := math.Exp2(float64(root.Spec.DType.Bits()))
+		width := float64(out.Max) - float64(out.Min)
+		if width <= 0 {
+			continue
+		}
 		for _, in := range v.Producer.Inputs {
-			it := (*TensorPlan)(nil)
-			if in != nil {
-				it = p.Tensor(in.Name)
+			if in == nil {
+				continue
 			}
+			it := p.Tensor(in.Name)
 			if it == nil || it.Role != Activation {
 				continue
 			}
@@ -304,7 +308,7 @@ func floatMixedConcats(m *onnxgraph.Model, p *Plan) {
 			if rg == nil {
 				continue
 			}
-			levels := grid * (float64(rg.Max) - float64(rg.Min)) / (float64(out.Max) - float64(out.Min))
+			levels := grid * (float64(rg.Max) - float64(rg.Min)) / width
 			if levels >= mixedConcatLevels {
 				continue
 			}
@@ -316,6 +320,13 @@ func floatMixedConcats(m *onnxgraph.Model, p *Plan) {
 				}
 			}
 			break
+		}
+	}
+	// A layer reading a value that goes keeps its weight quantized and
+	// its bias in float: the bias scale needs the input's.
+	for _, s := range p.Tensors {
+		if s.Role == Bias && drop[s.Input] {
+			drop[s.Value] = true
 		}
 	}
 	if len(drop) > 0 {
