@@ -228,7 +228,7 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	}
 	var rewritten []string
 	if opts.IntegerChains {
-		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors, keepNearestChannelsFirst} {
+		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors, keepNearestChannelsFirst, padThreeChannelStems} {
 			var notes, nodes []string
 			if qm, notes, nodes, err = lower(qm); err != nil {
 				return nil, err

@@ -98,8 +98,9 @@ func integerChainInput(t *testing.T) map[string]*tensor.Tensor {
 	return in
 }
 
-// quantizeChain quantizes m for target ort-x86 and returns the unit, and
-// the same plan written without the integer chains.
+// quantizeChain quantizes m for target ort-x86, calibrating on samples of
+// in["x"]'s shape, and returns the unit, and the same plan written
+// without the integer chains.
 func quantizeChain(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tensor) (*Unit, *finalize.Result) {
 	t.Helper()
 	target := config.Targets["ort-x86"]
@@ -108,7 +109,7 @@ func quantizeChain(t *testing.T, m *onnxgraph.Model, in map[string]*tensor.Tenso
 		t.Fatal(err)
 	}
 	u := &Unit{Model: m, Config: cfg, Prepare: PrepareOptions{Target: target},
-		Calibrate: EngineCalibrator("go", runtime.Options{}, newSampleSource(1, 8, 4, 8, 8), calibrate.Options{BatchSize: 8}, nil)}
+		Calibrate: EngineCalibrator("go", runtime.Options{}, newSampleSource(1, 8, in["x"].Shape[1:]...), calibrate.Options{BatchSize: 8}, nil)}
 	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
