@@ -52,8 +52,9 @@ type Options struct {
 	// IntegerChains rewrites the clamp chains of the written model
 	// (HardSwish and HardSigmoid written out as Add, Clip, Div, Mul) into
 	// the form ONNX Runtime's QDQ fusions run on integers (chains.go),
-	// folds scalar factors into scales (factors.go) and keeps nearest
-	// Resizes by powers of 2 channels-first (resize.go).
+	// folds scalar factors into scales (factors.go), keeps nearest Resizes
+	// by powers of 2 channels-first (resize.go) and pads 3-channel 3×3
+	// stems to 4 channels (stem.go).
 	IntegerChains bool
 }
 
