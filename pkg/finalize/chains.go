@@ -84,15 +84,7 @@ func lowerClampChains(m *onnxgraph.Model) (*onnxgraph.Model, []string, []string,
 			}
 			return n
 		}
-		addInit := func(t *tensor.Tensor, base string) (string, error) {
-			nm := name(base)
-			tp, err := tensor.ToProto(t, nm)
-			if err != nil {
-				return "", err
-			}
-			g.Initializer = append(g.Initializer, tp)
-			return nm, nil
-		}
+		addInit := func(t *tensor.Tensor, base string) (string, error) { return addInitializer(g, used, t, base) }
 		scalar := func(dt tensor.DType, v float64) *tensor.Tensor {
 			t := tensor.New(dt)
 			switch d := t.Data.(type) {

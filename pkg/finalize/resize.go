@@ -53,15 +53,7 @@ func keepNearestChannelsFirst(m *onnxgraph.Model) (*onnxgraph.Model, []string, [
 	out := onnxgraph.CloneSharingData(m.Proto)
 	g := out.Graph
 	used := usedNames(g)
-	addInit := func(t *tensor.Tensor, base string) (string, error) {
-		nm := uniqueIn(used, base)
-		tp, err := tensor.ToProto(t, nm)
-		if err != nil {
-			return "", err
-		}
-		g.Initializer = append(g.Initializer, tp)
-		return nm, nil
-	}
+	addInit := func(t *tensor.Tensor, base string) (string, error) { return addInitializer(g, used, t, base) }
 	// [N·C, 1, H, W]: 0 copies the input's dimension, -1 takes the rest.
 	planes, err := addInit(tensor.FromInt64([]int64{-1, 1, 0, 0}, 4), "channel_planes")
 	if err != nil {

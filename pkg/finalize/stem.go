@@ -38,15 +38,7 @@ func padThreeChannelStems(m *onnxgraph.Model) (*onnxgraph.Model, []string, []str
 	out := onnxgraph.CloneSharingData(m.Proto)
 	g := out.Graph
 	used := usedNames(g)
-	addInit := func(t *tensor.Tensor, base string) (string, error) {
-		nm := uniqueIn(used, base)
-		tp, err := tensor.ToProto(t, nm)
-		if err != nil {
-			return "", err
-		}
-		g.Initializer = append(g.Initializer, tp)
-		return nm, nil
-	}
+	addInit := func(t *tensor.Tensor, base string) (string, error) { return addInitializer(g, used, t, base) }
 	// [N, C, H, W] begins, then ends: one channel after the last.
 	pads, err := addInit(tensor.FromInt64([]int64{0, 0, 0, 0, 0, 1, 0, 0}, 8), "fourth_channel_pads")
 	if err != nil {

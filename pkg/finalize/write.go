@@ -903,3 +903,15 @@ func (w *writer) stamp() (int64, error) {
 	w.out.IrVersion = proto.Int64(ir)
 	return ir, nil
 }
+
+// addInitializer adds t to g's initializers under a name made unique from
+// base among used, and returns the name.
+func addInitializer(g *onnxpb.GraphProto, used map[string]bool, t *tensor.Tensor, base string) (string, error) {
+	nm := uniqueIn(used, base)
+	tp, err := tensor.ToProto(t, nm)
+	if err != nil {
+		return "", err
+	}
+	g.Initializer = append(g.Initializer, tp)
+	return nm, nil
+}

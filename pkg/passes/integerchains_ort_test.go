@@ -4,8 +4,6 @@ package passes
 
 import (
 	"testing"
-
-	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 )
 
 // TestORTIntegerChains writes HardSwish, HardSigmoid and SiLU chains and
@@ -34,15 +32,7 @@ func TestORTIntegerChains(t *testing.T) {
 					}
 				}
 			}
-			so := ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll}
-			want, err := runORT(t, lib, plain.Model, in, so)["output"].AsFloat32()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := runORT(t, lib, u.Result.Model, in, so)["output"].AsFloat32()
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, got := ortOutputs(t, lib, plain.Model, u.Result.Model, in)
 			if db := sqnr(want, got); db < tc.minSQNR {
 				t.Errorf("output SQNR against the model written without the rewrites: %.1f dB, want at least %.0f", db, tc.minSQNR)
 			} else {

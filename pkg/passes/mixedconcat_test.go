@@ -18,13 +18,7 @@ func detectorHead(t *testing.T, boxScale float32) *onnxgraph.Model {
 	t.Helper()
 	b := testmodels.New("dethead", 13)
 	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 16)
-	w := func(n int) []float32 {
-		o := make([]float32, n)
-		for i := range o {
-			o[i] = float32(math.Sin(float64(3*i+1))) * 2
-		}
-		return o
-	}
+	w := func(n int) []float32 { return sinWeights(n, 1) }
 	b.Init("wb", []int64{4, 3, 1, 1}, w(12)).Init("wc", []int64{6, 3, 1, 1}, w(18))
 	b.Init("size", []int64{}, []float32{boxScale})
 	b.InitInt64("shape", []int64{3}, []int64{1, 10, 16})
@@ -105,13 +99,7 @@ func TestMixedConcatStaysFloat(t *testing.T) {
 func TestMixedConcatAcrossScales(t *testing.T) {
 	b := testmodels.New("twoscales", 13)
 	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 32)
-	w := func(n, seed int) []float32 {
-		o := make([]float32, n)
-		for i := range o {
-			o[i] = float32(math.Sin(float64(3*i+seed))) * 2
-		}
-		return o
-	}
+	w := sinWeights
 	b.Init("size", []int64{}, []float32{640})
 	b.InitInt64("shape", []int64{3}, []int64{1, 10, 16})
 	for s, name := range []string{"p3", "p4"} {
@@ -150,13 +138,7 @@ func TestMixedConcatAcrossScales(t *testing.T) {
 func TestMixedConcatInputReadElsewhere(t *testing.T) {
 	b := testmodels.New("dethead_tap", 13)
 	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 16).Output("tap", tensor.Float, 1, 2, 4, 4)
-	w := func(n int) []float32 {
-		o := make([]float32, n)
-		for i := range o {
-			o[i] = float32(math.Sin(float64(3*i+1))) * 2
-		}
-		return o
-	}
+	w := func(n int) []float32 { return sinWeights(n, 1) }
 	b.Init("wb", []int64{4, 3, 1, 1}, w(12)).Init("wc", []int64{6, 3, 1, 1}, w(18))
 	b.Init("wt", []int64{2, 4, 1, 1}, w(8)).Init("bt", []int64{2}, []float32{0.5, -0.5})
 	b.Init("size", []int64{}, []float32{640})
@@ -179,4 +161,13 @@ func TestMixedConcatInputReadElsewhere(t *testing.T) {
 			t.Errorf("%q quantized: %v, want %v", v, got, quantized)
 		}
 	}
+}
+
+// sinWeights are n deterministic weights in [-2, 2], 2·sin(3i + phase).
+func sinWeights(n, phase int) []float32 {
+	o := make([]float32, n)
+	for i := range o {
+		o[i] = float32(math.Sin(float64(3*i+phase))) * 2
+	}
+	return o
 }

@@ -30,6 +30,23 @@ func ortLibrary(t *testing.T) *ort.Library {
 	return l
 }
 
+// ortOutputs runs the plan written without rewrites and the model written
+// with them in ONNX Runtime (every optimization, one thread) and returns
+// their "output" values.
+func ortOutputs(t *testing.T, lib *ort.Library, plain, rewritten *onnxgraph.Model, in map[string]*tensor.Tensor) (want, got []float32) {
+	t.Helper()
+	so := ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll}
+	want, err := runORT(t, lib, plain, in, so)["output"].AsFloat32()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = runORT(t, lib, rewritten, in, so)["output"].AsFloat32()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, got
+}
+
 // runORT runs m on in with ONNX Runtime.
 func runORT(t *testing.T, lib *ort.Library, m *onnxgraph.Model, in map[string]*tensor.Tensor, so ort.SessionOptions) map[string]*tensor.Tensor {
 	t.Helper()

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -49,15 +48,7 @@ func TestORTNearestResizeChannelsFirst(t *testing.T) {
 			if resizes != tc.steps {
 				t.Errorf("ONNX Runtime runs %d Resize nodes, want %d", resizes, tc.steps)
 			}
-			so := ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll}
-			want, err := runORT(t, lib, plain.Model, in, so)["output"].AsFloat32()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := runORT(t, lib, u.Result.Model, in, so)["output"].AsFloat32()
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, got := ortOutputs(t, lib, plain.Model, u.Result.Model, in)
 			if !slices.Equal(want, got) {
 				t.Errorf("outputs differ from the model written without the rewrite (SQNR %.1f dB)", sqnr(want, got))
 			}

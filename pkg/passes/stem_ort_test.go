@@ -5,8 +5,6 @@ package passes
 import (
 	"slices"
 	"testing"
-
-	"github.com/coreaiq/coreaiq/pkg/runtime/ort"
 )
 
 // TestORTThreeChannelStemPadded checks in ONNX Runtime's optimized graph
@@ -42,15 +40,7 @@ func TestORTThreeChannelStemPadded(t *testing.T) {
 			if want := map[bool]int64{true: 4, false: int64(tc.c)}[tc.padded]; stemIn != want {
 				t.Errorf("the stem's QLinearConv reads %d channels, want %d", stemIn, want)
 			}
-			so := ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll}
-			want, err := runORT(t, lib, plain.Model, in, so)["output"].AsFloat32()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := runORT(t, lib, u.Result.Model, in, so)["output"].AsFloat32()
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, got := ortOutputs(t, lib, plain.Model, u.Result.Model, in)
 			if !slices.Equal(want, got) {
 				t.Errorf("outputs differ from the model written without the rewrite (SQNR %.1f dB)", sqnr(want, got))
 			}
