@@ -13,8 +13,9 @@ import (
 // detectorHead ends like an exported YOLO detector with its decoding in the
 // graph: boxes in pixels (a Sigmoid scaled by the 640-pixel image size)
 // concatenated with 6 class probabilities (Sigmoids), then reshaped to
-// [1, 10, 16] as the model's output. boxScale sets the boxes' range.
-func detectorHead(t *testing.T, boxScale float32) *onnxgraph.Model {
+// [1, 10, 16] as the model's output. boxScale sets the boxes' range; more,
+// when given, adds to the graph.
+func detectorHead(t *testing.T, boxScale float32, more ...func(*testmodels.Builder)) *onnxgraph.Model {
 	t.Helper()
 	b := testmodels.New("dethead", 13)
 	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 16)
@@ -29,6 +30,9 @@ func detectorHead(t *testing.T, boxScale float32) *onnxgraph.Model {
 	b.Node("Sigmoid", "cls_sig", []string{"craw"}, []string{"scores"})
 	b.Node("Concat", "cat", []string{"boxes", "scores"}, []string{"dets"}, testmodels.AttrInt("axis", 1))
 	b.Node("Reshape", "flat", []string{"dets", "shape"}, []string{"out"})
+	for _, f := range more {
+		f(b)
+	}
 	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -136,25 +140,11 @@ func TestMixedConcatAcrossScales(t *testing.T) {
 // quantized and its bias, whose scale needs the input's, stays float. The
 // plan keeps its invariants (test binaries check them after every pass).
 func TestMixedConcatInputReadElsewhere(t *testing.T) {
-	b := testmodels.New("dethead_tap", 13)
-	b.Input("x", tensor.Float, 1, 3, 4, 4).Output("out", tensor.Float, 1, 10, 16).Output("tap", tensor.Float, 1, 2, 4, 4)
-	w := func(n int) []float32 { return sinWeights(n, 1) }
-	b.Init("wb", []int64{4, 3, 1, 1}, w(12)).Init("wc", []int64{6, 3, 1, 1}, w(18))
-	b.Init("wt", []int64{2, 4, 1, 1}, w(8)).Init("bt", []int64{2}, []float32{0.5, -0.5})
-	b.Init("size", []int64{}, []float32{640})
-	b.InitInt64("shape", []int64{3}, []int64{1, 10, 16})
-	b.Node("Conv", "box_conv", []string{"x", "wb"}, []string{"braw"})
-	b.Node("Sigmoid", "box_sig", []string{"braw"}, []string{"bs"})
-	b.Node("Mul", "box_px", []string{"bs", "size"}, []string{"boxes"})
-	b.Node("Conv", "tap_conv", []string{"boxes", "wt", "bt"}, []string{"tap"})
-	b.Node("Conv", "cls_conv", []string{"x", "wc"}, []string{"craw"})
-	b.Node("Sigmoid", "cls_sig", []string{"craw"}, []string{"scores"})
-	b.Node("Concat", "cat", []string{"boxes", "scores"}, []string{"dets"}, testmodels.AttrInt("axis", 1))
-	b.Node("Reshape", "flat", []string{"dets", "shape"}, []string{"out"})
-	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := detectorHead(t, 640, func(b *testmodels.Builder) {
+		b.Output("tap", tensor.Float, 1, 2, 4, 4)
+		b.Init("wt", []int64{2, 4, 1, 1}, sinWeights(8, 1)).Init("bt", []int64{2}, []float32{0.5, -0.5})
+		b.Node("Conv", "tap_conv", []string{"boxes", "wt", "bt"}, []string{"tap"})
+	})
 	u := quantize(t, m, "w8a8", PrepareOptions{})
 	for v, quantized := range map[string]bool{"dets": false, "boxes": false, "bt": false, "wt": true, "scores": true} {
 		if got := u.Plan.Tensor(v) != nil; got != quantized {
