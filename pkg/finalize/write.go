@@ -53,8 +53,8 @@ type Options struct {
 	// (HardSwish and HardSigmoid written out as Add, Clip, Div, Mul) into
 	// the form ONNX Runtime's QDQ fusions run on integers (chains.go),
 	// folds scalar factors into scales (factors.go), keeps nearest Resizes
-	// by powers of 2 channels-first (resize.go) and pads 3-channel 3×3
-	// stems to 4 channels (stem.go).
+	// by powers of 2 channels-first (resize.go) and pads the 3×3
+	// convolutions of 1 to 3 channels to 4 (stem.go).
 	IntegerChains bool
 }
 
@@ -229,7 +229,7 @@ func Write(m *onnxgraph.Model, pl *plan.Plan, opts Options) (*Result, error) {
 	}
 	var rewritten []string
 	if opts.IntegerChains {
-		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors, keepNearestChannelsFirst, padThreeChannelStems} {
+		for _, lower := range []func(*onnxgraph.Model) (*onnxgraph.Model, []string, []string, error){lowerClampChains, foldScalarFactors, keepNearestChannelsFirst, padStemChannels} {
 			var notes, nodes []string
 			if qm, notes, nodes, err = lower(qm); err != nil {
 				return nil, err

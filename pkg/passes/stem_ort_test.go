@@ -7,11 +7,11 @@ import (
 	"testing"
 )
 
-// TestORTThreeChannelStemPadded checks in ONNX Runtime's optimized graph
+// TestORTStemChannelsPadded checks in ONNX Runtime's optimized graph
 // that every Conv runs on integers (no float Conv left; the padded stem
 // as a QLinearConv of 4 channels), and that the outputs are exactly those
 // of the plan written without the rewrite.
-func TestORTThreeChannelStemPadded(t *testing.T) {
+func TestORTStemChannelsPadded(t *testing.T) {
 	lib := ortLibrary(t)
 	for _, tc := range stemCases {
 		t.Run(tc.name, func(t *testing.T) {

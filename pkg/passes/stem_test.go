@@ -31,13 +31,16 @@ func stemNet(t *testing.T, c, k int) *onnxgraph.Model {
 }
 
 // stemCases are the stems finalize pads to 4 channels for ONNX Runtime
-// targets (a 3×3 Conv of 3 channels) and those it leaves.
+// targets (3×3 Convs of 1 to 3 channels) and those it leaves.
 var stemCases = []struct {
 	name   string
 	c, k   int
 	padded bool
 }{
 	{"3x3 of 3 channels", 3, 3, true},
+	{"3x3 of 1 channel", 1, 3, true},
+	{"3x3 of 2 channels", 2, 3, true},
+	{"5x5 of 2 channels", 2, 5, false},
 	{"7x7 of 3 channels", 3, 7, false},
 	{"3x3 of 4 channels", 4, 3, false},
 }
@@ -52,12 +55,12 @@ func stemInput(t *testing.T, c int) map[string]*tensor.Tensor {
 	return in
 }
 
-// TestThreeChannelStemPadded checks the written form (a Pad of the
-// integers before the stem's DequantizeLinear, a 4-channel weight whose
-// fourth channel is its zero point, a note) and that the built-in engine
+// TestStemChannelsPadded checks the written form (a Pad of the integers
+// before the stem's DequantizeLinear, a 4-channel weight whose added
+// channels hold its zero point, a note) and that the built-in engine
 // gives exactly the outputs of the plan written without the rewrite.
-// TestORTThreeChannelStemPadded checks the same models in ONNX Runtime.
-func TestThreeChannelStemPadded(t *testing.T) {
+// TestORTStemChannelsPadded checks the same models in ONNX Runtime.
+func TestStemChannelsPadded(t *testing.T) {
 	for _, tc := range stemCases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := stemInput(t, tc.c)
@@ -93,9 +96,11 @@ func TestThreeChannelStemPadded(t *testing.T) {
 					codes, _ := w.AsFloat32()
 					per := int(dims[2] * dims[3])
 					for o := range int(dims[0]) {
-						for i := range per {
-							if v := codes[(o*4+3)*per+i]; v != 0 {
-								t.Fatalf("fourth weight channel of output %d holds %g, want the zero point 0", o, v)
+						for c := tc.c; c < 4; c++ {
+							for i := range per {
+								if v := codes[(o*4+c)*per+i]; v != 0 {
+									t.Fatalf("weight channel %d of output %d holds %g, want the zero point 0", c, o, v)
+								}
 							}
 						}
 					}
