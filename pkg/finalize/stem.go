@@ -119,12 +119,18 @@ func matchNarrowStem(m *onnxgraph.Model, n *onnxgraph.Node) (dq, wdq *onnxgraph.
 	if a := n.Attr("group"); a != nil && a.GetI() != 1 {
 		return nil, nil, 0
 	}
+	if n.Inputs[0] == nil || n.Inputs[1] == nil {
+		return nil, nil, 0
+	}
 	dq, wdq = n.Inputs[0].Producer, n.Inputs[1].Producer
 	if dq == nil || !activationDQ(dq) || wdq == nil || !defaultOp(wdq, "DequantizeLinear") || len(wdq.Inputs) < 2 {
 		return nil, nil, 0
 	}
 	w := wdq.Inputs[0]
 	if w == nil || !w.IsConst() || (w.DType() != tensor.Int8 && w.DType() != tensor.Uint8) {
+		return nil, nil, 0
+	}
+	if len(wdq.Inputs) > 2 && wdq.Inputs[2] != nil && !wdq.Inputs[2].IsConst() {
 		return nil, nil, 0
 	}
 	dims := w.Const.GetDims()
@@ -136,6 +142,9 @@ func matchNarrowStem(m *onnxgraph.Model, n *onnxgraph.Node) (dq, wdq *onnxgraph.
 	} else if len(s.Const.GetDims()) != 0 {
 		if a := wdq.Attr("axis"); a == nil || a.GetI() != 0 {
 			return nil, nil, 0 // per channel, but not of the output channels
+		}
+		if b := wdq.Attr("block_size"); b != nil && b.GetI() != 0 {
+			return nil, nil, 0 // per block
 		}
 	}
 	next := soleConsumer(n.Outputs[0])

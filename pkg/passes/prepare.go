@@ -835,7 +835,7 @@ func (p *preparer) giveHeadroom() {
 		}
 		for v := n.Inputs[0]; v != nil; {
 			if t := p.plan.Tensor(v.Name); t != nil && t.Role == Activation {
-				if root := p.plan.Root(t); root.Fixed == nil && !root.Headroom {
+				if root := p.plan.Root(t); root != nil && root.Fixed == nil && !root.Headroom {
 					root.Headroom = true
 					p.note("value %q: its largest values decide %s, so its range gets one bit of headroom above the calibrated maximum", root.Value, n)
 				}
