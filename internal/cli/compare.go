@@ -33,6 +33,8 @@ type compareOptions struct {
 	Format    string
 	PerLayer  bool
 	HTML      string
+	// Slices are the --slice values as given.
+	Slices []string
 	// MinSQNR and MinTop1 are nil when the gate is not set.
 	MinSQNR *float64
 	MinTop1 *float64
@@ -89,6 +91,7 @@ status 3 when one fails.`,
 	f.StringVar(&opts.Labels, "labels", "", "class labels (.npy, one per sample): also report each model's top-1 accuracy")
 	f.StringVar(&opts.Format, "format", "table", "output format: table or json")
 	f.BoolVar(&opts.PerLayer, "per-layer", false, "compare every quantized activation with its float counterpart, worst first")
+	f.StringArrayVar(&opts.Slices, "slice", nil, "also compare named ranges of an output on their own, as OUTPUT:AXIS:NAME=FROM-TO[,NAME=FROM-TO...] (indices FROM to TO-1 along AXIS; repeatable), e.g. output:2:boxes=0-4,objectness=4-5,classes=5-85 for a detector whose rows hold boxes and scores side by side")
 	f.StringVar(&opts.HTML, "html", "", "also write a self-contained HTML report (per-layer chart and histograms) to this file")
 	optFloat64(f, &opts.MinSQNR, "min-sqnr", 0, "quality gate: exit 3 when an output's SQNR is below this many dB")
 	optString(f, &minTop1, "min-top1-agreement", "", "", "quality gate: exit 3 when a [batch, classes] output's top-1 agreement is below this percentage (e.g. 99 or 99%)")
@@ -158,6 +161,16 @@ func runCompare(cmd *cobra.Command, opts *compareOptions) error {
 		return &UsageError{Err: fmt.Errorf("--data: %w", err)}
 	}
 	var copts compare.Options
+	for _, s := range opts.Slices {
+		sl, err := compare.ParseSlices(s)
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("--slice: %w", err)}
+		}
+		if err := checkSlices(refModel, sl); err != nil {
+			return &UsageError{Err: fmt.Errorf("--slice %s: %w", s, err)}
+		}
+		copts.Slices = append(copts.Slices, sl...)
+	}
 	if opts.Labels != "" {
 		lt, err := npy.ReadNPYFile(opts.Labels)
 		if err != nil {
@@ -368,4 +381,30 @@ func (e *quantizeEval) run(ctx context.Context, w io.Writer, engine string, thre
 		return r, &GateError{Err: err}
 	}
 	return r, nil
+}
+
+// checkSlices refuses a slice of an output the reference model does not
+// have, or on an axis or past a length its declared shape rules out.
+func checkSlices(m *onnxgraph.Model, sls []compare.Slice) error {
+	for _, sl := range sls {
+		i := slices.IndexFunc(m.Graph.Outputs, func(v *onnxgraph.Value) bool { return v.Name == sl.Output })
+		if i < 0 {
+			return fmt.Errorf("the reference model has no output %q", sl.Output)
+		}
+		dims, ok := m.Graph.Outputs[i].Shape()
+		if !ok {
+			continue
+		}
+		axis := sl.Axis
+		if axis < 0 {
+			axis += len(dims)
+		}
+		if axis < 0 || axis >= len(dims) {
+			return fmt.Errorf("output %q has rank %d: axis %d is out of range", sl.Output, len(dims), sl.Axis)
+		}
+		if n := dims[axis].Size; n > 0 && int64(sl.To) > n {
+			return fmt.Errorf("output %q: %q ends at %d, past axis %d's length %d", sl.Output, sl.Name, sl.To, sl.Axis, n)
+		}
+	}
+	return nil
 }

@@ -27,6 +27,8 @@ type Options struct {
 	// Progress, when set, is called after each batch with the number of
 	// samples done so far.
 	Progress func(samples int)
+	// Slices are ranges of outputs compared on their own (OutputReport.Slices).
+	Slices []Slice
 }
 
 // Report is the result of a comparison.
@@ -77,6 +79,9 @@ type OutputReport struct {
 	// percent against the labels, when labels were given.
 	ReferenceAccuracy *float64 `json:"reference_accuracy,omitempty"`
 	CandidateAccuracy *float64 `json:"candidate_accuracy,omitempty"`
+	// Slices are the ranges of the output asked for, each compared on its
+	// own.
+	Slices []SliceReport `json:"slices,omitempty"`
 
 	stats Stats
 	topk  *TopK
@@ -119,6 +124,13 @@ func Run(ctx context.Context, ref, cand runtime.Session, data iter.Seq2[Batch, e
 		return nil, err
 	}
 	r.Outputs = outs
+	for _, sl := range opts.Slices {
+		i := slices.IndexFunc(r.Outputs, func(o OutputReport) bool { return o.Name == sl.Output })
+		if i < 0 {
+			return nil, fmt.Errorf("slice %q: the reference model has no output %q", sl.Name, sl.Output)
+		}
+		r.Outputs[i].Slices = append(r.Outputs[i].Slices, SliceReport{Slice: sl})
+	}
 	var ls *layerState
 	if opts.Layers != nil {
 		ls = newLayerState(opts.Layers)
@@ -262,6 +274,9 @@ func (o *OutputReport) add(want, got map[string]*tensor.Tensor, rows int, labels
 	if err := o.stats.Add(x, y); err != nil {
 		return fmt.Errorf("output %q: %w", o.Name, err)
 	}
+	if err := o.addSlices(x, y, rt.Shape); err != nil {
+		return fmt.Errorf("output %q: %w", o.Name, err)
+	}
 	if o.topk != nil {
 		n, classes, ok := logitsShape(rt.Shape)
 		if !ok {
@@ -296,6 +311,9 @@ func logitsShape(shape []int) (rows, classes int, ok bool) {
 func (o *OutputReport) finish() {
 	s := &o.stats
 	o.SQNR, o.Cosine, o.MaxAbsError, o.MeanAbsError, o.NonFinite = s.SQNR(), s.Cosine(), s.MaxAbs, s.MeanAbs(), s.NonFinite
+	for i := range o.Slices {
+		o.Slices[i].finish()
+	}
 	if k := o.topk; k != nil {
 		o.Top1Agreement = percent(k.Top1, k.Samples)
 		o.Top5Agreement = percent(k.Top5, k.Samples)

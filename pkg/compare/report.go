@@ -77,6 +77,7 @@ func (r *Report) writeOutputs(w io.Writer) error {
 		head = append(head, "ref acc", "cand acc")
 	}
 	// Figures align right; names and shapes are padded to align left.
+	// An output's slices follow it, indented, their range in the shape column.
 	names, shapes := []string{head[0]}, []string{head[1]}
 	for _, o := range r.Outputs {
 		name := o.Name
@@ -84,20 +85,31 @@ func (r *Report) writeOutputs(w io.Writer) error {
 			name += " (" + o.CandidateName + ")"
 		}
 		names, shapes = append(names, name), append(shapes, fmt.Sprint(o.Shape))
+		for _, sl := range o.Slices {
+			names, shapes = append(names, "  "+sl.Name), append(shapes, fmt.Sprintf("axis %d: %d-%d", sl.Axis, sl.From, sl.To))
+		}
 	}
 	padLeft(names)
 	padLeft(shapes)
 	head[0], head[1] = names[0], shapes[0]
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
-	for i, o := range r.Outputs {
-		row := []string{names[i+1], shapes[i+1], o.SQNR.String(), fmtCos(o.Cosine), fmtG(o.MaxAbsError), fmtG(o.MeanAbsError)}
+	rowAt := 1
+	line := func(cells ...string) {
+		fmt.Fprintln(tw, strings.Join(append([]string{names[rowAt], shapes[rowAt]}, cells...), "\t")+"\t")
+		rowAt++
+	}
+	for _, o := range r.Outputs {
+		row := []string{o.SQNR.String(), fmtCos(o.Cosine), fmtG(o.MaxAbsError), fmtG(o.MeanAbsError)}
 		if logits {
 			row = append(row, fmtPct(o.Top1Agreement), fmtPct(o.Top5Agreement))
 		}
 		if labels {
 			row = append(row, fmtPct(o.ReferenceAccuracy), fmtPct(o.CandidateAccuracy))
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		line(row...)
+		for _, sl := range o.Slices {
+			line(sl.SQNR.String(), fmtCos(sl.Cosine), fmtG(sl.MaxAbsError), fmtG(sl.MeanAbsError))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
