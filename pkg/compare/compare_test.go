@@ -95,17 +95,9 @@ func TestRunKnownPerturbation(t *testing.T) {
 	refSess := open(t, ref)
 	data := randomBatches(4, 5, 2)
 	var sumRef2 float64
-	var refRows [][]float32
-	for _, b := range data {
-		out, err := refSess.Run(context.Background(), b, runtime.RunOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := out["logits"].Float32s()
-		for r := 0; r < len(x); r += 10 {
-			refRows = append(refRows, slices.Clone(x[r:r+10]))
-		}
-		for _, v := range x {
+	refRows := logitRows(t, refSess, data)
+	for _, row := range refRows {
+		for _, v := range row {
 			sumRef2 += float64(v) * float64(v)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -241,4 +242,22 @@ func quantizeFor(t testing.TB, m *onnxgraph.Model, cfg *config.QuantizerConfig, 
 	}
 	// Round-trip through bytes as the CLI would read the written file.
 	return load(t, u.Result.Model.Proto), u.Plan
+}
+
+// logitRows runs s on every batch and returns the rows of its 10-class
+// "logits" output, in data order.
+func logitRows(t testing.TB, s runtime.Session, data []Batch) [][]float32 {
+	t.Helper()
+	var rows [][]float32
+	for _, b := range data {
+		out, err := s.Run(context.Background(), b, runtime.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := out["logits"].Float32s()
+		for r := 0; r < len(x); r += 10 {
+			rows = append(rows, slices.Clone(x[r:r+10]))
+		}
+	}
+	return rows
 }

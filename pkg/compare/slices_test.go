@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 )
 
 func TestParseSlices(t *testing.T) {
@@ -55,21 +54,13 @@ func TestSlicesSQNR(t *testing.T) {
 		sumN2 += float64(noise[c]) * float64(noise[c])
 	}
 	var sumRef2 float64
-	rows := 0
-	for _, b := range data {
-		out, err := refSess.Run(context.Background(), b, runtime.RunOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := out["logits"].Float32s()
-		for r := 0; r < len(x); r += 10 {
-			for c := 3; c < 6; c++ {
-				sumRef2 += float64(x[r+c]) * float64(x[r+c])
-			}
-			rows++
+	refRows := logitRows(t, refSess, data)
+	for _, row := range refRows {
+		for c := 3; c < 6; c++ {
+			sumRef2 += float64(row[c]) * float64(row[c])
 		}
 	}
-	want := 10 * math.Log10(sumRef2/(float64(rows)*sumN2))
+	want := 10 * math.Log10(sumRef2/(float64(len(refRows))*sumN2))
 	for _, spec := range []string{"logits:1:clean=0-3,noisy=3-6", "logits:-1:clean=0-3,noisy=3-6"} {
 		sl, err := ParseSlices(spec)
 		if err != nil {
