@@ -107,16 +107,9 @@ func TestSearchPromotesFragileNode(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			text, err := os.ReadFile(emitted)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, text := readEmitted(t, emitted)
 			if !strings.Contains(string(text), tt.wantKept) {
 				t.Errorf("the emitted config lost %q:\n%s", tt.wantKept, text)
-			}
-			cfg, err := config.Parse(text, emitted)
-			if err != nil {
-				t.Fatalf("emitted config does not parse: %v\n%s", err, text)
 			}
 			var keys []string
 			for _, e := range cfg.Quant.Global.OpNames {
@@ -433,22 +426,13 @@ func TestSearchRaisesWeightToInt16(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			text, err := os.ReadFile(emitted)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Parse(text, emitted)
-			if err != nil {
-				t.Fatalf("emitted config does not parse: %v\n%s", err, text)
-			}
-			if n := len(cfg.Quant.Global.OpNames); n != 1 || cfg.Quant.Global.OpNames[0].Key != "/fc/Gemm" {
-				t.Fatalf("%d op_name_config entries, want one for /fc/Gemm:\n%s", n, text)
-			}
-			w, ok := cfg.Quant.Global.OpNames[0].Config.State.Lookup(-1, "weight")
+			cfg, text := readEmitted(t, emitted)
+			entry := soleGemmEntry(t, cfg, text)
+			w, ok := entry.Config.State.Lookup(-1, "weight")
 			if !ok || w.Spec == nil || w.Spec.DType != spec.Int16 {
 				t.Errorf("/fc/Gemm's weight is not int16:\n%s", text)
 			}
-			if in, ok := cfg.Quant.Global.OpNames[0].Config.Input.Lookup(0); !ok || in.Spec == nil || in.Spec.DType != spec.Int8 {
+			if in, ok := entry.Config.Input.Lookup(0); !ok || in.Spec == nil || in.Spec.DType != spec.Int8 {
 				t.Errorf("/fc/Gemm's input is not left int8:\n%s", text)
 			}
 			if want := "1 of 3 points (33.3%) above their configured precision: 0 of 2 activations, 1 of 1 weights"; !strings.Contains(string(text), want) {
@@ -621,18 +605,8 @@ func TestSearchInt16RangeUnclipped(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	text, err := os.ReadFile(emitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(text, emitted)
-	if err != nil {
-		t.Fatalf("emitted config does not parse: %v\n%s", err, text)
-	}
-	if n := len(cfg.Quant.Global.OpNames); n != 1 || cfg.Quant.Global.OpNames[0].Key != "/fc/Gemm" {
-		t.Fatalf("%d op_name_config entries, want one for /fc/Gemm:\n%s", n, text)
-	}
-	in, ok := cfg.Quant.Global.OpNames[0].Config.Input.Lookup(0)
+	cfg, text := readEmitted(t, emitted)
+	in, ok := soleGemmEntry(t, cfg, text).Config.Input.Lookup(0)
 	if !ok || in.Spec == nil || in.Spec.DType != spec.Int16 || in.Spec.Calculator.Type != spec.GlobalMinMax {
 		t.Fatalf("/fc/Gemm's input is not int16 with global_minmax:\n%s", text)
 	}
@@ -709,4 +683,29 @@ func checkEmittedConfigReproduces(t *testing.T, emitted, out, again string, flag
 	if code, stdout, stderr := runCLI(t, "config", "validate", emitted); code != 0 {
 		t.Errorf("config validate: exit %d: %s%s", code, stdout, stderr)
 	}
+}
+
+// readEmitted reads and parses a config written by --emit-config,
+// failing t when it does not; the text comes back for messages.
+func readEmitted(t *testing.T, path string) (*config.Config, []byte) {
+	t.Helper()
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(text, path)
+	if err != nil {
+		t.Fatalf("emitted config does not parse: %v\n%s", err, text)
+	}
+	return cfg, text
+}
+
+// soleGemmEntry is the emitted config's one op_name_config entry, which
+// must be /fc/Gemm's.
+func soleGemmEntry(t *testing.T, cfg *config.Config, text []byte) *config.OpEntry {
+	t.Helper()
+	if n := len(cfg.Quant.Global.OpNames); n != 1 || cfg.Quant.Global.OpNames[0].Key != "/fc/Gemm" {
+		t.Fatalf("%d op_name_config entries, want one for /fc/Gemm:\n%s", n, text)
+	}
+	return cfg.Quant.Global.OpNames[0]
 }
