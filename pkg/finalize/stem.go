@@ -159,13 +159,18 @@ func matchNarrowStem(m *onnxgraph.Model, n *onnxgraph.Node) (dq, wdq *onnxgraph.
 
 // zeroChannels is the weight a DequantizeLinear reads, [M, C, kH, kW], with
 // input channels C to to-1 holding each output channel's zero point, so
-// that they dequantize to 0.
+// that they dequantize to 0. The 8-bit codes go through float32, which
+// holds them exactly.
 func zeroChannels(m *onnxgraph.Model, wdq *onnxgraph.Node, to int) (*tensor.Tensor, error) {
 	w, err := tensor.FromProto(wdq.Inputs[0].Const, m)
 	if err != nil {
 		return nil, err
 	}
-	zp := make([]int32, w.Shape[0])
+	codes, err := w.AsFloat32()
+	if err != nil {
+		return nil, err
+	}
+	zp := make([]float32, w.Shape[0])
 	if len(wdq.Inputs) > 2 && wdq.Inputs[2] != nil {
 		z, err := tensor.FromProto(wdq.Inputs[2].Const, m)
 		if err != nil {
@@ -176,38 +181,21 @@ func zeroChannels(m *onnxgraph.Model, wdq *onnxgraph.Node, to int) (*tensor.Tens
 			return nil, err
 		}
 		for i := range zp {
-			zp[i] = int32(f[min(i, len(f)-1)])
+			zp[i] = f[min(i, len(f)-1)]
 		}
 	}
 	outCh, inCh, k := w.Shape[0], w.Shape[1], w.Shape[2]*w.Shape[3]
-	out := tensor.New(w.DType, outCh, to, w.Shape[2], w.Shape[3])
+	out := make([]float32, outCh*to*k)
 	for o := range outCh {
 		for c := range to {
 			for i := range k {
 				v := zp[o]
 				if c < inCh {
-					v = getInt8(w, (o*inCh+c)*k+i)
+					v = codes[(o*inCh+c)*k+i]
 				}
-				setInt8(out, (o*to+c)*k+i, v)
+				out[(o*to+c)*k+i] = v
 			}
 		}
 	}
-	return out, nil
-}
-
-// getInt8 and setInt8 read and write element i of an int8 or uint8
-// tensor as an int32.
-func getInt8(t *tensor.Tensor, i int) int32 {
-	if d, ok := t.Data.([]int8); ok {
-		return int32(d[i])
-	}
-	return int32(t.Data.([]uint8)[i])
-}
-
-func setInt8(t *tensor.Tensor, i int, v int32) {
-	if d, ok := t.Data.([]int8); ok {
-		d[i] = int8(v)
-		return
-	}
-	t.Data.([]uint8)[i] = uint8(v)
+	return tensor.Cast(tensor.FromFloat32(out, outCh, to, w.Shape[2], w.Shape[3]), w.DType)
 }
