@@ -76,6 +76,16 @@ func TestBenchTimesBothModels(t *testing.T) {
 		if r.Runs != 3 || r.FloatMS <= 0 || r.QuantMS <= 0 || r.Speedup <= 0 || r.Batch != 1 || r.Threads != 1 {
 			t.Errorf("result %+v", r)
 		}
+		// ONNX Runtime on one thread is timed on the thread that calls it
+		// (Linux); the built-in engine, which may run on several, by the
+		// process.
+		want := "process"
+		if _, ok := threadCPU(); ok && r.Engine == ortEngine {
+			want = "thread"
+		}
+		if r.CPUClock != want || r.FloatCPUMS <= 0 || r.QuantCPUMS <= 0 {
+			t.Errorf("%s: CPU clock %q (want %q), CPU ms %v / %v", r.Engine, r.CPUClock, want, r.FloatCPUMS, r.QuantCPUMS)
+		}
 	}
 	hasORT := slices.Contains(runtime.Engines(), ortEngine)
 	switch {
