@@ -41,8 +41,9 @@ func sharedSQNR(t *testing.T, dir, preset string, extra ...string) map[string]fl
 // cross-layer equalization, bias correction and SmoothQuant) gains over
 // w8a8 where the README's table says it does. Figures with each model's
 // own calib_*.npy and eval_*.npy files, built-in engine, w8a8 → accurate:
-// squeezenet1.0-fp32 19.21 → 19.85 dB (4.41 → 5.16 without the logit
-// headroom, TestLogitHeadroomShared), mobilenetv2 16.92 → 19.55,
+// squeezenet1.0-fp32 19.21 → 19.55 dB (4.41 → 5.16 without the logit
+// headroom, TestLogitHeadroomShared; in ONNX Runtime 19.30 → 21.07),
+// mobilenetv2 16.92 → 19.55,
 // shufflenet-v2 11.58 → 18.76, resnet18 16.14 → 19.13, yolox-nano 6.74 →
 // 8.48, ppocrv3-det 3.98 → 12.77, bert_encoder 27.99 / 36.34 → 28.70 /
 // 37.66, bert_encoder-op13 28.03 / 34.30 → 28.70 / 37.66, gpt_decoder
@@ -59,7 +60,11 @@ func TestAccuratePresetShared(t *testing.T) {
 		// (negative: the most it may lose).
 		gain float64
 	}{
-		{"squeezenet1.0-fp32", 0.5},
+		// Its classifier's input keeping its maximum (not clipped at the
+		// 99.999th percentile) moved it from 19.85 to 19.55 dB here, to
+		// 21.07 from 19.55 in ONNX Runtime and to 20.97 from 20.26 on 76
+		// crops of the shared photos (docs/RATIONALE.md).
+		{"squeezenet1.0-fp32", 0.25},
 		{"mobilenetv2", 2},
 		{"shufflenet-v2", 6},
 		{"resnet18", 2.5},
@@ -166,7 +171,7 @@ func checkGain(t *testing.T, model string, gain float64, base, preset string, ex
 // class above every calibration sample's maximum (pool10 [0, 26.11]), so
 // without headroom the top logits clip to one code and the prediction
 // flips. Figures (all calibration and evaluation samples, built-in
-// engine), with → without: w8a8 19.21 → 4.41 dB, accurate 19.85 → 5.16.
+// engine), with → without: w8a8 19.21 → 4.41 dB, accurate 19.55 → 5.16.
 func TestLogitHeadroomShared(t *testing.T) {
 	shared := testutil.SharedModels(t)
 	if testing.Short() {

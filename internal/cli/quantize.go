@@ -64,7 +64,7 @@ type quantizeOptions struct {
 // plan the same tensors as quantize.
 func addPrepareFlags(f *pflag.FlagSet, p *passes.PrepareOptions) {
 	negBool(f, &p.NoOpIntrinsics, "op-intrinsics", "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
-	negBool(f, &p.NoHeadroom, "logit-headroom", "give one bit of headroom above the calibrated maximum to the values whose largest entries decide a Softmax, LogSoftmax or ArgMax (its input and, through pools and data movement, the values it comes from), so that a class scored higher than in any calibration sample is not clipped to a tie; =false keeps the calibrated range")
+	negBool(f, &p.NoHeadroom, "logit-headroom", "give one bit of headroom above the calibrated maximum to the values whose largest entries decide a Softmax, LogSoftmax or ArgMax (its input and, through pools and data movement, the values it comes from), so that a class scored higher than in any calibration sample is not clipped to a tie, and keep the calibrated maximum of the input of the layer those values come from (no percentile, mse or entropy clipping of a classifier's features); =false keeps the calculator's ranges")
 	negBool(f, &p.NoMixedConcat, "float-mixed-concat", "leave in float a Concat that only graph outputs read (directly or through data movement and further Concats) when one of its inputs would keep fewer than 16 levels of the output's integer grid (a detector's boxes in pixels beside its class probabilities), with the values sharing its qparams; =false quantizes it as the config asks")
 	f.Var(patternsFlag{&p.Patterns}, "patterns", "multi-node patterns quantized at their boundaries only: ops (LayerNorm and GELU written out, SiLU, HardSwish, MatMul + bias, attention scores up to Softmax), all (adds Conv/Gemm + Add, which oneDNN fuses and ONNX Runtime's x86 QDQ fusions do not), none")
 	negBool(f, &p.ConcatOwnQParams, "concat-share", "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
@@ -574,6 +574,7 @@ type reportTensor struct {
 	Observed  *plan.Range `json:"observed,omitempty"`
 	Fixed     *plan.Range `json:"fixed,omitempty"`
 	Headroom  bool        `json:"headroom,omitempty"`
+	KeepMax   bool        `json:"keep_max,omitempty"`
 	Axis      int         `json:"axis"`
 	BlockSize int         `json:"block_size,omitempty"`
 }
@@ -584,7 +585,7 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 		Passes: timings, PeakRSS: peakRSS(), Counts: map[string]int{}, Naming: finalize.ValueNaming}
 	for _, t := range u.Result.Tensors {
 		rt := reportTensor{Value: t.Value, Role: t.Role.String(), Spec: t.SpecString(), Rule: t.Rule, Nodes: t.Nodes,
-			Shared: t.SharedWith, Fixed: t.Fixed, Headroom: t.Headroom, Axis: t.Axis, BlockSize: t.BlockSize}
+			Shared: t.SharedWith, Fixed: t.Fixed, Headroom: t.Headroom, KeepMax: t.KeepMax, Axis: t.Axis, BlockSize: t.BlockSize}
 		if p := t.Params; p != nil && len(p.Scales) > 0 {
 			rt.Scales, rt.Observed = len(p.Scales), p.Observed
 			rt.ScaleMin, rt.ScaleMax = p.Scales[0], p.Scales[0]

@@ -8,6 +8,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/spec"
 )
 
 // ToObserve lists the plan's observed activations (group roots without a
@@ -58,7 +59,7 @@ func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	if o == nil {
 		return nil, fmt.Errorf("activation %q is not in the calibration statistics (were they computed with this config and model?)", t.Value)
 	}
-	mins, maxs, err := o.Range(t.Spec)
+	mins, maxs, err := o.Range(keepingMax(t))
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +73,25 @@ func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 		return nil, fmt.Errorf("activation %q: %w", t.Value, err)
 	}
 	return &Params{Scales: sc, ZeroPoints: zp, Observed: observed}, nil
+}
+
+// keepingMax is t's spec, with a min/max calculator in place of a
+// histogram search that clips (percentile, mse, entropy) when t keeps its
+// calibrated maximum (TensorPlan.KeepMax): the observers keep the
+// observed range whatever their calculator. Min/max and moving-average
+// calculators stay as the config says.
+func keepingMax(t *TensorPlan) *spec.QuantizationSpec {
+	if !t.KeepMax || t.Spec == nil {
+		return t.Spec
+	}
+	switch t.Spec.Calculator.Type {
+	case spec.Percentile, spec.MSE, spec.Entropy:
+	default:
+		return t.Spec
+	}
+	s := *t.Spec
+	s.Calculator.Type = spec.GlobalMinMax
+	return &s
 }
 
 // EngineCalibrator returns a Calibrator that runs the float model with

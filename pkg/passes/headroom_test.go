@@ -1,8 +1,14 @@
 package passes
 
 import (
+	"context"
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/runtime"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -12,10 +18,13 @@ import (
 // classifierHead is a classifier's end as caffe exports write it: Conv →
 // Relu → GlobalAveragePool → Flatten → Softmax, with a side output of the
 // Conv's input so that the image features are quantized too.
-func classifierHead(t *testing.T) *onnxgraph.Model {
+func classifierHead(t *testing.T) *onnxgraph.Model { return classifierHeadOf(t, 4) }
+
+// classifierHeadOf is classifierHead on side×side feature maps.
+func classifierHeadOf(t *testing.T, side int) *onnxgraph.Model {
 	t.Helper()
 	b := testmodels.New("head", 17)
-	b.Input("x", tensor.Float, 1, 2, 4, 4).Output("probs", tensor.Float, 1, 3)
+	b.Input("x", tensor.Float, 1, 2, side, side).Output("probs", tensor.Float, 1, 3)
 	b.Init("w", []int64{3, 2, 1, 1}, []float32{1, 0, 0, 1, 1, 1})
 	b.Init("bias", []int64{3}, []float32{0, 0, 0})
 	b.Node("Conv", "conv", []string{"x", "w", "bias"}, []string{"c"})
@@ -52,6 +61,63 @@ func TestHeadroomMarksTheValuesBehindSoftmax(t *testing.T) {
 			if lt := plan.Tensor("logits"); lt == nil || plan.Root(lt).Value != "g" {
 				t.Errorf("%s: Flatten's output should share the pool output's qparams, got %+v", preset, lt)
 			}
+		}
+	}
+}
+
+// TestClassifierInputKeepsItsMax: the features the classifier's Conv reads
+// (here the model's input) keep their calibrated maximum under a
+// percentile calculator, where two rare values eight times the rest would
+// be clipped away; the rule off, they are; the values after the
+// Conv, and a config whose calculator is a min/max one, are as before.
+func TestClassifierInputKeepsItsMax(t *testing.T) {
+	const side, samples = 64, 64
+	m := classifierHeadOf(t, side)
+	per := 2 * side * side
+	x := make([]float32, samples*per)
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	for _, i := range []int{5, 63*per + 1000} {
+		x[i] = 8 // a feature far above the rest, in two samples
+	}
+	data := &sampleSource{x: x, shape: []int{2, side, side}, n: samples}
+	for _, c := range []struct {
+		preset string
+		off    bool
+		keep   bool    // x marked
+		max    float64 // x's range: ≈ 1 clipped, 8 kept
+	}{
+		{"ort-x86", false, true, 8},
+		{"ort-x86", true, false, 1},
+		{"w8a8", false, true, 0}, // marked, but moving averages are left as the config says
+	} {
+		cfg, err := config.Preset(c.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &Unit{Model: m, Config: cfg, Prepare: PrepareOptions{NoHeadroom: c.off},
+			Calibrate: EngineCalibrator("go", runtime.Options{}, data, calibrate.Options{BatchSize: 1}, nil)}
+		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		xt := u.Plan.Tensor("x")
+		if xt.KeepMax != c.keep {
+			t.Errorf("%s, NoHeadroom=%v: x keep_max %v, want %v", c.preset, c.off, xt.KeepMax, c.keep)
+		}
+		for _, v := range []string{"c", "r", "g"} {
+			if tp := u.Plan.Tensor(v); tp != nil && u.Plan.Root(tp).KeepMax {
+				t.Errorf("%s: %q keeps its max; only the Conv's input should", c.preset, v)
+			}
+		}
+		if c.preset == "w8a8" {
+			continue // moving averages are left as the config says
+		}
+		p := xt.Params
+		top := float64(p.Scales[0]) * float64(255-p.ZeroPoints[0])
+		if math.Abs(top-c.max) > 0.1*c.max {
+			t.Errorf("%s, NoHeadroom=%v: x's grid reaches %.3f, want about %g", c.preset, c.off, top, c.max)
 		}
 	}
 }

@@ -826,7 +826,8 @@ func blockChannelAxis(n *onnxgraph.Node, shape []int, blockAxis int) (int, bool)
 // pools and data movement (MaxFromInput, Shared), the values that input's
 // maximum comes from. Calibration sees a few samples; a class scored
 // higher than any of them would otherwise be clipped to the same code as
-// the runner-up.
+// the runner-up. The input of the layer those values come from keeps its
+// calibrated maximum (keepClassifierInputMax).
 func (p *preparer) giveHeadroom() {
 	for _, n := range p.nodes {
 		op, ok := ops.Of(n)
@@ -846,10 +847,46 @@ func (p *preparer) giveHeadroom() {
 			}
 			pop, ok := ops.Of(prod)
 			if !ok || !(pop.MaxFromInput || pop.Quant != nil && pop.Quant.Kind == ops.Shared) {
+				p.keepClassifierInputMax(n, prod)
 				break
 			}
 			v = prod.Inputs[0]
 		}
+	}
+}
+
+// keepClassifierInputMax marks the input of the weighted layer that
+// computes the values deciding n (prod, or the layer before prod when prod
+// is that layer's activation) to keep its calibrated maximum
+// (TensorPlan.KeepMax), and the values it comes from through data
+// movement. A classifier's class scores are a linear map of its last
+// features, so a feature's largest, rarest values, which a percentile
+// range clips, are what makes one class win: on squeezenet1.0 under the
+// ort-x86 target's 99.999th-percentile ranges, fire9's output (read by
+// the 1×1 classifier conv10) was cut from [0, 453] to [0, 304].
+func (p *preparer) keepClassifierInputMax(n, prod *onnxgraph.Node) {
+	if q := ops.QuantOf(prod); q != nil && q.Activation && len(prod.Inputs) > 0 && prod.Inputs[0] != nil && prod.Inputs[0].Producer != nil {
+		prod = prod.Inputs[0].Producer
+	}
+	q := ops.QuantOf(prod)
+	if q == nil || q.Kind != ops.Compute || len(prod.Inputs) < 2 || prod.Inputs[1] == nil || !prod.Inputs[1].IsConst() {
+		return // not a layer of constant weights (attention's scores, a pool)
+	}
+	for v := prod.Inputs[0]; v != nil; {
+		if t := p.plan.Tensor(v.Name); t != nil && t.Role == Activation {
+			if root := p.plan.Root(t); root != nil && root.Fixed == nil && !root.KeepMax {
+				root.KeepMax = true
+				p.note("value %q: the input of %s, whose outputs decide %s, keeps its calibrated maximum (no percentile, mse or entropy clipping)", root.Value, prod, n)
+			}
+		}
+		pr := v.Producer
+		if pr == nil || len(pr.Inputs) == 0 {
+			break
+		}
+		if pq := ops.QuantOf(pr); pq == nil || pq.Kind != ops.Shared {
+			break
+		}
+		v = pr.Inputs[0]
 	}
 }
 

@@ -136,6 +136,13 @@ type TensorPlan struct {
 	// (ops.Op.DecidedByMax), where one above the maximum seen in
 	// calibration would be clipped and tie with the others clipped.
 	Headroom bool `json:"headroom,omitempty"`
+	// KeepMax keeps the calibrated maximum where the spec's calculator
+	// searches a histogram for a range that clips (percentile, mse,
+	// entropy): the value is the input of
+	// the layer that computes the values a Softmax or an ArgMax is decided
+	// by (a classifier's last layer). Its largest entries, rare over the
+	// calibration data, are the evidence for the winning class.
+	KeepMax bool `json:"keep_max,omitempty"`
 	// MixedConcat marks the output of a Concat that only graph outputs read
 	// (directly or through data movement and further Concats): a
 	// detector's boxes in pixels beside its class probabilities. When an
