@@ -228,7 +228,7 @@ func (c *adaptCtx) index(g *onnxpb.GraphProto) {
 var sameType = map[string]bool{
 	"Conv": true, "ConvTranspose": true, "Gemm": true, "MatMul": true, "Relu": true, "LeakyRelu": true,
 	"PRelu": true, "Sigmoid": true, "Tanh": true, "Elu": true, "Selu": true, "Clip": true, "Softmax": true,
-	"LogSoftmax": true, "Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Neg": true,
+	"LogSoftmax": true, "Hardmax": true, "Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Neg": true,
 	"Abs": true, "Exp": true, "Log": true, "Sqrt": true, "Sum": true, "Max": true, "Min": true, "Mean": true,
 	"MaxPool": true, "AveragePool": true, "GlobalAveragePool": true, "GlobalMaxPool": true, "LRN": true,
 	"BatchNormalization": true, "InstanceNormalization": true, "Dropout": true, "Identity": true,

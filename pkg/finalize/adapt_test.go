@@ -156,6 +156,23 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 			b.Input("x", tensor.Float, 2, 3, 4).Output("y", tensor.Float, 2, 3, 4)
 			return b.Node("Softmax", "n", []string{"x"}, []string{"y"}, testmodels.AttrInt("axis", -1))
 		}, nil, 1, "", false},
+		{"hardmax 11 coerced", 11, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 2, 3, 4).Output("y", tensor.Float, 2, 3, 4)
+			return b.Node("Hardmax", "n", []string{"x"}, []string{"y"})
+		}, nil, 4, "", false},
+		{"hardmax 7 trailing ones", 7, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, "N", 5, 1, 1).Output("y", tensor.Float, "N", 5, 1, 1)
+			return b.Node("Hardmax", "n", []string{"x"}, []string{"y"})
+		}, nil, 1, "", false},
+		{"lrn 1 to 13 unchanged", 1, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 2, 5, 3, 3).Output("y", tensor.Float, 2, 5, 3, 3)
+			return b.Node("LRN", "n", []string{"x"}, []string{"y"}, testmodels.AttrInt("size", 3))
+		}, nil, 1, "", false},
+		{"rnn 7 to 14 unchanged", 7, 14, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 4, 2, 3).Output("y", tensor.Float, 4, 1, 2, 5)
+			b.RandomInit("w", 0.5, 1, 5, 3).RandomInit("r", 0.5, 1, 5, 5)
+			return b.Node("RNN", "n", []string{"x", "w", "r"}, []string{"y"}, testmodels.AttrInt("hidden_size", 5))
+		}, nil, 1, "", false},
 		{"clip 6 to 13", 6, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
 			b.Input("x", tensor.Float, 2, 8).Output("y", tensor.Float, 2, 8)
 			return b.Node("Clip", "n", []string{"x"}, []string{"y"}, testmodels.AttrFloat("min", -1), testmodels.AttrFloat("max", 2.5))
@@ -295,8 +312,8 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 	}
 }
 
-// TestRaiseOpsetHardmax checks the Hardmax rewrite's shape: the built-in
-// engine has no Hardmax to run it.
+// TestRaiseOpsetHardmax checks the Hardmax rewrite's shape: the ops around
+// it and its axis on the flattened input (TestRaiseOpsetAdapters runs it).
 func TestRaiseOpsetHardmax(t *testing.T) {
 	b := testmodels.New("m", 11)
 	b.Input("x", tensor.Float, 2, 3, 4).Output("y", tensor.Float, 2, 3, 4)

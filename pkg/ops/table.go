@@ -95,6 +95,7 @@ var entries = []Op{
 		Bounds:  clipBounds,
 		Changes: changedAt(11), // v11: min and max moved from attributes to inputs
 	},
+	{Type: "Compress", Changes: unchanged}, // v11: negative axes only
 	{
 		Type:             "Concat",
 		Inputs:           []string{"inputs"},
@@ -206,6 +207,7 @@ var entries = []Op{
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
 		Changes: unchanged,
 	},
+	{Type: "EyeLike", Changes: unchanged},
 	{
 		Type:    "Flatten",
 		Inputs:  []string{"input"},
@@ -386,7 +388,8 @@ var entries = []Op{
 	},
 	{Type: "MaxRoiPool", Changes: unchanged},
 	{Type: "MaxUnpool", Changes: unchanged},
-	{Type: "Mean", Changes: changedAt(8)}, // v8: numpy broadcasting
+	{Type: "Mean", Changes: changedAt(8)},                      // v8: numpy broadcasting
+	{Type: "MeanVarianceNormalization", Changes: changedAt(9)}, // v9: axes replaced across_channels and normalize_variance
 	{
 		Type:    "Min",
 		Args:    [][]string{{"input", "self"}, {"other"}},
@@ -522,6 +525,7 @@ var entries = []Op{
 		Quant:   &Quant{Kind: Shared, Inputs: []int{0}},
 		Changes: changedAt(11), // v11: the roi input was inserted before scales
 	},
+	{Type: "ReverseSequence", Changes: unchanged},
 	{Type: "Round", Changes: unchanged},
 	{Type: "Scan", Changes: changedAt(9)}, // v9: the batch axis was dropped
 	{Type: "Scatter", Changes: unchanged},
@@ -537,6 +541,7 @@ var entries = []Op{
 		Out:     OutType{Fixed: tensor.Int64},
 		Changes: unchanged,
 	},
+	{Type: "Shrink", Changes: unchanged},
 	{
 		Type:        "Sigmoid",
 		Inputs:      []string{"X"},

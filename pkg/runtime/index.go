@@ -231,6 +231,87 @@ func buildGatherND(b *builder) (kernel, error) {
 	}, nil
 }
 
+// buildCompress builds Compress: the slices along axis (the elements of
+// the flattened input without one) whose condition is true, in order. A
+// condition shorter than the axis leaves the slices past its end out.
+func buildCompress(b *builder) (kernel, error) {
+	axis, hasAxis := b.int("axis", 0), b.has("axis")
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t, cond := in[0], asInt64(in[1])
+		shape := t.Shape
+		if !hasAxis {
+			shape = []int{t.Len()}
+		}
+		ax, err := normAxis(axis, len(shape))
+		if err != nil {
+			return nil, err
+		}
+		dim := shape[ax]
+		if len(cond) > dim {
+			return nil, fmt.Errorf("condition has %d elements, more than the %d of axis %d", len(cond), dim, ax)
+		}
+		var keep []int
+		for j, c := range cond {
+			if c != 0 {
+				keep = append(keep, j)
+			}
+		}
+		outer, inner := tensor.NumElements(shape[:ax]), tensor.NumElements(shape[ax+1:])
+		os := slices.Clone(shape)
+		os[ax] = len(keep)
+		out := tensor.New(t.DType, os...)
+		for o := 0; o < outer; o++ {
+			for k, j := range keep {
+				copyRange(out.Data, (o*len(keep)+k)*inner, t.Data, (o*dim+j)*inner, inner)
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
+// buildReverseSequence builds ReverseSequence: for each batch entry,
+// the first sequence_lens of its steps along time_axis in reverse order,
+// the rest as they are. The two axes are 0 and 1, so each (batch, time)
+// pair owns a contiguous block of the input.
+func buildReverseSequence(b *builder) (kernel, error) {
+	batchAxis, timeAxis := b.int("batch_axis", 1), b.int("time_axis", 0)
+	if batchAxis+timeAxis != 1 || batchAxis*timeAxis != 0 {
+		return nil, fmt.Errorf("batch_axis %d and time_axis %d must be 0 and 1", batchAxis, timeAxis)
+	}
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t, lens := in[0], asInt64(in[1])
+		if len(t.Shape) < 2 {
+			return nil, fmt.Errorf("input %v must have rank 2 or more", t.Shape)
+		}
+		batch, steps := t.Shape[batchAxis], t.Shape[timeAxis]
+		if len(lens) != batch {
+			return nil, fmt.Errorf("sequence_lens has %d elements for batch size %d", len(lens), batch)
+		}
+		inner := tensor.NumElements(t.Shape[2:])
+		// offset is where the block of batch entry bi at time step ts starts.
+		offset := func(bi, ts int) int {
+			if timeAxis == 0 {
+				return (ts*batch + bi) * inner
+			}
+			return (bi*steps + ts) * inner
+		}
+		out := tensor.New(t.DType, t.Shape...)
+		for bi, n := range lens {
+			if n < 0 || n > int64(steps) {
+				return nil, fmt.Errorf("sequence_lens[%d] = %d is outside [0, %d]", bi, n, steps)
+			}
+			for ts := 0; ts < steps; ts++ {
+				src := ts
+				if ts < int(n) {
+					src = int(n) - 1 - ts
+				}
+				copyRange(out.Data, offset(bi, ts), t.Data, offset(bi, src), inner)
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
 func buildScatterND(b *builder) (kernel, error) {
 	red := b.str("reduction", "none")
 	if red != "none" && red != "add" && red != "mul" && red != "max" && red != "min" {
@@ -276,6 +357,42 @@ func buildTrilu(b *builder) (kernel, error) {
 						copyRange(out.Data, m*rows*cols+i*cols+j, zero.Data, 0, 1)
 					}
 				}
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
+// buildEyeLike builds EyeLike: a matrix of the input's shape and of type
+// dtype (the input's when absent) with ones on the k-th diagonal (above
+// the main one for positive k) and zeros elsewhere.
+func buildEyeLike(b *builder) (kernel, error) {
+	k := b.int("k", 0)
+	dt := tensor.DType(b.int("dtype", 0))
+	if b.has("dtype") && (!dt.Valid() || dt == tensor.String || dt == tensor.Complex64 || dt == tensor.Complex128) {
+		return nil, unsupportedf("dtype %s is not supported", dt)
+	}
+	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t := in[0]
+		if len(t.Shape) != 2 {
+			return nil, fmt.Errorf("input %v must have rank 2", t.Shape)
+		}
+		to := t.DType
+		if dt != tensor.Undefined {
+			to = dt
+		}
+		unit, err := castTensor(tensor.FromFloat32([]float32{1}), to)
+		if err != nil {
+			return nil, err
+		}
+		if unit, err = toCompute(unit); err != nil {
+			return nil, err
+		}
+		rows, cols := t.Shape[0], t.Shape[1]
+		out := tensor.New(unit.DType, rows, cols)
+		for i := 0; i < rows; i++ {
+			if j := int64(i) + k; j >= 0 && j < int64(cols) {
+				copyRange(out.Data, i*cols+int(j), unit.Data, 0, 1)
 			}
 		}
 		return one(out), nil

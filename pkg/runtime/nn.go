@@ -1063,14 +1063,21 @@ func broadcastParam(p []float32, ps, want []int) []float32 {
 	return expandTo(tensor.FromFloat32(p, ps...), want).Float32s()
 }
 
+// softmaxAxis reads the axis of Softmax, LogSoftmax and Hardmax. Before
+// opset 13 (legacy) they flatten the input to 2-D at axis, 1 by default,
+// and work on its rows; from 13 they work along axis, −1 by default.
+func softmaxAxis(b *builder) (axis int64, legacy bool) {
+	legacy = b.opset < 13
+	def := int64(-1)
+	if legacy {
+		def = 1
+	}
+	return b.int("axis", def), legacy
+}
+
 func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 	return func(b *builder) (kernel, error) {
-		def := int64(-1)
-		legacy := b.opset < 13
-		if legacy {
-			def = 1
-		}
-		axis := b.int("axis", def)
+		axis, legacy := softmaxAxis(b)
 		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			x, err := floats(in[0], "input")
 			if err != nil {
@@ -1115,6 +1122,185 @@ func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 			return one(out), nil
 		}, nil
 	}
+}
+
+// buildHardmax sets 1 where each row has its maximum and 0 elsewhere,
+// choosing as NumPy's argmax does, which ONNX's reference uses: the first
+// maximum on a tie, the first NaN if there is one. Rows are read as
+// Softmax reads them (softmaxAxis).
+func buildHardmax(b *builder) (kernel, error) {
+	axis, legacy := softmaxAxis(b)
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "input")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		if len(xs) == 0 {
+			xs = []int{1}
+		}
+		ax, err := normAxis(axis, len(xs))
+		if err != nil {
+			return nil, err
+		}
+		outer, dim, inner := tensor.NumElements(xs[:ax]), xs[ax], tensor.NumElements(xs[ax+1:])
+		if legacy {
+			dim, inner = tensor.NumElements(xs[ax:]), 1
+		}
+		out := rc.newFloat(in[0].Shape...)
+		if dim == 0 {
+			return one(out), nil
+		}
+		y := out.Float32s()
+		for o := 0; o < outer; o++ {
+			for i := 0; i < inner; i++ {
+				first := o*dim*inner + i
+				best := first
+				for p := first + inner; p < first+dim*inner; p += inner {
+					if x[p] > x[best] || x[p] != x[p] && x[best] == x[best] {
+						best = p
+					}
+				}
+				y[best] = 1
+			}
+		}
+		return one(out), nil
+	}, nil
+}
+
+// buildLRN builds LRN: each element divided by (bias + alpha/size ·
+// the sum of squares over the channels around its own)^beta, the
+// window reaching ⌊(size−1)/2⌋ channels below and ⌈(size−1)/2⌉ above,
+// cut at the first and last channel. Channel planes are split over the
+// run's threads.
+func buildLRN(b *builder) (kernel, error) {
+	size := int(b.int("size", 0))
+	if size <= 0 {
+		return nil, fmt.Errorf("size %d is not positive", size)
+	}
+	alpha, beta, bias := b.float("alpha", 1e-4), b.float("beta", 0.75), b.float("bias", 1)
+	below, above := (size-1)/2, size/2
+	pow := func(s float64) float64 { return math.Pow(s, float64(beta)) }
+	if beta == 0.75 {
+		// The classic CNNs' beta: two square roots are several times
+		// faster than math.Pow and as exact once rounded to float32.
+		pow = func(s float64) float64 {
+			r := math.Sqrt(s)
+			return r * math.Sqrt(r)
+		}
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		if len(xs) < 2 {
+			return nil, fmt.Errorf("input X %v must have a batch and a channel axis", xs)
+		}
+		c, sp := xs[1], tensor.NumElements(xs[2:])
+		out := rc.newFloatOut(xs...)
+		y := out.Float32s()
+		kernels.Parallel(rc.threads, xs[0]*c, max(1, parGrain/max(1, sp*size)), func(lo, hi int) {
+			sq := make([]float64, sp)
+			for p := lo; p < hi; p++ {
+				n, ch := p/c, p%c
+				clear(sq)
+				for j := max(0, ch-below); j <= min(c-1, ch+above); j++ {
+					for q, v := range x[(n*c+j)*sp : (n*c+j+1)*sp] {
+						sq[q] += float64(v) * float64(v)
+					}
+				}
+				for q, v := range x[p*sp : (p+1)*sp] {
+					scale := float64(bias) + float64(alpha)/float64(size)*sq[q]
+					y[p*sp+q] = float32(float64(v) / pow(scale))
+				}
+			}
+		})
+		return one(out), nil
+	}, nil
+}
+
+// mvnEpsilon is what MeanVarianceNormalization's function body adds to
+// the standard deviation before dividing by it.
+const mvnEpsilon = 1e-9
+
+// buildMVN builds MeanVarianceNormalization: (X − mean) / (std + 1e-9),
+// the mean and the population standard deviation taken over axes ([0, 2,
+// 3] by default) for each position along the other axes, as the op's
+// function body defines it. The statistics are float64 and the variance
+// is taken around the mean (two passes): the body's E[X²] − E[X]² in
+// float32 cancels to noise when the mean is large against the spread.
+func buildMVN(b *builder) (kernel, error) {
+	axes := []int64{0, 2, 3}
+	if b.has("axes") {
+		// An empty list reduces over every axis, as ReduceMean's empty
+		// axes do in the function body.
+		axes = b.ints("axes")
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		r := len(xs)
+		// ks is the shape of the statistics: 1 on the reduced axes.
+		ks := slices.Clone(xs)
+		if len(axes) == 0 {
+			for i := range ks {
+				ks[i] = 1
+			}
+		}
+		for _, a := range axes {
+			ax, err := normAxis(a, r)
+			if err != nil {
+				return nil, err
+			}
+			ks[ax] = 1
+		}
+		groups := tensor.NumElements(ks)
+		out := rc.newFloatOut(xs...)
+		if len(x) == 0 {
+			return one(out), nil
+		}
+		// group[i] is the statistics element input element i belongs to.
+		group := make([]int, len(x))
+		st := bcastStrides(ks, xs)
+		pos := make([]int, r)
+		for i, g := 0, 0; i < len(x); i++ {
+			group[i] = g
+			for d := r - 1; d >= 0; d-- {
+				pos[d]++
+				g += st[d]
+				if pos[d] < xs[d] {
+					break
+				}
+				g -= st[d] * xs[d]
+				pos[d] = 0
+			}
+		}
+		cnt := float64(len(x) / groups)
+		mean, dev := make([]float64, groups), make([]float64, groups)
+		for i, v := range x {
+			mean[group[i]] += float64(v)
+		}
+		for g := range mean {
+			mean[g] /= cnt
+		}
+		for i, v := range x {
+			d := float64(v) - mean[group[i]]
+			dev[group[i]] += d * d
+		}
+		for g := range dev {
+			dev[g] = math.Sqrt(dev[g]/cnt) + mvnEpsilon
+		}
+		y := out.Float32s()
+		for i, v := range x {
+			y[i] = float32((float64(v) - mean[group[i]]) / dev[group[i]])
+		}
+		return one(out), nil
+	}, nil
 }
 
 func preluKernel(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {

@@ -69,7 +69,7 @@ func rnnActivation(name string, alpha, beta float32, hasAlpha, hasBeta bool) (fu
 	return nil, unsupportedf("activation %q is not supported", name)
 }
 
-// rnnSpec holds the attributes LSTM and GRU share.
+// rnnSpec holds the attributes RNN, LSTM and GRU share.
 type rnnSpec struct {
 	gates   int
 	hidden  int
@@ -96,6 +96,9 @@ func readRNN(b *builder, gates int, defActs []string) (*rnnSpec, error) {
 		s.dirs = 2
 	default:
 		return nil, fmt.Errorf("direction %q is not valid", d)
+	}
+	if s.layout != 0 && s.layout != 1 {
+		return nil, fmt.Errorf("layout %d is not valid", s.layout)
 	}
 	if s.inForget {
 		return nil, unsupportedf("input_forget=1 is not supported")
@@ -148,12 +151,17 @@ func rnnRow(name string, f func(float32) float32) func(dst, src []float32) {
 	}
 }
 
-// rnnInputs checks and unpacks the inputs common to LSTM and GRU.
+// rnnData holds the inputs common to RNN, LSTM and GRU, checked and
+// unpacked.
 type rnnData struct {
 	x, w, r, bias  []float32
 	seq, batch, in int
 	lens           []int64
 	h0, c0, p      []float32
+	// hidden is hidden_size, or R's last dimension when the node leaves
+	// the attribute out: found at each run, into the run's own data, as
+	// runs of a session share the node's rnnSpec.
+	hidden int
 }
 
 func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
@@ -179,8 +187,8 @@ func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
 	h := s.hidden
 	if h == 0 && len(in[2].Shape) == 3 {
 		h = in[2].Shape[2]
-		s.hidden = h
 	}
+	d.hidden = h
 	g := s.gates
 	if len(d.w) != s.dirs*g*h*d.in || len(d.r) != s.dirs*g*h*h {
 		return nil, fmt.Errorf("inputs W %v or R %v do not fit hidden_size %d, %d directions and input size %d", in[1].Shape, in[2].Shape, h, s.dirs, d.in)
@@ -201,6 +209,14 @@ func (s *rnnSpec) unpack(in []*tensor.Tensor, withC bool) (*rnnData, error) {
 	}
 	if t := opt(4); t != nil {
 		d.lens = asInt64(t)
+		if len(d.lens) != d.batch {
+			return nil, fmt.Errorf("sequence_lens %v does not fit batch size %d", t.Shape, d.batch)
+		}
+		for bi, n := range d.lens {
+			if n < 0 || n > int64(d.seq) {
+				return nil, fmt.Errorf("sequence_lens[%d] = %d is outside [0, %d]", bi, n, d.seq)
+			}
+		}
 	}
 	state := func(t *tensor.Tensor, name string) ([]float32, error) {
 		if t == nil {
@@ -240,10 +256,47 @@ func (d *rnnData) steps(bi int) int {
 	return d.seq
 }
 
-// outputs packs Y (seq, dirs, batch, h) and the final states in the layout.
-func (s *rnnSpec) outputs(y []float32, seq, batch int, finals ...[]float32) []*tensor.Tensor {
-	h := s.hidden
-	yt := tensor.FromFloat32(y, seq, s.dirs, batch, h)
+// biasSum returns Wb + Rb of direction dir (gh = gates·hidden elements
+// each) in dst, or nil when the node has no B.
+func (d *rnnData) biasSum(dir, gh int, dst []float32) []float32 {
+	if d.bias == nil {
+		return nil
+	}
+	wb, rb := d.bias[dir*2*gh:], d.bias[dir*2*gh+gh:]
+	for j := range dst {
+		dst[j] = wb[j] + rb[j]
+	}
+	return dst
+}
+
+// project computes the input projections of every time step at once,
+// xw = X·Wᵀ + bias (gh columns; bias nil for none), with wPack one
+// direction's packed W.
+func (d *rnnData) project(rc *runCtx, wPack *kernels.PackedB, gh int, xw, bias []float32) {
+	var ep *kernels.Epilogue
+	if bias != nil {
+		ep = &kernels.Epilogue{ColBias: bias}
+	}
+	kernels.SgemmPackedB(rc.threads, false, d.seq*d.batch, 1, d.x, d.in, wPack, 0, xw, gh, ep)
+}
+
+// stepInputs copies into dst, row by batch row, the projected input xw
+// (gh columns) of the time step that step t of a direction visits in
+// that row's sequence; rows whose sequence has ended are left as they are.
+func (d *rnnData) stepInputs(dst, xw []float32, t, gh int, rev bool) {
+	for bi := 0; bi < d.batch; bi++ {
+		if n := d.steps(bi); t < n {
+			ts := stepIndex(t, n, rev)
+			copy(dst[bi*gh:(bi+1)*gh], xw[(ts*d.batch+bi)*gh:])
+		}
+	}
+}
+
+// outputs packs Y (seq, dirs, batch, hidden) and the final states in the
+// layout.
+func (s *rnnSpec) outputs(d *rnnData, y []float32, finals ...[]float32) []*tensor.Tensor {
+	batch, h := d.batch, d.hidden
+	yt := tensor.FromFloat32(y, d.seq, s.dirs, batch, h)
 	if s.layout == 1 {
 		yt = transpose(yt, []int{2, 0, 1, 3})
 	}
@@ -268,7 +321,8 @@ func (s *rnnSpec) clipRow(x []float32) {
 	}
 }
 
-// stepOrder returns the time steps a direction visits for one batch row.
+// stepIndex is the time step that step t of a direction visits in a
+// sequence of n steps.
 func stepIndex(t, n int, rev bool) int {
 	if rev {
 		return n - 1 - t
@@ -280,8 +334,7 @@ func stepIndex(t, n int, rev bool) int {
 // transposed, packed for the GEMM, from the cache when the weights are a
 // constant: W (in the input size) for the projection of every time step,
 // R (in the hidden size) for the recurrence of each step.
-func (s *rnnSpec) packWeights(cache *packCache, wt *tensor.Tensor, w []float32, g, in int) []*kernels.PackedB {
-	h := s.hidden
+func (s *rnnSpec) packWeights(cache *packCache, wt *tensor.Tensor, w []float32, g, h, in int) []*kernels.PackedB {
 	pack := func() []*kernels.PackedB {
 		ps := make([]*kernels.PackedB, s.dirs)
 		for dir := range ps {
@@ -306,9 +359,9 @@ func buildLSTM(b *builder) (kernel, error) {
 		if err != nil {
 			return nil, err
 		}
-		h, g, nb := s.hidden, 4, d.batch
-		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
-		rPacks := s.packWeights(rCache, in[2], d.r, g, h)
+		h, g, nb := d.hidden, 4, d.batch
+		wPacks := s.packWeights(wCache, in[1], d.w, g, h, d.in)
+		rPacks := s.packWeights(rCache, in[2], d.r, g, h, h)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN, cN := make([]float32, s.dirs*nb*h), make([]float32, s.dirs*nb*h)
 		gates := make([]float32, nb*g*h)
@@ -319,15 +372,7 @@ func buildLSTM(b *builder) (kernel, error) {
 			f, gf, hf := s.acts[dir*3], s.acts[dir*3+1], s.acts[dir*3+2]
 			rev := s.reverse || dir == 1
 			// All input projections at once, with both biases: xw = X·Wᵀ + Wb + Rb.
-			var ep *kernels.Epilogue
-			if d.bias != nil {
-				wb, rb := d.bias[dir*2*g*h:], d.bias[dir*2*g*h+g*h:]
-				for j := range bias {
-					bias[j] = wb[j] + rb[j]
-				}
-				ep = &kernels.Epilogue{ColBias: bias}
-			}
-			kernels.SgemmPackedB(rc.threads, false, d.seq*nb, 1, d.x, d.in, wPacks[dir], 0, xw, g*h, ep)
+			d.project(rc, wPacks[dir], g*h, xw, d.biasSum(dir, g*h, bias))
 			hs, cs := hN[dir*nb*h:(dir+1)*nb*h], cN[dir*nb*h:(dir+1)*nb*h]
 			if d.h0 != nil {
 				copy(hs, d.h0[dir*nb*h:])
@@ -341,12 +386,7 @@ func buildLSTM(b *builder) (kernel, error) {
 			}
 			for t := 0; t < d.seq; t++ {
 				// gates = xw of each batch row's own time step + H·Rᵀ.
-				for bi := 0; bi < nb; bi++ {
-					if n := d.steps(bi); t < n {
-						ts := stepIndex(t, n, rev)
-						copy(gates[bi*g*h:(bi+1)*g*h], xw[(ts*nb+bi)*g*h:])
-					}
-				}
+				d.stepInputs(gates, xw, t, g*h, rev)
 				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 1, gates, g*h, nil)
 				for bi := 0; bi < nb; bi++ {
 					n := d.steps(bi)
@@ -391,7 +431,7 @@ func buildLSTM(b *builder) (kernel, error) {
 				}
 			}
 		}
-		return s.outputs(y, d.seq, nb, hN, cN), nil
+		return s.outputs(d, y, hN, cN), nil
 	}, nil
 }
 
@@ -406,9 +446,9 @@ func buildGRU(b *builder) (kernel, error) {
 		if err != nil {
 			return nil, err
 		}
-		h, g, nb := s.hidden, 3, d.batch
-		wPacks := s.packWeights(wCache, in[1], d.w, g, d.in)
-		rPacks := s.packWeights(rCache, in[2], d.r, g, h)
+		h, g, nb := d.hidden, 3, d.batch
+		wPacks := s.packWeights(wCache, in[1], d.w, g, h, d.in)
+		rPacks := s.packWeights(rCache, in[2], d.r, g, h, h)
 		y := make([]float32, d.seq*s.dirs*nb*h)
 		hN := make([]float32, s.dirs*nb*h)
 		xw := make([]float32, d.seq*nb*g*h)
@@ -423,20 +463,14 @@ func buildGRU(b *builder) (kernel, error) {
 			// All input projections at once, with the biases that add to
 			// them: Wb, Rb of z and r, and Rb of h unless the reset gate
 			// multiplies it (linear_before_reset).
-			var ep *kernels.Epilogue
 			clear(rbh)
-			if d.bias != nil {
+			colBias := d.biasSum(dir, g*h, bias)
+			if colBias != nil && s.linBefore {
 				wb, rb := d.bias[dir*2*g*h:], d.bias[dir*2*g*h+g*h:]
-				for j := range bias {
-					bias[j] = wb[j] + rb[j]
-				}
-				if s.linBefore {
-					copy(bias[2*h:], wb[2*h:3*h])
-					copy(rbh, rb[2*h:3*h])
-				}
-				ep = &kernels.Epilogue{ColBias: bias}
+				copy(colBias[2*h:], wb[2*h:3*h])
+				copy(rbh, rb[2*h:3*h])
 			}
-			kernels.SgemmPackedB(rc.threads, false, d.seq*nb, 1, d.x, d.in, wPacks[dir], 0, xw, g*h, ep)
+			d.project(rc, wPacks[dir], g*h, xw, colBias)
 			hs := hN[dir*nb*h : (dir+1)*nb*h]
 			if d.h0 != nil {
 				copy(hs, d.h0[dir*nb*h:])
@@ -483,6 +517,57 @@ func buildGRU(b *builder) (kernel, error) {
 				}
 			}
 		}
-		return s.outputs(y, d.seq, nb, hN), nil
+		return s.outputs(d, y, hN), nil
+	}, nil
+}
+
+// buildRNN builds the plain RNN: Ht = f(Xt·Wᵀ + Ht−1·Rᵀ + Wb + Rb), f
+// Tanh unless activations names another, on LSTM's path: one GEMM
+// projects every time step's input with both biases, each step adds its
+// recurrence onto its own inputs.
+func buildRNN(b *builder) (kernel, error) {
+	s, err := readRNN(b, 1, []string{"Tanh"})
+	if err != nil {
+		return nil, err
+	}
+	wCache, rCache := &packCache{}, &packCache{}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		d, err := s.unpack(in, false)
+		if err != nil {
+			return nil, err
+		}
+		h, nb := d.hidden, d.batch
+		wPacks := s.packWeights(wCache, in[1], d.w, 1, h, d.in)
+		rPacks := s.packWeights(rCache, in[2], d.r, 1, h, h)
+		y := make([]float32, d.seq*s.dirs*nb*h)
+		hN := make([]float32, s.dirs*nb*h)
+		xw := make([]float32, d.seq*nb*h)
+		pre := make([]float32, nb*h) // one step's pre-activations
+		bias := make([]float32, h)
+		for dir := 0; dir < s.dirs; dir++ {
+			f := s.acts[dir]
+			rev := s.reverse || dir == 1
+			d.project(rc, wPacks[dir], h, xw, d.biasSum(dir, h, bias))
+			hs := hN[dir*nb*h : (dir+1)*nb*h]
+			if d.h0 != nil {
+				copy(hs, d.h0[dir*nb*h:])
+			}
+			for t := 0; t < d.seq; t++ {
+				d.stepInputs(pre, xw, t, h, rev)
+				kernels.SgemmPackedB(1, false, nb, 1, hs, h, rPacks[dir], 1, pre, h, nil)
+				for bi := 0; bi < nb; bi++ {
+					n := d.steps(bi)
+					if t >= n {
+						continue
+					}
+					pr := pre[bi*h : (bi+1)*h]
+					s.clipRow(pr)
+					f(pr, pr)
+					copy(hs[bi*h:(bi+1)*h], pr)
+					copy(y[((stepIndex(t, n, rev)*s.dirs+dir)*nb+bi)*h:], pr)
+				}
+			}
+		}
+		return s.outputs(d, y, hN), nil
 	}, nil
 }

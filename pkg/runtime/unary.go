@@ -96,6 +96,43 @@ func buildHardSigmoid(b *builder) (kernel, error) {
 	return unaryFloat(func(x float32) float32 { return min(max(alpha*x+beta, 0), 1) }), nil
 }
 
+// buildShrink builds Shrink: x + bias below −lambd, x − bias above lambd,
+// 0 between. Integer inputs are computed in float64 and truncated back to
+// their type, as ONNX's reference computes them.
+func buildShrink(b *builder) (kernel, error) {
+	bias, lambd := b.float("bias", 0), b.float("lambd", 0.5)
+	fk := unaryFloat(func(x float32) float32 {
+		switch {
+		case x < -lambd:
+			return x + bias
+		case x > lambd:
+			return x - bias
+		}
+		return 0
+	})
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		t := in[0]
+		if t.DType == tensor.Float {
+			return fk(rc, in)
+		}
+		if !t.DType.IsInteger() {
+			return nil, fmt.Errorf("type %s is not supported", t.DType)
+		}
+		bi, la := float64(bias), float64(lambd)
+		res := make([]int64, t.Len())
+		for i, v := range asInt64(t) {
+			switch x := float64(v); {
+			case x < -la:
+				res[i] = int64(x + bi)
+			case x > la:
+				res[i] = int64(x - bi)
+			}
+		}
+		out, err := castTensor(&tensor.Tensor{DType: tensor.Int64, Shape: t.Shape, Data: res}, t.DType)
+		return one(out), err
+	}, nil
+}
+
 func buildGelu(b *builder) (kernel, error) {
 	switch approx := b.str("approximate", "none"); approx {
 	case "none":

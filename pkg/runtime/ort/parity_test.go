@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
@@ -247,6 +249,98 @@ func generated() map[string]*testmodels.Builder {
 			models[name] = b
 		}
 	}
+	// RNN: Tanh with both biases; Relu with a clip; LeakyRelu (its alpha
+	// given) from an initial state with a sequence length per batch row.
+	// ONNX Runtime refuses the batch-first layout.
+	for _, dir := range []string{"forward", "reverse", "bidirectional"} {
+		dirs := int64(1)
+		if dir == "bidirectional" {
+			dirs = 2
+		}
+		const hidden, in = 7, 5
+		for _, variant := range []string{"tanh", "relu_clip", "leakyrelu_lens_h0"} {
+			name := "rnn_" + dir + "_" + variant
+			b = testmodels.New(name, 14)
+			b.Input("x", tensor.Float, 5, "N", in).Output("y", tensor.Float).Output("yh", tensor.Float)
+			b.RandomInit("w", 0.6, dirs, hidden, in).RandomInit("r", 0.6, dirs, hidden, hidden).RandomInit("b", 0.5, dirs, 2*hidden)
+			inputs := []string{"x", "w", "r", "b"}
+			attrs := []*onnxpb.AttributeProto{testmodels.AttrInt("hidden_size", hidden), testmodels.AttrString("direction", dir)}
+			acts := func(name string) *onnxpb.AttributeProto {
+				return &onnxpb.AttributeProto{Name: proto.String("activations"), Type: onnxpb.AttributeProto_STRINGS.Enum(),
+					Strings: slices.Repeat([][]byte{[]byte(name)}, int(dirs))}
+			}
+			switch variant {
+			case "relu_clip":
+				attrs = append(attrs, acts("Relu"), testmodels.AttrFloat("clip", 0.8))
+			case "leakyrelu_lens_h0":
+				// The batch is 3 rows at run time (randomInputs).
+				b.Model.Graph.Initializer = append(b.Model.Graph.Initializer, &onnxpb.TensorProto{Name: proto.String("lens"),
+					Dims: []int64{3}, DataType: proto.Int32(int32(tensor.Int32)), Int32Data: []int32{5, 2, 3}})
+				b.RandomInit("h0", 1, dirs, 3, hidden)
+				inputs = append(inputs, "lens", "h0")
+				attrs = append(attrs, acts("LeakyRelu"), testmodels.AttrFloats("activation_alpha", slices.Repeat([]float32{0.3}, int(dirs))...))
+			}
+			b.Node("RNN", "rnn", inputs, []string{"y", "yh"}, attrs...)
+			models[name] = b
+		}
+	}
+	// LRN of odd sizes (ONNX Runtime refuses even ones), with the classic
+	// CNNs' beta of 0.75 and another.
+	for _, size := range []int64{1, 3, 5} {
+		for _, beta := range []float32{0.6, 0.75} {
+			b = testmodels.New("lrn", 13)
+			b.Input("x", tensor.Float, "N", 7, 5, 6).Output("y", tensor.Float)
+			b.Node("LRN", "lrn", []string{"x"}, []string{"y"}, testmodels.AttrInt("size", size),
+				testmodels.AttrFloat("alpha", 0.02), testmodels.AttrFloat("beta", beta), testmodels.AttrFloat("bias", 1.5))
+			models[fmt.Sprintf("lrn_size%d_beta%g", size, beta)] = b
+		}
+	}
+	// Hardmax over the 2-D coercion of opset 11 and one axis of 13;
+	// MeanVarianceNormalization over its default axes and others.
+	for _, opset := range []int64{11, 13} {
+		b = testmodels.New("hardmax", opset)
+		b.Input("x", tensor.Float, "N", 3, 4).Output("y", tensor.Float)
+		b.Node("Hardmax", "hardmax", []string{"x"}, []string{"y"}, testmodels.AttrInt("axis", 1))
+		models[fmt.Sprintf("hardmax%d", opset)] = b
+	}
+	for name, axes := range map[string][]int64{"mvn_default": nil, "mvn_axes12": {1, 2}, "mvn_axes_last": {-1}} {
+		b = testmodels.New(name, 13)
+		b.Input("x", tensor.Float, "N", 3, 4, 5).Output("y", tensor.Float)
+		var attrs []*onnxpb.AttributeProto
+		if axes != nil {
+			attrs = append(attrs, testmodels.AttrInts("axes", axes...))
+		}
+		b.Node("MeanVarianceNormalization", "mvn", []string{"x"}, []string{"y"}, attrs...)
+		models[name] = b
+	}
+	// Shrink, EyeLike, ReverseSequence on both axis orders and Compress
+	// with and without an axis (a condition shorter than the flattened
+	// input).
+	b = testmodels.New("shrink", 9)
+	b.Input("x", tensor.Float, "N", 16).Output("y", tensor.Float)
+	b.Node("Shrink", "shrink", []string{"x"}, []string{"y"}, testmodels.AttrFloat("lambd", 0.7), testmodels.AttrFloat("bias", 0.4))
+	models["shrink"] = b
+	b = testmodels.New("eyelike", 9)
+	b.Input("x", tensor.Float, "N", 5).Output("y", tensor.Int64)
+	b.Node("EyeLike", "eye", []string{"x"}, []string{"y"}, testmodels.AttrInt("k", -1), testmodels.AttrInt("dtype", int64(tensor.Int64)))
+	models["eyelike"] = b
+	for _, batchAxis := range []int64{0, 1} {
+		b = testmodels.New("reversesequence", 10)
+		if batchAxis == 0 {
+			b.Input("x", tensor.Float, "N", 5, 4)
+		} else {
+			b.Input("x", tensor.Float, 5, "N", 4)
+		}
+		b.Output("y", tensor.Float)
+		b.InitInt64("lens", []int64{3}, []int64{5, 2, 1})
+		b.Node("ReverseSequence", "rev", []string{"x", "lens"}, []string{"y"}, testmodels.AttrInt("batch_axis", batchAxis), testmodels.AttrInt("time_axis", 1-batchAxis))
+		models[fmt.Sprintf("reversesequence_batch%d", batchAxis)] = b
+	}
+	b = testmodels.New("compress", 11)
+	b.Input("x", tensor.Float, "N", 6, 4).Input("c", tensor.Bool, 6).Input("flat", tensor.Bool, 20).Output("y", tensor.Float).Output("yflat", tensor.Float)
+	b.Node("Compress", "compress", []string{"x", "c"}, []string{"y"}, testmodels.AttrInt("axis", 1))
+	b.Node("Compress", "compress_flat", []string{"x", "flat"}, []string{"yflat"})
+	models["compress"] = b
 	models["loop"] = testmodels.Loop()
 	models["scan"] = testmodels.Scan()
 	return models
