@@ -585,8 +585,8 @@ func unarySigned(ff func(float32) float32, fi func(int64) int64) kernel {
 	return signedKernel(unaryFloat(ff), fi)
 }
 
-// signedKernel runs fk on float tensors and maps fi over signed integer
-// ones.
+// signedKernel runs fk on float tensors and maps fi over integer ones
+// (read as int64, written back to their type).
 func signedKernel(fk kernel, fi func(int64) int64) kernel {
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		t := in[0]

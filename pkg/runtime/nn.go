@@ -1075,30 +1075,38 @@ func softmaxAxis(b *builder) (axis int64, legacy bool) {
 	return b.int("axis", def), legacy
 }
 
+// softmaxRows reads the input of Softmax, LogSoftmax or Hardmax as outer
+// blocks of inner rows of dim values each, a row's values inner apart:
+// along axis, or before opset 13 (legacy) the input flattened to 2-D at
+// axis, whose rows are contiguous.
+func softmaxRows(in *tensor.Tensor, axis int64, legacy bool) (x []float32, outer, dim, inner int, err error) {
+	if x, err = floats(in, "input"); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	xs := in.Shape
+	if len(xs) == 0 {
+		xs = []int{1}
+	}
+	ax, err := normAxis(axis, len(xs))
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	if legacy {
+		dim = tensor.NumElements(xs[ax:])
+		return x, len(x) / max(dim, 1), dim, 1, nil
+	}
+	return x, tensor.NumElements(xs[:ax]), xs[ax], tensor.NumElements(xs[ax+1:]), nil
+}
+
 func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 	return func(b *builder) (kernel, error) {
 		axis, legacy := softmaxAxis(b)
 		return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-			x, err := floats(in[0], "input")
-			if err != nil {
-				return nil, err
-			}
-			xs := in[0].Shape
-			if len(xs) == 0 {
-				xs = []int{1}
-			}
-			ax, err := normAxis(axis, len(xs))
+			x, outer, dim, inner, err := softmaxRows(in[0], axis, legacy)
 			if err != nil {
 				return nil, err
 			}
 			out := rc.newFloatOut(in[0].Shape...)
-			if legacy {
-				// Before opset 13 the input is flattened to 2-D at axis.
-				n := tensor.NumElements(xs[ax:])
-				kernels.Softmax(x, out.Float32s(), len(x)/max(n, 1), n, log)
-				return one(out), nil
-			}
-			outer, dim, inner := tensor.NumElements(xs[:ax]), xs[ax], tensor.NumElements(xs[ax+1:])
 			if inner == 1 {
 				o := out.Float32s()
 				kernels.Parallel(rc.threads, outer, max(1, parGrain/max(1, dim)), func(lo, hi int) {
@@ -1131,21 +1139,9 @@ func buildSoftmax(log bool) func(b *builder) (kernel, error) {
 func buildHardmax(b *builder) (kernel, error) {
 	axis, legacy := softmaxAxis(b)
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		x, err := floats(in[0], "input")
+		x, outer, dim, inner, err := softmaxRows(in[0], axis, legacy)
 		if err != nil {
 			return nil, err
-		}
-		xs := in[0].Shape
-		if len(xs) == 0 {
-			xs = []int{1}
-		}
-		ax, err := normAxis(axis, len(xs))
-		if err != nil {
-			return nil, err
-		}
-		outer, dim, inner := tensor.NumElements(xs[:ax]), xs[ax], tensor.NumElements(xs[ax+1:])
-		if legacy {
-			dim, inner = tensor.NumElements(xs[ax:]), 1
 		}
 		out := rc.newFloat(in[0].Shape...)
 		if dim == 0 {

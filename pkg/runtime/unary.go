@@ -110,27 +110,16 @@ func buildShrink(b *builder) (kernel, error) {
 		}
 		return 0
 	})
-	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		t := in[0]
-		if t.DType == tensor.Float {
-			return fk(rc, in)
+	bi, la := float64(bias), float64(lambd)
+	return signedKernel(fk, func(v int64) int64 {
+		switch x := float64(v); {
+		case x < -la:
+			return int64(x + bi)
+		case x > la:
+			return int64(x - bi)
 		}
-		if !t.DType.IsInteger() {
-			return nil, fmt.Errorf("type %s is not supported", t.DType)
-		}
-		bi, la := float64(bias), float64(lambd)
-		res := make([]int64, t.Len())
-		for i, v := range asInt64(t) {
-			switch x := float64(v); {
-			case x < -la:
-				res[i] = int64(x + bi)
-			case x > la:
-				res[i] = int64(x - bi)
-			}
-		}
-		out, err := castTensor(&tensor.Tensor{DType: tensor.Int64, Shape: t.Shape, Data: res}, t.DType)
-		return one(out), err
-	}, nil
+		return 0
+	}), nil
 }
 
 func buildGelu(b *builder) (kernel, error) {
