@@ -13,12 +13,24 @@ import (
 // clamped to the observed [Min, Max].
 func percentileRange(h *Histogram, p float64, symmetric bool) (lo, hi float32) {
 	if symmetric {
-		t := quantileOf(h.absCounts(), p, 0, h.width())
-		return clampedSym(h, t)
+		abs, w := h.absCounts(maxPercentileAbsBins)
+		return clampedSym(h, quantileOf(abs, p, 0, w))
 	}
 	tail := (100 - p) / 2
 	return h.quantile(tail), h.quantile(100 - tail)
 }
+
+// maxPercentileAbsBins bounds the |v| histogram the symmetric percentile
+// reads (8 MiB of counts): coarser bins only for data whose spread is
+// under 1/512 of its largest magnitude, where a bin of max/2^20 still
+// resolves far finer than any integer grid over [−max, max].
+const maxPercentileAbsBins = 1 << 20
+
+// entropyAbsBinsPerBin bounds the |v| histogram the entropy search reads,
+// in bins of the source histogram: the search is quadratic in its length.
+// Coarser bins only for data whose smallest magnitude lies above 3/4 of
+// its largest, where the search has no tail to weigh anyway.
+const entropyAbsBinsPerBin = 4
 
 // clampedSym is [−t, t] clamped to the observed range.
 func clampedSym(h *Histogram, t float64) (lo, hi float32) {
@@ -42,7 +54,7 @@ func clampedSym(h *Histogram, t float64) (lo, hi float32) {
 // of the range (every candidate wider than levels bins merges the spike
 // with its neighbours).
 func entropyRange(h *Histogram, levels int) (lo, hi float32) {
-	abs := h.absCounts()
+	abs, w := h.absCounts(entropyAbsBinsPerBin * max(h.Bins, len(h.Counts)))
 	n := len(abs)
 	if n <= levels {
 		return float32(h.Min), float32(h.Max)
@@ -65,7 +77,7 @@ func entropyRange(h *Histogram, levels int) (lo, hi float32) {
 			best, bestI = d, i
 		}
 	}
-	return clampedSym(h, float64(bestI)*h.width())
+	return clampedSym(h, float64(bestI)*w)
 }
 
 // expandQuantized merges the i = len(ref) bins into nq groups of i/nq bins

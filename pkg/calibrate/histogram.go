@@ -143,10 +143,15 @@ func (h *Histogram) width() float64 { return math.Ldexp(1, h.Exp) }
 // edge is the lower edge of bin j.
 func (h *Histogram) edge(j int) float64 { return float64(h.Start+j) * h.width() }
 
-// absCounts folds the histogram onto |v|: bin k covers [k·w, (k+1)·w); a
-// negative bin [−(k+1)·w, −k·w) lands in bin k (values exactly at −k·w are
-// one bin low, a measure-zero difference).
-func (h *Histogram) absCounts() []float64 {
+// absCounts folds the histogram onto |v| and returns the folded counts
+// and their bin width w: bin k covers [k·w, (k+1)·w); a negative bin
+// [−(k+1)·w, −k·w) lands in bin k (values exactly at −k·w are one bin low,
+// a measure-zero difference). w is the histogram's width, or a power-of-two
+// multiple of it that keeps the folded bins at most limit: data far from
+// zero against its spread (values in [1e6, 1e6 + 1]) would otherwise need
+// a bin for every width step from zero up to them, billions of them. Data
+// whose live bins reach zero folds onto at most len(Counts) bins.
+func (h *Histogram) absCounts(limit int) (counts []float64, width float64) {
 	hi := 0
 	for j, c := range h.Counts {
 		if c != 0 {
@@ -157,17 +162,21 @@ func (h *Histogram) absCounts() []float64 {
 			hi = max(hi, i+1)
 		}
 	}
-	out := make([]float64, hi)
+	shift := 0
+	for (hi-1)>>shift >= max(limit, 1) {
+		shift++
+	}
+	out := make([]float64, ((hi-1)>>shift)+1)
 	for j, c := range h.Counts {
 		if c != 0 {
 			i := h.Start + j
 			if i < 0 {
 				i = -i - 1
 			}
-			out[i] += float64(c)
+			out[i>>shift] += float64(c)
 		}
 	}
-	return out
+	return out, math.Ldexp(h.width(), shift)
 }
 
 // quantile returns the value below which q percent of the counts lie,

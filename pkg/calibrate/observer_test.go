@@ -183,6 +183,35 @@ func TestSymmetricPercentileNegative(t *testing.T) {
 	}
 }
 
+// TestSymmetricRangesFarFromZero: values in [1e6, 1e6 + 64] (a position
+// index, a large mean) are thousands of bin widths from zero. Folding them
+// onto |v| bin by bin from zero would take hundreds of millions of bins
+// (and the entropy search time quadratic in them); the folded bins are
+// coarsened instead, and the symmetric ranges still reach the data's
+// largest magnitude, clamped to the observed range as always.
+func TestSymmetricRangesFarFromZero(t *testing.T) {
+	x := make([]float32, 4096)
+	for i := range x {
+		x[i] = 1e6 + float32(i%65)
+	}
+	for _, calc := range []spec.CalculatorType{spec.Percentile, spec.Entropy} {
+		s := specWith(calc)
+		s.QScheme = spec.Symmetric
+		o := mustObserver(t, TensorToObserve{Name: "n", Spec: s})
+		observe(t, o, x)
+		if abs, _ := o.Histogram.absCounts(maxPercentileAbsBins); len(abs) > maxPercentileAbsBins {
+			t.Fatalf("%s: %d folded bins, want at most %d", calc, len(abs), maxPercentileAbsBins)
+		}
+		mins, maxs, err := o.Range(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mins[0] != 1e6 || maxs[0] < 1e6+60 || maxs[0] > 1e6+64 {
+			t.Errorf("%s: range [%v, %v], want [1e6, about 1e6 + 64]", calc, mins[0], maxs[0])
+		}
+	}
+}
+
 func TestKLDivergence(t *testing.T) {
 	got := klDivergence([]float64{1, 1}, []float64{1, 3})
 	want := 0.5*math.Log(0.5/0.25) + 0.5*math.Log(0.5/0.75)
