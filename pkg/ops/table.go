@@ -466,10 +466,11 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{
-		Type:   "RMSNormalization",
-		Args:   [][]string{{"input"}, {"weight"}},
-		States: map[int]string{1: "weight", 2: "bias"},
-		Torch:  []Torch{{Name: "rms_norm", States: []string{"weight"}}},
+		Type:    "RMSNormalization",
+		Args:    [][]string{{"input"}, {"weight"}},
+		States:  map[int]string{1: "weight"},
+		Torch:   []Torch{{Name: "rms_norm", States: []string{"weight"}}},
+		Changes: unchanged,
 	},
 	{Type: "RNN", Changes: unchanged},
 	{Type: "Range", Changes: unchanged},
@@ -526,6 +527,7 @@ var entries = []Op{
 		Changes: changedAt(11), // v11: the roi input was inserted before scales
 	},
 	{Type: "ReverseSequence", Changes: unchanged},
+	{Type: "RotaryEmbedding", Changes: unchanged},
 	{Type: "Round", Changes: unchanged},
 	{Type: "Scan", Changes: changedAt(9)}, // v9: the batch axis was dropped
 	{Type: "Scatter", Changes: unchanged},

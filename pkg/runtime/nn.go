@@ -868,9 +868,14 @@ func globalPoolKernel(isMax bool) kernel {
 // BatchNormalization epilogue of a fused Conv computes it.
 // Planes are split over the run's threads.
 func perChannel(rc *runCtx, x []float32, shape []int, scale, shift []float32) *tensor.Tensor {
-	const perChannelChunk = 2048
 	out := rc.newFloatOut(shape...)
-	y := out.Float32s()
+	perChannelInto(rc, out.Float32s(), x, shape, scale, shift)
+	return out
+}
+
+// perChannelInto is perChannel writing into y, which may be x.
+func perChannelInto(rc *runCtx, y, x []float32, shape []int, scale, shift []float32) {
+	const perChannelChunk = 2048
 	c := 1
 	if len(shape) > 1 {
 		c = shape[1]
@@ -890,7 +895,6 @@ func perChannel(rc *runCtx, x []float32, shape []int, scale, shift []float32) *t
 			}
 		}
 	})
-	return out
 }
 
 func buildBatchNorm(b *builder) (kernel, error) {
@@ -969,9 +973,11 @@ func channelStats(x []float32, shape []int) (mean, variance []float32) {
 	return mean, variance
 }
 
+// buildInstanceNorm builds InstanceNormalization: GroupNormalization with
+// one group per channel (groupNorm).
 func buildInstanceNorm(b *builder) (kernel, error) {
 	eps := b.float("epsilon", 1e-5)
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
 		if err != nil {
 			return nil, err
@@ -988,28 +994,119 @@ func buildInstanceNorm(b *builder) (kernel, error) {
 		if len(xs) < 3 || len(scale) != xs[1] || len(bias) != xs[1] {
 			return nil, fmt.Errorf("input X %v, scale and B do not fit", xs)
 		}
-		c, sp := xs[1], tensor.NumElements(xs[2:])
-		out := tensor.New(tensor.Float, xs...)
-		ones := make([]float32, sp)
-		for i := range ones {
-			ones[i] = 1
-		}
-		for p := 0; p < xs[0]*c; p++ {
-			kernels.LayerNorm(x[p*sp:(p+1)*sp], out.Float32s()[p*sp:(p+1)*sp], 1, sp, ones, nil, eps, nil, nil)
-			j := p % c
-			row := out.Float32s()[p*sp : (p+1)*sp]
-			for q := range row {
-				row[q] = row[q]*scale[j] + bias[j]
-			}
-		}
-		return one(out), nil
+		return one(groupNorm(rc, x, xs, xs[1], scale, bias, eps)), nil
 	}, nil
+}
+
+// buildGroupNorm builds GroupNormalization: the channels of each batch
+// entry in num_groups groups of consecutive channels, each group
+// normalized as a whole (groupNorm). Opset 18 scales and shifts each group
+// by its scale[g] and bias[g]; opset 21 has scale and bias per channel, as
+// the paper and the frameworks do, and ONNX deprecated the opset-18
+// definition for that. Each opset runs as its definition says, so a model
+// means what its opset says it means.
+func buildGroupNorm(b *builder) (kernel, error) {
+	if !b.has("num_groups") {
+		return nil, fmt.Errorf("attribute num_groups is missing")
+	}
+	groups, eps := b.int("num_groups", 0), b.float("epsilon", 1e-5)
+	if err := checkStashType(b); err != nil {
+		return nil, err
+	}
+	perGroup := b.opset < 21
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		scale, err := floats(in[1], "scale")
+		if err != nil {
+			return nil, err
+		}
+		bias, err := floats(in[2], "bias")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		if len(xs) < 2 {
+			return nil, fmt.Errorf("input X %v has no channel axis", xs)
+		}
+		c := xs[1]
+		if groups <= 0 || int64(c)%groups != 0 {
+			return nil, fmt.Errorf("num_groups %d does not divide the %d channels of input X %v", groups, c, xs)
+		}
+		want, per := c, "channel"
+		if perGroup {
+			want, per = int(groups), "group"
+		}
+		if len(scale) != want || len(bias) != want {
+			return nil, fmt.Errorf("scale and bias have %d and %d elements; opset %d has one per %s (%d)", len(scale), len(bias), b.opset, per, want)
+		}
+		if perGroup {
+			scale, bias = groupToChannels(scale, c), groupToChannels(bias, c)
+		}
+		return one(groupNorm(rc, x, xs, int(groups), scale, bias, eps)), nil
+	}, nil
+}
+
+// groupToChannels repeats each group's value for the channels of the group:
+// p holds one value per group of consecutive channels, c channels in all.
+func groupToChannels(p []float32, c int) []float32 {
+	out := make([]float32, c)
+	per := c / len(p)
+	for i := range out {
+		out[i] = p[i/per]
+	}
+	return out
+}
+
+// groupNorm normalizes x, of shape [N, C, D1, ...] with C a multiple of
+// groups, over each batch entry's groups of C/groups consecutive channels
+// (contiguous, so each is one row of kernels.LayerNorm), then scales and
+// shifts each channel c:
+//
+//	y = float32((x − μ)/√(σ² + eps))·scale[c] + shift[c]
+//
+// the product rounded before the addition (perChannelInto). The statistics
+// are LayerNormalization's, float64 with the variance summed around the
+// mean: the E[x²] − E[x]² of the ONNX function bodies cancels to noise in
+// float32 when a group's mean is large against its spread, as it is after
+// a convolution's bias. Groups are split over the run's threads, then
+// channel planes.
+func groupNorm(rc *runCtx, x []float32, xs []int, groups int, scale, shift []float32, eps float32) *tensor.Tensor {
+	out := rc.newFloatOut(xs...)
+	if len(x) == 0 {
+		return out
+	}
+	n := xs[1] / groups * tensor.NumElements(xs[2:]) // elements of one group
+	y := out.Float32s()
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	kernels.Parallel(rc.threads, xs[0]*groups, max(1, parGrain/max(1, n)), func(lo, hi int) {
+		kernels.LayerNorm(x[lo*n:hi*n], y[lo*n:hi*n], hi-lo, n, ones, nil, eps, nil, nil)
+	})
+	perChannelInto(rc, y, y, xs, scale, shift)
+	return out
+}
+
+// checkStashType refuses a stash_type other than float (1). The engine
+// takes the normalizations' statistics in float64 from float32 inputs and
+// rounds the normalized values to float32, which is stash_type float's
+// computation, done more exactly; another stash type asks for its own
+// rounding of the first stage, which the engine does not reproduce.
+func checkStashType(b *builder) error {
+	if st := b.int("stash_type", 1); st != 1 {
+		return unsupportedf("stash_type=%d is not supported", st)
+	}
+	return nil
 }
 
 func buildLayerNorm(b *builder) (kernel, error) {
 	axis, eps := b.int("axis", -1), b.float("epsilon", 1e-5)
-	if b.int("stash_type", 1) != 1 {
-		return nil, unsupportedf("stash_type=%d is not supported", b.int("stash_type", 1))
+	if err := checkStashType(b); err != nil {
+		return nil, err
 	}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "X")
@@ -1022,20 +1119,15 @@ func buildLayerNorm(b *builder) (kernel, error) {
 			return nil, err
 		}
 		rows, n := tensor.NumElements(xs[:ax]), tensor.NumElements(xs[ax:])
-		scale, err := floats(in[1], "Scale")
+		scale, err := normParam(in[1], "Scale", xs[ax:])
 		if err != nil {
 			return nil, err
 		}
-		scale = broadcastParam(scale, in[1].Shape, xs[ax:])
 		var bias []float32
 		if len(in) > 2 && in[2] != nil {
-			if bias, err = floats(in[2], "B"); err != nil {
+			if bias, err = normParam(in[2], "B", xs[ax:]); err != nil {
 				return nil, err
 			}
-			bias = broadcastParam(bias, in[2].Shape, xs[ax:])
-		}
-		if len(scale) != n || bias != nil && len(bias) != n {
-			return nil, fmt.Errorf("input Scale %v or B do not fit normalized shape %v", in[1].Shape, xs[ax:])
 		}
 		out := rc.newFloatOut(xs...)
 		statShape := slices.Clone(xs)
@@ -1051,13 +1143,84 @@ func buildLayerNorm(b *builder) (kernel, error) {
 	}, nil
 }
 
+// buildRMSNorm builds RMSNormalization: each row of the axes from axis on
+// divided by its root mean square √(Σx²/n + eps), then multiplied by scale
+// (broadcast to the row):
+//
+//	y = float32(float32(x · 1/√(Σx²/n + eps)) · scale[j])
+//
+// rounded as LayerNormalization rounds its normalized value and its
+// product with Scale. The squares are summed in float64: a float32 sum
+// loses low bits in proportion to the row's length, and a float32 square
+// overflows once |x| passes 1.8e19, where the root mean square is still a
+// float32. Rows are split over the run's threads.
+func buildRMSNorm(b *builder) (kernel, error) {
+	axis, eps := b.int("axis", -1), b.float("epsilon", 1e-5)
+	if err := checkStashType(b); err != nil {
+		return nil, err
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, err := floats(in[0], "X")
+		if err != nil {
+			return nil, err
+		}
+		xs := in[0].Shape
+		ax, err := normAxis(axis, len(xs))
+		if err != nil {
+			return nil, err
+		}
+		rows, n := tensor.NumElements(xs[:ax]), tensor.NumElements(xs[ax:])
+		scale, err := normParam(in[1], "scale", xs[ax:])
+		if err != nil {
+			return nil, err
+		}
+		out := rc.newFloatOut(xs...)
+		y := out.Float32s()
+		kernels.Parallel(rc.threads, rows, max(1, parGrain/max(1, n)), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xr, yr := x[r*n:(r+1)*n], y[r*n:(r+1)*n]
+				var sq float64
+				for _, v := range xr {
+					sq += float64(v) * float64(v)
+				}
+				inv := 1 / math.Sqrt(sq/float64(n)+float64(eps))
+				for j, v := range xr {
+					yr[j] = float32(float32(float64(v)*inv) * scale[j])
+				}
+			}
+		})
+		return one(out), nil
+	}, nil
+}
+
+// normParam reads input t, named what, of LayerNormalization or
+// RMSNormalization as one value per element of a normalized row of shape
+// row: as it is when it has that many elements, broadcast to the row when
+// it is smaller and broadcastable to it.
+func normParam(t *tensor.Tensor, what string, row []int) ([]float32, error) {
+	p, err := floats(t, what)
+	if err != nil {
+		return nil, err
+	}
+	p = broadcastParam(p, t.Shape, row)
+	if len(p) != tensor.NumElements(row) {
+		return nil, fmt.Errorf("input %s %v does not fit the normalized shape %v", what, t.Shape, row)
+	}
+	return p, nil
+}
+
 // broadcastParam expands a parameter to the normalized shape when it is
-// broadcastable but smaller.
+// broadcastable to it but smaller; otherwise it returns p as it is. Leading
+// axes of size 1 beyond the normalized rank broadcast away, as they would
+// against the input.
 func broadcastParam(p []float32, ps, want []int) []float32 {
 	if len(p) == tensor.NumElements(want) {
 		return p
 	}
-	if _, err := broadcastShape(ps, want); err != nil {
+	for len(ps) > len(want) && ps[0] == 1 {
+		ps = ps[1:]
+	}
+	if bs, err := broadcastShape(ps, want); err != nil || !slices.Equal(bs, want) {
 		return p
 	}
 	return expandTo(tensor.FromFloat32(p, ps...), want).Float32s()

@@ -15,10 +15,22 @@ import (
 // declared type out.
 func runOneNode(t *testing.T, opset int64, op string, out tensor.DType, ins []*tensor.Tensor, attrs ...*onnxpb.AttributeProto) *tensor.Tensor {
 	t.Helper()
+	b, feed := oneNodeModel(opset, op, out, ins, attrs...)
+	return runModel(t, b, 2, feed)["y"]
+}
+
+// oneNodeModel is the model runOneNode runs, with its feed: a node named
+// op reading graph inputs in0, in1, ... (ins in order; a nil one is an
+// omitted optional input) and writing graph output y.
+func oneNodeModel(opset int64, op string, out tensor.DType, ins []*tensor.Tensor, attrs ...*onnxpb.AttributeProto) (*testmodels.Builder, map[string]*tensor.Tensor) {
 	b := testmodels.New(op, opset)
 	feed := map[string]*tensor.Tensor{}
 	var names []string
 	for i, x := range ins {
+		if x == nil {
+			names = append(names, "")
+			continue
+		}
 		name := fmt.Sprintf("in%d", i)
 		dims := make([]any, len(x.Shape))
 		for j, d := range x.Shape {
@@ -30,7 +42,7 @@ func runOneNode(t *testing.T, opset int64, op string, out tensor.DType, ins []*t
 	}
 	b.Output("y", out)
 	b.Node(op, op, names, []string{"y"}, attrs...)
-	return runModel(t, b, 2, feed)["y"]
+	return b, feed
 }
 
 // TestLRN checks LRN of even sizes, whose window reaches one more channel

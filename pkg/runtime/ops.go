@@ -140,7 +140,9 @@ func init() {
 		"GlobalMaxPool":             {1, 0, simple(globalPoolKernel(true))},
 		"BatchNormalization":        {1, 0, buildBatchNorm},
 		"InstanceNormalization":     {1, 0, buildInstanceNorm},
+		"GroupNormalization":        {18, 0, buildGroupNorm},
 		"LayerNormalization":        {17, 0, buildLayerNorm},
+		"RMSNormalization":          {23, 0, buildRMSNorm},
 		"MeanVarianceNormalization": {9, 0, buildMVN},
 		"LRN":                       {1, 0, buildLRN},
 		"Softmax":                   {1, 0, buildSoftmax(false)},
@@ -174,6 +176,7 @@ func init() {
 		"NonMaxSuppression":         {10, 0, buildNMS},
 		"GridSample":                {16, 0, buildGridSample},
 		"RoiAlign":                  {10, 0, buildRoiAlign},
+		"RotaryEmbedding":           {23, 0, buildRotaryEmbedding},
 		"Scan":                      {9, 0, buildScan},
 	}
 }

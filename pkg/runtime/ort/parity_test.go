@@ -343,6 +343,107 @@ func generated() map[string]*testmodels.Builder {
 	models["compress"] = b
 	models["loop"] = testmodels.Loop()
 	models["scan"] = testmodels.Scan()
+	for name, b := range normModels() {
+		models[name] = b
+	}
+	return models
+}
+
+// normModels are GroupNormalization of both definitions (scale and bias
+// per group at opset 18, per channel at 21) over one group, a group per
+// channel and groups between; RMSNormalization over the last axis and from
+// axis 1; RotaryEmbedding of both layouts and both pairings, partial, with
+// and without position_ids. The inputs are randomInputs': position_ids
+// fall in [0, 8), the caches' positions. ONNX Runtime refuses an
+// RMSNormalization scale smaller than the normalized shape ([5] or [4, 1]
+// for rows of [4, 5]), which the op allows when it broadcasts to the rows,
+// and a rank-4 RotaryEmbedding with rotary_embedding_dim but no num_heads,
+// which the op does not need; the partial rank-4 models set num_heads,
+// which the op ignores for rank 4.
+func normModels() map[string]*testmodels.Builder {
+	models := map[string]*testmodels.Builder{}
+	for _, opset := range []int64{18, 21} {
+		for _, v := range []struct {
+			shape  []any
+			groups int64
+			eps    float32
+		}{
+			{[]any{"N", 6, 5, 4}, 3, 1e-5},
+			{[]any{"N", 6, 5, 4}, 1, 1e-5},
+			{[]any{"N", 6, 5, 4}, 6, 0.3},
+			{[]any{"N", 4, 7}, 2, 1e-5},
+		} {
+			c := int64(v.shape[1].(int))
+			params := c
+			if opset < 21 {
+				params = v.groups
+			}
+			b := testmodels.New("groupnorm", opset)
+			b.Input("x", tensor.Float, v.shape...).Output("y", tensor.Float)
+			b.RandomInit("scale", 1.5, params).RandomInit("bias", 0.5, params)
+			b.Node("GroupNormalization", "gn", []string{"x", "scale", "bias"}, []string{"y"},
+				testmodels.AttrInt("num_groups", v.groups), testmodels.AttrFloat("epsilon", v.eps))
+			models[fmt.Sprintf("groupnorm%d_rank%d_groups%d", opset, len(v.shape), v.groups)] = b
+		}
+	}
+	for name, v := range map[string]struct {
+		shape, scale []any
+		axis         int64
+	}{
+		"rmsnorm_last_axis":          {[]any{"N", 6, 16}, []any{16}, -1},
+		"rmsnorm_axis1":              {[]any{"N", 4, 5}, []any{4, 5}, 1},
+		"rmsnorm_axis1_leading_axis": {[]any{"N", 4, 5}, []any{1, 4, 5}, 1},
+	} {
+		b := testmodels.New(name, 23)
+		b.Input("x", tensor.Float, v.shape...).Output("y", tensor.Float)
+		dims := make([]int64, len(v.scale))
+		for i, d := range v.scale {
+			dims[i] = int64(d.(int))
+		}
+		b.RandomInit("scale", 1.5, dims...)
+		b.Node("RMSNormalization", "rms", []string{"x", "scale"}, []string{"y"}, testmodels.AttrInt("axis", v.axis))
+		models[name] = b
+	}
+	const heads, seq, head, positions = 3, 5, 8, 8
+	for _, rank := range []int{3, 4} {
+		for _, interleaved := range []int64{0, 1} {
+			for _, v := range []struct {
+				variant string
+				dim     int64 // rotary_embedding_dim, 0: the whole head
+				ids     bool
+			}{{"", 0, true}, {"_partial", 4, true}, {"_no_ids", 0, false}} {
+				name := fmt.Sprintf("rotary_rank%d_interleaved%d%s", rank, interleaved, v.variant)
+				b := testmodels.New(name, 23)
+				if rank == 4 {
+					b.Input("x", tensor.Float, "N", heads, seq, head)
+				} else {
+					b.Input("x", tensor.Float, "N", seq, heads*head)
+				}
+				b.Output("y", tensor.Float)
+				half := int64(head / 2)
+				if v.dim != 0 {
+					half = v.dim / 2
+				}
+				inputs := []string{"x", "cos", "sin"}
+				if v.ids {
+					b.Input("ids", tensor.Int64, "N", seq)
+					b.RandomInit("cos", 1, positions, half).RandomInit("sin", 1, positions, half)
+					inputs = append(inputs, "ids")
+				} else {
+					b.Input("cos", tensor.Float, "N", seq, int(half)).Input("sin", tensor.Float, "N", seq, int(half))
+				}
+				attrs := []*onnxpb.AttributeProto{testmodels.AttrInt("interleaved", interleaved)}
+				if rank == 3 || v.dim != 0 {
+					attrs = append(attrs, testmodels.AttrInt("num_heads", heads))
+				}
+				if v.dim != 0 {
+					attrs = append(attrs, testmodels.AttrInt("rotary_embedding_dim", v.dim))
+				}
+				b.Node("RotaryEmbedding", "rope", inputs, []string{"y"}, attrs...)
+				models[name] = b
+			}
+		}
+	}
 	return models
 }
 
