@@ -76,7 +76,7 @@ engine only and says so.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&o.Data, "data", nil, "model inputs: NAME=FILE.npy (FILE.npy alone for a one-input model), batch-first; the first --batch-size samples are used")
+	f.StringArrayVar(&o.Data, "data", nil, "model inputs: NAME=FILE.npy (FILE.npy alone for a one-input model), FILE.npz or a test_data_set directory, batch-first; the first --batch-size samples are used")
 	f.IntVar(&o.BatchSize, "batch-size", 1, "samples per run")
 	f.Float64Var(&o.MinSpeedup, "min-speedup", 0, "gate: exit 3 when ONNX Runtime's speedup is below this (needs the ort build)")
 	f.StringVar(&o.Format, "format", "table", "output: table or json")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/compare"
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
@@ -45,7 +47,7 @@ func NewCmdCompare(streams *IO, runF func(*compareOptions) error) *cobra.Command
 	opts := &compareOptions{IO: streams}
 	var minTop1 *string
 	cmd := &cobra.Command{
-		Use:   "compare REFERENCE.onnx CANDIDATE.onnx --data NAME=FILE.npy ...",
+		Use:   "compare REFERENCE.onnx CANDIDATE.onnx --data NAME=FILE.npy|FILE.npz|DIR ...",
 		Short: "Measure how closely a (quantized) model follows its reference: SQNR, agreement, per-layer error, quality gates",
 		Long: `Runs both models on the same data and reports, per output, the SQNR in dB
 (20·log10(‖x‖/‖x−x̂‖) over all samples), cosine similarity, maximum and mean
@@ -61,7 +63,7 @@ status 3 when one fails.`,
 				return Usagef("--format %q: want table or json", opts.Format)
 			}
 			if len(opts.Data) == 0 {
-				return Usagef("--data is required: give NAME=FILE.npy per model input (FILE.npy alone for a single-input model)")
+				return Usagef("--data is required: give NAME=FILE.npy per model input (FILE.npy alone for a single-input model), an .npz archive or a test_data_set directory")
 			}
 			if opts.Samples < 0 || opts.BatchSize < 0 || opts.Threads < 0 {
 				return Usagef("--samples, --batch-size and --threads take 0 or more")
@@ -83,7 +85,7 @@ status 3 when one fails.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&opts.Data, "data", nil, "input data as NAME=FILE.npy, samples on axis 0 (repeatable; FILE.npy alone for a single-input model)")
+	f.StringArrayVar(&opts.Data, "data", nil, "input data, samples on axis 0 unless :axis=K says otherwise: NAME=FILE.npy[:axis=K] per input (FILE.npy alone for a single-input model), FILE.npz or a test_data_set directory (repeatable)")
 	f.StringVar(&opts.Engine, "engine", "go", "inference engine: go (built-in) or ort (ONNX Runtime, in builds with -tags ort)")
 	f.IntVar(&opts.Threads, "threads", 0, "threads per run (0: one per CPU)")
 	f.IntVar(&opts.Samples, "samples", 0, "use only the first N samples (0: all)")
@@ -283,31 +285,29 @@ func fixedBatch(infos []runtime.IOInfo) int {
 	return 8
 }
 
-// openCompareData opens the --data flags as a streaming source:
-// NAME=FILE.npy per model input, or FILE.npy alone for a single-input model.
-func openCompareData(flags []string, infos []runtime.IOInfo) (*calibrate.NPYSource, error) {
+// openCompareData opens the --data flags as a streaming source, as
+// quantize reads its calibration data: NAME=FILE.npy[:axis=K] per model
+// input (FILE.npy alone for a single-input model), an .npz archive or an
+// ONNX test_data_set directory (the ONNX model zoo ships its models with
+// them).
+func openCompareData(flags []string, infos []runtime.IOInfo) (calibrate.Source, error) {
 	names := make([]string, len(infos))
 	for i, in := range infos {
 		names[i] = in.Name
 	}
-	files := map[string]string{}
 	for _, f := range flags {
-		name, file, ok := strings.Cut(f, "=")
-		if !ok {
-			if len(infos) != 1 {
-				return nil, Usagef("--data %q: want NAME=FILE.npy (model inputs: %s)", f, strings.Join(names, ", "))
-			}
-			name, file = names[0], f
+		e, err := config.ParseDataEntry(f)
+		if err != nil {
+			return nil, &UsageError{Err: err}
 		}
-		if !slices.Contains(names, name) {
-			return nil, Usagef("--data %q: the model has no input %q (inputs: %s)", f, name, strings.Join(names, ", "))
+		switch {
+		case e.Name != "" && !slices.Contains(names, e.Name):
+			return nil, Usagef("--data %q: the model has no input %q (inputs: %s)", f, e.Name, strings.Join(names, ", "))
+		case e.Name == "" && len(infos) != 1 && strings.EqualFold(filepath.Ext(e.File), ".npy"):
+			return nil, Usagef("--data %q: want NAME=FILE.npy (model inputs: %s)", f, strings.Join(names, ", "))
 		}
-		if _, dup := files[name]; dup {
-			return nil, Usagef("--data %q: input %q is given twice", f, name)
-		}
-		files[name] = file
 	}
-	src, err := calibrate.OpenNPY(infos, files)
+	src, err := calibrate.Open(infos, flags, nil)
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("--data: %w", err)}
 	}

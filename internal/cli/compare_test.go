@@ -13,6 +13,7 @@ import (
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"github.com/coreaiq/coreaiq/pkg/tensor/npy"
 )
 
 func TestNewCmdCompare(t *testing.T) {
@@ -103,6 +104,11 @@ func TestCompareRun(t *testing.T) {
 	dir, ref, data := compareFixture(t)
 	noisy := writeModel(t, dir, "noisy.onnx", perturbed(0.05))
 	mlp := writeModel(t, dir, "mlp.onnx", testmodels.MLP())
+	x, err := npy.ReadNPYFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := writeTestSet(t, dir, x) // the same samples as an ONNX test data directory
 	labels := writeNPY(t, dir, "labels.npy", tensor.FromInt64([]int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 10))
 	shortLabels := writeNPY(t, dir, "short.npy", tensor.FromInt64([]int64{0, 1}, 2))
 	cases := []struct {
@@ -117,6 +123,8 @@ func TestCompareRun(t *testing.T) {
 		{"self, table, labels", []string{ref, ref, "--data", "input=" + data, "--labels", labels, "--per-layer"}, 0,
 			[]string{"inf", "100.00%", "ref acc", "per-layer SQNR, worst first (0 quantized activations)"}, nil},
 		{"noise passes a low gate", []string{noisy, ref, "--data", data, "--min-sqnr", "5"}, 0, []string{"quality gates passed"}, nil},
+		{"a test_data_set directory", []string{ref, noisy, "--data", set, "--format", "json"}, 0, []string{`"samples": 10`}, nil},
+		{"a named directory", []string{ref, ref, "--data", "input=" + set}, 2, nil, []string{"a directory feeds every input"}},
 		{"noise fails a high gate", []string{ref, noisy, "--data", data, "--min-sqnr", "80"}, 3,
 			[]string{"FAILED"}, []string{`output "logits": SQNR`, "below the minimum of 80.00 dB"}},
 		{"samples", []string{ref, noisy, "--data", data, "--samples", "4", "--format", "json"}, 0, []string{`"samples": 4`}, nil},

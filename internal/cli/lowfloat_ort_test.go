@@ -6,11 +6,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
-
-	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
@@ -119,28 +116,6 @@ func lowFloatFire(dt tensor.DType) *testmodels.Builder {
 	b.Node("Relu", "r3", []string{"b"}, []string{"rb"})
 	b.Node("Concat", "cat", []string{"ra", "rb"}, []string{"y"}, testmodels.AttrInt("axis", 1))
 	return b
-}
-
-// writeTestSet writes x as the input_0.pb of an ONNX test data directory
-// (.npy has no bfloat16) and returns the directory.
-func writeTestSet(t *testing.T, dir string, x *tensor.Tensor) string {
-	t.Helper()
-	p, err := tensor.ToProto(x, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := gproto.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := filepath.Join(dir, "data")
-	if err := os.Mkdir(set, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(set, "input_0.pb"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return set
 }
 
 func lowFloatData(dt tensor.DType, n int) *tensor.Tensor {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	gproto "google.golang.org/protobuf/proto"
+
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
@@ -33,6 +35,29 @@ func writeNPY(t *testing.T, dir, name string, x *tensor.Tensor) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// writeTestSet writes x as the input_0.pb of an ONNX test data directory
+// (.npy has no bfloat16; the ONNX model zoo ships its data so) and
+// returns the directory.
+func writeTestSet(t *testing.T, dir string, x *tensor.Tensor) string {
+	t.Helper()
+	p, err := tensor.ToProto(x, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gproto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := filepath.Join(dir, "data")
+	if err := os.Mkdir(set, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(set, "input_0.pb"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
 
 func TestRunWritesOutputs(t *testing.T) {
