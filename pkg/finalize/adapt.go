@@ -47,6 +47,8 @@ var adapters = map[string]adapter{
 	"Pad":                adaptPad,
 	"Concat":             adaptConcat,
 	"BatchNormalization": adaptBatchNorm,
+	"GroupNormalization": adaptGroupNorm,
+	"RoiAlign":           adaptRoiAlign,
 	"Sum":                adaptVariadic, "Max": adaptVariadic, "Min": adaptVariadic, "Mean": adaptVariadic,
 	"Add": adaptBroadcast, "Sub": adaptBroadcast, "Mul": adaptBroadcast, "Div": adaptBroadcast,
 	"Pow": adaptBroadcast, "Equal": adaptBroadcast, "Greater": adaptBroadcast, "Less": adaptBroadcast,
@@ -622,6 +624,72 @@ func adaptBatchNorm(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (bef
 	}
 	if used := c.dropUnusedOutputs(n, 1); used != "" {
 		return nil, nil, fmt.Errorf("training output %q is read", used)
+	}
+	return nil, nil, nil
+}
+
+// adaptGroupNorm: at 21, scale and bias went from one value per group to
+// one per channel (ONNX deprecated the per-group form). Constant ones are
+// written out per channel, each group's value repeated over its channels;
+// the channel count comes from the input's declared shape.
+func adaptGroupNorm(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error) {
+	groups := int64(0)
+	if a := getAttr(n, "num_groups"); a != nil {
+		groups = a.GetI()
+	}
+	if len(n.GetInput()) < 3 || groups <= 0 {
+		return nil, nil, errors.New("needs X, scale, bias and num_groups")
+	}
+	dims := c.shapes[n.GetInput()[0]]
+	if len(dims) < 2 || dims[1] <= 0 || dims[1]%groups != 0 {
+		return nil, nil, fmt.Errorf("the channel count of input %q is not known or not a multiple of num_groups %d (scale and bias become one value per channel)", n.GetInput()[0], groups)
+	}
+	channels := int(dims[1])
+	for i, what := range []string{"scale", "bias"} {
+		name := n.GetInput()[1+i]
+		var tp *onnxpb.TensorProto
+		for _, t := range g.GetInitializer() {
+			if t.GetName() == name {
+				tp = t
+			}
+		}
+		if tp == nil {
+			return nil, nil, fmt.Errorf("%s %q is not a constant of the graph, so it cannot be written per channel", what, name)
+		}
+		t, err := tensor.FromProto(tp, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s %q: %w", what, name, err)
+		}
+		v, err := t.AsFloat32()
+		if err != nil || len(v) != int(groups) {
+			return nil, nil, fmt.Errorf("%s %q has %d values for %d groups", what, name, t.Len(), groups)
+		}
+		per := make([]float32, channels)
+		for ch := range per {
+			per[ch] = v[ch/(channels/int(groups))]
+		}
+		pt, err := tensor.Cast(tensor.FromFloat32(per, channels), t.DType)
+		if err != nil {
+			return nil, nil, err
+		}
+		in, err := c.addInit(g, n, what, pt)
+		if err != nil {
+			return nil, nil, err
+		}
+		setInput(n, 1+i, in)
+	}
+	c.notes = append(c.notes, fmt.Sprintf("node %q (GroupNormalization): scale and bias written per channel (%d groups of %d)", c.label(n), groups, channels/int(groups)))
+	return nil, nil, nil
+}
+
+// adaptRoiAlign: at 16, coordinate_transformation_mode arrived, its
+// default half_pixel shifting the input coordinates by −0.5; the earlier
+// versions did not shift, which output_half_pixel keeps.
+func adaptRoiAlign(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error) {
+	if getAttr(n, "coordinate_transformation_mode") == nil {
+		n.Attribute = append(n.Attribute, &onnxpb.AttributeProto{Name: proto.String("coordinate_transformation_mode"),
+			Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte("output_half_pixel")})
+		c.notes = append(c.notes, fmt.Sprintf("node %q (RoiAlign): coordinate_transformation_mode output_half_pixel, the earlier versions' coordinates", c.label(n)))
 	}
 	return nil, nil, nil
 }

@@ -173,6 +173,23 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 			b.RandomInit("w", 0.5, 1, 5, 3).RandomInit("r", 0.5, 1, 5, 5)
 			return b.Node("RNN", "n", []string{"x", "w", "r"}, []string{"y"}, testmodels.AttrInt("hidden_size", 5))
 		}, nil, 1, "", false},
+		{"groupnorm 18 to 21 per channel", 18, 21, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 2, 6, 3, 3).Output("y", tensor.Float, 2, 6, 3, 3)
+			b.Init("scale", []int64{3}, []float32{0.5, -2, 1.25}).Init("bias", []int64{3}, []float32{0.1, 0, -3})
+			return b.Node("GroupNormalization", "n", []string{"x", "scale", "bias"}, []string{"y"}, testmodels.AttrInt("num_groups", 3))
+		}, nil, 1, "", false},
+		{"groupnorm 18 computed scale", 18, 21, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 2, 6, 3, 3).Input("scale", tensor.Float, 3).Output("y", tensor.Float, 2, 6, 3, 3)
+			b.Init("bias", []int64{3}, []float32{0.1, 0, -3})
+			return b.Node("GroupNormalization", "n", []string{"x", "scale", "bias"}, []string{"y"}, testmodels.AttrInt("num_groups", 3))
+		}, nil, 0, `scale "scale" is not a constant of the graph`, false},
+		{"roialign 10 to 16 keeps its coordinates", 10, 16, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 1, 2, 8, 8).Output("y", tensor.Float, 3, 2, 2, 2)
+			b.Init("rois", []int64{3, 4}, []float32{0, 0, 4, 4, 1.5, 2.5, 7, 6, 3, 1, 5.5, 7.5})
+			b.InitInt64("idx", []int64{3}, []int64{0, 0, 0})
+			return b.Node("RoiAlign", "n", []string{"x", "rois", "idx"}, []string{"y"},
+				testmodels.AttrInt("output_height", 2), testmodels.AttrInt("output_width", 2), testmodels.AttrInt("sampling_ratio", 2))
+		}, nil, 1, "", false},
 		{"clip 6 to 13", 6, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
 			b.Input("x", tensor.Float, 2, 8).Output("y", tensor.Float, 2, 8)
 			return b.Node("Clip", "n", []string{"x"}, []string{"y"}, testmodels.AttrFloat("min", -1), testmodels.AttrFloat("max", 2.5))

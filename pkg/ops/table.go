@@ -527,6 +527,7 @@ var entries = []Op{
 		Changes: changedAt(11), // v11: the roi input was inserted before scales
 	},
 	{Type: "ReverseSequence", Changes: unchanged},
+	{Type: "RoiAlign", Changes: changedAt(16)}, // v16: coordinate_transformation_mode, half_pixel by default
 	{Type: "RotaryEmbedding", Changes: unchanged},
 	{Type: "Round", Changes: unchanged},
 	{Type: "Scan", Changes: changedAt(9)}, // v9: the batch axis was dropped
