@@ -49,6 +49,7 @@ var adapters = map[string]adapter{
 	"BatchNormalization": adaptBatchNorm,
 	"GroupNormalization": adaptGroupNorm,
 	"RoiAlign":           adaptRoiAlign,
+	"GridSample":         adaptGridSample,
 	"Sum":                adaptVariadic, "Max": adaptVariadic, "Min": adaptVariadic, "Mean": adaptVariadic,
 	"Add": adaptBroadcast, "Sub": adaptBroadcast, "Mul": adaptBroadcast, "Div": adaptBroadcast,
 	"Pow": adaptBroadcast, "Equal": adaptBroadcast, "Greater": adaptBroadcast, "Less": adaptBroadcast,
@@ -690,6 +691,21 @@ func adaptRoiAlign(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (befo
 		n.Attribute = append(n.Attribute, &onnxpb.AttributeProto{Name: proto.String("coordinate_transformation_mode"),
 			Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte("output_half_pixel")})
 		c.notes = append(c.notes, fmt.Sprintf("node %q (RoiAlign): coordinate_transformation_mode output_half_pixel, the earlier versions' coordinates", c.label(n)))
+	}
+	return nil, nil, nil
+}
+
+// adaptGridSample: at 20, the modes bilinear and bicubic were renamed
+// linear and cubic (linear the default, as bilinear was); on the 2-D
+// inputs of the earlier versions they mean the same.
+func adaptGridSample(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error) {
+	a := getAttr(n, "mode")
+	if a == nil {
+		return nil, nil, nil
+	}
+	if renamed, ok := map[string]string{"bilinear": "linear", "bicubic": "cubic"}[string(a.GetS())]; ok {
+		c.notes = append(c.notes, fmt.Sprintf("node %q (GridSample): mode %s is called %s from opset 20", c.label(n), a.GetS(), renamed))
+		a.S = []byte(renamed)
 	}
 	return nil, nil, nil
 }

@@ -331,6 +331,39 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 
 // TestRaiseOpsetHardmax checks the Hardmax rewrite's shape: the ops around
 // it and its axis on the flattened input (TestRaiseOpsetAdapters runs it).
+// TestRaiseOpsetGridSampleModes: opset 20 renamed GridSample's bilinear
+// and bicubic modes; a raise from 16 writes the new names, and the built-in
+// engine computes the same bits at both opsets.
+func TestRaiseOpsetGridSampleModes(t *testing.T) {
+	for _, c := range []struct{ from, to string }{{"bilinear", "linear"}, {"bicubic", "cubic"}, {"nearest", "nearest"}} {
+		b := testmodels.New("grid", 16)
+		b.Input("x", tensor.Float, 1, 2, 5, 6).Input("grid", tensor.Float, 1, 3, 4, 2).Output("y", tensor.Float, 1, 2, 3, 4)
+		b.Node("GridSample", "n", []string{"x", "grid"}, []string{"y"}, testmodels.AttrString("mode", c.from))
+		m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _, err := RaiseOpset(m, 20)
+		if err != nil {
+			t.Fatalf("%s: %v", c.from, err)
+		}
+		var mode string
+		for _, n := range r.Graph.Nodes {
+			if a := n.Attr("mode"); a != nil {
+				mode = string(a.GetS())
+			}
+		}
+		if mode != c.to {
+			t.Errorf("mode %s raised to opset 20 reads %q, want %q", c.from, mode, c.to)
+		}
+		in := randomInputs(t, m, 1, 5)
+		for i, v := range in["grid"].Float32s() {
+			in["grid"].Float32s()[i] = v / 4 // inside [−1, 1]
+		}
+		sameOutputs(t, enginetest.Run(t, m, in), enginetest.Run(t, r, in), 0)
+	}
+}
+
 func TestRaiseOpsetHardmax(t *testing.T) {
 	b := testmodels.New("m", 11)
 	b.Input("x", tensor.Float, 2, 3, 4).Output("y", tensor.Float, 2, 3, 4)

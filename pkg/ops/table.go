@@ -17,6 +17,8 @@ var entries = []Op{
 		Torch:   []Torch{{Name: "abs"}},
 		Changes: unchanged,
 	},
+	{Type: "Acos", Changes: unchanged},
+	{Type: "Acosh", Changes: unchanged},
 	{
 		Type:    "Add",
 		Inputs:  []string{"A", "B"},
@@ -45,6 +47,10 @@ var entries = []Op{
 		Out:     OutType{Fixed: tensor.Int64},
 		Changes: unchanged,
 	},
+	{Type: "Asin", Changes: unchanged},
+	{Type: "Asinh", Changes: unchanged},
+	{Type: "Atan", Changes: unchanged},
+	{Type: "Atanh", Changes: unchanged},
 	{Type: "Attention", Torch: []Torch{{Name: "scaled_dot_product_attention"}}},
 	{
 		Type:             "AveragePool",
@@ -138,6 +144,7 @@ var entries = []Op{
 		Changes: unchanged,
 	},
 	{Type: "Cos", Changes: unchanged},
+	{Type: "Cosh", Changes: unchanged},
 	{
 		Type:    "CumSum",
 		Torch:   []Torch{{Name: "cumsum"}},
@@ -273,6 +280,7 @@ var entries = []Op{
 		Out:     OutType{Fixed: tensor.Bool},
 		Changes: unchanged,
 	},
+	{Type: "GridSample", Changes: changedAt(20)}, // v20: modes renamed (bilinear → linear, bicubic → cubic) and N-D inputs
 	{
 		Type:    "GroupNormalization",
 		Args:    [][]string{{"input"}, {"weight"}, {"bias"}},
@@ -559,6 +567,7 @@ var entries = []Op{
 	},
 	{Type: "Sign", Changes: unchanged},
 	{Type: "Sin", Changes: unchanged},
+	{Type: "Sinh", Changes: unchanged},
 	{
 		Type:    "Size",
 		Out:     OutType{Fixed: tensor.Int64},
