@@ -14,7 +14,8 @@ import (
 // Stats supplies the qparams of calibrated activations.
 type Stats interface {
 	// ActivationParams returns the qparams of the activation t (a group
-	// root without a fixed range) under t.Spec, with the observed range.
+	// root without a fixed range) under t.Spec, with the observed range;
+	// its errors name t.
 	ActivationParams(t *TensorPlan) (*Params, error)
 }
 
@@ -41,7 +42,7 @@ func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	widenForHeadroom(t, mins, maxs)
 	sc, zp, err := t.Spec.QParams(mins, maxs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("activation %q: %w", t.Value, err)
 	}
 	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
 }
@@ -95,9 +96,9 @@ func DecideQParams(m *onnxgraph.Model, p *Plan, stats Stats) error {
 			}
 			t.Params = q
 		case t.Role == Activation && stats != nil:
-			q, err := stats.ActivationParams(t)
+			q, err := stats.ActivationParams(t) // its errors name the tensor
 			if err != nil {
-				return fmt.Errorf("tensor %q: %w", t.Value, err)
+				return err
 			}
 			t.Params = q.Clone()
 		default:
