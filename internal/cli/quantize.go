@@ -557,6 +557,8 @@ type report struct {
 
 	// reportPath is where --report writes this report ("" when not asked).
 	reportPath string
+	// inputs are the model's graph inputs, for writeNonFinite.
+	inputs map[string]bool
 }
 
 type reportTensor struct {
@@ -575,6 +577,8 @@ type reportTensor struct {
 	Fixed     *plan.Range `json:"fixed,omitempty"`
 	Headroom  bool        `json:"headroom,omitempty"`
 	KeepMax   bool        `json:"keep_max,omitempty"`
+	NaN       int64       `json:"nan,omitempty"`
+	Inf       int64       `json:"inf,omitempty"`
 	Axis      int         `json:"axis"`
 	BlockSize int         `json:"block_size,omitempty"`
 }
@@ -587,7 +591,7 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 		rt := reportTensor{Value: t.Value, Role: t.Role.String(), Spec: t.SpecString(), Rule: t.Rule, Nodes: t.Nodes,
 			Shared: t.SharedWith, Fixed: t.Fixed, Headroom: t.Headroom, KeepMax: t.KeepMax, Axis: t.Axis, BlockSize: t.BlockSize}
 		if p := t.Params; p != nil && len(p.Scales) > 0 {
-			rt.Scales, rt.Observed = len(p.Scales), p.Observed
+			rt.Scales, rt.Observed, rt.NaN, rt.Inf = len(p.Scales), p.Observed, p.NaN, p.Inf
 			rt.ScaleMin, rt.ScaleMax = p.Scales[0], p.Scales[0]
 			for _, v := range p.Scales {
 				rt.ScaleMin, rt.ScaleMax = min(rt.ScaleMin, v), max(rt.ScaleMax, v)
@@ -601,6 +605,10 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 		r.Counts[rt.Role]++
 	}
 	r.Counts["skipped_nodes"] = len(r.Skipped)
+	r.inputs = map[string]bool{}
+	for _, v := range u.Model.Graph.Inputs {
+		r.inputs[v.Name] = true
+	}
 	r.Deploy = lintModel(s.target, u.Model, u.Result.Model, u.Plan)
 	r.Algorithms = u.Layers
 	if r.Palettes = reportPalettes(u.Result.Palettes); r.Palettes != nil {
@@ -639,6 +647,41 @@ func writeReportFile(path string, r *report) error {
 	return onnxgraph.WriteFileAtomic(path, append(b, '\n'))
 }
 
+// writeNonFinite warns of the activations whose calibration values held
+// NaN or ±Inf, which their ranges leave out, naming a model input that
+// held them (the data itself), else the value with the fewest (nearest
+// to where they arose: the layers after it spread them).
+func writeNonFinite(w io.Writer, r *report) {
+	var first *reportTensor
+	n := 0
+	for i := range r.Tensors {
+		t := &r.Tensors[i]
+		if t.NaN+t.Inf == 0 {
+			continue
+		}
+		n++
+		switch {
+		case first == nil:
+			first = t
+		case r.inputs[t.Value] != r.inputs[first.Value]:
+			if r.inputs[t.Value] {
+				first = t
+			}
+		case t.NaN+t.Inf < first.NaN+first.Inf:
+			first = t
+		}
+	}
+	if first == nil {
+		return
+	}
+	where := fmt.Sprintf("value %q", first.Value)
+	if r.inputs[first.Value] {
+		where = fmt.Sprintf("the calibration data of input %q", first.Value)
+	}
+	fmt.Fprintf(w, "warning: %d activation(s) saw NaN or ±Inf values in calibration, left out of their ranges; %s held %d NaN and %d ±Inf (the report counts them per tensor)\n",
+		n, where, first.NaN, first.Inf)
+}
+
 // writeReportTable prints the short summary to stderr.
 func writeReportTable(w io.Writer, r *report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -646,6 +689,7 @@ func writeReportTable(w io.Writer, r *report) error {
 	if r.RandomData {
 		fmt.Fprintln(tw, "warning: activation ranges come from random data (calibrate --random-data): for testing only")
 	}
+	writeNonFinite(tw, r)
 	fmt.Fprintf(tw, "quantized\tweights %d\tbiases %d\tactivations %d\tskipped nodes %d\n",
 		r.Counts["weight"], r.Counts["bias"], r.Counts["activation"], len(r.Skipped))
 	writePaletteSummary(tw, r)

@@ -72,7 +72,7 @@ func (c calibStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	if err != nil {
 		return nil, fmt.Errorf("activation %q: %w", t.Value, err)
 	}
-	return &Params{Scales: sc, ZeroPoints: zp, Observed: observed}, nil
+	return &Params{Scales: sc, ZeroPoints: zp, Observed: observed, NaN: o.NaN, Inf: o.Inf}, nil
 }
 
 // keepingMax is t's spec, with a min/max calculator in place of a

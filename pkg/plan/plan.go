@@ -85,6 +85,10 @@ type Params struct {
 	// Observed is the range the params were computed from (calibration or
 	// weight data), for the report; nil when not known.
 	Observed *Range `json:"observed,omitempty"`
+	// NaN and Inf count the calibration values of an activation that
+	// were NaN or ±Inf: the observers leave them out of the range.
+	NaN int64 `json:"nan,omitempty"`
+	Inf int64 `json:"inf,omitempty"`
 }
 
 // Clone returns a deep copy.
@@ -92,7 +96,7 @@ func (p *Params) Clone() *Params {
 	if p == nil {
 		return nil
 	}
-	c := &Params{Scales: append([]float32(nil), p.Scales...), ZeroPoints: append([]int32(nil), p.ZeroPoints...)}
+	c := &Params{Scales: append([]float32(nil), p.Scales...), ZeroPoints: append([]int32(nil), p.ZeroPoints...), NaN: p.NaN, Inf: p.Inf}
 	if p.Observed != nil {
 		o := *p.Observed
 		c.Observed = &o
