@@ -132,19 +132,13 @@ func TestQuantizeWarnsOfNonFinite(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, `the calibration data of input "input" held 1 NaN and 0 ±Inf`) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	b, err := os.ReadFile(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r struct {
 		Tensors []struct {
 			Value string `json:"value"`
 			NaN   int64  `json:"nan"`
 		} `json:"tensors"`
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, rep, &r)
 	counted := map[string]int64{}
 	for _, tt := range r.Tensors {
 		counted[tt.Value] = tt.NaN

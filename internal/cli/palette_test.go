@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,10 +40,6 @@ func TestPaletteCommands(t *testing.T) {
 	if !strings.Contains(stderr, "8-entry LUT") || !strings.Contains(stderr, "file size") {
 		t.Errorf("summary without palettized weights or file size:\n%s", stderr)
 	}
-	b, err := os.ReadFile(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r struct {
 		Palettized []struct {
 			Value         string  `json:"value"`
@@ -54,9 +49,7 @@ func TestPaletteCommands(t *testing.T) {
 		Size   *fileSizes     `json:"file_size"`
 		Counts map[string]int `json:"counts"`
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, rep, &r)
 	if len(r.Palettized) == 0 || r.Size == nil || r.Size.After <= 0 || r.Size.Before <= 0 || r.Counts["weight"] != 0 {
 		t.Errorf("report: %+v", r)
 	}

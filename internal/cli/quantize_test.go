@@ -31,14 +31,8 @@ func TestQuantizeWeightOnly(t *testing.T) {
 	if _, err := onnxgraph.Load(out); err != nil {
 		t.Fatalf("written model does not load: %v", err)
 	}
-	b, err := os.ReadFile(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r report
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, rep, &r)
 	if r.Counts["weight"] != 4 || r.Counts["activation"] != 0 {
 		t.Errorf("counts %v, want 4 weights and no activations", r.Counts)
 	}

@@ -28,6 +28,19 @@ func writeModel(t *testing.T, dir, name string, b *testmodels.Builder) string {
 	return p
 }
 
+// readJSONFile decodes the JSON file at path (a report, a sensitivity
+// file) into v.
+func readJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
 func writeNPY(t *testing.T, dir, name string, x *tensor.Tensor) string {
 	t.Helper()
 	p := filepath.Join(dir, name)

@@ -167,14 +167,8 @@ func TestSearchTargetNotMet(t *testing.T) {
 	if !strings.Contains(string(text), "/first/Gemm: # x to int16") {
 		t.Errorf("the best model's promotion is not in the config:\n%s", text)
 	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep struct{ Search *searchReport }
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, report, &rep)
 	s := rep.Search
 	if s == nil || s.Met || len(s.Trace) != 2 || s.Trace[0].Unit != "x" || s.Trace[1].Verdict != "kept" ||
 		len(s.Promotions) != 1 || s.Promotions[0].Unit != "x" || s.Reached <= s.Start || s.Evaluations != 1 || s.Raised != 1 {
@@ -289,14 +283,8 @@ func TestSearchTargetTop1(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "search: top-1 agreement 0% on 4 held-out samples, target 50%") {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep struct{ Search *searchReport }
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, report, &rep)
 	if s := rep.Search; s == nil || !s.Met || s.Target != "--target-top1 50" || s.Start != 0 || s.Reached != 50 || s.Evaluations != 2 ||
 		len(s.Promotions) != 1 || s.Promotions[0].Unit != "cat" || s.Promotions[0].To != "int16" {
 		t.Errorf("report's search: %+v, want --target-top1 50 met at 50 from 0 by cat to int16 after 2 evaluations", s)
@@ -331,14 +319,8 @@ func TestSearchSensitivityCache(t *testing.T) {
 		if len(files) != 1 {
 			t.Fatalf("cached %v, want one result", files)
 		}
-		b, err := os.ReadFile(files[0])
-		if err != nil {
-			t.Fatal(err)
-		}
 		var r compare.Sensitivity
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
-		}
+		readJSONFile(t, files[0], &r)
 		if !r.ExceptOnly || r.Grouping != compare.GroupByTensor || len(r.Groups) == 0 || !math.IsNaN(float64(r.Groups[0].OnlySQNR)) {
 			t.Errorf("cached %+v, want an all-but-this tensor analysis", r)
 		}
@@ -439,14 +421,8 @@ func TestSearchRaisesWeightToInt16(t *testing.T) {
 				t.Errorf("the emitted config does not say %q:\n%s", want, text)
 			}
 			checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, tt.name+".again.onnx"), "--model", model, "--data", data)
-			b, err := os.ReadFile(report)
-			if err != nil {
-				t.Fatal(err)
-			}
 			var rep struct{ Search *searchReport }
-			if err := json.Unmarshal(b, &rep); err != nil {
-				t.Fatal(err)
-			}
+			readJSONFile(t, report, &rep)
 			if s := rep.Search; s == nil || !s.Met || s.Points != 3 || s.Raised != 1 ||
 				s.Counts != (pointCounts{Activations: 2, Weights: 1, RaisedWeights: 1}) ||
 				len(s.Promotions) != 1 || s.Promotions[0].Unit != "fc.weight" || s.Promotions[0].To != "int16" {
@@ -530,14 +506,8 @@ func TestSearchRaisedWeightBiasCorrectedAsEmitted(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep struct{ Search *searchReport }
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, report, &rep)
 	if s := rep.Search; s == nil || !s.Met || len(s.Promotions) != 1 || s.Promotions[0].Unit != "fc.weight" || s.Promotions[0].To != "int16" {
 		t.Fatalf("report's search: %+v, want fc.weight raised to int16, the target met", s)
 	}
@@ -610,14 +580,8 @@ func TestSearchInt16RangeUnclipped(t *testing.T) {
 	if !ok || in.Spec == nil || in.Spec.DType != spec.Int16 || in.Spec.Calculator.Type != spec.GlobalMinMax {
 		t.Fatalf("/fc/Gemm's input is not int16 with global_minmax:\n%s", text)
 	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep struct{ Tensors []reportTensor }
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, report, &rep)
 	for _, tr := range rep.Tensors {
 		if tr.Value == "x" && (tr.Observed == nil || tr.Observed.Max != 60) {
 			t.Errorf("x's range %+v, want the observed maximum 60", tr.Observed)
