@@ -51,7 +51,14 @@ var entries = []Op{
 	{Type: "Asinh", Changes: unchanged},
 	{Type: "Atan", Changes: unchanged},
 	{Type: "Atanh", Changes: unchanged},
-	{Type: "Attention", Torch: []Torch{{Name: "scaled_dot_product_attention"}}},
+	{
+		Type:  "Attention",
+		Torch: []Torch{{Name: "scaled_dot_product_attention"}},
+		// v24 added nonpad_kv_seqlen and v25 revised the op again; the
+		// revisions are not checked to keep an opset-23 node's meaning, so
+		// raising past them is refused.
+		Changes: changedAt(24, 25),
+	},
 	{
 		Type:             "AveragePool",
 		Inputs:           []string{"X"},

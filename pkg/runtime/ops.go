@@ -177,6 +177,7 @@ func init() {
 		"GridSample":                {16, 0, buildGridSample},
 		"RoiAlign":                  {10, 0, buildRoiAlign},
 		"RotaryEmbedding":           {23, 0, buildRotaryEmbedding},
+		"Attention":                 {23, 23, buildAttention}, // 24 added nonpad_kv_seqlen, 25 changed it again
 		"Scan":                      {9, 0, buildScan},
 	}
 }
