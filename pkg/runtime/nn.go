@@ -1103,26 +1103,34 @@ func checkStashType(b *builder) error {
 	return nil
 }
 
+// normRows reads the input of LayerNormalization or RMSNormalization:
+// X, its shape, the first normalized axis and the scale (input 1, called
+// scaleName by the op) broadcast to the normalized shape.
+func normRows(in []*tensor.Tensor, axis int64, scaleName string) (x []float32, xs []int, ax int, scale []float32, err error) {
+	if x, err = floats(in[0], "X"); err != nil {
+		return nil, nil, 0, nil, err
+	}
+	xs = in[0].Shape
+	if ax, err = normAxis(axis, len(xs)); err != nil {
+		return nil, nil, 0, nil, err
+	}
+	if scale, err = normParam(in[1], scaleName, xs[ax:]); err != nil {
+		return nil, nil, 0, nil, err
+	}
+	return x, xs, ax, scale, nil
+}
+
 func buildLayerNorm(b *builder) (kernel, error) {
 	axis, eps := b.int("axis", -1), b.float("epsilon", 1e-5)
 	if err := checkStashType(b); err != nil {
 		return nil, err
 	}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		x, err := floats(in[0], "X")
-		if err != nil {
-			return nil, err
-		}
-		xs := in[0].Shape
-		ax, err := normAxis(axis, len(xs))
+		x, xs, ax, scale, err := normRows(in, axis, "Scale")
 		if err != nil {
 			return nil, err
 		}
 		rows, n := tensor.NumElements(xs[:ax]), tensor.NumElements(xs[ax:])
-		scale, err := normParam(in[1], "Scale", xs[ax:])
-		if err != nil {
-			return nil, err
-		}
 		var bias []float32
 		if len(in) > 2 && in[2] != nil {
 			if bias, err = normParam(in[2], "B", xs[ax:]); err != nil {
@@ -1160,20 +1168,11 @@ func buildRMSNorm(b *builder) (kernel, error) {
 		return nil, err
 	}
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		x, err := floats(in[0], "X")
-		if err != nil {
-			return nil, err
-		}
-		xs := in[0].Shape
-		ax, err := normAxis(axis, len(xs))
+		x, xs, ax, scale, err := normRows(in, axis, "scale")
 		if err != nil {
 			return nil, err
 		}
 		rows, n := tensor.NumElements(xs[:ax]), tensor.NumElements(xs[ax:])
-		scale, err := normParam(in[1], "scale", xs[ax:])
-		if err != nil {
-			return nil, err
-		}
 		out := rc.newFloatOut(xs...)
 		y := out.Float32s()
 		kernels.Parallel(rc.threads, rows, max(1, parGrain/max(1, n)), func(lo, hi int) {
