@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -93,22 +92,7 @@ func (c attnCase) attrs() []*onnxpb.AttributeProto {
 // present_value and (unless mode is −1) qk, fed ins.
 func attnModel(c attnCase, ins []*tensor.Tensor, opset int64) (*testmodels.Builder, map[string]*tensor.Tensor) {
 	b := testmodels.New("attention", opset)
-	feed := map[string]*tensor.Tensor{}
-	var names []string
-	for i, x := range ins {
-		if x == nil {
-			names = append(names, "")
-			continue
-		}
-		name := fmt.Sprintf("in%d", i)
-		dims := make([]any, len(x.Shape))
-		for j, d := range x.Shape {
-			dims[j] = d
-		}
-		b.Input(name, x.DType, dims...)
-		feed[name] = x
-		names = append(names, name)
-	}
+	names, feed := feedInputs(b, ins)
 	outs := []string{"y", "present_key", "present_value"}
 	if c.mode >= 0 {
 		outs = append(outs, "qk")

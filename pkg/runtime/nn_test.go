@@ -19,13 +19,11 @@ func runOneNode(t *testing.T, opset int64, op string, out tensor.DType, ins []*t
 	return runModel(t, b, 2, feed)["y"]
 }
 
-// oneNodeModel is the model runOneNode runs, with its feed: a node named
-// op reading graph inputs in0, in1, ... (ins in order; a nil one is an
-// omitted optional input) and writing graph output y.
-func oneNodeModel(opset int64, op string, out tensor.DType, ins []*tensor.Tensor, attrs ...*onnxpb.AttributeProto) (*testmodels.Builder, map[string]*tensor.Tensor) {
-	b := testmodels.New(op, opset)
-	feed := map[string]*tensor.Tensor{}
-	var names []string
+// feedInputs declares graph inputs in0, in1, ... of b for ins (a nil one
+// is an omitted optional input, named "") and returns the node's input
+// names and the feed.
+func feedInputs(b *testmodels.Builder, ins []*tensor.Tensor) (names []string, feed map[string]*tensor.Tensor) {
+	feed = map[string]*tensor.Tensor{}
 	for i, x := range ins {
 		if x == nil {
 			names = append(names, "")
@@ -40,6 +38,15 @@ func oneNodeModel(opset int64, op string, out tensor.DType, ins []*tensor.Tensor
 		feed[name] = x
 		names = append(names, name)
 	}
+	return names, feed
+}
+
+// oneNodeModel is the model runOneNode runs, with its feed: a node named
+// op reading graph inputs in0, in1, ... (ins in order; a nil one is an
+// omitted optional input) and writing graph output y.
+func oneNodeModel(opset int64, op string, out tensor.DType, ins []*tensor.Tensor, attrs ...*onnxpb.AttributeProto) (*testmodels.Builder, map[string]*tensor.Tensor) {
+	b := testmodels.New(op, opset)
+	names, feed := feedInputs(b, ins)
 	b.Output("y", out)
 	b.Node(op, op, names, []string{"y"}, attrs...)
 	return b, feed
