@@ -11,6 +11,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -112,6 +113,48 @@ func TestBenchGate(t *testing.T) {
 	code, _, stderr := runCLI(t, "bench", model, model, "--data", in, "--runs", "3", "--engine", "ort", "--min-speedup", "100")
 	if code != 3 || !strings.Contains(stderr, "below --min-speedup 100") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestQuantizeRaisesUpsample: an opset-9 model with an Upsample (older
+// detector and segmentation exports) quantized with per-channel weights,
+// which need opset 13: the written model imports opset 13 and resizes with
+// a Resize of asymmetric coordinates, rounding down, as Upsample did.
+func TestQuantizeRaisesUpsample(t *testing.T) {
+	dir := t.TempDir()
+	b := testmodels.New("up", 9)
+	b.Input("x", tensor.Float, "N", 2, 4, 4).Output("y", tensor.Float, "N", 3, 8, 8)
+	b.RandomInit("w1", 0.5, 3, 2, 3, 3).RandomInit("w2", 0.5, 3, 3, 1, 1)
+	b.Init("scales", []int64{4}, []float32{1, 1, 2, 2})
+	b.Node("Conv", "conv1", []string{"x", "w1"}, []string{"c1"}, testmodels.AttrInts("pads", 1, 1, 1, 1))
+	b.Node("Relu", "relu", []string{"c1"}, []string{"r"})
+	b.Node("Upsample", "up", []string{"r", "scales"}, []string{"u"})
+	b.Node("Conv", "conv2", []string{"u", "w2"}, []string{"y"})
+	model := writeModel(t, dir, "up.onnx", b)
+	x := tensor.New(tensor.Float, 4, 2, 4, 4)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(i%13)/13 - 0.3
+	}
+	out := filepath.Join(dir, "q.onnx")
+	if code, _, stderr := runCLI(t, "quantize", "--model", model, "--data", writeNPY(t, dir, "x.npy", x), "-o", out); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	m, err := onnxgraph.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Opset("") != 13 {
+		t.Errorf("opset %d, want 13", m.Opset(""))
+	}
+	var resize *onnxgraph.Node
+	for _, n := range m.Graph.Nodes {
+		if n.Name == "up" {
+			resize = n
+		}
+	}
+	if resize == nil || resize.OpType != "Resize" || string(resize.Attr("coordinate_transformation_mode").GetS()) != "asymmetric" ||
+		string(resize.Attr("nearest_mode").GetS()) != "floor" {
+		t.Fatalf("node up: %v", resize)
 	}
 }
 

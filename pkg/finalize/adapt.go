@@ -50,6 +50,8 @@ var adapters = map[string]adapter{
 	"GroupNormalization": adaptGroupNorm,
 	"RoiAlign":           adaptRoiAlign,
 	"GridSample":         adaptGridSample,
+	"Resize":             adaptResize,
+	"Upsample":           adaptUpsample,
 	"Sum":                adaptVariadic, "Max": adaptVariadic, "Min": adaptVariadic, "Mean": adaptVariadic,
 	"Add": adaptBroadcast, "Sub": adaptBroadcast, "Mul": adaptBroadcast, "Div": adaptBroadcast,
 	"Pow": adaptBroadcast, "Equal": adaptBroadcast, "Greater": adaptBroadcast, "Less": adaptBroadcast,
@@ -688,8 +690,7 @@ func adaptGroupNorm(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (bef
 // versions did not shift, which output_half_pixel keeps.
 func adaptRoiAlign(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error) {
 	if getAttr(n, "coordinate_transformation_mode") == nil {
-		n.Attribute = append(n.Attribute, &onnxpb.AttributeProto{Name: proto.String("coordinate_transformation_mode"),
-			Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte("output_half_pixel")})
+		n.Attribute = append(n.Attribute, attrStr("coordinate_transformation_mode", "output_half_pixel"))
 		c.notes = append(c.notes, fmt.Sprintf("node %q (RoiAlign): coordinate_transformation_mode output_half_pixel, the earlier versions' coordinates", c.label(n)))
 	}
 	return nil, nil, nil
@@ -708,6 +709,74 @@ func adaptGridSample(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (be
 		a.S = []byte(renamed)
 	}
 	return nil, nil, nil
+}
+
+// attrStr is a string attribute.
+func attrStr(name, v string) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
+}
+
+// adaptResize: at 11, Resize gained an roi input before scales and the
+// coordinate_transformation_mode and nearest_mode attributes, whose
+// defaults (half_pixel, round_prefer_floor) are not Resize-10's
+// coordinates: those are asymmetric, and its nearest takes the floor. The
+// node reads (X, no roi, scales) with both attributes written out.
+func adaptResize(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error) {
+	if len(n.GetInput()) != 2 {
+		return nil, nil, fmt.Errorf("has %d inputs where the opset %d form has X and scales", len(n.GetInput()), c.from)
+	}
+	return nil, nil, resize10To11(c, n, "Resize", n.GetInput()[1])
+}
+
+// resize10To11 writes a Resize-10 node (or an Upsample, op) reading scales
+// as the opset-11 Resize of the same values.
+func resize10To11(c *adaptCtx, n *onnxpb.NodeProto, op, scales string) error {
+	mode := "nearest"
+	if a := getAttr(n, "mode"); a != nil {
+		mode = string(a.GetS())
+	}
+	if mode != "nearest" && mode != "linear" {
+		return fmt.Errorf("mode %q is not one of opset 10's nearest and linear", mode)
+	}
+	n.Input = []string{n.GetInput()[0], "", scales}
+	n.Attribute = append(n.Attribute, attrStr("coordinate_transformation_mode", "asymmetric"))
+	if mode == "nearest" {
+		n.Attribute = append(n.Attribute, attrStr("nearest_mode", "floor"))
+	}
+	c.notes = append(c.notes, fmt.Sprintf("node %q (%s): written as Resize with an empty roi and asymmetric coordinates%s, as opset 10 computed it",
+		c.label(n), op, map[bool]string{true: " rounded down (floor)", false: ""}[mode == "nearest"]))
+	return nil
+}
+
+// adaptUpsample: Upsample was removed at 10 for Resize, which computes the
+// same (asymmetric coordinates, nearest by floor). Upsample-7 holds its
+// scales as an attribute, Upsample-9 as its second input; the node becomes
+// Resize of the target opset.
+func adaptUpsample(c *adaptCtx, g *onnxpb.GraphProto, n *onnxpb.NodeProto) (before, after []*onnxpb.NodeProto, err error) {
+	if c.from < 7 {
+		return nil, nil, fmt.Errorf("the opset-%d form (height_scale and width_scale) has no rewrite here", c.from)
+	}
+	scales := ""
+	if a := takeAttr(n, "scales"); a != nil {
+		if len(n.GetInput()) != 1 {
+			return nil, nil, errors.New("has a scales attribute and more than one input")
+		}
+		v := a.GetFloats()
+		if scales, err = c.addInit(g, n, "scales", tensor.FromFloat32(slices.Clone(v), len(v))); err != nil {
+			return nil, nil, err
+		}
+	} else if len(n.GetInput()) == 2 {
+		scales = n.GetInput()[1]
+	} else {
+		return nil, nil, errors.New("no scales (attribute or second input)")
+	}
+	n.OpType = proto.String("Resize")
+	if c.to < 11 {
+		n.Input = []string{n.GetInput()[0], scales}
+		c.notes = append(c.notes, fmt.Sprintf("node %q (Upsample): written as Resize, which opset 10 made its replacement", c.label(n)))
+		return nil, nil, nil
+	}
+	return nil, nil, resize10To11(c, n, "Upsample", scales)
 }
 
 // adaptVariadic: at 8, Sum/Max/Min/Mean gained numpy broadcasting; their

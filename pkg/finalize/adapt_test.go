@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/internal/testutil/enginetest"
@@ -190,6 +188,30 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 			return b.Node("RoiAlign", "n", []string{"x", "rois", "idx"}, []string{"y"},
 				testmodels.AttrInt("output_height", 2), testmodels.AttrInt("output_width", 2), testmodels.AttrInt("sampling_ratio", 2))
 		}, nil, 1, "", false},
+		{"upsample 7 nearest to 13", 7, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 1, 2, 3, 4).Output("y", tensor.Float, 1, 2, 6, 8)
+			return b.Node("Upsample", "n", []string{"x"}, []string{"y"}, testmodels.AttrFloats("scales", 1, 1, 2, 2))
+		}, []string{"scales"}, 1, "", false},
+		{"upsample 9 linear to 13", 9, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 1, 2, 3, 4).Output("y", tensor.Float, 1, 2, 6, 12)
+			b.Init("s", []int64{4}, []float32{1, 1, 2, 3})
+			return b.Node("Upsample", "n", []string{"x", "s"}, []string{"y"}, testmodels.AttrString("mode", "linear"))
+		}, nil, 1, "", false},
+		{"upsample 9 to 10", 9, 10, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 1, 2, 3, 4).Output("y", tensor.Float, 1, 2, 6, 8)
+			b.Init("s", []int64{4}, []float32{1, 1, 2, 2})
+			return b.Node("Upsample", "n", []string{"x", "s"}, []string{"y"})
+		}, nil, 1, "", false},
+		{"resize 10 nearest to 13", 10, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 1, 2, 3, 5).Output("y", tensor.Float, 1, 2, 4, 8)
+			b.Init("s", []int64{4}, []float32{1, 1, 1.5, 1.7})
+			return b.Node("Resize", "n", []string{"x", "s"}, []string{"y"})
+		}, nil, 1, "", false},
+		{"resize 10 linear to 19", 10, 19, func(b *testmodels.Builder) *onnxpb.NodeProto {
+			b.Input("x", tensor.Float, 1, 2, 3, 5).Output("y", tensor.Float, 1, 2, 6, 10)
+			b.Init("s", []int64{4}, []float32{1, 1, 2, 2})
+			return b.Node("Resize", "n", []string{"x", "s"}, []string{"y"}, testmodels.AttrString("mode", "linear"))
+		}, nil, 1, "", false},
 		{"clip 6 to 13", 6, 13, func(b *testmodels.Builder) *onnxpb.NodeProto {
 			b.Input("x", tensor.Float, 2, 8).Output("y", tensor.Float, 2, 8)
 			return b.Node("Clip", "n", []string{"x"}, []string{"y"}, testmodels.AttrFloat("min", -1), testmodels.AttrFloat("max", 2.5))
@@ -256,10 +278,10 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 			b.Input("x", tensor.Float, 2, 3).Input("z", tensor.Float, 3).Output("y", tensor.Float, 2, 3)
 			return b.Node("Add", "n", []string{"x", "z"}, []string{"y"}, testmodels.AttrInt("broadcast", 1))
 		}, nil, 0, "broadcast=1", false},
-		{"upsample has no rewrite", 7, 10, func(b *testmodels.Builder) *onnxpb.NodeProto {
+		{"upsample 1 has no rewrite", 6, 10, func(b *testmodels.Builder) *onnxpb.NodeProto {
 			b.Input("x", tensor.Float, 1, 1, 2, 2).Output("y", tensor.Float, 1, 1, 4, 4)
-			return b.Node("Upsample", "n", []string{"x"}, []string{"y"}, &onnxpb.AttributeProto{Name: proto.String("scales"), Type: onnxpb.AttributeProto_FLOATS.Enum(), Floats: []float32{1, 1, 2, 2}})
-		}, nil, 0, "Upsample (changed meaning at opset 10, no rewrite in coreaiq)", false},
+			return b.Node("Upsample", "n", []string{"x"}, []string{"y"}, testmodels.AttrFloat("height_scale", 2), testmodels.AttrFloat("width_scale", 2))
+		}, nil, 0, "height_scale and width_scale", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,8 +313,12 @@ func TestRaiseOpsetAdapters(t *testing.T) {
 				t.Errorf("%d nodes after the raise, want %d", got, tt.nodes)
 			}
 			rn := nodeByName(r, "n")
-			if rn == nil || rn.GetOpType() != n.GetOpType() {
-				t.Fatalf("node %q (%s) not kept", "n", n.GetOpType())
+			want := n.GetOpType()
+			if want == "Upsample" {
+				want = "Resize" // its replacement from opset 10
+			}
+			if rn == nil || rn.GetOpType() != want {
+				t.Fatalf("node %q (%s) not kept as %s", "n", n.GetOpType(), want)
 			}
 			if len(rn.GetMetadataProps()) != 1 || rn.GetMetadataProps()[0].GetValue() != "['', 'head']" {
 				t.Errorf("metadata_props %v not kept", rn.GetMetadataProps())
