@@ -156,6 +156,11 @@ func dampedInverseFactor(upper []float64, k int, damp float64, threads int) ([]f
 		mean += h[i*k+i]
 	}
 	mean /= float64(k)
+	if math.IsNaN(mean) || math.IsInf(mean, 0) {
+		// The layer's calibration inputs held NaN or ±Inf (or values whose
+		// squares overflow): no rounding can be fitted to them.
+		return nil, fmt.Errorf("the Hessian of the calibration inputs is not finite (mean diagonal %g): the inputs hold NaN, ±Inf or values too large to square", mean)
+	}
 	for i := range k {
 		h[i*k+i] += damp * mean
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/pkg/plan"
@@ -90,6 +91,18 @@ func TestGramAccumulator(t *testing.T) {
 // TestDampedInverseFactor checks that U is upper triangular with
 // UᵀU (H + λI) = I within float32 rounding, for widths below, at and
 // past the panel width, and that U is bit-identical across thread counts.
+// TestDampedInverseFactorNonFinite: a Hessian of inputs that held NaN or
+// ±Inf is reported as such, not as a matrix that is not positive definite.
+func TestDampedInverseFactorNonFinite(t *testing.T) {
+	for _, bad := range []float64{math.NaN(), math.Inf(1)} {
+		h := []float64{2, 0.5, 0, bad}
+		_, err := dampedInverseFactor(h, 2, 0.01, 1)
+		if err == nil || !strings.Contains(err.Error(), "not finite") {
+			t.Errorf("diagonal %g: error %v, want one saying the Hessian is not finite", bad, err)
+		}
+	}
+}
+
 func TestDampedInverseFactor(t *testing.T) {
 	const damp = 0.01
 	for _, k := range []int{1, 5, gptqBlock, gptqBlock + 1, 2*gptqBlock + 45} {
