@@ -1,6 +1,7 @@
 package finalize
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -202,20 +203,23 @@ func sameQParams(m *onnxgraph.Model, a, b *onnxgraph.Node) bool {
 	if scalarOf(m, a.Inputs[1]) != scalarOf(m, b.Inputs[1]) {
 		return false
 	}
-	if !a.Inputs[2].IsConst() || !b.Inputs[2].IsConst() {
-		return false
-	}
-	za, err := tensor.FromProto(a.Inputs[2].Const, m)
-	if err != nil {
-		return false
-	}
-	zb, err := tensor.FromProto(b.Inputs[2].Const, m)
-	if err != nil {
-		return false
-	}
-	fa, errA := za.AsFloat32()
-	fb, errB := zb.AsFloat32()
+	_, fa, errA := constAsFloat32(m, a.Inputs[2])
+	_, fb, errB := constAsFloat32(m, b.Inputs[2])
 	return errA == nil && errB == nil && slices.Equal(fa, fb)
+}
+
+// constAsFloat32 reads a constant of any numeric type and its values as
+// float32 (which holds 8- and 16-bit integer codes exactly).
+func constAsFloat32(m *onnxgraph.Model, v *onnxgraph.Value) (*tensor.Tensor, []float32, error) {
+	if v == nil || !v.IsConst() {
+		return nil, nil, errors.New("not a constant")
+	}
+	t, err := tensor.FromProto(v.Const, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := t.AsFloat32()
+	return t, f, err
 }
 
 // float32Const reads a float32 constant, nil when v is none.

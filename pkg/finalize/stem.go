@@ -162,21 +162,13 @@ func matchNarrowStem(m *onnxgraph.Model, n *onnxgraph.Node) (dq, wdq *onnxgraph.
 // that they dequantize to 0. The 8-bit codes go through float32, which
 // holds them exactly.
 func zeroChannels(m *onnxgraph.Model, wdq *onnxgraph.Node, to int) (*tensor.Tensor, error) {
-	w, err := tensor.FromProto(wdq.Inputs[0].Const, m)
-	if err != nil {
-		return nil, err
-	}
-	codes, err := w.AsFloat32()
+	w, codes, err := constAsFloat32(m, wdq.Inputs[0])
 	if err != nil {
 		return nil, err
 	}
 	zp := make([]float32, w.Shape[0])
 	if len(wdq.Inputs) > 2 && wdq.Inputs[2] != nil {
-		z, err := tensor.FromProto(wdq.Inputs[2].Const, m)
-		if err != nil {
-			return nil, err
-		}
-		f, err := z.AsFloat32()
+		_, f, err := constAsFloat32(m, wdq.Inputs[2])
 		if err != nil {
 			return nil, err
 		}
