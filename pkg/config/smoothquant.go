@@ -25,7 +25,7 @@ const (
 
 func init() {
 	algorithmTable[smoothQuantName] = algorithmDecoder{
-		doc: "divide the features of LayerNorm outputs read by MatMul and Gemm by a scale folded into their weights (SmoothQuant)",
+		doc: "divide the features of LayerNorm and RMSNorm outputs read by MatMul and Gemm by a scale folded into their weights (SmoothQuant)",
 		settings: fields{
 			{algorithmSamplesKey, "calibration samples read", intIn(1, math.MaxInt), DefaultAlgorithmSamples},
 			{"alpha", "migration strength: feature j is divided by max|X_j|^alpha / max|W_j|^(1-alpha)", numberIn(0, 1), DefaultSmoothQuantAlpha},

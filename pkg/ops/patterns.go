@@ -68,8 +68,30 @@ var patterns = []Pattern{
 		"m = ReduceMean(x)", "d = Sub(x, m)", "p = Pow(d, 2)", "v = ReduceMean(p)",
 		"e = Add(v, $)", "s = Sqrt(e)", "y = Div(d, s)",
 	}},
+	// RMSNorm as decoder exports write it: x·rsqrt(mean(x²) + ε)·w, the
+	// reciprocal square root as Div(x, ·), Reciprocal then Mul (torch's
+	// dynamo exporter) or Div(1, ·) then Mul (TorchScript's rsqrt), the
+	// square as Pow or Mul, and the weight absent in some models.
 	{Name: "rms_norm", Statements: []string{
 		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "n = Div(x, s)", "y = Mul(n, $)",
+	}},
+	{Name: "rms_norm_square_by_mul", Statements: []string{
+		"p = Mul(x, x)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "n = Div(x, s)", "y = Mul(n, $)",
+	}},
+	{Name: "rms_norm_reciprocal", Statements: []string{
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "r = Reciprocal(s)", "n = Mul(x, r)", "y = Mul(n, $)",
+	}},
+	{Name: "rms_norm_one_over", Statements: []string{
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "r = Div(1, s)", "n = Mul(x, r)", "y = Mul(n, $)",
+	}},
+	{Name: "rms_norm_no_affine", Statements: []string{
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "y = Div(x, s)",
+	}},
+	{Name: "rms_norm_reciprocal_no_affine", Statements: []string{
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "r = Reciprocal(s)", "y = Mul(x, r)",
+	}},
+	{Name: "rms_norm_one_over_no_affine", Statements: []string{
+		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "r = Div(1, s)", "y = Mul(x, r)",
 	}},
 	{Name: "gelu_tanh", Statements: []string{
 		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",

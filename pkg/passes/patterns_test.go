@@ -82,6 +82,34 @@ func (b *patternBuilder) normalize(in, out string) {
 	b.n("Div", out, out+"_d", out+"_std")
 }
 
+// rmsNorm writes an RMSNorm over the last axis of in, its reciprocal
+// square root spelled as inv says: "Div" (x / rms), "Reciprocal" (torch's
+// dynamo exporter) or "one_over" (TorchScript's rsqrt, Div(1, rms)); the
+// weight, when there is one, multiplies from the left as Llama's does.
+func (b *patternBuilder) rmsNorm(in, out, inv string, weight bool) {
+	norm := out
+	if weight {
+		norm = out + "_norm"
+	}
+	b.n("Pow", out+"_sq", in, b.c(2))
+	b.Node("ReduceMean", out+"_ms_node", []string{out + "_sq"}, []string{out + "_ms"}, testmodels.AttrInts("axes", -1))
+	b.n("Add", out+"_e", out+"_ms", b.c(1e-6))
+	b.n("Sqrt", out+"_rms", out+"_e")
+	switch inv {
+	case "Div":
+		b.n("Div", norm, in, out+"_rms")
+	case "Reciprocal":
+		b.n("Reciprocal", out+"_r", out+"_rms")
+		b.n("Mul", norm, in, out+"_r")
+	default:
+		b.n("Div", out+"_r", b.c(1), out+"_rms")
+		b.n("Mul", norm, in, out+"_r")
+	}
+	if weight {
+		b.n("Mul", out, b.vec(1), norm)
+	}
+}
+
 // gelu writes the erf GELU as torch exports it.
 func (b *patternBuilder) gelu(in, out string) {
 	b.n("Div", out+"_a", in, b.c(1.4142135))
@@ -114,6 +142,28 @@ func TestFindPatterns(t *testing.T) {
 			b.normalize("x", "ln")
 		}, []string{"layer_norm_no_affine:ln_node"}},
 		{"gelu", func(b *patternBuilder) { b.gelu("x", "y") }, []string{"gelu:y_node"}},
+		{"rms_norm", func(b *patternBuilder) { b.rmsNorm("x", "y", "Div", true) }, []string{"rms_norm:y_node"}},
+		{"rms_norm with Reciprocal", func(b *patternBuilder) { b.rmsNorm("x", "y", "Reciprocal", true) }, []string{"rms_norm_reciprocal:y_node"}},
+		{"rms_norm with Div(1, ·), weight first", func(b *patternBuilder) { b.rmsNorm("x", "y", "one_over", true) }, []string{"rms_norm_one_over:y_node"}},
+		{"rms_norm square by Mul", func(b *patternBuilder) {
+			b.n("Mul", "sq", "x", "x")
+			b.Node("ReduceMean", "v", []string{"sq"}, []string{"ms"}, testmodels.AttrInts("axes", -1))
+			b.n("Add", "e", "ms", b.c(1e-6))
+			b.n("Sqrt", "s", "e")
+			b.n("Div", "n", "x", "s")
+			b.n("Mul", "y", "n", b.vec(1))
+		}, []string{"rms_norm_square_by_mul:y_node"}},
+		{"rms_norm without weight", func(b *patternBuilder) { b.rmsNorm("x", "ln", "Div", false) }, []string{"rms_norm_no_affine:ln_node"}},
+		{"rms_norm with Reciprocal, without weight", func(b *patternBuilder) { b.rmsNorm("x", "ln", "Reciprocal", false) }, []string{"rms_norm_reciprocal_no_affine:ln_node"}},
+		{"rms_norm with Div(1, ·), without weight", func(b *patternBuilder) { b.rmsNorm("x", "ln", "one_over", false) }, []string{"rms_norm_one_over_no_affine:ln_node"}},
+		{"rms_norm with Div(2, ·) is not an rms_norm", func(b *patternBuilder) {
+			b.n("Pow", "sq", "x", b.c(2))
+			b.Node("ReduceMean", "v", []string{"sq"}, []string{"ms"}, testmodels.AttrInts("axes", -1))
+			b.n("Add", "e", "ms", b.c(1e-6))
+			b.n("Sqrt", "s", "e")
+			b.n("Div", "r", b.c(2), "s")
+			b.n("Mul", "y", "x", "r")
+		}, nil},
 		{"gelu by Mul, half first", func(b *patternBuilder) {
 			b.n("Mul", "a", "x", b.c(0.70710678))
 			b.n("Erf", "e", "a")
@@ -362,5 +412,52 @@ func TestPatternsKeepFloatFunction(t *testing.T) {
 	t.Logf("SQNR with patterns %.2f dB, without %.2f dB", a, b)
 	if !(a > b) || math.IsInf(a, 1) {
 		t.Errorf("SQNR with patterns %.2f dB, want above the %.2f dB without", a, b)
+	}
+}
+
+// rmsNormBlock is a decoder's feed-forward half as exporters write it:
+// RMSNorm (its reciprocal square root spelled as inv says), a linear
+// layer, SiLU, a second linear layer, the residual Add and the final
+// RMSNorm. The tokens' magnitudes span 0.05 to 40, as a decoder's hidden
+// states do (a first token far larger than the rest), so the reciprocal
+// RMS spans nearly three decades.
+func rmsNormBlock(t *testing.T, inv string) *onnxgraph.Model {
+	b := newPatternBuilder("rms_norm_block")
+	b.Init("token_scale", []int64{4, 1}, []float32{40, 0.05, 1, 5})
+	b.n("Mul", "xs", "x", "token_scale")
+	b.rmsNorm("xs", "h", inv, true)
+	b.RandomInit("w1", 0.5, 8, 8)
+	b.n("MatMul", "up", "h", "w1")
+	b.n("Sigmoid", "sig", "up")
+	b.n("Mul", "act", "up", "sig")
+	b.RandomInit("w2", 0.5, 8, 8)
+	b.n("MatMul", "down", "act", "w2")
+	b.n("Add", "res", "xs", "down")
+	b.rmsNorm("res", "y", inv, true)
+	return b.model(t, "y")
+}
+
+// TestRMSNormPatterns checks each exporter's spelling of RMSNorm in a
+// decoder block: both norms match, nothing inside them is quantized, and
+// the output is closer to the float model than with the insides
+// quantized too (same calibration).
+func TestRMSNormPatterns(t *testing.T) {
+	for _, inv := range []string{"Div", "Reciprocal", "one_over"} {
+		t.Run(inv, func(t *testing.T) {
+			m := rmsNormBlock(t, inv)
+			if got := len(FindPatterns(m, PatternsOps)); got != 3 {
+				t.Fatalf("%d patterns, want the two RMSNorms and the SiLU", got)
+			}
+			ref := runModel(t, m, 9)
+			u := quantize(t, rmsNormBlock(t, inv), "w8a8", PrepareOptions{})
+			checkBoundaries(t, u)
+			with := runModel(t, u.Result.Model, 9)
+			without := runModel(t, quantize(t, rmsNormBlock(t, inv), "w8a8", PrepareOptions{Patterns: PatternsNone}).Result.Model, 9)
+			a, b := sqnr(ref["y"], with["y"]), sqnr(ref["y"], without["y"])
+			t.Logf("SQNR with patterns %.2f dB, without %.2f dB", a, b)
+			if !(a > b) || math.IsInf(a, 1) {
+				t.Errorf("SQNR with patterns %.2f dB, want above the %.2f dB without", a, b)
+			}
+		})
 	}
 }

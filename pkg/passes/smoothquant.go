@@ -20,8 +20,10 @@ const smoothReportRows = 1024
 
 // smoothSite is an activation X read only by MatMul and Gemm layers with
 // constant weights, produced by a node whose per-feature constants can
-// absorb a division of X's features: LayerNormalization (scale and bias)
-// or the Mul → Add that ends a written-out LayerNorm.
+// absorb a division of X's features: LayerNormalization (scale and bias),
+// RMSNormalization (scale), the Mul → Add that ends a written-out
+// LayerNorm, or the Mul by a per-feature weight that ends a written-out
+// RMSNorm.
 type smoothSite struct {
 	x       *onnxgraph.Value
 	layers  []*onnxgraph.Node
@@ -70,10 +72,10 @@ func runActivationAlgorithms(ctx context.Context, u *Unit) error {
 // runSmoothQuant is SmoothQuant (Xiao et al., "SmoothQuant: Accurate and
 // Efficient Post-Training Quantization for Large Language Models", 2023):
 // for every activation X read only by MatMul and Gemm layers with
-// constant weights and produced by a LayerNorm (or its written-out
-// Mul → Add), feature j of X is divided by
+// constant weights and produced by a LayerNorm or an RMSNorm (or their
+// written-out Mul → Add and Mul), feature j of X is divided by
 // s_j = max|X_j|^α / max|W_j|^(1−α) and row j of every reading weight
-// multiplied by it, the division folded into the LayerNorm's scale and
+// multiplied by it, the division folded into the norm's scale and
 // bias: the float function is unchanged, and the few features with large
 // activations, which set a per-tensor activation range, move part of
 // their range into the per-channel weights. max|X_j| is measured on
@@ -264,9 +266,16 @@ func absorbingConsts(p *onnxgraph.Node, k int, wide bool) ([]*onnxgraph.Value, [
 				}
 			}
 		}
-	case wide && p.OpType == "Mul" && len(p.Inputs) == 2:
+	case p.OpType == "RMSNormalization":
+		if a := p.Attr("axis"); a != nil && a.GetI() != -1 {
+			return nil, nil
+		}
+		return p.Inputs[1:2], []int{0}
+	case p.OpType == "Mul" && len(p.Inputs) == 2:
+		// A per-feature gain: the weight that ends a written-out RMSNorm
+		// (decoders' exports), or under wide any constant factor.
 		for i, in := range p.Inputs {
-			if in.IsConst() && !p.Inputs[1-i].IsConst() {
+			if in.IsConst() && !p.Inputs[1-i].IsConst() && (wide || perFeature(in, k)) {
 				return []*onnxgraph.Value{in}, []int{0}
 			}
 		}
@@ -284,6 +293,21 @@ func absorbingConsts(p *onnxgraph.Node, k int, wide bool) ([]*onnxgraph.Value, [
 		return []*onnxgraph.Value{w}, []int{stride}
 	}
 	return nil, nil
+}
+
+// perFeature reports whether the constant v holds one value per feature
+// of the last axis: shaped [k] or [1, ..., 1, k].
+func perFeature(v *onnxgraph.Value, k int) bool {
+	dims := v.Const.GetDims()
+	if len(dims) == 0 || dims[len(dims)-1] != int64(k) {
+		return false
+	}
+	for _, d := range dims[:len(dims)-1] {
+		if d != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // linearColumns is the constant weight of the MatMul or Gemm q whose

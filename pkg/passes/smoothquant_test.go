@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,4 +163,107 @@ func TestSmoothQuantDeterministic(t *testing.T) {
 	sameModelAcrossThreads(t, func(threads int) *Unit {
 		return quantizeSmooth(t, "algorithms:\n  smoothquant: true\n", threads)
 	})
+}
+
+// rmsSmoothModel is x [n, 16] → RMSNormalization (opset 23, scale with
+// two outlier features) → MatMul → y1, and x → RMSNorm written out as
+// decoders' exports write it (Pow, ReduceMean, Add, Sqrt, Reciprocal,
+// Mul, then the weight's Mul from the left, an outlier feature in it) →
+// Gemm → y2.
+func rmsSmoothModel(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(53, 54))
+	normal := func(n int, s float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * s)
+		}
+		return v
+	}
+	k := smoothFeatures
+	scale := normal(k, 0.5)
+	scale[2], scale[9] = 25, -18
+	weight := normal(k, 1)
+	weight[6] = 30
+	b := testmodels.New("rms_smooth", 23)
+	b.Input("x", tensor.Float, "n", k).Output("y1", tensor.Float, "n", 8).Output("y2", tensor.Float, "n", 8)
+	b.Init("scale", []int64{int64(k)}, scale)
+	b.Init("weight", []int64{int64(k)}, weight)
+	b.Init("two", []int64{}, []float32{2})
+	b.Init("eps", []int64{}, []float32{1e-6})
+	b.InitInt64("axes", []int64{1}, []int64{-1})
+	b.Init("w1", []int64{int64(k), 8}, normal(k*8, 0.3))
+	b.Init("w2", []int64{int64(k), 8}, normal(k*8, 0.3))
+	b.Init("b2", []int64{8}, normal(8, 0.1))
+	b.Node("RMSNormalization", "rms", []string{"x", "scale"}, []string{"h1"})
+	b.Node("MatMul", "f1", []string{"h1", "w1"}, []string{"y1"})
+	b.Node("Pow", "sq", []string{"x", "two"}, []string{"x2"})
+	b.Node("ReduceMean", "ms", []string{"x2", "axes"}, []string{"m"})
+	b.Node("Add", "add_eps", []string{"m", "eps"}, []string{"me"})
+	b.Node("Sqrt", "root", []string{"me"}, []string{"r"})
+	b.Node("Reciprocal", "inv", []string{"r"}, []string{"ir"})
+	b.Node("Mul", "norm", []string{"x", "ir"}, []string{"nx"})
+	b.Node("Mul", "gain", []string{"weight", "nx"}, []string{"h2"})
+	b.Node("Gemm", "f2", []string{"h2", "w2", "b2"}, []string{"y2"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestSmoothQuantRMSNorm checks that SmoothQuant folds its scales into an
+// RMSNormalization's scale and into the weight that ends a written-out
+// RMSNorm (fixed seeds): the float function is kept (within 1e-5 of each
+// output's magnitude), the norms' constants changed, and both layers'
+// quantized products gain in the report.
+func TestSmoothQuantRMSNorm(t *testing.T) {
+	cfg, err := config.Parse([]byte(smoothConfig+"algorithms:\n  smoothquant: true\n"), "smooth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newSampleSource(63, 40, smoothFeatures)
+	u := &Unit{Model: rmsSmoothModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+			return observe(t, m, plan), nil
+		},
+		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 8}}
+	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := runValues(t, rmsSmoothModel(t), src, "y1", "y2")
+	got := runValues(t, u.Model, src, "y1", "y2")
+	for _, name := range []string{"y1", "y2"} {
+		w, _ := want[name].AsFloat32()
+		g, _ := got[name].AsFloat32()
+		var scale, diff float64
+		for i := range w {
+			scale = max(scale, math.Abs(float64(w[i])))
+			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
+		}
+		if diff > 1e-5*scale {
+			t.Errorf("%s: smoothing changed the float output by %g (magnitude %g)", name, diff, scale)
+		}
+	}
+	orig := rmsSmoothModel(t)
+	for _, c := range []string{"scale", "weight"} {
+		before, _, _ := constFloats(orig, orig.Graph.Value(c))
+		after, _, _ := constFloats(u.Model, u.Model.Graph.Value(c))
+		if slices.Equal(before, after) {
+			t.Errorf("%s: unchanged, want the smoothing scales folded in", c)
+		}
+	}
+	reported := map[string]LayerReport{}
+	for _, l := range u.Layers {
+		if l.Algorithm == smoothQuantName {
+			reported[l.Node] = l
+		}
+	}
+	for _, n := range []string{"f1", "f2"} {
+		r := reported[n]
+		if r.Skipped != "" || !(r.After > r.Before) {
+			t.Errorf("%s: report %+v, want a quantized product that gained", n, r)
+		}
+		t.Logf("%s: %.2f → %.2f dB (%s)", n, float64(r.Before), float64(r.After), r.Note)
+	}
 }
