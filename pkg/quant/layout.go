@@ -152,6 +152,59 @@ func (l Layout) EachParallel(n, workers int, fn func(i, g int)) {
 	wg.Wait()
 }
 
+// Runs calls fn(start, end, g) for the runs of consecutive elements of the
+// n that share group g, in order: the whole tensor per tensor, a row of
+// the axis per axis, one element per call per block (the groups of a
+// block row interleave). Loops over a run need no group lookup per
+// element.
+func (l Layout) Runs(n int, fn func(start, end, g int)) {
+	switch {
+	case l.axis < 0:
+		if n > 0 {
+			fn(0, n, 0)
+		}
+	case l.block > 0:
+		l.Each(n, func(i, g int) { fn(i, i+1, g) })
+	case l.dim != 0 && l.inner != 0:
+		for r := range n / l.inner {
+			fn(r*l.inner, (r+1)*l.inner, r%l.dim)
+		}
+	}
+}
+
+// RunsParallel is Runs with the work shared among up to workers
+// goroutines, for large tensors: the calls come in no particular order,
+// and fn must only write what belongs to its run. A run per tensor is cut
+// into one piece per worker.
+func (l Layout) RunsParallel(n, workers int, fn func(start, end, g int)) {
+	if workers <= 1 || n < parallelElements || l.block > 0 {
+		l.Runs(n, fn)
+		return
+	}
+	type run struct{ start, end, g int }
+	var runs []run
+	if l.axis < 0 {
+		per := (n + workers - 1) / workers
+		for s := 0; s < n; s += per {
+			runs = append(runs, run{s, min(s+per, n), 0})
+		}
+	} else {
+		l.Runs(n, func(s, e, g int) { runs = append(runs, run{s, e, g}) })
+	}
+	per := (len(runs) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for r0 := 0; r0 < len(runs); r0 += per {
+		wg.Add(1)
+		go func(rs []run) {
+			defer wg.Done()
+			for _, r := range rs {
+				fn(r.start, r.end, r.g)
+			}
+		}(runs[r0:min(r0+per, len(runs))])
+	}
+	wg.Wait()
+}
+
 // parallelElements is the size from which EachParallel shares the work:
 // below it, starting goroutines costs more than it saves.
 const parallelElements = 1 << 18

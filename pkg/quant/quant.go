@@ -72,19 +72,18 @@ func IsNarrowFloat(dt tensor.DType) bool {
 // Int quantizes one value to an integer code in [lo, hi]:
 // clamp(roundHalfEven(x/scale) + zp, lo, hi), NaN giving lo.
 func Int(x, scale float32, zp, lo, hi int64) int64 {
+	return int64(intCode(x, scale, float64(zp), float64(lo), float64(hi)))
+}
+
+// intCode is Int's arithmetic, an integral float64 in [lo, hi], small
+// enough to inline into the loops over runs (intCodes).
+func intCode(x, scale float32, zp, lo, hi float64) float64 {
 	// float32 division, as ONNX's reference and ONNX Runtime compute it.
 	v := float64(x / scale)
 	if v != v {
 		return lo
 	}
-	v = RoundHalfEven(v) + float64(zp)
-	switch {
-	case v <= float64(lo):
-		return lo
-	case v >= float64(hi):
-		return hi
-	}
-	return int64(v)
+	return min(max(RoundHalfEven(v)+zp, lo), hi)
 }
 
 // Dequantize maps an integer code back to its value, (q − zp)·scale; the
@@ -164,16 +163,27 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 		if err != nil {
 			return nil, err
 		}
-		store := intStore(out.Data)
-		if store == nil {
+		var run func(start, end int, scale float32, z int64)
+		switch d := out.Data.(type) {
+		case []int8:
+			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+		case []uint8:
+			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+		case []int16:
+			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+		case []uint16:
+			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+		case []int32:
+			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+		default:
 			return nil, fmt.Errorf("cannot quantize to %s", dt)
 		}
-		l.EachParallel(len(x), workers, func(i, g int) {
+		l.RunsParallel(len(x), workers, func(s, e, g int) {
 			var z int64
 			if zps != nil {
 				z = zps[g]
 			}
-			store(i, Int(x[i], scales[g], z, lo, hi))
+			run(s, e, scales[g], z)
 		})
 		return out, nil
 	}
@@ -214,20 +224,31 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 		return fmt.Errorf("zero point is %s, codes are %s", zp.DType, q.DType)
 	}
 	if _, _, ok := IntRange(q.DType); ok {
-		codes, err := ints(q)
-		if err != nil {
-			return err
-		}
 		zps, err := intZeroPoints(zp, q.DType)
 		if err != nil {
 			return err
 		}
-		l.Each(n, func(i, g int) {
+		var run func(start, end int, scale float32, z int64)
+		switch d := q.Data.(type) {
+		case []int8:
+			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
+		case []uint8:
+			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
+		case []int16:
+			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
+		case []uint16:
+			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
+		case []int32:
+			run = func(s, e int, sc float32, z int64) { intValues32(y[s:e], d[s:e], sc, z) }
+		default:
+			return fmt.Errorf("%s codes held as %T", q.DType, q.Data)
+		}
+		l.Runs(n, func(s, e, g int) {
 			var z int64
 			if zps != nil {
 				z = zps[g]
 			}
-			y[i] = Dequantize(codes[i], z, scales[g])
+			run(s, e, scales[g], z)
 		})
 		return nil
 	}
@@ -252,22 +273,58 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 	return nil
 }
 
-// intStore returns a function that stores an in-range code at index i of
-// the tensor data d, nil when d holds no integer codes.
-func intStore(d any) func(i int, v int64) {
-	switch d := d.(type) {
-	case []int8:
-		return func(i int, v int64) { d[i] = int8(v) }
-	case []uint8:
-		return func(i int, v int64) { d[i] = uint8(v) }
-	case []int16:
-		return func(i int, v int64) { d[i] = int16(v) }
-	case []uint16:
-		return func(i int, v int64) { d[i] = uint16(v) }
-	case []int32:
-		return func(i int, v int64) { d[i] = int32(v) }
+// intCodes is Int over a run of values that share one scale and zero
+// point, written to dst, in a loop the compiler keeps free of calls.
+// Codes of 16 bits or fewer round in float32 (intCode32).
+func intCodes[T int8 | uint8 | int16 | uint16 | int32](dst []T, x []float32, scale float32, zp, lo, hi int64) {
+	x = x[:len(dst)]
+	if lo >= math.MinInt16 && hi <= math.MaxUint16 {
+		flo, fhi, fzp := float32(lo), float32(hi), float32(zp)
+		for i, xv := range x {
+			dst[i] = T(int32(intCode32(xv, scale, fzp, flo, fhi)))
+		}
+		return
 	}
-	return nil
+	flo, fhi, fzp := float64(lo), float64(hi), float64(zp)
+	for i, xv := range x {
+		dst[i] = T(int64(intCode(xv, scale, fzp, flo, fhi)))
+	}
+}
+
+// roundMagic is 1.5·2^23: a float32 in [−2^22, 2^22] plus it lies in
+// [2^23, 2^24), where float32 steps by 1, so the sum is rounded to an
+// integer, half to even, and subtracting it again leaves that integer.
+const roundMagic = 12582912
+
+// intCode32 is intCode for codes of 16 bits or fewer, in float32: the
+// same codes, since a quotient within ±2^22 rounds exactly as
+// math.RoundToEven does and one beyond it (±Inf included) saturates
+// either way.
+func intCode32(x, scale, zp, lo, hi float32) float32 {
+	v := x / scale
+	if v != v {
+		return lo
+	}
+	return min(max((v+roundMagic)-roundMagic+zp, lo), hi)
+}
+
+// intValues is Dequantize over a run of codes that share one scale and
+// zero point, written to y.
+func intValues[T int8 | uint8 | int16 | uint16](y []float32, codes []T, scale float32, zp int64) {
+	codes = codes[:len(y)]
+	z := int32(zp) // a zero point of the codes' type: the difference is exact
+	for i, c := range codes {
+		y[i] = float32(int32(c)-z) * scale
+	}
+}
+
+// intValues32 is intValues for int32 codes (biases), whose difference with
+// the zero point needs 64 bits.
+func intValues32(y []float32, codes []int32, scale float32, zp int64) {
+	codes = codes[:len(y)]
+	for i, c := range codes {
+		y[i] = float32(int64(c)-zp) * scale
+	}
 }
 
 // ints reads the integer codes of t exactly.

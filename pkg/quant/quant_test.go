@@ -193,3 +193,71 @@ func TestQuantizeWorkersAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestIntCodesAgainstFloat64 checks Quantize and DequantizeInto, whose
+// loops round codes of 16 bits or fewer in float32, against the
+// definition computed here in float64 (clamp(roundHalfEven(x/scale) + zp),
+// NaN to the lowest code; (q − zp)·scale), on values chosen to break a
+// float32 rounding: ties at every half, quotients around ±2^22 and ±2^23,
+// ±Inf, NaN, −0, the largest floats, and random ones, for every integer
+// type at its extreme and middle zero points, per tensor and per axis.
+func TestIntCodesAgainstFloat64(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	var x []float32
+	for k := -300; k <= 300; k++ {
+		x = append(x, float32(k)+0.5, float32(k)-0.5, float32(k), float32(k)+0.49999997, float32(k)+0.50000006)
+	}
+	for _, b := range []float32{1 << 22, 1 << 23, 1 << 24, 65535.5, 65536.5, 32767.5, -32768.5} {
+		for _, d := range []float32{-1.5, -1, -0.5, 0, 0.5, 1, 1.5} {
+			x = append(x, b+d, -b+d)
+		}
+	}
+	x = append(x, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32)
+	for range 4000 {
+		x = append(x, float32(r.NormFloat64()*float64(r.IntN(100000)+1)))
+	}
+	want := func(v, scale float32, zp, lo, hi int64) int64 {
+		q := float64(v / scale)
+		if math.IsNaN(q) {
+			return lo
+		}
+		return int64(math.Max(float64(lo), math.Min(float64(hi), math.RoundToEven(q)+float64(zp))))
+	}
+	for _, dt := range []tensor.DType{tensor.Int8, tensor.Uint8, tensor.Int16, tensor.Uint16, tensor.Int32, tensor.Int4, tensor.Uint4} {
+		lo, hi, _ := quant.IntRange(dt)
+		for _, zp := range []int64{lo, (lo + hi) / 2, hi} {
+			for _, scale := range []float32{1, 0.5, 0.0078125, 3.3} {
+				shape := []int{2, len(x)}
+				xx := slices.Concat(x, x)
+				for _, axis := range []int{-1, 0} {
+					l, err := quant.NewLayout(shape, axis, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					scales, zps := make([]float32, l.Groups()), make([]int64, l.Groups())
+					for i := range scales {
+						scales[i], zps[i] = scale, zp
+					}
+					q, err := quant.Quantize(xx, shape, l, scales, quanttest.Tensor(dt, zps...), dt, true, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					codes := quanttest.Codes(q)
+					y := make([]float32, len(xx))
+					if err := quant.DequantizeInto(y, q, l, scales, quanttest.Tensor(dt, zps...)); err != nil {
+						t.Fatal(err)
+					}
+					for i, v := range xx {
+						w := want(v, scale, zp, lo, hi)
+						if codes[i] != w {
+							t.Fatalf("%s zp %d scale %g axis %d: %g → %d, want %d", dt, zp, scale, axis, v, codes[i], w)
+						}
+						if wy := float32(float64(w-zp)) * scale; y[i] != wy {
+							t.Fatalf("%s zp %d scale %g: code %d → %g, want %g", dt, zp, scale, w, y[i], wy)
+						}
+					}
+				}
+			}
+		}
+	}
+}

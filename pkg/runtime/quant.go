@@ -81,7 +81,7 @@ func buildQuantize(b *builder) (kernel, error) {
 func buildDequantize(b *builder) (kernel, error) {
 	axis := b.int("axis", 1)
 	blockSize := b.int("block_size", 0)
-	return func(_ *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		if _, _, ok := quant.IntRange(in[0].DType); !ok && !quant.IsNarrowFloat(in[0].DType) {
 			return nil, fmt.Errorf("dequantizing %s is not supported", in[0].DType)
 		}
@@ -103,7 +103,7 @@ func buildDequantize(b *builder) (kernel, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := tensor.New(tensor.Float, in[0].Shape...)
+		out := rc.newFloatOut(in[0].Shape...) // DequantizeInto writes every element
 		err = quant.DequantizeInto(out.Float32s(), in[0], l, scale, zp)
 		return one(out), err
 	}, nil
