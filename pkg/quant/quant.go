@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -166,9 +167,15 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 		var run func(start, end int, scale float32, z int64)
 		switch d := out.Data.(type) {
 		case []int8:
-			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+			run = func(s, e int, sc float32, z int64) {
+				s += kernels.QuantizeI8(d[s:e], x[s:e], sc, float32(lo-z), float32(hi-z), float32(z))
+				intCodes(d[s:e], x[s:e], sc, z, lo, hi)
+			}
 		case []uint8:
-			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
+			run = func(s, e int, sc float32, z int64) {
+				s += kernels.QuantizeU8(d[s:e], x[s:e], sc, float32(lo-z), float32(hi-z), float32(z))
+				intCodes(d[s:e], x[s:e], sc, z, lo, hi)
+			}
 		case []int16:
 			run = func(s, e int, sc float32, z int64) { intCodes(d[s:e], x[s:e], sc, z, lo, hi) }
 		case []uint16:
@@ -231,9 +238,15 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 		var run func(start, end int, scale float32, z int64)
 		switch d := q.Data.(type) {
 		case []int8:
-			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
+			run = func(s, e int, sc float32, z int64) {
+				s += kernels.DequantizeI8(y[s:e], d[s:e], sc, int32(z))
+				intValues(y[s:e], d[s:e], sc, z)
+			}
 		case []uint8:
-			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
+			run = func(s, e int, sc float32, z int64) {
+				s += kernels.DequantizeU8(y[s:e], d[s:e], sc, int32(z))
+				intValues(y[s:e], d[s:e], sc, z)
+			}
 		case []int16:
 			run = func(s, e int, sc float32, z int64) { intValues(y[s:e], d[s:e], sc, z) }
 		case []uint16:

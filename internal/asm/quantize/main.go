@@ -1,0 +1,108 @@
+// Command quantize generates the AVX2 kernels of pkg/kernels that write
+// 8-bit QuantizeLinear codes and read them back for DequantizeLinear
+// (quantize_amd64.s and quantize_stubs_amd64.go) with avo.
+//
+// Quantizing, eight values at a time: the division by the scale
+// (VDIVPS, rounded to float32 as ONNX's reference divides), the clamp to
+// the codes' range minus the zero point (VMAXPS first, which returns its
+// bound for NaN, as QuantizeLinear gives NaN the lowest code), the
+// rounding half to even (VROUNDPS mode 0), the zero point added, the
+// conversion to int32 (exact: the values are integers) and the packing to
+// bytes. Dequantizing: the codes widened to int32, the zero point
+// subtracted, the difference converted (exact) and multiplied by the
+// scale, one float32 rounding as DequantizeLinear's.
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+func main() {
+	ConstraintExpr("!noasm,amd64")
+	quantize("quantizeU8AVX2", "[]uint8", true)
+	quantize("quantizeI8AVX2", "[]int8", false)
+	dequantize("dequantizeU8AVX2", "[]uint8", true)
+	dequantize("dequantizeI8AVX2", "[]int8", false)
+	Generate()
+}
+
+func quantize(name, codes string, unsigned bool) {
+	TEXT(name, NOSPLIT, "func(dst "+codes+", x []float32, scale, lo, hi, zp float32)")
+	Doc(name+" writes the codes of the first len(x) &^ 7 elements of x to dst",
+		"(at least as long): clamp(round(x/scale), lo, hi) + zp, rounding half",
+		"to even, NaN to lo + zp; lo and hi are the codes' range minus zp.")
+	pd := Load(Param("dst").Base(), GP64())
+	px := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	SHRQ(U8(3), n)
+	vs, vlo, vhi, vzp := YMM(), YMM(), YMM(), YMM()
+	VBROADCASTSS(NewParamAddr("scale", 48), vs)
+	VBROADCASTSS(NewParamAddr("lo", 52), vlo)
+	VBROADCASTSS(NewParamAddr("hi", 56), vhi)
+	VBROADCASTSS(NewParamAddr("zp", 60), vzp)
+	v := YMM()
+	x1, x0 := XMM(), XMM()
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	VMOVUPS(Mem{Base: px}, v)
+	VDIVPS(vs, v, v)
+	VMAXPS(vlo, v, v)
+	VMINPS(vhi, v, v)
+	VROUNDPS(U8(0), v, v)
+	VADDPS(vzp, v, v)
+	VCVTPS2DQ(v, v)
+	VEXTRACTI128(U8(1), v, x1)
+	VPACKSSDW(x1, v.AsX(), x0)
+	if unsigned {
+		VPACKUSWB(x0, x0, x0)
+	} else {
+		VPACKSSWB(x0, x0, x0)
+	}
+	VMOVQ(x0, Mem{Base: pd})
+	ADDQ(U8(32), px)
+	ADDQ(U8(8), pd)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+func dequantize(name, codes string, unsigned bool) {
+	TEXT(name, NOSPLIT, "func(y []float32, codes "+codes+", scale float32, zp int32)")
+	Doc(name+" writes (codes − zp)·scale for the first len(y) &^ 7 elements",
+		"of y; codes is at least as long.")
+	py := Load(Param("y").Base(), GP64())
+	n := Load(Param("y").Len(), GP64())
+	pc := Load(Param("codes").Base(), GP64())
+	SHRQ(U8(3), n)
+	vs, vzp := YMM(), YMM()
+	VBROADCASTSS(NewParamAddr("scale", 48), vs)
+	z := Load(Param("zp"), GP32())
+	xz := XMM()
+	VMOVD(z, xz)
+	VPBROADCASTD(xz, vzp)
+	var v reg.VecVirtual = YMM()
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	if unsigned {
+		VPMOVZXBD(Mem{Base: pc}, v)
+	} else {
+		VPMOVSXBD(Mem{Base: pc}, v)
+	}
+	VPSUBD(vzp, v, v)
+	VCVTDQ2PS(v, v)
+	VMULPS(vs, v, v)
+	VMOVUPS(v, Mem{Base: py})
+	ADDQ(U8(8), pc)
+	ADDQ(U8(32), py)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
