@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -339,6 +340,7 @@ type layerState struct {
 	byCand map[string][]int
 
 	refStore, candStore map[string][]float32
+	candShape           map[string][]int
 	left                map[string]int // uses left this batch
 	done                []bool
 	err                 error
@@ -374,7 +376,7 @@ func newLayerState(p *Pairing) *layerState {
 }
 
 func (ls *layerState) startBatch() {
-	ls.refStore, ls.candStore = map[string][]float32{}, map[string][]float32{}
+	ls.refStore, ls.candStore, ls.candShape = map[string][]float32{}, map[string][]float32{}, map[string][]int{}
 	ls.left = map[string]int{}
 	for k, n := range ls.refUses {
 		ls.left["r\x00"+k] = n
@@ -423,6 +425,7 @@ func (ls *layerState) candTap(name string, t *tensor.Tensor) {
 		return
 	}
 	ls.candStore[name] = x
+	ls.candShape[name] = slices.Clone(t.Shape)
 	for _, i := range ls.byCand[name] {
 		pr := ls.pairs[i]
 		q, okQ := ls.candStore[pr.Quantized]
@@ -431,7 +434,14 @@ func (ls *layerState) candTap(name string, t *tensor.Tensor) {
 		if ls.done[i] || !okQ || !okDQ || !okR {
 			continue
 		}
-		if err := ls.acc[i].global.Add(rv, dq); err != nil {
+		global := dq
+		if pr.Rescaled != nil {
+			if global, ls.err = undoRescale(dq, ls.candShape[pr.Dequantized], pr.Rescaled); ls.err != nil {
+				ls.err = fmt.Errorf("candidate value %q: %w", pr.Dequantized, ls.err)
+				return
+			}
+		}
+		if err := ls.acc[i].global.Add(rv, global); err != nil {
 			ls.err = fmt.Errorf("reference value %q and candidate value %q: %w", pr.Tensor, pr.Dequantized, err)
 			return
 		}
@@ -484,7 +494,7 @@ func (ls *layerState) endBatch(engine string) {
 		ls.missing = append(ls.missing, Unpaired{Value: pr.Dequantized,
 			Reason: fmt.Sprintf("the %s engine did not report %s (computed at load as a constant?)", engine, joinAnd(absent))})
 	}
-	ls.refStore, ls.candStore = nil, nil
+	ls.refStore, ls.candStore, ls.candShape = nil, nil, nil
 }
 
 func (ls *layerState) reports() []LayerReport {
@@ -514,4 +524,27 @@ func joinAnd(items []string) string {
 		s += ", " + it
 	}
 	return s + " and " + items[len(items)-1]
+}
+
+// undoRescale returns x (of the given shape) with r undone: channel c of
+// axis r.Axis (the last for −1) becomes (x + Shift[c])·Scale[c], the value
+// the reference computes.
+func undoRescale(x []float32, shape []int, r *plan.Rescale) ([]float32, error) {
+	axis := r.Axis
+	if axis < 0 {
+		axis += len(shape)
+	}
+	if axis < 0 || axis >= len(shape) || shape[axis] != len(r.Scale) {
+		return nil, fmt.Errorf("recorded rescale of %d channels on axis %d does not fit shape %v", len(r.Scale), r.Axis, shape)
+	}
+	inner := tensor.NumElements(shape[axis+1:])
+	out := make([]float32, len(x))
+	for i, v := range x {
+		c := (i / inner) % len(r.Scale)
+		if r.Shift != nil {
+			v += r.Shift[c]
+		}
+		out[i] = v * r.Scale[c]
+	}
+	return out, nil
 }

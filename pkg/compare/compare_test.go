@@ -547,3 +547,53 @@ func TestPerLayerFoldedFactor(t *testing.T) {
 		}
 	}
 }
+
+// TestPerLayerUndoesRescale: cross-layer equalization divides the
+// channels between two Convs by factors up to 10³ (their weights were
+// scaled that far apart), which the second Conv undoes; the quantized
+// model records the factors on the Relu output's QuantizeLinear, and
+// per-layer sets that output against the float one with them undone.
+// Read without them, the same tensor compares at about 0 dB.
+func TestPerLayerUndoesRescale(t *testing.T) {
+	b := testmodels.New("rescale", 13)
+	b.Input("x", tensor.Float, "N", 3, 6, 6).Output("y", tensor.Float, "N", 4, 6, 6)
+	rng := rand.New(rand.NewPCG(3, 4))
+	w1 := make([]float32, 8*3)
+	for i := range w1 {
+		w1[i] = float32(rng.NormFloat64()) * float32(math.Pow(10, float64(i/3%4)))
+	}
+	b.Init("w1", []int64{8, 3, 1, 1}, w1).RandomInit("w2", 0.5, 4, 8, 1, 1)
+	b.Node("Conv", "conv1", []string{"x", "w1"}, []string{"c1"})
+	b.Node("Relu", "relu1", []string{"c1"}, []string{"r1"})
+	b.Node("Conv", "conv2", []string{"r1", "w2"}, []string{"y"})
+	ref := load(t, b.Model)
+	cfg, err := config.Preset("w8a8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := batchesFor(t, ref, 3, 4)
+	cand, _ := quantizeWithAlgorithms(t, ref, cfg, nil, &config.Algorithms{CrossLayerEqualization: &config.CrossLayerEqualization{Iterations: 20}}, data)
+	pairing := PairActivations(ref, cand)
+	run := func(p *Pairing) map[string]LayerReport {
+		r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]LayerReport{}
+		for _, l := range r.Layers {
+			out[l.Tensor] = l
+		}
+		return out
+	}
+	with := run(&pairing)
+	if l := with["r1"]; !l.IsRescaled || l.SQNR < 25 {
+		t.Errorf("r1: rescaled %v, SQNR %.2f dB, want the recorded rescale undone and above 25 dB", l.IsRescaled, l.SQNR)
+	}
+	plain := Pairing{Pairs: slices.Clone(pairing.Pairs)}
+	for i := range plain.Pairs {
+		plain.Pairs[i].Rescaled, plain.Pairs[i].IsRescaled = nil, false
+	}
+	if l := run(&plain)["r1"]; l.SQNR > 10 {
+		t.Errorf("r1 read as written: %.2f dB, want below 10 (the test's rescale is too mild to tell)", l.SQNR)
+	}
+}

@@ -208,6 +208,12 @@ func quantizeWithPipeline(t testing.TB, m *onnxgraph.Model, preset string, data 
 // project's pipeline, calibrating min/max on data.
 func quantizeFor(t testing.TB, m *onnxgraph.Model, cfg *config.QuantizerConfig, target *config.Target, data []Batch) (*onnxgraph.Model, *passes.Plan) {
 	t.Helper()
+	return quantizeWithAlgorithms(t, m, cfg, target, nil, data)
+}
+
+// quantizeWithAlgorithms is quantizeFor with data-free algorithms.
+func quantizeWithAlgorithms(t testing.TB, m *onnxgraph.Model, cfg *config.QuantizerConfig, target *config.Target, alg *config.Algorithms, data []Batch) (*onnxgraph.Model, *passes.Plan) {
+	t.Helper()
 	calib := func(_ context.Context, m *onnxgraph.Model, pl *passes.Plan) (passes.Stats, error) {
 		stats := passes.RangeStats{}
 		var names []string
@@ -236,7 +242,7 @@ func quantizeFor(t testing.TB, m *onnxgraph.Model, cfg *config.QuantizerConfig, 
 		}
 		return stats, nil
 	}
-	u := &passes.Unit{Model: m, Config: cfg, Calibrate: calib, Prepare: passes.PrepareOptions{Target: target}}
+	u := &passes.Unit{Model: m, Config: cfg, Algorithms: alg, Calibrate: calib, Prepare: passes.PrepareOptions{Target: target}}
 	if _, err := passes.Run(context.Background(), u, passes.RunOptions{}); err != nil {
 		t.Fatalf("quantize: %v", err)
 	}

@@ -1,12 +1,14 @@
 package compare
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
 
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/plan"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -15,6 +17,10 @@ import (
 // its QuantizeLinear node; the per-layer report shows it when present. The
 // writer (pkg/finalize) defines it.
 const RuleMetadataKey = finalize.RuleMetadataKey
+
+// RescaledMetadataKey is the key under which a quantized model records how
+// an algorithm rescaled an activation (finalize.RescaledMetadataKey).
+const RescaledMetadataKey = finalize.RescaledMetadataKey
 
 // Pair links one quantized activation of a QDQ candidate to the float value
 // of the reference it approximates: in the candidate, Quantized →
@@ -45,6 +51,11 @@ type Pair struct {
 	// scale): the dequantized value approximates Factor times the
 	// QuantizeLinear's input. 0 when the scales are the same.
 	Factor float64 `json:"factor,omitempty"`
+	// Rescaled is how an algorithm changed the value in the candidate
+	// (finalize.RescaledMetadataKey): the per-layer SQNR sets the
+	// dequantized value, with the change undone, against the reference.
+	Rescaled   *plan.Rescale `json:"-"`
+	IsRescaled bool          `json:"rescaled,omitempty"`
 }
 
 // Unpaired is a quantized value of the candidate that has no float
@@ -121,6 +132,12 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 		// (a folded factor gives the QuantizeLinear another).
 		pair.DType, pair.ClipMin, pair.ClipMax = clipRange(cand, dq)
 		pair.Factor = scaleRatio(cand, q, dq)
+		if r, ok := q.Metadata(RescaledMetadataKey); ok {
+			var rs plan.Rescale
+			if json.Unmarshal([]byte(r), &rs) == nil && len(rs.Scale) > 0 && (rs.Shift == nil || len(rs.Shift) == len(rs.Scale)) {
+				pair.Rescaled, pair.IsRescaled = &rs, true
+			}
+		}
 		p.Pairs = append(p.Pairs, pair)
 	}
 	return p

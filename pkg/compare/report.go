@@ -131,6 +131,15 @@ func (r *Report) WriteLayers(w io.Writer, limit int) error {
 	}
 	fmt.Fprintln(w, ")")
 	fmt.Fprintln(w, "  SQNR: candidate vs float reference, accumulated up to the tensor; local: this quantizer alone")
+	rescaled := 0
+	for _, l := range r.Layers {
+		if l.IsRescaled {
+			rescaled++
+		}
+	}
+	if rescaled > 0 {
+		fmt.Fprintf(w, "  %d tensor(s) rescaled per channel by an algorithm (cross-layer equalization, SmoothQuant, AWQ): set against the reference with the rescale undone\n", rescaled)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SQNR dB\tlocal dB\ttensor\tnode\top\tmodule\tdtype\tclip range\trule")
 	for i, l := range r.Layers {

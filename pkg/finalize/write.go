@@ -5,6 +5,7 @@
 package finalize
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -516,8 +517,21 @@ func (w *writer) node(op, name string, in, out []string, t *plan.TensorPlan, att
 		}
 		n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(RuleMetadataKey), Value: proto.String(v)})
 	}
+	if t.Rescaled != nil && t.Role == plan.Activation {
+		if b, err := json.Marshal(t.Rescaled); err == nil {
+			n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(RescaledMetadataKey), Value: proto.String(string(b))})
+		}
+	}
 	return n
 }
+
+// RescaledMetadataKey is the node metadata_props key under which the
+// QuantizeLinear and DequantizeLinear of an activation that an algorithm
+// rescaled (plan.TensorPlan.Rescaled) record how, as plan.Rescale's JSON:
+// the value is the float model's divided by scale and minus shift, channel
+// by channel along axis. compare --per-layer undoes it before setting the
+// value against the float model.
+const RescaledMetadataKey = "coreaiq.rescaled"
 
 // RuleMetadataKey is the node metadata_props key under which every
 // inserted QuantizeLinear and DequantizeLinear records the config rule that

@@ -408,6 +408,7 @@ func (s *awqSite) search(u *Unit, grid, threads int) ([]LayerReport, error) {
 	if err := s.apply(u.Model); err != nil {
 		return nil, err
 	}
+	u.noteRescale(s.x.Name, -1, s.s, nil)
 	note = fmt.Sprintf("alpha %.2f, s in [%.3g, %.3g], 1/s folded into %s; %s", bestAlpha, minOf(s.s), maxOf(s.s), s.x.Producer, note)
 	for i := range reps {
 		reps[i].Note = note

@@ -28,8 +28,10 @@ type clePair struct {
 	// b2 is the second Conv's bias, loaded for high-bias absorption.
 	b2 *weightData
 	// scale is the product of the factors channel i of the first Conv's
-	// output was divided by.
+	// output was divided by, and shift what high-bias absorption then
+	// took off it (nil: nothing).
 	scale []float64
+	shift []float32
 	// group geometry of the second Conv: input channel i is channel i%per
 	// of group i/per, which feeds output channels [g·outPer, (g+1)·outPer).
 	per, outPer int
@@ -128,6 +130,18 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 				return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, p.second, err)
 			}
 			notes[p.first.Name] = note
+		}
+	}
+	for _, p := range pairs {
+		// The first Conv's output, and the activation's after it, are
+		// divided by scale and shifted down; the second Conv undoes both.
+		scale := make([]float32, len(p.scale))
+		for i, f := range p.scale {
+			scale[i] = float32(f)
+		}
+		u.noteRescale(p.first.Outputs[0].Name, 1, scale, p.shift)
+		if between := p.second.Inputs[0]; between != p.first.Outputs[0] {
+			u.noteRescale(between.Name, 1, scale, p.shift)
 		}
 	}
 	reported := map[string]bool{}
@@ -240,6 +254,10 @@ func (p *clePair) absorbHighBias(m *onnxgraph.Model, floors []float32, load func
 		moved++
 		largest = max(largest, c)
 		p.b1.data[i] -= c
+		if p.shift == nil {
+			p.shift = make([]float32, channels)
+		}
+		p.shift[i] = c
 		g, j := i/p.per, i%p.per
 		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
 			base := (o*p.w2.shape[1] + j) * inner2

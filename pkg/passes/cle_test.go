@@ -3,6 +3,7 @@ package passes
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -137,6 +138,53 @@ func TestHighBiasAbsorption(t *testing.T) {
 	for node, want := range map[string]string{"c1": "high-bias absorption: 3 of 6 channels", "dw": "high-bias absorption: 3 of 6 channels", "p1": "pads its input"} {
 		if !strings.Contains(notes[node], want) {
 			t.Errorf("%s: note %q, want it to say %q", node, notes[node], want)
+		}
+	}
+}
+
+// TestRescaleRecorded checks that the plan records, for every activation
+// cross-layer equalization changed, the rescale that maps it back to the
+// float model's value, (x + Shift[c])·Scale[c] per channel, measured by
+// the engine on the model above (fixed seeds): the Relu outputs of the
+// three equalized pairs, two of them shifted by high-bias absorption.
+func TestRescaleRecorded(t *testing.T) {
+	src := newSampleSource(93, 6, 4, 8, 8)
+	u := quantizeWith(t, highBiasModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {high_bias_absorption: true}\n"), nil)
+	var names []string
+	for _, tp := range u.Plan.Tensors {
+		if tp.Rescaled != nil {
+			names = append(names, tp.Value)
+		}
+	}
+	for _, want := range []string{"a1", "a2", "ap"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("rescaled values %q, want %q among them", names, want)
+		}
+	}
+	want := runValues(t, highBiasModel(t), src, names...)
+	got := runValues(t, u.Model, src, names...)
+	for _, name := range names {
+		r := u.Plan.Tensor(name).Rescaled
+		w, _ := want[name].AsFloat32()
+		g, _ := got[name].AsFloat32()
+		shape := want[name].Shape
+		if r.Axis != 1 || len(r.Scale) != shape[1] {
+			t.Fatalf("%s: rescale on axis %d with %d scales for shape %v", name, r.Axis, len(r.Scale), shape)
+		}
+		inner := shape[2] * shape[3]
+		var peak, diff float64
+		for i := range w {
+			c := (i / inner) % shape[1]
+			back := g[i]
+			if r.Shift != nil {
+				back += r.Shift[c]
+			}
+			back *= r.Scale[c]
+			peak = max(peak, math.Abs(float64(w[i])))
+			diff = max(diff, math.Abs(float64(w[i])-float64(back)))
+		}
+		if diff > 1e-5*peak {
+			t.Errorf("%s: undoing the recorded rescale misses the float value by %g (magnitude %g)", name, diff, peak)
 		}
 	}
 }

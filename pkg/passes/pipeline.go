@@ -93,6 +93,11 @@ type Unit struct {
 	// pendingWeightReports are weights changed before prepare, reported
 	// once their spec is planned.
 	pendingWeightReports []pendingWeightReport
+	// rescaled are the values the function-keeping algorithms changed
+	// (cross-layer equalization, SmoothQuant, AWQ), by name; prepare hands
+	// them to the tensors' plans (TensorPlan.Rescaled). A nil entry is a
+	// value changed along two different axes, which is not recorded.
+	rescaled map[string]*plan.Rescale
 	// smoothed are the activations SmoothQuant scaled, reported once
 	// their specs are planned.
 	smoothed []*smoothSite
@@ -300,6 +305,11 @@ func preparePass(ctx context.Context, u *Unit) error {
 		res.Warnings = append(res.Warnings, pres.Warnings...)
 		planPalettes(plan, pres)
 	}
+	for _, t := range plan.Tensors {
+		if r := u.rescaled[t.Value]; r != nil {
+			t.Rescaled = r
+		}
+	}
 	u.Plan = plan
 	if err := reportSmoothed(u); err != nil {
 		return err
@@ -355,4 +365,18 @@ func finalizePass(_ context.Context, u *Unit) error {
 		})
 	}
 	return nil
+}
+
+// noteRescale records that an algorithm divided value by scale and then
+// subtracted shift (nil: zero), channel by channel along axis (−1: the
+// last), after whatever was recorded for it before.
+func (u *Unit) noteRescale(value string, axis int, scale, shift []float32) {
+	if u.rescaled == nil {
+		u.rescaled = map[string]*plan.Rescale{}
+	}
+	prev, seen := u.rescaled[value]
+	if seen && prev == nil {
+		return
+	}
+	u.rescaled[value] = prev.Then(axis, scale, shift)
 }

@@ -133,6 +133,7 @@ func runSmoothQuant(ctx context.Context, u *Unit, cfg *config.SmoothQuant) error
 		if err := site.apply(m); err != nil {
 			return fmt.Errorf("%s: value %q: %w", smoothQuantName, site.x.Name, err)
 		}
+		u.noteRescale(site.x.Name, -1, site.s, nil)
 	}
 	u.smoothed = append(u.smoothed, sites...)
 	return nil

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -147,6 +148,15 @@ type TensorPlan struct {
 	// by (a classifier's last layer). Its largest entries, rare over the
 	// calibration data, are the evidence for the winning class.
 	KeepMax bool `json:"keep_max,omitempty"`
+	// Rescaled says how an algorithm that keeps the model's function
+	// changed this value (cross-layer equalization, SmoothQuant, AWQ
+	// divide a channel and shift it, and the next layer undoes it): the
+	// value is the original one divided by Scale and minus Shift, channel
+	// by channel along Axis. The writer records it on the value's
+	// QuantizeLinear and DequantizeLinear (finalize.RescaledMetadataKey),
+	// so that compare --per-layer can set it against the float model. Nil:
+	// the value is the original one.
+	Rescaled *Rescale `json:"rescaled,omitempty"`
 	// MixedConcat marks the output of a Concat that only graph outputs read
 	// (directly or through data movement and further Concats): a
 	// detector's boxes in pixels beside its class probabilities. When an
@@ -394,4 +404,43 @@ func (p *Plan) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(&c)
+}
+
+// Rescale is a per-channel change of a value that the layers after it
+// undo: the value is original/Scale[c] − Shift[c] for channel c along
+// Axis (−1: the last axis). Shift may be nil (all zero).
+type Rescale struct {
+	Axis  int       `json:"axis"`
+	Scale []float32 `json:"scale"`
+	Shift []float32 `json:"shift,omitempty"`
+}
+
+// Then is r followed by a further rescale along the same axis by scale
+// and shift (nil shift: zero); nil when the axes differ.
+func (r *Rescale) Then(axis int, scale, shift []float32) *Rescale {
+	if r == nil {
+		return &Rescale{Axis: axis, Scale: slices.Clone(scale), Shift: slices.Clone(shift)}
+	}
+	if r.Axis != axis || len(r.Scale) != len(scale) {
+		return nil
+	}
+	out := &Rescale{Axis: axis, Scale: make([]float32, len(scale))}
+	if r.Shift != nil || shift != nil {
+		out.Shift = make([]float32, len(scale))
+	}
+	for c := range scale {
+		out.Scale[c] = r.Scale[c] * scale[c]
+		if out.Shift != nil {
+			var s1, s2 float32
+			if r.Shift != nil {
+				s1 = r.Shift[c]
+			}
+			if shift != nil {
+				s2 = shift[c]
+			}
+			// (x/S1 − C1)/S2 − C2 = x/(S1·S2) − (C1/S2 + C2)
+			out.Shift[c] = s1/scale[c] + s2
+		}
+	}
+	return out
 }
