@@ -24,13 +24,7 @@ import (
 func adaroundModel(t *testing.T) *onnxgraph.Model {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(31, 32))
-	normal := func(n int, s float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * s)
-		}
-		return v
-	}
+	normal := normalDraws(rng)
 	b := testmodels.New("adaround", 17)
 	b.Input("x", tensor.Float, "n", 3, 8, 8).Output("y", tensor.Float, "n", 4)
 	scaledConv(b, rng, "w1", 8, 3, 3)

@@ -449,3 +449,34 @@ func TestBiasCorrectionKeepsBiasShape(t *testing.T) {
 		})
 	}
 }
+
+// normalDraws returns a function that draws n values from rng's normal
+// distribution times s, for the test models' weights.
+func normalDraws(rng *rand.Rand) func(n int, s float64) []float32 {
+	return func(n int, s float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * s)
+		}
+		return v
+	}
+}
+
+// sameFunction fails the test for each named output of want and got (runs
+// of two models on the same data) that differs by more than 1e-5 of its
+// largest magnitude: an algorithm that keeps the float function changed it.
+func sameFunction(t *testing.T, algorithm string, want, got map[string]*tensor.Tensor, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		w, _ := want[name].AsFloat32()
+		g, _ := got[name].AsFloat32()
+		var scale, diff float64
+		for i := range w {
+			scale = max(scale, math.Abs(float64(w[i])))
+			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
+		}
+		if diff > 1e-5*scale {
+			t.Errorf("%s: %s changed the float output by %g (magnitude %g)", name, algorithm, diff, scale)
+		}
+	}
+}

@@ -38,13 +38,7 @@ var awqLayers = []awqTestLayer{
 func awqModel(t *testing.T) *onnxgraph.Model {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(71, 72))
-	normal := func(n int, s float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * s)
-		}
-		return v
-	}
+	normal := normalDraws(rng)
 	k := awqFeatures
 	outliers := func(v []float32, stride int) []float32 {
 		for i := range v {
@@ -156,18 +150,7 @@ func TestAWQ(t *testing.T) {
 	}
 	want := runValues(t, awqModel(t), src, ys...)
 	got := runValues(t, u.Model, src, ys...)
-	for _, y := range ys {
-		w, _ := want[y].AsFloat32()
-		g, _ := got[y].AsFloat32()
-		var scale, diff float64
-		for i := range w {
-			scale = max(scale, math.Abs(float64(w[i])))
-			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
-		}
-		if diff > 1e-5*scale {
-			t.Errorf("%s: AWQ changed the float output by %g (magnitude %g)", y, diff, scale)
-		}
-	}
+	sameFunction(t, "AWQ", want, got, ys...)
 	reported := map[string]LayerReport{}
 	for _, r := range u.Layers {
 		if r.Algorithm == awqAlgorithmName {

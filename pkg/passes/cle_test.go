@@ -21,13 +21,7 @@ import (
 func highBiasModel(t *testing.T) *onnxgraph.Model {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(91, 92))
-	normal := func(n int, s float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * s)
-		}
-		return v
-	}
+	normal := normalDraws(rng)
 	b := testmodels.New("highbias", 17)
 	b.Input("x", tensor.Float, "n", 4, 8, 8).Output("y", tensor.Float, "n", 5, 6, 6).Output("y2", tensor.Float, "n", 2, 8, 8)
 	bn := func(name string, c int, in, out string) {
@@ -86,18 +80,7 @@ func TestHighBiasAbsorption(t *testing.T) {
 	want := runValues(t, highBiasModel(t), src, names...)
 	u := quantizeWith(t, highBiasModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {high_bias_absorption: true}\n"), nil)
 	got := runValues(t, u.Model, src, names...)
-	for _, y := range []string{"y", "y2"} {
-		w, _ := want[y].AsFloat32()
-		g, _ := got[y].AsFloat32()
-		var peak, diff float64
-		for i := range w {
-			peak = max(peak, math.Abs(float64(w[i])))
-			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
-		}
-		if diff > 1e-5*peak {
-			t.Errorf("%s: the model differs from the float one by %g (magnitude %g)", y, diff, peak)
-		}
-	}
+	sameFunction(t, "equalization", want, got, "y", "y2")
 	for _, a := range []struct {
 		value string
 		shift float64

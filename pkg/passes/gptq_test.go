@@ -27,13 +27,7 @@ func linearModel(t *testing.T) *onnxgraph.Model {
 	b := testmodels.New("linear", 17)
 	b.Input("x", tensor.Float, "n", gptqFeatures).Output("y", tensor.Float, "n", 16)
 	rng := rand.New(rand.NewPCG(11, 12))
-	normal := func(n int, s float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * s)
-		}
-		return v
-	}
+	normal := normalDraws(rng)
 	b.Init("w1", []int64{48, gptqFeatures}, normal(48*gptqFeatures, 0.2))
 	b.Init("b1", []int64{48}, normal(48, 0.1))
 	b.Init("w2", []int64{48, 16}, normal(48*16, 0.2))

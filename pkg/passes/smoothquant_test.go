@@ -25,13 +25,7 @@ const smoothFeatures = 16
 func smoothModel(t *testing.T) *onnxgraph.Model {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(51, 52))
-	normal := func(n int, s float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * s)
-		}
-		return v
-	}
+	normal := normalDraws(rng)
 	k := smoothFeatures
 	gamma := normal(k, 0.5)
 	gamma[3], gamma[11] = 20, -30 // outlier features, as LayerNorm scales leave them in transformers
@@ -100,18 +94,7 @@ func TestSmoothQuant(t *testing.T) {
 	src := newSampleSource(61, 40, smoothFeatures)
 	want := runValues(t, smoothModel(t), src, "y1", "y2", "y3", "h", "h2")
 	got := runValues(t, u.Model, src, "y1", "y2", "y3", "h", "h2")
-	for _, name := range []string{"y1", "y2", "y3"} {
-		w, _ := want[name].AsFloat32()
-		g, _ := got[name].AsFloat32()
-		var scale, diff float64
-		for i := range w {
-			scale = max(scale, math.Abs(float64(w[i])))
-			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
-		}
-		if diff > 1e-5*scale {
-			t.Errorf("%s: smoothing changed the float output by %g (magnitude %g)", name, diff, scale)
-		}
-	}
+	sameFunction(t, "smoothing", want, got, "y1", "y2", "y3")
 	for _, site := range []struct {
 		x       string
 		weights []string
@@ -173,13 +156,7 @@ func TestSmoothQuantDeterministic(t *testing.T) {
 func rmsSmoothModel(t *testing.T) *onnxgraph.Model {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(53, 54))
-	normal := func(n int, s float64) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * s)
-		}
-		return v
-	}
+	normal := normalDraws(rng)
 	k := smoothFeatures
 	scale := normal(k, 0.5)
 	scale[2], scale[9] = 25, -18
@@ -223,28 +200,10 @@ func TestSmoothQuantRMSNorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSampleSource(63, 40, smoothFeatures)
-	u := &Unit{Model: rmsSmoothModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
-		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-			return observe(t, m, plan), nil
-		},
-		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 8}}
-	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	u := quantizeWith(t, rmsSmoothModel(t), "", cfg.Algorithms, src, cfg.Quant)
 	want := runValues(t, rmsSmoothModel(t), src, "y1", "y2")
 	got := runValues(t, u.Model, src, "y1", "y2")
-	for _, name := range []string{"y1", "y2"} {
-		w, _ := want[name].AsFloat32()
-		g, _ := got[name].AsFloat32()
-		var scale, diff float64
-		for i := range w {
-			scale = max(scale, math.Abs(float64(w[i])))
-			diff = max(diff, math.Abs(float64(w[i])-float64(g[i])))
-		}
-		if diff > 1e-5*scale {
-			t.Errorf("%s: smoothing changed the float output by %g (magnitude %g)", name, diff, scale)
-		}
-	}
+	sameFunction(t, "smoothing", want, got, "y1", "y2")
 	orig := rmsSmoothModel(t)
 	for _, c := range []string{"scale", "weight"} {
 		before, _, _ := constFloats(orig, orig.Graph.Value(c))
