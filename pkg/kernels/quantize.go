@@ -28,3 +28,11 @@ func DequantizeU8(y []float32, codes []uint8, scale float32, zp int32) int {
 func DequantizeI8(y []float32, codes []int8, scale float32, zp int32) int {
 	return dequantizeI8(y, codes, scale, zp)
 }
+
+// RoundTrip writes, for a prefix of x, what DequantizeLinear gives back
+// for QuantizeLinear's integer codes of x: clamp(round(x/scale), lo, hi)·
+// scale, the division in float32, rounding half to even, NaN to lo, lo and
+// hi being the codes' range minus the zero point; y is at least as long.
+// It returns the prefix's length (0 without a vector kernel); the caller
+// computes the rest.
+func RoundTrip(y, x []float32, scale, lo, hi float32) int { return roundTrip(y, x, scale, lo, hi) }

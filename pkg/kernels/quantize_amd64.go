@@ -39,3 +39,12 @@ func dequantizeI8(y []float32, codes []int8, scale float32, zp int32) int {
 	dequantizeI8AVX2(y[:n], codes[:n], scale, zp)
 	return n
 }
+
+func roundTrip(y, x []float32, scale, lo, hi float32) int {
+	n := min(len(x), len(y)) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	roundTripAVX2(y[:n], x[:n], scale, lo, hi)
+	return n
+}

@@ -131,3 +131,35 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func roundTripAVX2(y []float32, x []float32, scale float32, lo float32, hi float32)
+// Requires: AVX
+TEXT ·roundTripAVX2(SB), NOSPLIT, $0-60
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	SHRQ         $0x03, DX
+	VBROADCASTSS scale+48(FP), Y0
+	VBROADCASTSS lo+52(FP), Y1
+	VBROADCASTSS hi+56(FP), Y2
+	VXORPS       Y3, Y3, Y3
+
+loop:
+	TESTQ    DX, DX
+	JZ       done
+	VMOVUPS  (CX), Y4
+	VDIVPS   Y0, Y4, Y4
+	VMAXPS   Y1, Y4, Y4
+	VMINPS   Y2, Y4, Y4
+	VROUNDPS $0x00, Y4, Y4
+	VADDPS   Y3, Y4, Y4
+	VMULPS   Y0, Y4, Y4
+	VMOVUPS  Y4, (AX)
+	ADDQ     $0x20, CX
+	ADDQ     $0x20, AX
+	DECQ     DX
+	JMP      loop
+
+done:
+	VZEROUPPER
+	RET

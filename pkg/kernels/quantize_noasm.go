@@ -9,3 +9,5 @@ func quantizeI8([]int8, []float32, float32, float32, float32, float32) int { ret
 func dequantizeU8([]float32, []uint8, float32, int32) int { return 0 }
 
 func dequantizeI8([]float32, []int8, float32, int32) int { return 0 }
+
+func roundTrip([]float32, []float32, float32, float32, float32) int { return 0 }

@@ -21,3 +21,8 @@ func dequantizeU8AVX2(y []float32, codes []uint8, scale float32, zp int32)
 // dequantizeI8AVX2 writes (codes − zp)·scale for the first len(y) &^ 7 elements
 // of y; codes is at least as long.
 func dequantizeI8AVX2(y []float32, codes []int8, scale float32, zp int32)
+
+// roundTripAVX2 writes clamp(round(x/scale), lo, hi)·scale for the first
+// len(x) &^ 7 elements of x to y (at least as long), rounding half to even,
+// NaN to lo; lo and hi are the codes' range minus the zero point.
+func roundTripAVX2(y []float32, x []float32, scale float32, lo float32, hi float32)

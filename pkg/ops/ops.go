@@ -251,6 +251,12 @@ const (
 	FuseSigmoidMul
 	// FuseSigmoidMulTail is that multiplication (Mul).
 	FuseSigmoidMulTail
+	// FuseRoundTrip heads a QuantizeLinear whose only reader is a
+	// DequantizeLinear with the same qparams: one pass computes what the
+	// second gives back, without the codes (QuantizeLinear).
+	FuseRoundTrip
+	// FuseRoundTripTail is that DequantizeLinear.
+	FuseRoundTripTail
 )
 
 // table indexes the entries by type.

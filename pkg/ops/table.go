@@ -167,6 +167,7 @@ var entries = []Op{
 		Type:    "DequantizeLinear",
 		Out:     OutType{Unknown: true},
 		Changes: unchanged,
+		Fusion:  FuseRoundTripTail,
 	},
 	{
 		Type:    "Div",
@@ -479,6 +480,7 @@ var entries = []Op{
 		Type:    "QuantizeLinear",
 		Out:     OutType{Unknown: true},
 		Changes: unchanged,
+		Fusion:  FuseRoundTrip,
 	},
 	{
 		Type:    "RMSNormalization",

@@ -286,6 +286,42 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 	return nil
 }
 
+// RoundTripInto writes to y (len x) what DequantizeLinear gives back for
+// QuantizeLinear's codes of x, in one pass and without the codes: per
+// group, (clamp(round(x/scale) + zp, lo, hi) − zp)·scale, for integer
+// types of 16 bits or fewer (ok false for others: quantize and dequantize
+// then). The engine runs a QuantizeLinear whose only reader is a
+// DequantizeLinear this way.
+func RoundTripInto(y, x []float32, l Layout, scales []float32, zp *tensor.Tensor, dt tensor.DType) (ok bool, err error) {
+	lo, hi, isInt := IntRange(dt)
+	if !isInt || lo < math.MinInt16 || hi > math.MaxUint16 {
+		return false, nil
+	}
+	if len(y) != len(x) {
+		return false, fmt.Errorf("%d values for %d outputs", len(x), len(y))
+	}
+	if err := l.check(len(x), scales, zp); err != nil {
+		return false, err
+	}
+	zps, err := intZeroPoints(zp, dt)
+	if err != nil {
+		return false, err
+	}
+	l.Runs(len(x), func(s, e, g int) {
+		var z int64
+		if zps != nil {
+			z = zps[g]
+		}
+		sc, flo, fhi := scales[g], float32(lo-z), float32(hi-z)
+		s += kernels.RoundTrip(y[s:e], x[s:e], sc, flo, fhi)
+		for i := s; i < e; i++ {
+			// The code minus the zero point, an exact integer.
+			y[i] = intCode32(x[i], sc, 0, flo, fhi) * sc
+		}
+	})
+	return true, nil
+}
+
 // intCodes is Int over a run of values that share one scale and zero
 // point, written to dst, in a loop the compiler keeps free of calls.
 // Codes of 16 bits or fewer round in float32 (intCode32).

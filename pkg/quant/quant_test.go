@@ -202,20 +202,7 @@ func TestQuantizeWorkersAgree(t *testing.T) {
 // ±Inf, NaN, −0, the largest floats, and random ones, for every integer
 // type at its extreme and middle zero points, per tensor and per axis.
 func TestIntCodesAgainstFloat64(t *testing.T) {
-	r := rand.New(rand.NewPCG(21, 22))
-	var x []float32
-	for k := -300; k <= 300; k++ {
-		x = append(x, float32(k)+0.5, float32(k)-0.5, float32(k), float32(k)+0.49999997, float32(k)+0.50000006)
-	}
-	for _, b := range []float32{1 << 22, 1 << 23, 1 << 24, 65535.5, 65536.5, 32767.5, -32768.5} {
-		for _, d := range []float32{-1.5, -1, -0.5, 0, 0.5, 1, 1.5} {
-			x = append(x, b+d, -b+d)
-		}
-	}
-	x = append(x, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32)
-	for range 4000 {
-		x = append(x, float32(r.NormFloat64()*float64(r.IntN(100000)+1)))
-	}
+	x := hardValues()
 	want := func(v, scale float32, zp, lo, hi int64) int64 {
 		q := float64(v / scale)
 		if math.IsNaN(q) {
@@ -259,5 +246,74 @@ func TestIntCodesAgainstFloat64(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// hardValues are values chosen to break a float32 rounding: ties at every
+// half, quotients around ±2^22 and ±2^23 and the 16-bit bounds, ±Inf, NaN,
+// −0, the largest floats, and random ones of every size (fixed seed).
+func hardValues() []float32 {
+	r := rand.New(rand.NewPCG(21, 22))
+	var x []float32
+	for k := -300; k <= 300; k++ {
+		x = append(x, float32(k)+0.5, float32(k)-0.5, float32(k), float32(k)+0.49999997, float32(k)+0.50000006)
+	}
+	for _, b := range []float32{1 << 22, 1 << 23, 1 << 24, 65535.5, 65536.5, 32767.5, -32768.5} {
+		for _, d := range []float32{-1.5, -1, -0.5, 0, 0.5, 1, 1.5} {
+			x = append(x, b+d, -b+d)
+		}
+	}
+	x = append(x, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32)
+	for range 4000 {
+		x = append(x, float32(r.NormFloat64()*float64(r.IntN(100000)+1)))
+	}
+	return x
+}
+
+// TestRoundTripIsQuantizeThenDequantize checks that RoundTripInto gives,
+// bit for bit, what Quantize then DequantizeInto give, for every integer
+// type of 16 bits or fewer at extreme and middle zero points, per tensor
+// and per axis with a scale per row, on hardValues; and that it declines
+// int32 codes.
+func TestRoundTripIsQuantizeThenDequantize(t *testing.T) {
+	x := hardValues()
+	shape := []int{3, len(x)}
+	xx := slices.Concat(x, x, x)
+	for _, dt := range []tensor.DType{tensor.Int8, tensor.Uint8, tensor.Int16, tensor.Uint16, tensor.Int4, tensor.Uint4} {
+		lo, hi, _ := quant.IntRange(dt)
+		for _, zp := range []int64{lo, (lo + hi) / 2, hi} {
+			for _, axis := range []int{-1, 0} {
+				l, err := quant.NewLayout(shape, axis, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				scales, zps := make([]float32, l.Groups()), make([]int64, l.Groups())
+				for i := range scales {
+					scales[i], zps[i] = []float32{0.37, 1, 0.0078125}[i%3], zp
+				}
+				zt := quanttest.Tensor(dt, zps...)
+				q, err := quant.Quantize(xx, shape, l, scales, zt, dt, true, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float32, len(xx))
+				if err := quant.DequantizeInto(want, q, l, scales, zt); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, len(xx))
+				ok, err := quant.RoundTripInto(got, xx, l, scales, zt, dt)
+				if !ok || err != nil {
+					t.Fatalf("%s: round trip declined (%v)", dt, err)
+				}
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s zp %d axis %d: %g → %g, want %g", dt, zp, axis, xx[i], got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+	if ok, _ := quant.RoundTripInto(make([]float32, 4), make([]float32, 4), quant.PerTensor, []float32{1}, nil, tensor.Int32); ok {
+		t.Error("int32 codes taken")
 	}
 }

@@ -1,13 +1,18 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -352,6 +357,95 @@ func TestHardSwishFusion(t *testing.T) {
 						t.Fatalf("%+v, taps %v: %s[%d] = %g, unfused engine gives %g", tc, taps, name, i, g[i], w[i])
 					}
 				}
+			}
+		}
+	}
+}
+
+// roundTripModel is x → QuantizeLinear → DequantizeLinear three times:
+// uint8 per tensor, int8 per channel (axis 1) after a Relu, int16 per
+// tensor; and a fourth QuantizeLinear whose codes are also a graph
+// output, which must stay a step of its own.
+func roundTripModel() *testmodels.Builder {
+	b := testmodels.New("roundtrip", 21)
+	b.Input("x", tensor.Float, 2, 4, 5, 6).Output("y", tensor.Float, 2, 4, 5, 6).Output("y2", tensor.Float, 2, 4, 5, 6).Output("c4", tensor.Uint8, 2, 4, 5, 6)
+	zp := func(name string, dt tensor.DType, raw []byte, dims ...int64) {
+		b.Model.Graph.Initializer = append(b.Model.Graph.Initializer, &onnxpb.TensorProto{Name: proto.String(name), Dims: dims, DataType: proto.Int32(int32(dt)), RawData: raw})
+	}
+	b.Init("s1", nil, []float32{0.05})
+	zp("z1", tensor.Uint8, []byte{128})
+	b.Init("s2", []int64{4}, []float32{0.01, 0.02, 0.03, 0.05})
+	zp("z2", tensor.Int8, []byte{0, 3, 0xfd, 0}, 4)
+	b.Init("s3", nil, []float32{0.0001})
+	zp("z3", tensor.Int16, []byte{0x10, 0x00})
+	b.Node("QuantizeLinear", "q1", []string{"x", "s1", "z1"}, []string{"c1"})
+	b.Node("DequantizeLinear", "dq1", []string{"c1", "s1", "z1"}, []string{"d1"})
+	b.Node("Relu", "relu", []string{"d1"}, []string{"r"})
+	b.Node("QuantizeLinear", "q2", []string{"r", "s2", "z2"}, []string{"c2"})
+	b.Node("DequantizeLinear", "dq2", []string{"c2", "s2", "z2"}, []string{"y"})
+	b.Node("QuantizeLinear", "q3", []string{"x", "s3", "z3"}, []string{"c3"})
+	b.Node("DequantizeLinear", "dq3", []string{"c3", "s3", "z3"}, []string{"y2"})
+	b.Node("QuantizeLinear", "q4", []string{"x", "s1", "z1"}, []string{"c4"})
+	return b
+}
+
+// TestRoundTripFusion checks that a QuantizeLinear read only by its
+// DequantizeLinear runs as one step giving bit for bit what the two nodes
+// give (NaN, ±Inf, ties and saturating values among the inputs), that a
+// tap of the codes sees what the unfused engine computes, and that codes
+// the graph outputs are computed.
+func TestRoundTripFusion(t *testing.T) {
+	m, err := onnxgraph.LoadBytes(roundTripModel().Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := NewGoSession(m, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, st := range fused.prog.steps {
+		if st.fused == "+DequantizeLinear" {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d fused round trips, want 3", n)
+	}
+	c := &compiler{model: m, threads: 2, noFuse: true}
+	prog, err := c.compileGraph(m.Graph, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := &GoSession{model: m, prog: prog, threads: 2, inputs: fused.inputs, outputs: fused.outputs}
+	x := randomInput(8, 2, 4, 5, 6)
+	xs := x.Float32s()
+	for i := range xs {
+		xs[i] *= 10
+	}
+	xs[0], xs[1], xs[2], xs[3], xs[4] = float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), 0.025, -0.075
+	in := map[string]*tensor.Tensor{"x": x}
+	bits := func(t *tensor.Tensor) []byte { return slices.Clone(tensor.ByteView(t.Data)) }
+	run := func(s *GoSession, taps []string) map[string][]byte {
+		got := map[string][]byte{}
+		outs, err := s.Run(context.Background(), in, RunOptions{TapValues: taps, Tap: func(name string, t *tensor.Tensor) { got[name] = bits(t) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []string{"y", "y2", "c4"} {
+			got[o] = bits(outs[o])
+		}
+		return got
+	}
+	want := run(plain, []string{"c2", "d1"})
+	for _, taps := range [][]string{{"y"}, {"c2", "d1"}} {
+		got := run(fused, taps)
+		for _, name := range append([]string{"y", "y2", "c4"}, taps...) {
+			if name == "y" && len(taps) == 1 {
+				continue
+			}
+			if !bytes.Equal(got[name], want[name]) {
+				t.Errorf("taps %v: %s differs from the unfused engine's", taps, name)
 			}
 		}
 	}

@@ -466,7 +466,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 		}
 		st := step{node: n}
 		var chain *convChain
-		var siluMul *onnxgraph.Node
+		var siluMul, dequant *onnxgraph.Node
 		var hswish *hardSwishChain
 		switch {
 		case c.noFuse:
@@ -474,11 +474,13 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			chain = planConvChain(n, constOf, ready)
 		case ops.FusionOf(n) == ops.FuseSigmoidMul:
 			siluMul = planSiLU(n)
+		case ops.FusionOf(n) == ops.FuseRoundTrip:
+			dequant = planRoundTrip(n, constOf)
 		default:
 			hswish = c.planHardSwish(n, constOf)
 		}
 		var ew *ewChain
-		if !c.noFuse && chain == nil && siluMul == nil && hswish == nil {
+		if !c.noFuse && chain == nil && siluMul == nil && hswish == nil && dequant == nil {
 			ew = c.planEWChain(n, func(m *onnxgraph.Node) bool { return fusedAway[m] })
 		}
 		args := append(slices.Clone(n.Inputs), n.OuterInputs...)
@@ -511,7 +513,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			st.in = st.in[:len(n.Inputs)+len(n.OuterInputs)]
 		}
 		if allConst {
-			siluMul, hswish = nil, nil
+			siluMul, hswish, dequant = nil, nil, nil
 		}
 		outs := n.Outputs
 		switch {
@@ -521,6 +523,8 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			outs = siluMul.Outputs
 		case hswish != nil:
 			outs = hswish.tail.Outputs
+		case dequant != nil:
+			outs = dequant.Outputs
 		case ew != nil:
 			outs = []*onnxgraph.Value{ew.out}
 		}
@@ -548,6 +552,12 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			if err == nil {
 				fusedAway[siluMul] = true
 				st.fused = "+Mul"
+			}
+		} else if dequant != nil {
+			k, err = c.buildRoundTrip(n, dequant)
+			if err == nil {
+				fusedAway[dequant] = true
+				st.fused = "+DequantizeLinear"
 			}
 		} else if hswish != nil {
 			k, err = c.buildHardSwish(hswish, constOf)

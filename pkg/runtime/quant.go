@@ -1,9 +1,13 @@
 package runtime
 
 import (
+	"bytes"
 	"fmt"
+	"math"
 	"slices"
 
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/quant"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -106,5 +110,118 @@ func buildDequantize(b *builder) (kernel, error) {
 		out := rc.newFloatOut(in[0].Shape...) // DequantizeInto writes every element
 		err = quant.DequantizeInto(out.Float32s(), in[0], l, scale, zp)
 		return one(out), err
+	}, nil
+}
+
+// planRoundTrip returns the DequantizeLinear that alone reads the output of
+// QuantizeLinear q with the same scale, zero point, axis and block size,
+// nil when there is none: the two then run as one step (buildRoundTrip).
+func planRoundTrip(q *onnxgraph.Node, constOf func(*onnxgraph.Value) *tensor.Tensor) *onnxgraph.Node {
+	if len(q.Inputs) < 2 || len(q.Outputs) != 1 || q.Outputs[0] == nil || q.Inputs[0] == nil {
+		return nil
+	}
+	codes := q.Outputs[0]
+	if codes.IsGraphOutput || len(codes.Consumers) != 1 {
+		return nil
+	}
+	dq := codes.Consumers[0]
+	if ops.FusionOf(dq) != ops.FuseRoundTripTail || len(dq.Inputs) < 2 || dq.Inputs[0] != codes || len(dq.Outputs) != 1 || dq.Outputs[0] == nil {
+		return nil
+	}
+	same := func(a, b *onnxgraph.Value) bool {
+		if a == b {
+			return true
+		}
+		ta, tb := constOf(a), constOf(b)
+		return ta != nil && tb != nil && ta.DType == tb.DType && slices.Equal(ta.Shape, tb.Shape) && bytes.Equal(tensor.ByteView(ta.Data), tensor.ByteView(tb.Data))
+	}
+	input := func(n *onnxgraph.Node, i int) *onnxgraph.Value {
+		if i < len(n.Inputs) {
+			return n.Inputs[i]
+		}
+		return nil
+	}
+	attr := func(n *onnxgraph.Node, name string, def int64) int64 {
+		if a := n.Attr(name); a != nil {
+			return a.GetI()
+		}
+		return def
+	}
+	if !same(input(q, 1), input(dq, 1)) || !same(input(q, 2), input(dq, 2)) ||
+		attr(q, "axis", 1) != attr(dq, "axis", 1) || attr(q, "block_size", 0) != attr(dq, "block_size", 0) {
+		return nil
+	}
+	return dq
+}
+
+// buildRoundTrip compiles QuantizeLinear q and the DequantizeLinear
+// planRoundTrip found into one kernel reading q's inputs: for integer
+// codes of 16 bits or fewer it computes what dq gives back in one pass,
+// without the codes (quant.RoundTripInto, the same bits). A run that taps
+// the codes, or codes of another type, runs the two nodes one after the
+// other.
+func (c *compiler) buildRoundTrip(q, dq *onnxgraph.Node) (kernel, error) {
+	qK, err := c.build(q)
+	if err != nil {
+		return nil, err
+	}
+	dqK, err := c.build(dq)
+	if err != nil {
+		return nil, err
+	}
+	axis, blockSize := int64(1), int64(0)
+	if a := q.Attr("axis"); a != nil {
+		axis = a.GetI()
+	}
+	if a := q.Attr("block_size"); a != nil {
+		blockSize = a.GetI()
+	}
+	outType := tensor.Uint8
+	if a := q.Attr("output_dtype"); a != nil && a.GetI() != 0 {
+		outType = tensor.DType(a.GetI())
+	}
+	codes := q.Outputs[0]
+	unfused := func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		qo, err := qK(rc, in)
+		if err != nil {
+			return nil, err
+		}
+		rc.emit(codes.Name, qo[0])
+		args := []*tensor.Tensor{qo[0], in[1], nil}
+		if len(in) > 2 {
+			args[2] = in[2]
+		}
+		o, err := dqK(rc, args[:max(len(in), 2)])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dq, err)
+		}
+		return o, nil
+	}
+	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		x, ok := in[0].Data.([]float32)
+		if !ok || rc.wants(codes.Name) {
+			return unfused(rc, in)
+		}
+		scale, err := asFloat32(in[1])
+		if err != nil {
+			return nil, fmt.Errorf("y_scale: %w", err)
+		}
+		dt := outType
+		var zp *tensor.Tensor
+		if len(in) > 2 && in[2] != nil {
+			zp, dt = in[2], in[2].DType
+		}
+		if lo, hi, isInt := quant.IntRange(dt); !isInt || lo < math.MinInt16 || hi > math.MaxUint16 {
+			return unfused(rc, in) // float8 and int32 codes
+		}
+		l, err := qparamLayout(in[0].Shape, axis, blockSize, in[1])
+		if err != nil {
+			return nil, err
+		}
+		out := rc.newFloatOut(in[0].Shape...) // RoundTripInto writes every element
+		if _, err := quant.RoundTripInto(out.Float32s(), x, l, scale, zp, dt); err != nil {
+			return nil, err
+		}
+		return one(out), nil
 	}, nil
 }

@@ -1,6 +1,8 @@
 // Command quantize generates the AVX2 kernels of pkg/kernels that write
-// 8-bit QuantizeLinear codes and read them back for DequantizeLinear
-// (quantize_amd64.s and quantize_stubs_amd64.go) with avo.
+// 8-bit QuantizeLinear codes, read them back for DequantizeLinear, and do
+// both at once for a QuantizeLinear whose only reader is a
+// DequantizeLinear (quantize_amd64.s and quantize_stubs_amd64.go) with
+// avo.
 //
 // Quantizing, eight values at a time: the division by the scale
 // (VDIVPS, rounded to float32 as ONNX's reference divides), the clamp to
@@ -25,6 +27,7 @@ func main() {
 	quantize("quantizeI8AVX2", "[]int8", false)
 	dequantize("dequantizeU8AVX2", "[]uint8", true)
 	dequantize("dequantizeI8AVX2", "[]int8", false)
+	roundTrip()
 	Generate()
 }
 
@@ -99,6 +102,48 @@ func dequantize(name, codes string, unsigned bool) {
 	VMULPS(vs, v, v)
 	VMOVUPS(v, Mem{Base: py})
 	ADDQ(U8(8), pc)
+	ADDQ(U8(32), py)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// roundTrip is a QuantizeLinear and its DequantizeLinear in one pass, for
+// integer codes of any width up to 16 bits: the clamped, rounded quotient
+// is the code minus the zero point, an integer (zero made +0) the
+// multiplication by the scale turns into exactly what DequantizeLinear
+// computes.
+func roundTrip() {
+	TEXT("roundTripAVX2", NOSPLIT, "func(y, x []float32, scale, lo, hi float32)")
+	Doc("roundTripAVX2 writes clamp(round(x/scale), lo, hi)·scale for the first",
+		"len(x) &^ 7 elements of x to y (at least as long), rounding half to even,",
+		"NaN to lo; lo and hi are the codes' range minus the zero point.")
+	py := Load(Param("y").Base(), GP64())
+	px := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	SHRQ(U8(3), n)
+	vs, vlo, vhi, zero := YMM(), YMM(), YMM(), YMM()
+	VBROADCASTSS(NewParamAddr("scale", 48), vs)
+	VBROADCASTSS(NewParamAddr("lo", 52), vlo)
+	VBROADCASTSS(NewParamAddr("hi", 56), vhi)
+	VXORPS(zero, zero, zero)
+	v := YMM()
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	VMOVUPS(Mem{Base: px}, v)
+	VDIVPS(vs, v, v)
+	VMAXPS(vlo, v, v)
+	VMINPS(vhi, v, v)
+	VROUNDPS(U8(0), v, v)
+	// +0 makes a −0 (a small negative quotient rounded) the +0 that
+	// DequantizeLinear computes from the integer code.
+	VADDPS(zero, v, v)
+	VMULPS(vs, v, v)
+	VMOVUPS(v, Mem{Base: py})
+	ADDQ(U8(32), px)
 	ADDQ(U8(32), py)
 	DECQ(n)
 	JMP(LabelRef("loop"))
