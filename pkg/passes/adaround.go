@@ -641,78 +641,106 @@ func (p *adaGroup) extra(a, g []float32, q []float32, threads int) []float64 {
 // zero points): the rectified-sigmoid variables start at each weight's
 // fractional part, Adam minimises the reconstruction error (normalised to
 // 1 at round-to-nearest) plus, after the warmup, the regularisation
-// λ·mean(1 − |2h − 1|^β) with β annealed from BetaStart to BetaEnd.
+// λ·mean(1 − |2h − 1|^β) with β annealed from BetaStart to BetaEnd. The
+// element-wise steps run in float32 (the sigmoid by the vector kernel,
+// |2h − 1|^(β−1) by pow32): they are as many as the weights per iteration
+// and cost as much as the product with XᵀX did in float64.
 func (p *adaGroup) learn(cfg *config.AdaRound, a, g []float32, rtnErr float64, threads int) []float32 {
 	n := p.ng * p.kg
-	v := make([]float64, n)
+	v := make([]float32, n)
 	for i := range v {
 		frac := float64(p.w[i]/p.scale[i] - p.floor[i])
 		h := min(max((frac-adaGamma)/(adaZeta-adaGamma), 1e-4), 1-1e-4)
-		v[i] = math.Log(h / (1 - h))
+		v[i] = float32(math.Log(h / (1 - h)))
 	}
-	mom, vel := make([]float64, n), make([]float64, n)
+	mom, vel := make([]float32, n), make([]float32, n)
 	d := make([]float32, n)
 	da := make([]float32, n)
-	soft := make([]float64, n)
+	soft := make([]float32, n)
+	sig := make([]float32, n)
 	const b1, b2, eps = 0.9, 0.999, 1e-8
-	norm := 1 / max(rtnErr, 1e-30)
-	regScale := cfg.Regularization / float64(n)
+	const stretch, shift = float32(adaZeta - adaGamma), float32(adaGamma)
+	norm := float32(1 / max(rtnErr, 1e-30))
+	regScale := float32(cfg.Regularization / float64(n))
+	lr := float32(cfg.LearningRate)
 	warm := int(cfg.Warmup * float64(cfg.Iterations))
-	sig := make([]float64, n)
 	for it := range cfg.Iterations {
 		parallelRows(threads, p.ng, func(o int) {
-			for i := o * p.kg; i < (o+1)*p.kg; i++ {
-				sg := 1 / (1 + math.Exp(-v[i]))
-				sig[i] = sg
-				h := min(max(sg*(adaZeta-adaGamma)+adaGamma, 0), 1)
+			lo, hi := o*p.kg, (o+1)*p.kg
+			kernels.Sigmoid(sig[lo:hi], v[lo:hi])
+			for i := lo; i < hi; i++ {
+				h := min(max(sig[i]*stretch+shift, 0), 1)
 				soft[i] = h
-				q := min(max(float64(p.floor[i])+h, float64(p.lo[i])), float64(p.hi[i]))
-				d[i] = float32(float64(p.scale[i])*q) - p.w[i]
+				q := min(max(p.floor[i]+h, p.lo[i]), p.hi[i])
+				d[i] = p.scale[i]*q - p.w[i]
 			}
 		})
 		kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, a, p.kg, 0, da, p.kg)
-		var beta float64
+		var beta float32
 		reg := it >= warm
 		if reg {
 			f := float64(it-warm) / float64(max(cfg.Iterations-warm-1, 1))
-			beta = cfg.BetaStart + (cfg.BetaEnd-cfg.BetaStart)*f
+			beta = float32(cfg.BetaStart + (cfg.BetaEnd-cfg.BetaStart)*f)
 		}
 		t := float64(it + 1)
-		c1, c2 := 1-math.Pow(b1, t), 1-math.Pow(b2, t)
+		c1, c2 := float32(1-math.Pow(b1, t)), float32(1-math.Pow(b2, t))
 		parallelRows(threads, p.ng, func(o int) {
-			for k := range p.kg {
-				i := o*p.kg + k
+			for i := o * p.kg; i < (o+1)*p.kg; i++ {
 				sg := sig[i]
-				hu := sg*(adaZeta-adaGamma) + adaGamma
+				hu := sg*stretch + shift
 				if hu <= 0 || hu >= 1 {
 					continue // the clamp's gradient is zero
 				}
-				q := float64(p.floor[i]) + soft[i]
-				var grad float64
-				if q > float64(p.lo[i]) && q < float64(p.hi[i]) {
-					grad = 2 * (float64(da[i]) + float64(g[i])) * float64(p.scale[i]) * norm
+				q := p.floor[i] + soft[i]
+				var grad float32
+				if q > p.lo[i] && q < p.hi[i] {
+					grad = 2 * (da[i] + g[i]) * p.scale[i] * norm
 				}
 				if u := 2*soft[i] - 1; reg && u != 0 {
 					// d/dh of λ/n·(1 − |2h − 1|^β).
-					grad -= regScale * beta * math.Exp((beta-1)*math.Log(math.Abs(u))) * math.Copysign(2, u)
+					grad -= regScale * beta * pow32(abs32(u), beta-1) * float32(math.Copysign(2, float64(u)))
 				}
-				grad *= sg * (1 - sg) * (adaZeta - adaGamma)
+				grad *= sg * (1 - sg) * stretch
 				mom[i] = b1*mom[i] + (1-b1)*grad
 				vel[i] = b2*vel[i] + (1-b2)*grad*grad
-				v[i] -= cfg.LearningRate * (mom[i] / c1) / (math.Sqrt(vel[i]/c2) + eps)
+				v[i] -= lr * (mom[i] / c1) / (float32(math.Sqrt(float64(vel[i]/c2))) + eps)
 			}
 		})
 	}
 	q := make([]float32, n)
 	for i := range q {
-		sg := 1 / (1 + math.Exp(-v[i]))
 		up := float32(0)
-		if sg*(adaZeta-adaGamma)+adaGamma >= 0.5 {
+		if sig[i]*stretch+shift >= 0.5 {
 			up = 1
 		}
 		q[i] = min(max(p.floor[i]+up, p.lo[i]), p.hi[i])
 	}
 	return q
+}
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
+
+// pow32 is x^e for x in (0, 1] and e ≥ 0 in float32, as 2^(e·log2 x) with
+// the exponent taken from the bits and polynomial fits of log2 on [1, 2)
+// and 2^f on [0, 1) (relative error below 1e-4 for e up to 20): enough for the gradient of
+// AdaRound's regularisation, at a fraction of math.Pow's cost.
+func pow32(x, e float32) float32 {
+	b := math.Float32bits(x)
+	ex := float32(int32(b>>23&0xff) - 127)
+	m := math.Float32frombits(b&0x007fffff | 0x3f800000) // in [1, 2)
+	// log2(m) on [1, 2): a degree-6 polynomial in m − 1 interpolating at
+	// Chebyshev nodes (error below 2.5e-6).
+	t := m - 1
+	l := ex + 2.443e-06 + t*(1.442453526+t*(-0.71731278+t*(0.454508492+t*(-0.272697565+t*(0.117613084+t*-0.024568535)))))
+	y := e * l
+	if y < -126 {
+		return 0
+	}
+	yi := float32(math.Floor(float64(y)))
+	f := y - yi
+	// 2^f on [0, 1): degree 5, the same nodes (relative error 1e-7).
+	p := 0.999999898 + f*(0.69315449+f*(0.240141818+f*(0.055860337+f*(0.00894959+f*0.001893754))))
+	return p * math.Float32frombits(uint32(int32(yi)+127)<<23)
 }
 
 // round learns the layer's rounding group by group on the even
