@@ -40,19 +40,46 @@ func qparamLayout(shape []int, axis int64, blockSize int64, scale *tensor.Tensor
 	return quant.NewLayout(shape, ax, int(blockSize))
 }
 
+// codesType is the element type QuantizeLinear n writes: its zero
+// point's declared type, else its output_dtype attribute, else uint8.
+func codesType(n *onnxgraph.Node) tensor.DType {
+	var t tensor.DType
+	if a := n.Attr("output_dtype"); a != nil {
+		t = tensor.DType(a.GetI())
+	}
+	if len(n.Inputs) > 2 && n.Inputs[2] != nil {
+		if zt := n.Inputs[2].DType(); zt != tensor.Undefined {
+			t = zt
+		}
+	}
+	if t == tensor.Undefined {
+		t = tensor.Uint8
+	}
+	return t
+}
+
+// quantizeParams reads QuantizeLinear's scale (as float32) and zero point
+// (nil when absent) from its inputs in, and the codes' type: the zero
+// point's when there is one, else outType.
+func quantizeParams(in []*tensor.Tensor, outType tensor.DType) (scale []float32, zp *tensor.Tensor, dt tensor.DType, err error) {
+	if scale, err = asFloat32(in[1]); err != nil {
+		return nil, nil, 0, fmt.Errorf("y_scale: %w", err)
+	}
+	dt = outType
+	if len(in) > 2 && in[2] != nil {
+		zp, dt = in[2], in[2].DType
+		if zp.Len() != len(scale) {
+			return nil, nil, 0, fmt.Errorf("y_zero_point %v and y_scale %v differ in shape", in[2].Shape, in[1].Shape)
+		}
+	}
+	return scale, zp, dt, nil
+}
+
 func buildQuantize(b *builder) (kernel, error) {
 	axis := b.int("axis", 1)
 	blockSize := b.int("block_size", 0)
 	saturate := b.int("saturate", 1) != 0
-	outType := tensor.DType(b.int("output_dtype", 0))
-	if b.inputCount() > 2 && b.n.Inputs[2] != nil {
-		if zt := b.n.Inputs[2].DType(); zt != tensor.Undefined {
-			outType = zt
-		}
-	}
-	if outType == tensor.Undefined {
-		outType = tensor.Uint8
-	}
+	outType := codesType(b.n)
 	if _, _, ok := quant.IntRange(outType); !ok && !quant.IsNarrowFloat(outType) {
 		return nil, unsupportedf("quantizing to %s is not supported", outType)
 	}
@@ -61,17 +88,9 @@ func buildQuantize(b *builder) (kernel, error) {
 		if err != nil {
 			return nil, err
 		}
-		scale, err := asFloat32(in[1])
+		scale, zp, dt, err := quantizeParams(in, outType)
 		if err != nil {
-			return nil, fmt.Errorf("y_scale: %w", err)
-		}
-		dt := outType
-		var zp *tensor.Tensor
-		if len(in) > 2 && in[2] != nil {
-			zp, dt = in[2], in[2].DType
-			if zp.Len() != len(scale) {
-				return nil, fmt.Errorf("y_zero_point %v and y_scale %v differ in shape", in[2].Shape, in[1].Shape)
-			}
+			return nil, err
 		}
 		l, err := qparamLayout(in[0].Shape, axis, blockSize, in[1])
 		if err != nil {
@@ -176,10 +195,7 @@ func (c *compiler) buildRoundTrip(q, dq *onnxgraph.Node) (kernel, error) {
 	if a := q.Attr("block_size"); a != nil {
 		blockSize = a.GetI()
 	}
-	outType := tensor.Uint8
-	if a := q.Attr("output_dtype"); a != nil && a.GetI() != 0 {
-		outType = tensor.DType(a.GetI())
-	}
+	outType := codesType(q)
 	codes := q.Outputs[0]
 	unfused := func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		qo, err := qK(rc, in)
@@ -202,14 +218,9 @@ func (c *compiler) buildRoundTrip(q, dq *onnxgraph.Node) (kernel, error) {
 		if !ok || rc.wants(codes.Name) {
 			return unfused(rc, in)
 		}
-		scale, err := asFloat32(in[1])
+		scale, zp, dt, err := quantizeParams(in, outType)
 		if err != nil {
-			return nil, fmt.Errorf("y_scale: %w", err)
-		}
-		dt := outType
-		var zp *tensor.Tensor
-		if len(in) > 2 && in[2] != nil {
-			zp, dt = in[2], in[2].DType
+			return nil, err
 		}
 		if lo, hi, isInt := quant.IntRange(dt); !isInt || lo < math.MinInt16 || hi > math.MaxUint16 {
 			return unfused(rc, in) // float8 and int32 codes
