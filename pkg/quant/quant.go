@@ -20,6 +20,10 @@
 //     −0 stays −0;
 //   - dequantization: (q − zp)·scale, the difference taken exactly in
 //     integers, then one float32 multiplication.
+//
+// Loops over codes of 8 bits run pkg/kernels' vector versions of these
+// rules where the CPU has them (TestQuantize8, TestIntCodesAgainstFloat64
+// and TestRoundTripIsQuantizeThenDequantize hold them to the same bits).
 package quant
 
 import (
