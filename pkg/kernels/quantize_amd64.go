@@ -4,47 +4,51 @@ package kernels
 
 //go:generate sh -c "cd ../../internal/asm/quantize && go run . -out ../../../pkg/kernels/quantize_amd64.s -stubs ../../../pkg/kernels/quantize_stubs_amd64.go -pkg kernels"
 
-func quantizeU8(dst []uint8, x []float32, scale, lo, hi, zp float32) int {
-	n := min(len(x), len(dst)) &^ 7
-	if !hasAVX2 || n == 0 {
+// quantizeVectors is how many of n elements the AVX2 kernels below cover:
+// whole vectors of eight, none without AVX2.
+func quantizeVectors(n int) int {
+	if !hasAVX2 {
 		return 0
 	}
-	quantizeU8AVX2(dst[:n], x[:n], scale, lo, hi, zp)
+	return n &^ 7
+}
+
+func quantizeU8(dst []uint8, x []float32, scale, lo, hi, zp float32) int {
+	n := quantizeVectors(min(len(x), len(dst)))
+	if n > 0 {
+		quantizeU8AVX2(dst[:n], x[:n], scale, lo, hi, zp)
+	}
 	return n
 }
 
 func quantizeI8(dst []int8, x []float32, scale, lo, hi, zp float32) int {
-	n := min(len(x), len(dst)) &^ 7
-	if !hasAVX2 || n == 0 {
-		return 0
+	n := quantizeVectors(min(len(x), len(dst)))
+	if n > 0 {
+		quantizeI8AVX2(dst[:n], x[:n], scale, lo, hi, zp)
 	}
-	quantizeI8AVX2(dst[:n], x[:n], scale, lo, hi, zp)
 	return n
 }
 
 func dequantizeU8(y []float32, codes []uint8, scale float32, zp int32) int {
-	n := min(len(y), len(codes)) &^ 7
-	if !hasAVX2 || n == 0 {
-		return 0
+	n := quantizeVectors(min(len(y), len(codes)))
+	if n > 0 {
+		dequantizeU8AVX2(y[:n], codes[:n], scale, zp)
 	}
-	dequantizeU8AVX2(y[:n], codes[:n], scale, zp)
 	return n
 }
 
 func dequantizeI8(y []float32, codes []int8, scale float32, zp int32) int {
-	n := min(len(y), len(codes)) &^ 7
-	if !hasAVX2 || n == 0 {
-		return 0
+	n := quantizeVectors(min(len(y), len(codes)))
+	if n > 0 {
+		dequantizeI8AVX2(y[:n], codes[:n], scale, zp)
 	}
-	dequantizeI8AVX2(y[:n], codes[:n], scale, zp)
 	return n
 }
 
 func roundTrip(y, x []float32, scale, lo, hi float32) int {
-	n := min(len(x), len(y)) &^ 7
-	if !hasAVX2 || n == 0 {
-		return 0
+	n := quantizeVectors(min(len(x), len(y)))
+	if n > 0 {
+		roundTripAVX2(y[:n], x[:n], scale, lo, hi)
 	}
-	roundTripAVX2(y[:n], x[:n], scale, lo, hi)
 	return n
 }
