@@ -460,7 +460,8 @@ func quantizedInput(q *onnxgraph.Model, n *onnxgraph.Node) string {
 	return name
 }
 
-// runKeeping runs s on in and returns copies of the named values.
+// runKeeping runs s on in as far as the named values need and returns
+// copies of them.
 func runKeeping(ctx context.Context, s runtime.Session, in map[string]*tensor.Tensor, names []string) (map[string]*tensor.Tensor, error) {
 	kept := map[string]*tensor.Tensor{}
 	var tapErr error
@@ -475,7 +476,7 @@ func runKeeping(ctx context.Context, s runtime.Session, in map[string]*tensor.Te
 		}
 		kept[name] = tensor.FromFloat32(append([]float32(nil), f...), t.Shape...)
 	}
-	if _, err := s.Run(ctx, in, runtime.RunOptions{Tap: tap, TapValues: names}); err != nil {
+	if _, err := s.Run(ctx, in, runtime.RunOptions{Tap: tap, TapValues: names, TapsOnly: true}); err != nil {
 		return nil, err
 	}
 	return kept, tapErr

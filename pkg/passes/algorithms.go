@@ -173,8 +173,8 @@ func (d *AlgorithmData) sampleCount(limit int) int {
 }
 
 // forEachBatch runs the float model on the algorithm data, at most
-// samples samples, tapping the named values, and calls after at the end
-// of each batch.
+// samples samples, as far as the named values need, tapping them, and
+// calls after at the end of each batch.
 func (d *AlgorithmData) forEachBatch(ctx context.Context, m *onnxgraph.Model, samples int, taps []string, tap runtime.Tap, after func() error) error {
 	s, err := runtime.Open(d.Engine, m, d.Runtime)
 	if err != nil {
@@ -192,7 +192,7 @@ func (d *AlgorithmData) forEachBatch(ctx context.Context, m *onnxgraph.Model, sa
 		if err != nil {
 			return err
 		}
-		if _, err := s.Run(ctx, in, runtime.RunOptions{Tap: tap, TapValues: taps}); err != nil {
+		if _, err := s.Run(ctx, in, runtime.RunOptions{Tap: tap, TapValues: taps, TapsOnly: true}); err != nil {
 			return fmt.Errorf("samples %d..%d: %w", start, end-1, err)
 		}
 		if err := after(); err != nil {

@@ -181,26 +181,26 @@ func (l Layout) RunsParallel(n, workers int, fn func(start, end, g int)) {
 		l.Runs(n, fn)
 		return
 	}
-	type run struct{ start, end, g int }
-	var runs []run
-	if l.axis < 0 {
-		per := (n + workers - 1) / workers
-		for s := 0; s < n; s += per {
-			runs = append(runs, run{s, min(s+per, n), 0})
-		}
-	} else {
-		l.Runs(n, func(s, e, g int) { runs = append(runs, run{s, e, g}) })
+	if l.axis >= 0 && (l.dim == 0 || l.inner == 0) {
+		return // no runs, as Runs has none
 	}
-	per := (len(runs) + workers - 1) / workers
-	var wg sync.WaitGroup
-	for r0 := 0; r0 < len(runs); r0 += per {
-		wg.Add(1)
-		go func(rs []run) {
-			defer wg.Done()
-			for _, r := range rs {
-				fn(r.start, r.end, r.g)
+	// The pieces: a per-tensor run cut in one piece per worker, or the
+	// rows of the axis (n/inner of them: one per element when the axis is
+	// the last) dealt out in contiguous ranges, never listed.
+	count := n
+	piece := func(from, to int) { fn(from, to, 0) }
+	if l.axis >= 0 {
+		count = n / l.inner
+		piece = func(from, to int) {
+			for r := from; r < to; r++ {
+				fn(r*l.inner, (r+1)*l.inner, r%l.dim)
 			}
-		}(runs[r0:min(r0+per, len(runs))])
+		}
+	}
+	per := (count + workers - 1) / workers
+	var wg sync.WaitGroup
+	for from := 0; from < count; from += per {
+		wg.Go(func() { piece(from, min(from+per, count)) })
 	}
 	wg.Wait()
 }

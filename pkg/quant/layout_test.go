@@ -5,18 +5,20 @@ import (
 	"testing"
 )
 
+var layoutCases = []struct {
+	shape       []int
+	axis, block int
+}{
+	{[]int{3, 5, 7}, -1, 0}, {[]int{600, 700}, -1, 0}, {[]int{600, 700}, 0, 0}, {[]int{600, 700}, 1, 0},
+	{[]int{700, 600}, 0, 32}, {[]int{600, 700}, 1, 32}, {[]int{4, 300, 301}, 1, 16}, {[]int{5, 3, 4}, 2, 3},
+	{[]int{3, 1000, 100}, 1, 0}, {[]int{7}, 0, 0},
+}
+
 // TestEachParallelVisitsAsEach: for every layout, EachParallel calls fn
 // once per element with Each's group, at any worker count, above and
 // below the size from which it shares the work.
 func TestEachParallelVisitsAsEach(t *testing.T) {
-	cases := []struct {
-		shape       []int
-		axis, block int
-	}{
-		{[]int{3, 5, 7}, -1, 0}, {[]int{600, 700}, -1, 0}, {[]int{600, 700}, 0, 0}, {[]int{600, 700}, 1, 0},
-		{[]int{700, 600}, 0, 32}, {[]int{600, 700}, 1, 32}, {[]int{4, 300, 301}, 1, 16}, {[]int{5, 3, 4}, 2, 3},
-	}
-	for _, c := range cases {
+	for _, c := range layoutCases {
 		l, err := NewLayout(c.shape, c.axis, c.block)
 		if err != nil {
 			t.Fatal(err)
@@ -30,6 +32,48 @@ func TestEachParallelVisitsAsEach(t *testing.T) {
 		for _, workers := range []int{1, 2, 3, 8} {
 			got, seen := make([]int32, n), make([]int32, n)
 			l.EachParallel(n, workers, func(i, g int) { got[i] = int32(g); atomic.AddInt32(&seen[i], 1) })
+			for i := range n {
+				if seen[i] != 1 || got[i] != want[i] {
+					t.Fatalf("shape %v axis %d block %d, %d workers: element %d seen %d times with group %d, want once with %d",
+						c.shape, c.axis, c.block, workers, i, seen[i], got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestRunsParallelCoversAsRuns: for every layout, RunsParallel's runs
+// cover each element once, with Runs's group, at any worker count; a run
+// is never longer than Runs's (a per-tensor run may be cut).
+func TestRunsParallelCoversAsRuns(t *testing.T) {
+	for _, c := range layoutCases {
+		l, err := NewLayout(c.shape, c.axis, c.block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 1
+		for _, d := range c.shape {
+			n *= d
+		}
+		want, runOf := make([]int32, n), make([]int32, n)
+		runs := int32(0)
+		l.Runs(n, func(s, e, g int) {
+			for i := s; i < e; i++ {
+				want[i], runOf[i] = int32(g), runs
+			}
+			runs++
+		})
+		for _, workers := range []int{1, 2, 3, 8} {
+			got, seen := make([]int32, n), make([]int32, n)
+			l.RunsParallel(n, workers, func(s, e, g int) {
+				for i := s; i < e; i++ {
+					got[i] = int32(g)
+					atomic.AddInt32(&seen[i], 1)
+					if runOf[i] != runOf[s] {
+						t.Errorf("shape %v axis %d block %d: run %d..%d crosses Runs's runs", c.shape, c.axis, c.block, s, e)
+					}
+				}
+			})
 			for i := range n {
 				if seen[i] != 1 || got[i] != want[i] {
 					t.Fatalf("shape %v axis %d block %d, %d workers: element %d seen %d times with group %d, want once with %d",

@@ -32,6 +32,10 @@ type RunOptions struct {
 	// value when TapValues is nil) as soon as it is computed.
 	Tap       Tap
 	TapValues []string
+	// TapsOnly, with Tap and TapValues, asks for the tapped values alone:
+	// the built-in engine runs only the steps they need and returns no
+	// outputs. Other engines may run the whole graph.
+	TapsOnly bool
 }
 
 // Options configures a session.

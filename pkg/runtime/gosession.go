@@ -128,9 +128,15 @@ func (s *GoSession) Run(ctx context.Context, inputs map[string]*tensor.Tensor, o
 			rc.tapSet[n] = true
 		}
 	}
+	if opts.TapsOnly && rc.tapSet != nil {
+		rc.needed = s.prog.needed(rc.tapSet)
+	}
 	outs, err := s.prog.run(rc, feeds, nil)
 	if err != nil {
 		return nil, err
+	}
+	if rc.needed != nil {
+		return map[string]*tensor.Tensor{}, nil
 	}
 	res := make(map[string]*tensor.Tensor, len(outs))
 	for i, v := range s.prog.graph.Outputs {
@@ -213,6 +219,9 @@ type runCtx struct {
 	// whose parts are being computed.
 	place  *placement
 	placed map[*concatPlan][]float32
+	// needed, when set, marks the main graph's steps a TapsOnly run
+	// computes; the others are skipped.
+	needed []bool
 }
 
 // profiling reports whether the step running now is being profiled, so
@@ -258,6 +267,9 @@ type step struct {
 	fused string
 	// place is the step's role in a Concat computed in place (nil: none).
 	place *placement
+	// covers are the nodes whose work the step does besides node (a
+	// fused step's), whose outputs a tap may ask for.
+	covers []*onnxgraph.Node
 }
 
 type inputSlot struct {
@@ -309,10 +321,15 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 	if rc.arena != nil {
 		held = make([]bool, p.nslots)
 	}
+	pruned := rc.needed != nil && rc.depth == 1
 	for i := range p.steps {
 		st := &p.steps[i]
 		if err := rc.ctx.Err(); err != nil {
 			return nil, err
+		}
+		if pruned && !rc.needed[i] {
+			p.free(rc, st, slots, held)
+			continue
 		}
 		args = args[:0]
 		for _, s := range st.in {
@@ -354,13 +371,10 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 		if profiling && rc.tap != nil {
 			rc.profile.record(tapsNode, tapsNode, "", rc.lane, t0, time.Since(t0))
 		}
-		for _, s := range st.free {
-			if held != nil && held[s] {
-				rc.arena.release(slots[s])
-				held[s] = false
-			}
-			slots[s] = nil
-		}
+		p.free(rc, st, slots, held)
+	}
+	if pruned {
+		return nil, nil
 	}
 	res := make([]*tensor.Tensor, len(p.outputs))
 	for i, s := range p.outputs {
@@ -370,6 +384,66 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 		res[i] = slots[s]
 	}
 	return res, nil
+}
+
+// free drops the slots whose last reader is st, giving the arena back
+// the buffers it counted.
+func (p *program) free(rc *runCtx, st *step, slots []*tensor.Tensor, held []bool) {
+	for _, s := range st.free {
+		if held != nil && held[s] {
+			rc.arena.release(slots[s])
+			held[s] = false
+		}
+		slots[s] = nil
+	}
+}
+
+// needed marks the steps that compute the values named in want and the
+// steps those read from. It returns nil, so that every step runs, when a
+// name is none of the graph's own values (a value inside a subgraph).
+func (p *program) needed(want map[string]bool) []bool {
+	producer := map[string]int{}
+	bySlot := map[int]int{}
+	for i := range p.steps {
+		st := &p.steps[i]
+		for _, n := range append([]*onnxgraph.Node{st.node}, st.covers...) {
+			for _, v := range n.Outputs {
+				if v != nil {
+					producer[v.Name] = i
+				}
+			}
+		}
+		for _, s := range st.out {
+			if s >= 0 {
+				bySlot[s] = i
+			}
+		}
+	}
+	need := make([]bool, len(p.steps))
+	var stack []int
+	mark := func(i int) {
+		if !need[i] {
+			need[i] = true
+			stack = append(stack, i)
+		}
+	}
+	for name := range want {
+		if i, ok := producer[name]; ok {
+			mark(i)
+		} else if !slices.Contains(p.names, name) {
+			return nil
+		}
+	}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, s := range p.steps[i].in {
+			if j, ok := bySlot[s]; ok && s >= 0 {
+				mark(j)
+			}
+		}
+	}
+	return need
 }
 
 // runKernel runs one step, turning a panic in a kernel (a bug, or input the
@@ -543,6 +617,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 				for _, f := range []*onnxgraph.Node{chain.bn, chain.add, chain.act} {
 					if f != nil {
 						fusedAway[f] = true
+						st.covers = append(st.covers, f)
 					}
 				}
 				st.fused = chain.fusedOps()
@@ -551,18 +626,21 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 			k, err = c.buildSiLU(n, siluMul)
 			if err == nil {
 				fusedAway[siluMul] = true
+				st.covers = []*onnxgraph.Node{siluMul}
 				st.fused = "+Mul"
 			}
 		} else if dequant != nil {
 			k, err = c.buildRoundTrip(n, dequant)
 			if err == nil {
 				fusedAway[dequant] = true
+				st.covers = []*onnxgraph.Node{dequant}
 				st.fused = "+DequantizeLinear"
 			}
 		} else if hswish != nil {
 			k, err = c.buildHardSwish(hswish, constOf)
 			if err == nil {
 				fusedAway[hswish.clip], fusedAway[hswish.mul], fusedAway[hswish.tail] = true, true, true
+				st.covers = []*onnxgraph.Node{hswish.clip, hswish.mul, hswish.tail}
 				st.fused = hswish.fusedOps()
 			}
 		} else if ew != nil {
@@ -571,6 +649,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 				for _, f := range ew.nodes[1:] {
 					fusedAway[f] = true
 				}
+				st.covers = slices.Clone(ew.nodes[1:])
 				st.fused = ew.fusedOps()
 			}
 		} else {
