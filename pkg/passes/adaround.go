@@ -58,13 +58,57 @@ type adaLayer struct {
 }
 
 // adaStats are a layer's statistics over some calibration rows, per
-// group: gram = XᵀX (kg×kg), resid = Xᵀ(XWᵀ − T) (kg×ng); per output:
-// signal = Σ y² of the float output and inputErr = Σ (xw − t)², the error
-// of the float weights on the quantized input.
+// group: the quadratic form A = XᵀX (kg×kg) and resid = Xᵀ(XWᵀ − T)
+// (kg×ng); per output: signal = Σ y² of the float output and inputErr =
+// Σ (xw − t)², the error of the float weights on the quantized input.
 type adaStats struct {
-	gram, resid      [][]float32
+	form             []adaForm
+	resid            [][]float32
 	signal, inputErr []float64
 	rows             int
+}
+
+// adaForm is one group's A = XᵀX, held as the sum itself (gram, kg×kg) or,
+// when the rows are fewer than half of kg, as the rows X (r×kg): products
+// D·A then cost 2·ng·kg·r instead of ng·kg², and the rows take less memory
+// than the sum. The last layers of a CNN read long patches at few output
+// positions (ResNet-18's 3×3 convolutions on 512 channels: kg = 4608,
+// 49 positions a sample).
+type adaForm struct {
+	gram   []float32
+	x      []float32
+	byRows bool
+	kg     int
+	tmp    []float32
+}
+
+// mul sets out = D·A for D of ng rows (ng×kg, both row-major).
+func (f *adaForm) mul(threads, ng int, d, out []float32) {
+	kg := f.kg
+	if !f.byRows {
+		kernels.SgemmParallel(threads, false, false, ng, kg, kg, 1, d, kg, f.gram, kg, 0, out, kg)
+		return
+	}
+	r := len(f.x) / kg
+	if r == 0 {
+		clear(out[:ng*kg])
+		return
+	}
+	if len(f.tmp) < ng*r {
+		f.tmp = make([]float32, ng*r)
+	}
+	kernels.SgemmParallel(threads, false, true, ng, r, kg, 1, d, kg, f.x, kg, 0, f.tmp, r)
+	kernels.SgemmParallel(threads, false, false, ng, kg, r, 1, f.tmp, r, f.x, kg, 0, out, kg)
+}
+
+// add sums the rows xr (rows×kg) into A.
+func (f *adaForm) add(threads int, xr []float32) {
+	if f.byRows {
+		f.x = append(f.x, xr...)
+		return
+	}
+	kg := f.kg
+	kernels.SgemmParallel(threads, true, false, kg, kg, len(xr)/kg, 1, xr, kg, xr, kg, 1, f.gram, kg)
 }
 
 // runAdaRound is AdaRound (Nagel et al., "Up or Down? Adaptive Rounding
@@ -376,16 +420,6 @@ func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLay
 		}
 		outTaps = append(outTaps, l.node.Outputs[0].Name)
 		inTaps = append(inTaps, quantizedInput(res.Model, l.node))
-		for h := range l.halves {
-			st := &l.halves[h]
-			st.gram, st.resid = make([][]float32, l.groups), make([][]float32, l.groups)
-			for g := range l.groups {
-				st.gram[g] = make([]float32, l.kg*l.kg)
-				st.resid[g] = make([]float32, l.kg*l.ng)
-			}
-			out := l.groups * l.ng
-			st.signal, st.inputErr, st.rows = make([]float64, out), make([]float64, out), 0
-		}
 		l.stride, l.pos, l.samplePos = 0, 0, 0
 	}
 	total := d.sampleCount(cfg.Samples)
@@ -415,6 +449,11 @@ func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLay
 			if err := l.accumulate(ctx, patchSessions[i], x, y, total, cfg.Rows, d.Runtime.Threads); err != nil {
 				return fmt.Errorf("samples %d..%d: %s: %w", start, end-1, l.node, err)
 			}
+		}
+	}
+	for _, l := range wave {
+		if l.halves[0].form == nil {
+			return fmt.Errorf("%s: no calibration sample reached it", l.node)
 		}
 	}
 	return nil
@@ -526,6 +565,7 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 			per = max(n/max(1, x.Shape[0]), 1)
 		}
 		l.stride = max(1, (samples*per+maxRows-1)/maxRows)
+		l.allocStats((samples*per + l.stride - 1) / l.stride)
 	}
 	// The kept rows: every stride-th of the rows seen so far, split by
 	// the parity of their sample.
@@ -545,6 +585,25 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 		}
 	}
 	return nil
+}
+
+// allocStats makes both halves' statistics for about kept rows in all,
+// choosing the form of A by the rows a half gets.
+func (l *adaLayer) allocStats(kept int) {
+	byRows := 2*((kept+1)/2) < l.kg
+	for h := range l.halves {
+		st := &l.halves[h]
+		st.form, st.resid = make([]adaForm, l.groups), make([][]float32, l.groups)
+		for g := range l.groups {
+			st.form[g] = adaForm{kg: l.kg, byRows: byRows}
+			if !byRows {
+				st.form[g].gram = make([]float32, l.kg*l.kg)
+			}
+			st.resid[g] = make([]float32, l.kg*l.ng)
+		}
+		out := l.groups * l.ng
+		st.signal, st.inputErr, st.rows = make([]float64, out), make([]float64, out), 0
+	}
 }
 
 // accumulateRows adds the rows keep of one batch (patches or input rows
@@ -599,7 +658,7 @@ func (l *adaLayer) accumulateRows(st *adaStats, keep []int, xs, ys []float32, co
 				st.inputErr[o] += e * e
 			}
 		}
-		kernels.SgemmParallel(threads, true, false, l.kg, l.kg, rows, 1, xr, l.kg, xr, l.kg, 1, st.gram[g], l.kg)
+		st.form[g].add(threads, xr)
 		kernels.SgemmParallel(threads, true, false, l.kg, l.ng, rows, 1, xr, l.kg, rr, l.ng, 1, st.resid[g], l.ng)
 	}
 	st.rows += rows
@@ -619,13 +678,13 @@ type adaGroup struct {
 
 // extra returns, per row, δᵀAδ + 2δᵀg for the codes q (minus zero
 // points): the error added to the float weights' on the quantized input.
-func (p *adaGroup) extra(a, g []float32, q []float32, threads int) []float64 {
+func (p *adaGroup) extra(a *adaForm, g []float32, q []float32, threads int) []float64 {
 	d := make([]float32, p.ng*p.kg)
 	for i := range d {
 		d[i] = p.scale[i]*q[i] - p.w[i]
 	}
 	da := make([]float32, p.ng*p.kg)
-	kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, a, p.kg, 0, da, p.kg)
+	a.mul(threads, p.ng, d, da)
 	out := make([]float64, p.ng)
 	for o := range p.ng {
 		var s float64
@@ -646,7 +705,7 @@ func (p *adaGroup) extra(a, g []float32, q []float32, threads int) []float64 {
 // element-wise steps run in float32 (the sigmoid by the vector kernel,
 // |2h − 1|^(β−1) by pow32): they are as many as the weights per iteration
 // and cost as much as the product with XᵀX did in float64.
-func (p *adaGroup) learn(cfg *config.AdaRound, a, g []float32, rtnErr float64, threads int) []float32 {
+func (p *adaGroup) learn(cfg *config.AdaRound, a *adaForm, g []float32, rtnErr float64, threads int) []float32 {
 	n := p.ng * p.kg
 	v := make([]float32, n)
 	for i := range v {
@@ -661,9 +720,17 @@ func (p *adaGroup) learn(cfg *config.AdaRound, a, g []float32, rtnErr float64, t
 	sig := make([]float32, n)
 	const b1, b2, eps = 0.9, 0.999, 1e-8
 	const stretch, shift = float32(adaZeta - adaGamma), float32(adaGamma)
+	// The reconstruction gradient's factor per element, 2·scale/rtnErr, and
+	// whether the soft code can reach the edge of the grid (only there can
+	// the clamp zero that gradient).
 	norm := float32(1 / max(rtnErr, 1e-30))
+	gradScale := make([]float32, n)
+	edge := make([]bool, n)
+	for i := range n {
+		gradScale[i] = 2 * p.scale[i] * norm
+		edge[i] = p.floor[i] <= p.lo[i] || p.floor[i]+1 >= p.hi[i]
+	}
 	regScale := float32(cfg.Regularization / float64(n))
-	lr := float32(cfg.LearningRate)
 	warm := int(cfg.Warmup * float64(cfg.Iterations))
 	for it := range cfg.Iterations {
 		parallelRows(threads, p.ng, func(o int) {
@@ -676,35 +743,48 @@ func (p *adaGroup) learn(cfg *config.AdaRound, a, g []float32, rtnErr float64, t
 				d[i] = p.scale[i]*q - p.w[i]
 			}
 		})
-		kernels.SgemmParallel(threads, false, false, p.ng, p.kg, p.kg, 1, d, p.kg, a, p.kg, 0, da, p.kg)
+		a.mul(threads, p.ng, d, da)
 		var beta float32
 		reg := it >= warm
 		if reg {
 			f := float64(it-warm) / float64(max(cfg.Iterations-warm-1, 1))
 			beta = float32(cfg.BetaStart + (cfg.BetaEnd-cfg.BetaStart)*f)
 		}
+		// Adam's bias corrections as factors: the divider, not the
+		// arithmetic, bounds this loop, so it does one division a weight.
 		t := float64(it + 1)
-		c1, c2 := float32(1-math.Pow(b1, t)), float32(1-math.Pow(b2, t))
+		step, ic2 := float32(cfg.LearningRate/(1-math.Pow(b1, t))), float32(1/(1-math.Pow(b2, t)))
+		// d/dh of λ/n·(1 − |2h − 1|^β) is −λ/n·β·|2h − 1|^(β−1)·2·sign(2h − 1).
+		regStep := 2 * regScale * beta
 		parallelRows(threads, p.ng, func(o int) {
-			for i := o * p.kg; i < (o+1)*p.kg; i++ {
-				sg := sig[i]
+			lo, hi := o*p.kg, (o+1)*p.kg
+			sigR, softR, daR, gR := sig[lo:hi], soft[lo:hi], da[lo:hi], g[lo:hi]
+			gsR, edgeR, momR, velR, vR := gradScale[lo:hi], edge[lo:hi], mom[lo:hi], vel[lo:hi], v[lo:hi]
+			floorR, loR, hiR := p.floor[lo:hi], p.lo[lo:hi], p.hi[lo:hi]
+			for i := range sigR {
+				sg := sigR[i]
 				hu := sg*stretch + shift
 				if hu <= 0 || hu >= 1 {
 					continue // the clamp's gradient is zero
 				}
-				q := p.floor[i] + soft[i]
-				var grad float32
-				if q > p.lo[i] && q < p.hi[i] {
-					grad = 2 * (da[i] + g[i]) * p.scale[i] * norm
+				grad := (daR[i] + gR[i]) * gsR[i]
+				if edgeR[i] {
+					if q := floorR[i] + softR[i]; q <= loR[i] || q >= hiR[i] {
+						grad = 0
+					}
 				}
-				if u := 2*soft[i] - 1; reg && u != 0 {
-					// d/dh of λ/n·(1 − |2h − 1|^β).
-					grad -= regScale * beta * pow32(abs32(u), beta-1) * float32(math.Copysign(2, float64(u)))
+				if u := 2*softR[i] - 1; reg && u != 0 {
+					r := regStep * pow32(abs32(u), beta-1)
+					if u < 0 {
+						r = -r
+					}
+					grad -= r
 				}
 				grad *= sg * (1 - sg) * stretch
-				mom[i] = b1*mom[i] + (1-b1)*grad
-				vel[i] = b2*vel[i] + (1-b2)*grad*grad
-				v[i] -= lr * (mom[i] / c1) / (float32(math.Sqrt(float64(vel[i]/c2))) + eps)
+				m := b1*momR[i] + (1-b1)*grad
+				vv := b2*velR[i] + (1-b2)*grad*grad
+				momR[i], velR[i] = m, vv
+				vR[i] -= step * m / (float32(math.Sqrt(float64(vv*ic2))) + eps)
 			}
 		})
 	}
@@ -789,8 +869,8 @@ func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 				p.rtn[i] = float32(quant.Int(w, s, zp, grid.QMin, grid.QMax) - zp)
 			}
 		}
-		fitA, fitG := fit.gram[g], p.rowMajor(fit.resid[g])
-		checkA, checkG := check.gram[g], p.rowMajor(check.resid[g])
+		fitA, fitG := &fit.form[g], p.rowMajor(fit.resid[g])
+		checkA, checkG := &check.form[g], p.rowMajor(check.resid[g])
 		rtnFit := p.extra(fitA, fitG, p.rtn, threads)
 		var total float64
 		for j := range l.ng {
@@ -816,7 +896,7 @@ func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 		}
 	}
 	for h := range l.halves {
-		l.halves[h].gram, l.halves[h].resid = nil, nil
+		l.halves[h].form, l.halves[h].resid = nil, nil
 	}
 	rep.Before = sqnrDB(signal, max(inputErr+errRTN, 0))
 	rep.After = sqnrDB(signal, max(inputErr+errAda, 0))

@@ -257,3 +257,98 @@ func TestPow32(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaRoundForms checks the two forms of a layer's quadratic form
+// XᵀX: held as rows (when they are fewer than half the features) and as
+// the sum, built batch by batch, give D·XᵀX within float32 summation
+// noise of a float64 reference, and AdaRound's rounding learned with
+// either is the same up to a few near-ties; allocStats picks the rows
+// form exactly when a half's rows are fewer than half of kg.
+func TestAdaRoundForms(t *testing.T) {
+	const ng, kg, rows = 6, 96, 40
+	x := correlatedRows(5, rows, kg)
+	rng := rand.New(rand.NewPCG(8, 9))
+	normal := normalDraws(rng)
+	forms := []*adaForm{{kg: kg, gram: make([]float32, kg*kg)}, {kg: kg, byRows: true}}
+	for _, f := range forms {
+		for r0 := 0; r0 < rows; r0 += 16 {
+			f.add(2, x[r0*kg:min(r0+16, rows)*kg])
+		}
+	}
+	d := normal(ng*kg, 1)
+	want := make([]float64, ng*kg)
+	for o := range ng {
+		for k := range kg {
+			var s float64
+			for r := range rows {
+				var dx float64
+				for j := range kg {
+					dx += float64(d[o*kg+j]) * float64(x[r*kg+j])
+				}
+				s += dx * float64(x[r*kg+k])
+			}
+			want[o*kg+k] = s
+		}
+	}
+	var norm float64
+	for _, v := range want {
+		norm = max(norm, math.Abs(v))
+	}
+	for _, f := range forms {
+		got := make([]float32, ng*kg)
+		f.mul(2, ng, d, got)
+		for i := range got {
+			if math.Abs(float64(got[i])-want[i]) > 1e-5*norm {
+				t.Fatalf("byRows %v: (D·XᵀX)[%d] = %g, want %g", f.byRows, i, got[i], want[i])
+			}
+		}
+	}
+	// One rounding problem: 4-bit codes of weights whose target is the
+	// float product on the rows.
+	p := &adaGroup{ng: ng, kg: kg}
+	n := ng * kg
+	p.w = normal(n, 0.3)
+	p.scale, p.floor, p.lo, p.hi, p.rtn = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range n {
+		p.scale[i] = 0.1
+		p.floor[i] = float32(math.Floor(float64(p.w[i] / p.scale[i])))
+		p.lo[i], p.hi[i] = -8, 7
+		p.rtn[i] = float32(math.Max(-8, math.Min(7, math.RoundToEven(float64(p.w[i]/p.scale[i])))))
+	}
+	g := make([]float32, n) // targets equal to the float product: gₒ = 0
+	cfg := &config.AdaRound{Iterations: 200, LearningRate: 0.05, Regularization: 0.01, Warmup: 0.2, BetaStart: 20, BetaEnd: 2}
+	var codes [2][]float32
+	var errs [2]float64
+	for i, f := range forms {
+		var rtn float64
+		for _, e := range p.extra(f, g, p.rtn, 2) {
+			rtn += e
+		}
+		codes[i] = p.learn(cfg, f, g, rtn, 2)
+		for _, e := range p.extra(f, g, codes[i], 2) {
+			errs[i] += e
+		}
+		if !(errs[i] < rtn) {
+			t.Errorf("byRows %v: learned rounding's error %g, round-to-nearest's %g", f.byRows, errs[i], rtn)
+		}
+	}
+	differ := 0
+	for i := range codes[0] {
+		if codes[0][i] != codes[1][i] {
+			differ++
+		}
+	}
+	if differ > n/50 || math.Abs(errs[0]-errs[1]) > 0.02*errs[0] {
+		t.Errorf("the forms learned different roundings: %d of %d codes differ, errors %g and %g", differ, n, errs[0], errs[1])
+	}
+	for _, c := range []struct {
+		kept int
+		want bool
+	}{{40, true}, {94, true}, {95, false}, {96, false}, {2048, false}} {
+		l := &adaLayer{groups: 1, ng: ng, kg: kg}
+		l.allocStats(c.kept)
+		if got := l.halves[0].form[0].byRows; got != c.want || l.halves[1].form[0].byRows != c.want {
+			t.Errorf("%d rows kept, kg %d: rows form %v, want %v", c.kept, kg, got, c.want)
+		}
+	}
+}
