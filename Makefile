@@ -84,6 +84,7 @@ generate:
 	cd internal/asm/gemm && $(GO) run . -out ../../../pkg/kernels/gemm_amd64.s -stubs ../../../pkg/kernels/gemm_stubs_amd64.go -pkg kernels
 	cd internal/asm/quanterr && $(GO) run . -out ../../../pkg/kernels/quanterr_amd64.s -stubs ../../../pkg/kernels/quanterr_stubs_amd64.go -pkg kernels
 	cd internal/asm/quantize && $(GO) run . -out ../../../pkg/kernels/quantize_amd64.s -stubs ../../../pkg/kernels/quantize_stubs_amd64.go -pkg kernels
+	cd internal/asm/adaround && $(GO) run . -out ../../../pkg/kernels/adaround_amd64.s -stubs ../../../pkg/kernels/adaround_stubs_amd64.go -pkg kernels
 	cd internal/asm/neon && $(GO) run . -dir ../../../pkg/kernels
 	$(GO) run ./cmd/coreaiq config schema > configs/coreaiq.schema.json
 
@@ -110,6 +111,11 @@ check-generate: deps
 	done; rm -rf $$tmp
 	@tmp=$$(mktemp -d) && (cd internal/asm/quantize && $(GO) run . -out $$tmp/quantize_amd64.s -stubs $$tmp/quantize_stubs_amd64.go -pkg kernels) && \
 	for f in quantize_amd64.s quantize_stubs_amd64.go; do \
+		if ! diff -q -I '^// Code generated' $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
+			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
+	done; rm -rf $$tmp
+	@tmp=$$(mktemp -d) && (cd internal/asm/adaround && $(GO) run . -out $$tmp/adaround_amd64.s -stubs $$tmp/adaround_stubs_amd64.go -pkg kernels) && \
+	for f in adaround_amd64.s adaround_stubs_amd64.go; do \
 		if ! diff -q -I '^// Code generated' $$tmp/$$f pkg/kernels/$$f >/dev/null; then \
 			rm -rf $$tmp; echo "pkg/kernels/$$f is stale: run make generate and commit"; exit 1; fi; \
 	done; rm -rf $$tmp

@@ -4,9 +4,10 @@ package kernels
 
 //go:generate sh -c "cd ../../internal/asm/quantize && go run . -out ../../../pkg/kernels/quantize_amd64.s -stubs ../../../pkg/kernels/quantize_stubs_amd64.go -pkg kernels"
 
-// quantizeVectors is how many of n elements the AVX2 kernels below cover:
+// avx2Vectors is how many of n elements the AVX2 kernels of 8 lanes
+// (quantization here, AdaRound's steps) cover:
 // whole vectors of eight, none without AVX2.
-func quantizeVectors(n int) int {
+func avx2Vectors(n int) int {
 	if !hasAVX2 {
 		return 0
 	}
@@ -14,7 +15,7 @@ func quantizeVectors(n int) int {
 }
 
 func quantizeU8(dst []uint8, x []float32, scale, lo, hi, zp float32) int {
-	n := quantizeVectors(min(len(x), len(dst)))
+	n := avx2Vectors(min(len(x), len(dst)))
 	if n > 0 {
 		quantizeU8AVX2(dst[:n], x[:n], scale, lo, hi, zp)
 	}
@@ -22,7 +23,7 @@ func quantizeU8(dst []uint8, x []float32, scale, lo, hi, zp float32) int {
 }
 
 func quantizeI8(dst []int8, x []float32, scale, lo, hi, zp float32) int {
-	n := quantizeVectors(min(len(x), len(dst)))
+	n := avx2Vectors(min(len(x), len(dst)))
 	if n > 0 {
 		quantizeI8AVX2(dst[:n], x[:n], scale, lo, hi, zp)
 	}
@@ -30,7 +31,7 @@ func quantizeI8(dst []int8, x []float32, scale, lo, hi, zp float32) int {
 }
 
 func dequantizeU8(y []float32, codes []uint8, scale float32, zp int32) int {
-	n := quantizeVectors(min(len(y), len(codes)))
+	n := avx2Vectors(min(len(y), len(codes)))
 	if n > 0 {
 		dequantizeU8AVX2(y[:n], codes[:n], scale, zp)
 	}
@@ -38,7 +39,7 @@ func dequantizeU8(y []float32, codes []uint8, scale float32, zp int32) int {
 }
 
 func dequantizeI8(y []float32, codes []int8, scale float32, zp int32) int {
-	n := quantizeVectors(min(len(y), len(codes)))
+	n := avx2Vectors(min(len(y), len(codes)))
 	if n > 0 {
 		dequantizeI8AVX2(y[:n], codes[:n], scale, zp)
 	}
@@ -46,7 +47,7 @@ func dequantizeI8(y []float32, codes []int8, scale float32, zp int32) int {
 }
 
 func roundTrip(y, x []float32, scale, lo, hi float32) int {
-	n := quantizeVectors(min(len(x), len(y)))
+	n := avx2Vectors(min(len(x), len(y)))
 	if n > 0 {
 		roundTripAVX2(y[:n], x[:n], scale, lo, hi)
 	}

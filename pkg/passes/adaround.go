@@ -702,9 +702,9 @@ func (p *adaGroup) extra(a *adaForm, g []float32, q []float32, threads int) []fl
 // fractional part, Adam minimises the reconstruction error (normalised to
 // 1 at round-to-nearest) plus, after the warmup, the regularisation
 // λ·mean(1 − |2h − 1|^β) with β annealed from BetaStart to BetaEnd. The
-// element-wise steps run in float32 (the sigmoid by the vector kernel,
-// |2h − 1|^(β−1) by pow32): they are as many as the weights per iteration
-// and cost as much as the product with XᵀX did in float64.
+// element-wise steps run in float32 in the vector kernels (the sigmoid,
+// then Adam's step, kernels.AdaRoundUpdate): they are as many as the
+// weights per iteration, as costly as the product with XᵀX without them.
 func (p *adaGroup) learn(cfg *config.AdaRound, a *adaForm, g []float32, rtnErr float64, threads int) []float32 {
 	n := p.ng * p.kg
 	v := make([]float32, n)
@@ -716,76 +716,39 @@ func (p *adaGroup) learn(cfg *config.AdaRound, a *adaForm, g []float32, rtnErr f
 	mom, vel := make([]float32, n), make([]float32, n)
 	d := make([]float32, n)
 	da := make([]float32, n)
-	soft := make([]float32, n)
 	sig := make([]float32, n)
-	const b1, b2, eps = 0.9, 0.999, 1e-8
 	const stretch, shift = float32(adaZeta - adaGamma), float32(adaGamma)
 	// The reconstruction gradient's factor per element, 2·scale/rtnErr, and
-	// whether the soft code can reach the edge of the grid (only there can
-	// the clamp zero that gradient).
+	// the soft fraction's range inside the grid (the codes' range minus the
+	// rounded-down code: exact, both are integers).
 	norm := float32(1 / max(rtnErr, 1e-30))
-	gradScale := make([]float32, n)
-	edge := make([]bool, n)
+	gradScale, low, high := make([]float32, n), make([]float32, n), make([]float32, n)
 	for i := range n {
 		gradScale[i] = 2 * p.scale[i] * norm
-		edge[i] = p.floor[i] <= p.lo[i] || p.floor[i]+1 >= p.hi[i]
+		low[i], high[i] = p.lo[i]-p.floor[i], p.hi[i]-p.floor[i]
 	}
-	regScale := float32(cfg.Regularization / float64(n))
+	regScale := cfg.Regularization / float64(n)
 	warm := int(cfg.Warmup * float64(cfg.Iterations))
+	const b1, b2 = 0.9, 0.999 // Adam's, as kernels.AdaRoundUpdate has them
 	for it := range cfg.Iterations {
 		parallelRows(threads, p.ng, func(o int) {
 			lo, hi := o*p.kg, (o+1)*p.kg
 			kernels.Sigmoid(sig[lo:hi], v[lo:hi])
-			for i := lo; i < hi; i++ {
-				h := min(max(sig[i]*stretch+shift, 0), 1)
-				soft[i] = h
-				q := min(max(p.floor[i]+h, p.lo[i]), p.hi[i])
-				d[i] = p.scale[i]*q - p.w[i]
-			}
+			kernels.AdaRoundDelta(d[lo:hi], sig[lo:hi], p.floor[lo:hi], p.lo[lo:hi], p.hi[lo:hi], p.scale[lo:hi], p.w[lo:hi], stretch, shift)
 		})
 		a.mul(threads, p.ng, d, da)
-		var beta float32
-		reg := it >= warm
-		if reg {
+		step := kernels.AdaRoundStep{Stretch: stretch, Shift: shift}
+		if it >= warm {
+			// λ/n·(1 − |2h − 1|^β), β annealed linearly after the warm-up.
 			f := float64(it-warm) / float64(max(cfg.Iterations-warm-1, 1))
-			beta = float32(cfg.BetaStart + (cfg.BetaEnd-cfg.BetaStart)*f)
+			beta := cfg.BetaStart + (cfg.BetaEnd-cfg.BetaStart)*f
+			step.RegStep, step.Exponent = float32(2*regScale*beta), float32(beta-1)
 		}
-		// Adam's bias corrections as factors: the divider, not the
-		// arithmetic, bounds this loop, so it does one division a weight.
 		t := float64(it + 1)
-		step, ic2 := float32(cfg.LearningRate/(1-math.Pow(b1, t))), float32(1/(1-math.Pow(b2, t)))
-		// d/dh of λ/n·(1 − |2h − 1|^β) is −λ/n·β·|2h − 1|^(β−1)·2·sign(2h − 1).
-		regStep := 2 * regScale * beta
+		step.Step, step.InvC2 = float32(cfg.LearningRate/(1-math.Pow(b1, t))), float32(1/(1-math.Pow(b2, t)))
 		parallelRows(threads, p.ng, func(o int) {
 			lo, hi := o*p.kg, (o+1)*p.kg
-			sigR, softR, daR, gR := sig[lo:hi], soft[lo:hi], da[lo:hi], g[lo:hi]
-			gsR, edgeR, momR, velR, vR := gradScale[lo:hi], edge[lo:hi], mom[lo:hi], vel[lo:hi], v[lo:hi]
-			floorR, loR, hiR := p.floor[lo:hi], p.lo[lo:hi], p.hi[lo:hi]
-			for i := range sigR {
-				sg := sigR[i]
-				hu := sg*stretch + shift
-				if hu <= 0 || hu >= 1 {
-					continue // the clamp's gradient is zero
-				}
-				grad := (daR[i] + gR[i]) * gsR[i]
-				if edgeR[i] {
-					if q := floorR[i] + softR[i]; q <= loR[i] || q >= hiR[i] {
-						grad = 0
-					}
-				}
-				if u := 2*softR[i] - 1; reg && u != 0 {
-					r := regStep * pow32(abs32(u), beta-1)
-					if u < 0 {
-						r = -r
-					}
-					grad -= r
-				}
-				grad *= sg * (1 - sg) * stretch
-				m := b1*momR[i] + (1-b1)*grad
-				vv := b2*velR[i] + (1-b2)*grad*grad
-				momR[i], velR[i] = m, vv
-				vR[i] -= step * m / (float32(math.Sqrt(float64(vv*ic2))) + eps)
-			}
+			kernels.AdaRoundUpdate(v[lo:hi], mom[lo:hi], vel[lo:hi], sig[lo:hi], da[lo:hi], g[lo:hi], gradScale[lo:hi], low[lo:hi], high[lo:hi], step)
 		})
 	}
 	q := make([]float32, n)
@@ -797,31 +760,6 @@ func (p *adaGroup) learn(cfg *config.AdaRound, a *adaForm, g []float32, rtnErr f
 		q[i] = min(max(p.floor[i]+up, p.lo[i]), p.hi[i])
 	}
 	return q
-}
-
-func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
-
-// pow32 is x^e for x in (0, 1] and e ≥ 0 in float32, as 2^(e·log2 x) with
-// the exponent taken from the bits and polynomial fits of log2 on [1, 2)
-// and 2^f on [0, 1) (relative error below 1e-4 for e up to 20): enough for the gradient of
-// AdaRound's regularisation, at a fraction of math.Pow's cost.
-func pow32(x, e float32) float32 {
-	b := math.Float32bits(x)
-	ex := float32(int32(b>>23&0xff) - 127)
-	m := math.Float32frombits(b&0x007fffff | 0x3f800000) // in [1, 2)
-	// log2(m) on [1, 2): a degree-6 polynomial in m − 1 interpolating at
-	// Chebyshev nodes (error below 2.5e-6).
-	t := m - 1
-	l := ex + 2.443e-06 + t*(1.442453526+t*(-0.71731278+t*(0.454508492+t*(-0.272697565+t*(0.117613084+t*-0.024568535)))))
-	y := e * l
-	if y < -126 {
-		return 0
-	}
-	yi := float32(math.Floor(float64(y)))
-	f := y - yi
-	// 2^f on [0, 1): degree 5, the same nodes (relative error 1e-7).
-	p := 0.999999898 + f*(0.69315449+f*(0.240141818+f*(0.055860337+f*(0.00894959+f*0.001893754))))
-	return p * math.Float32frombits(uint32(int32(yi)+127)<<23)
 }
 
 // round learns the layer's rounding group by group on the even

@@ -241,22 +241,6 @@ func TestAdaRoundDeterministic(t *testing.T) {
 	})
 }
 
-// TestPow32 checks the float32 power of AdaRound's regularisation gradient
-// against math.Pow over (1e-6, 1] and the exponents β − 1 takes (β from
-// 20 down to 2, and beyond): relative error below 1e-4.
-func TestPow32(t *testing.T) {
-	for _, e := range []float32{0, 1, 1.5, 2.7, 7, 19, 25} {
-		for x := float32(1e-6); x <= 1; x *= 1.013 {
-			got, want := float64(pow32(x, e)), math.Pow(float64(x), float64(e))
-			if want < 1e-30 {
-				continue
-			}
-			if d := math.Abs(got-want) / want; d > 1e-4 {
-				t.Fatalf("pow32(%g, %g) = %g, want %g (relative error %.2g)", x, e, got, want, d)
-			}
-		}
-	}
-}
 
 // TestAdaRoundForms checks the two forms of a layer's quadratic form
 // XᵀX: held as rows (when they are fewer than half the features) and as
