@@ -241,7 +241,6 @@ func TestAdaRoundDeterministic(t *testing.T) {
 	})
 }
 
-
 // TestAdaRoundForms checks the two forms of a layer's quadratic form
 // XᵀX: held as rows (when they are fewer than half the features) and as
 // the sum, built batch by batch, give D·XᵀX within float32 summation
