@@ -154,11 +154,18 @@ func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 		return nil
 	}
 	linkUpstream(m, layers, byNode)
-	fs, err := runtime.Open(u.Data.Engine, float, u.Data.Runtime)
+	// The float model's layer outputs and the quantized model's layer
+	// inputs are read wave by wave through frontiers: each node runs once
+	// per batch, not once per wave.
+	var outs []string
+	for _, l := range layers {
+		outs = append(outs, l.node.Outputs[0].Name)
+	}
+	floats, err := newFrontier(u.Data, cfg.Samples, float, outs)
 	if err != nil {
 		return fmt.Errorf("%s: %w", adaroundAlgorithmName, err)
 	}
-	defer fs.Close()
+	var quants *frontier
 	done := make([]bool, len(layers))
 	for remaining := len(layers); remaining > 0; {
 		// One pass over the data serves the layers whose inputs no layer
@@ -175,7 +182,7 @@ func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 			done[i] = true
 		}
 		remaining -= len(ready)
-		if err := adaCollect(ctx, u, fs, wave, cfg); err != nil {
+		if err := adaCollect(ctx, u, float, floats, &quants, layers, wave, cfg); err != nil {
 			return fmt.Errorf("%s: %w", adaroundAlgorithmName, err)
 		}
 		for _, l := range wave {
@@ -385,10 +392,12 @@ func patchModel(m *onnxgraph.Model, n *onnxgraph.Node, shape []int, groups int) 
 }
 
 // adaCollect runs the calibration samples through the float model and the
-// model finalize would write now (earlier layers rounded), and sums each
-// wave layer's statistics over its rows: the patches of its quantized
-// input against its float output.
-func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLayer, cfg *config.AdaRound) error {
+// model finalize would write now (earlier layers rounded), each as far as
+// the wave needs beyond what its frontier holds, and sums each wave
+// layer's statistics over its rows: the patches of its quantized input
+// against its float output. The quantized model's frontier is made at the
+// first wave (*quants nil), its targets every layer's input.
+func adaCollect(ctx context.Context, u *Unit, float *onnxgraph.Model, floats *frontier, quants **frontier, layers, wave []*adaLayer, cfg *config.AdaRound) error {
 	now, err := DecidedCopy(u.Model, u.Plan, u.Stats)
 	if err != nil {
 		return err
@@ -397,12 +406,16 @@ func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLay
 	if err != nil {
 		return err
 	}
-	d := u.Data
-	qs, err := runtime.Open(d.Engine, res.Model, d.Runtime)
-	if err != nil {
-		return err
+	if *quants == nil {
+		var ins []string
+		for _, l := range layers {
+			ins = append(ins, quantizedInput(res.Model, l.node))
+		}
+		if *quants, err = newFrontier(u.Data, cfg.Samples, res.Model, ins); err != nil {
+			return err
+		}
 	}
-	defer qs.Close()
+	d := u.Data
 	patchSessions := make([]runtime.Session, len(wave))
 	defer func() {
 		for _, s := range patchSessions {
@@ -422,22 +435,27 @@ func adaCollect(ctx context.Context, u *Unit, fs runtime.Session, wave []*adaLay
 		inTaps = append(inTaps, quantizedInput(res.Model, l.node))
 		l.stride, l.pos, l.samplePos = 0, 0, 0
 	}
+	fstep, err := floats.step(float, outTaps)
+	if err != nil {
+		return fmt.Errorf("float model: %w", err)
+	}
+	defer fstep.close()
+	qstep, err := (*quants).step(res.Model, inTaps)
+	if err != nil {
+		return fmt.Errorf("quantized model: %w", err)
+	}
+	defer qstep.close()
 	total := d.sampleCount(cfg.Samples)
-	bs := max(d.BatchSize, 1)
-	for start := 0; start < total; start += bs {
+	for b, span := range floats.batches {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		end := min(start+bs, total)
-		in, err := d.Source.Batch(start, end)
-		if err != nil {
-			return err
-		}
-		fo, err := runKeeping(ctx, fs, in, outTaps)
+		start, end := span[0], span[1]
+		fo, err := fstep.run(ctx, b)
 		if err != nil {
 			return fmt.Errorf("samples %d..%d: float model: %w", start, end-1, err)
 		}
-		qi, err := runKeeping(ctx, qs, in, inTaps)
+		qi, err := qstep.run(ctx, b)
 		if err != nil {
 			return fmt.Errorf("samples %d..%d: quantized model: %w", start, end-1, err)
 		}

@@ -298,14 +298,27 @@ func (r *blockRunner) run(ctx context.Context, b *graphBlock, taps []string, tap
 // read (the model's current initializers), its inputs as graph inputs and
 // its outputs as graph outputs.
 func (r *blockRunner) subModel(b *graphBlock) (*onnxgraph.Model, error) {
-	m := r.u.Model
+	outs := b.outputs
+	if len(outs) == 0 {
+		// A session needs an output: the block's last node's first.
+		outs = []*onnxgraph.Value{b.nodes[len(b.nodes)-1].Outputs[0]}
+	}
+	name := fmt.Sprintf("%s_block_%d", r.u.Model.Proto.GetGraph().GetName(), b.index)
+	return nodesModel(r.u.Model, name, b.nodes, b.inputs, outs, r.typeOf)
+}
+
+// nodesModel is some of m's main-graph nodes (in graph order) as a model
+// of their own: the constants they read (m's current initializers), the
+// values inputs as graph inputs and outputs as graph outputs, typed by
+// typeOf.
+func nodesModel(m *onnxgraph.Model, name string, nodes []*onnxgraph.Node, inputs, outputs []*onnxgraph.Value, typeOf func(*onnxgraph.Value) *onnxpb.TypeProto) (*onnxgraph.Model, error) {
 	in := map[*onnxgraph.Node]bool{}
-	for _, n := range b.nodes {
+	for _, n := range nodes {
 		in[n] = true
 	}
-	gp := &onnxpb.GraphProto{Name: proto.String(fmt.Sprintf("%s_block_%d", m.Proto.GetGraph().GetName(), b.index))}
+	gp := &onnxpb.GraphProto{Name: proto.String(name)}
 	seen := map[string]bool{}
-	for _, n := range b.nodes {
+	for _, n := range nodes {
 		gp.Node = append(gp.Node, n.Proto)
 		for _, vs := range [][]*onnxgraph.Value{n.Inputs, n.OuterInputs} {
 			for _, v := range vs {
@@ -321,16 +334,11 @@ func (r *blockRunner) subModel(b *graphBlock) (*onnxgraph.Model, error) {
 			}
 		}
 	}
-	for _, v := range b.inputs {
-		gp.Input = append(gp.Input, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: r.typeOf(v)})
+	for _, v := range inputs {
+		gp.Input = append(gp.Input, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: typeOf(v)})
 	}
-	outs := b.outputs
-	if len(outs) == 0 {
-		// A session needs an output: the block's last node's first.
-		outs = []*onnxgraph.Value{b.nodes[len(b.nodes)-1].Outputs[0]}
-	}
-	for _, v := range outs {
-		gp.Output = append(gp.Output, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: r.typeOf(v)})
+	for _, v := range outputs {
+		gp.Output = append(gp.Output, &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: typeOf(v)})
 	}
 	mp := &onnxpb.ModelProto{
 		IrVersion:    m.Proto.IrVersion,
@@ -345,14 +353,24 @@ func (r *blockRunner) subModel(b *graphBlock) (*onnxgraph.Model, error) {
 // typeOf is v's declared type, else its element type as the graph's
 // types tell it, else as held (a block's input), else none.
 func (r *blockRunner) typeOf(v *onnxgraph.Value) *onnxpb.TypeProto {
+	var held map[string]*tensor.Tensor
+	if len(r.held) > 0 {
+		held = r.held[0]
+	}
+	return valueType(v, r.types, held)
+}
+
+// valueType is v's declared type, else its element type as types tell
+// it, else as its tensor in held shows it, else none: the type a value
+// cut out of its graph (a sub-model's input or output) is declared with,
+// which ONNX Runtime needs.
+func valueType(v *onnxgraph.Value, types map[string]tensor.DType, held map[string]*tensor.Tensor) *onnxpb.TypeProto {
 	if v.Type != nil {
 		return v.Type
 	}
-	dt := r.types[v.Name]
-	if dt == tensor.Undefined && len(r.held) > 0 {
-		if t := r.held[0][v.Name]; t != nil {
-			dt = t.DType
-		}
+	dt := types[v.Name]
+	if t := held[v.Name]; dt == tensor.Undefined && t != nil {
+		dt = t.DType
 	}
 	if dt == tensor.Undefined {
 		return nil
