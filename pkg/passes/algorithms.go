@@ -172,6 +172,25 @@ func (d *AlgorithmData) sampleCount(limit int) int {
 	return total
 }
 
+// eachBatch reads the algorithm data batch by batch, at most samples
+// samples, and calls fn with each batch's first and past-last sample and
+// its inputs.
+func (d *AlgorithmData) eachBatch(samples int, fn func(start, end int, in map[string]*tensor.Tensor) error) error {
+	total := d.sampleCount(samples)
+	bs := max(d.BatchSize, 1)
+	for start := 0; start < total; start += bs {
+		end := min(start+bs, total)
+		in, err := d.Source.Batch(start, end)
+		if err != nil {
+			return err
+		}
+		if err := fn(start, end, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // forEachBatch runs the float model on the algorithm data, at most
 // samples samples, as far as the named values need, tapping them, and
 // calls after at the end of each batch.
@@ -181,15 +200,8 @@ func (d *AlgorithmData) forEachBatch(ctx context.Context, m *onnxgraph.Model, sa
 		return err
 	}
 	defer s.Close()
-	total := d.sampleCount(samples)
-	bs := max(d.BatchSize, 1)
-	for start := 0; start < total; start += bs {
+	return d.eachBatch(samples, func(start, end int, in map[string]*tensor.Tensor) error {
 		if err := ctx.Err(); err != nil {
-			return err
-		}
-		end := min(start+bs, total)
-		in, err := d.Source.Batch(start, end)
-		if err != nil {
 			return err
 		}
 		if _, err := s.Run(ctx, in, runtime.RunOptions{Tap: tap, TapValues: taps, TapsOnly: true}); err != nil {
@@ -198,6 +210,6 @@ func (d *AlgorithmData) forEachBatch(ctx context.Context, m *onnxgraph.Model, sa
 		if err := after(); err != nil {
 			return fmt.Errorf("samples %d..%d: %w", start, end-1, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }

@@ -195,15 +195,7 @@ func newBlockRunner(u *Unit, blocks []*graphBlock, samples int) (*blockRunner, e
 			r.lastBlock[v.Name] = b.index
 		}
 	}
-	d := u.Data
-	total := d.sampleCount(samples)
-	bs := max(d.BatchSize, 1)
-	for start := 0; start < total; start += bs {
-		end := min(start+bs, total)
-		in, err := d.Source.Batch(start, end)
-		if err != nil {
-			return nil, err
-		}
+	err := u.Data.eachBatch(samples, func(_, _ int, in map[string]*tensor.Tensor) error {
 		held := map[string]*tensor.Tensor{}
 		for name, t := range in {
 			if _, ok := r.lastBlock[name]; ok {
@@ -211,8 +203,9 @@ func newBlockRunner(u *Unit, blocks []*graphBlock, samples int) (*blockRunner, e
 			}
 		}
 		r.held = append(r.held, held)
-	}
-	return r, nil
+		return nil
+	})
+	return r, err
 }
 
 // blockRunnerMade, when set, is told of every block runner made: tests

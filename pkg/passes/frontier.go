@@ -59,14 +59,7 @@ func newFrontier(d *AlgorithmData, samples int, m *onnxgraph.Model, targets []st
 	for _, name := range targets {
 		walk(m.Graph.Value(name))
 	}
-	total := d.sampleCount(samples)
-	bs := max(d.BatchSize, 1)
-	for start := 0; start < total; start += bs {
-		end := min(start+bs, total)
-		in, err := d.Source.Batch(start, end)
-		if err != nil {
-			return nil, err
-		}
+	err := d.eachBatch(samples, func(start, end int, in map[string]*tensor.Tensor) error {
 		f.batches = append(f.batches, [2]int{start, end})
 		held := map[string]*tensor.Tensor{}
 		for name, t := range in {
@@ -77,6 +70,10 @@ func newFrontier(d *AlgorithmData, samples int, m *onnxgraph.Model, targets []st
 			}
 		}
 		f.held = append(f.held, held)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	f.checkBudget()
 	if d.Engine != "" && d.Engine != "go" {

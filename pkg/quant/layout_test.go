@@ -5,13 +5,29 @@ import (
 	"testing"
 )
 
-var layoutCases = []struct {
+type layoutCase struct {
 	shape       []int
 	axis, block int
-}{
+}
+
+var layoutCases = []layoutCase{
 	{[]int{3, 5, 7}, -1, 0}, {[]int{600, 700}, -1, 0}, {[]int{600, 700}, 0, 0}, {[]int{600, 700}, 1, 0},
 	{[]int{700, 600}, 0, 32}, {[]int{600, 700}, 1, 32}, {[]int{4, 300, 301}, 1, 16}, {[]int{5, 3, 4}, 2, 3},
 	{[]int{3, 1000, 100}, 1, 0}, {[]int{7}, 0, 0},
+}
+
+// layout is the case's Layout and its element count.
+func (c layoutCase) layout(t *testing.T) (Layout, int) {
+	t.Helper()
+	l, err := NewLayout(c.shape, c.axis, c.block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 1
+	for _, d := range c.shape {
+		n *= d
+	}
+	return l, n
 }
 
 // TestEachParallelVisitsAsEach: for every layout, EachParallel calls fn
@@ -19,14 +35,7 @@ var layoutCases = []struct {
 // below the size from which it shares the work.
 func TestEachParallelVisitsAsEach(t *testing.T) {
 	for _, c := range layoutCases {
-		l, err := NewLayout(c.shape, c.axis, c.block)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 1
-		for _, d := range c.shape {
-			n *= d
-		}
+		l, n := c.layout(t)
 		want := make([]int32, n)
 		l.Each(n, func(i, g int) { want[i] = int32(g) })
 		for _, workers := range []int{1, 2, 3, 8} {
@@ -47,14 +56,7 @@ func TestEachParallelVisitsAsEach(t *testing.T) {
 // is never longer than Runs's (a per-tensor run may be cut).
 func TestRunsParallelCoversAsRuns(t *testing.T) {
 	for _, c := range layoutCases {
-		l, err := NewLayout(c.shape, c.axis, c.block)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 1
-		for _, d := range c.shape {
-			n *= d
-		}
+		l, n := c.layout(t)
 		want, runOf := make([]int32, n), make([]int32, n)
 		runs := int32(0)
 		l.Runs(n, func(s, e, g int) {
