@@ -98,3 +98,32 @@ func TestPow32(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAdaRoundUpdate times one Adam step over a 512×4608 weight (a
+// ResNet-18 layer4 convolution), the kernel against the scalar loop.
+func BenchmarkAdaRoundUpdate(b *testing.B) {
+	const n = 512 * 4608
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := make([][]float32, 9)
+	for i := range s {
+		s[i] = make([]float32, n)
+		for j := range s[i] {
+			s[i][j] = float32(rng.Float64())
+		}
+	}
+	for j := range n {
+		s[7][j], s[8][j] = -2, 2 // low, high
+	}
+	p := AdaRoundStep{Stretch: 1.2, Shift: -0.1, RegStep: 1e-3, Exponent: 9, Step: 0.05, InvC2: 10}
+	for _, c := range []struct {
+		name string
+		fn   func(v, mom, vel, sig, da, g, gs, low, high []float32, p AdaRoundStep)
+	}{{"kernel", AdaRoundUpdate}, {"scalar", adaRoundUpdateGo}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(n * 4)
+			for b.Loop() {
+				c.fn(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], p)
+			}
+		})
+	}
+}
