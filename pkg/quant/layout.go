@@ -197,12 +197,39 @@ func (l Layout) RunsParallel(n, workers int, fn func(start, end, g int)) {
 			}
 		}
 	}
-	per := (count + workers - 1) / workers
+	splitRange(count, workers, piece)
+}
+
+// splitRange calls fn on contiguous pieces of [0, count), one per worker,
+// at once, and waits for them.
+func splitRange(count, workers int, fn func(from, to int)) {
+	per := (count + workers - 1) / max(workers, 1)
 	var wg sync.WaitGroup
 	for from := 0; from < count; from += per {
-		wg.Go(func() { piece(from, min(from+per, count)) })
+		wg.Go(func() { fn(from, min(from+per, count)) })
 	}
 	wg.Wait()
+}
+
+// lastAxis reports whether the layout is per axis along a tensor's last
+// axis (of more than one group): a row of dim elements then holds every
+// group once, in order, and loops over rows read the scales as a vector.
+func (l Layout) lastAxis() bool { return l.axis >= 0 && l.block == 0 && l.inner == 1 && l.dim > 1 }
+
+// rows calls fn(start, end) for the rows of a last-axis layout (see
+// lastAxis), shared among up to workers goroutines for large tensors.
+func (l Layout) rows(n, workers int, fn func(start, end int)) {
+	count := n / l.dim
+	piece := func(from, to int) {
+		for r := from; r < to; r++ {
+			fn(r*l.dim, (r+1)*l.dim)
+		}
+	}
+	if workers <= 1 || n < parallelElements {
+		piece(0, count)
+		return
+	}
+	splitRange(count, workers, piece)
 }
 
 // parallelElements is the size from which EachParallel shares the work:

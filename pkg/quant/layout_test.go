@@ -85,3 +85,31 @@ func TestRunsParallelCoversAsRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestRowsCoverLastAxis: a last-axis layout's rows cover each element
+// once, row by row, at any worker count, above and below the size from
+// which they are shared out.
+func TestRowsCoverLastAxis(t *testing.T) {
+	for _, c := range []layoutCase{{[]int{3000, 100}, 1, 0}, {[]int{5, 7}, 1, 0}, {[]int{4, 300, 301}, 2, 0}} {
+		l, n := c.layout(t)
+		if !l.lastAxis() {
+			t.Fatalf("shape %v axis %d: not a last-axis layout", c.shape, c.axis)
+		}
+		for _, workers := range []int{1, 2, 3} {
+			seen := make([]int32, n)
+			l.rows(n, workers, func(s, e int) {
+				if s%l.dim != 0 || e-s != l.dim {
+					t.Errorf("row %d..%d is not a row of %d", s, e, l.dim)
+				}
+				for i := s; i < e; i++ {
+					atomic.AddInt32(&seen[i], 1)
+				}
+			})
+			for i, k := range seen {
+				if k != 1 {
+					t.Fatalf("shape %v, %d workers: element %d seen %d times", c.shape, workers, i, k)
+				}
+			}
+		}
+	}
+}

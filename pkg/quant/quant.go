@@ -168,6 +168,27 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 		if err != nil {
 			return nil, err
 		}
+		if l.lastAxis() {
+			// A row per call, each element its own scale (a MatMul weight
+			// per output feature), rather than a call per element.
+			var row func(start, end int)
+			switch d := out.Data.(type) {
+			case []int8:
+				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+			case []uint8:
+				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+			case []int16:
+				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+			case []uint16:
+				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+			case []int32:
+				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+			default:
+				return nil, fmt.Errorf("cannot quantize to %s", dt)
+			}
+			l.rows(len(x), workers, row)
+			return out, nil
+		}
 		var run func(start, end int, scale float32, z int64)
 		switch d := out.Data.(type) {
 		case []int8:
@@ -238,6 +259,25 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 		zps, err := intZeroPoints(zp, q.DType)
 		if err != nil {
 			return err
+		}
+		if l.lastAxis() {
+			var row func(start, end int)
+			switch d := q.Data.(type) {
+			case []int8:
+				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+			case []uint8:
+				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+			case []int16:
+				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+			case []uint16:
+				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+			case []int32:
+				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+			default:
+				return fmt.Errorf("%s codes held as %T", q.DType, q.Data)
+			}
+			l.rows(n, 1, row)
+			return nil
 		}
 		var run func(start, end int, scale float32, z int64)
 		switch d := q.Data.(type) {
@@ -341,6 +381,52 @@ func intCodes[T int8 | uint8 | int16 | uint16 | int32](dst []T, x []float32, sca
 	flo, fhi, fzp := float64(lo), float64(hi), float64(zp)
 	for i, xv := range x {
 		dst[i] = T(int64(intCode(xv, scale, fzp, flo, fhi)))
+	}
+}
+
+// intCodesCols is intCodes over a row of a tensor quantized along its
+// last axis: element i has scale scales[i] and zero point zps[i] (zps nil:
+// 0).
+func intCodesCols[T int8 | uint8 | int16 | uint16 | int32](dst []T, x []float32, scales []float32, zps []int64, lo, hi int64) {
+	x, scales = x[:len(dst)], scales[:len(dst)]
+	if zps != nil {
+		zps = zps[:len(dst)]
+	}
+	if lo >= math.MinInt16 && hi <= math.MaxUint16 {
+		flo, fhi := float32(lo), float32(hi)
+		for i, xv := range x {
+			var z float32
+			if zps != nil {
+				z = float32(zps[i])
+			}
+			dst[i] = T(int32(intCode32(xv, scales[i], z, flo, fhi)))
+		}
+		return
+	}
+	flo, fhi := float64(lo), float64(hi)
+	for i, xv := range x {
+		var z float64
+		if zps != nil {
+			z = float64(zps[i])
+		}
+		dst[i] = T(int64(intCode(xv, scales[i], z, flo, fhi)))
+	}
+}
+
+// intValuesCols is intValues over a row of codes quantized along their
+// last axis: code i has scale scales[i] and zero point zps[i] (zps nil: 0);
+// the difference is exact.
+func intValuesCols[T int8 | uint8 | int16 | uint16 | int32](y []float32, codes []T, scales []float32, zps []int64) {
+	codes, scales = codes[:len(y)], scales[:len(y)]
+	if zps != nil {
+		zps = zps[:len(y)]
+	}
+	for i, c := range codes {
+		var z int64
+		if zps != nil {
+			z = zps[i]
+		}
+		y[i] = float32(int64(c)-z) * scales[i]
 	}
 }
 

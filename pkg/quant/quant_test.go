@@ -2,6 +2,7 @@ package quant_test
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -200,7 +201,8 @@ func TestQuantizeWorkersAgree(t *testing.T) {
 // NaN to the lowest code; (q − zp)·scale), on values chosen to break a
 // float32 rounding: ties at every half, quotients around ±2^22 and ±2^23,
 // ±Inf, NaN, −0, the largest floats, and random ones, for every integer
-// type at its extreme and middle zero points, per tensor and per axis.
+// type at its extreme and middle zero points, per tensor and per axis (the
+// last axis too, a scale per element).
 func TestIntCodesAgainstFloat64(t *testing.T) {
 	x := hardValues()
 	want := func(v, scale float32, zp, lo, hi int64) int64 {
@@ -216,7 +218,8 @@ func TestIntCodesAgainstFloat64(t *testing.T) {
 			for _, scale := range []float32{1, 0.5, 0.0078125, 3.3} {
 				shape := []int{2, len(x)}
 				xx := slices.Concat(x, x)
-				for _, axis := range []int{-1, 0} {
+				// Axis 1 is the last: a scale per element, three of them in turn.
+				for _, axis := range []int{-1, 0, 1} {
 					l, err := quant.NewLayout(shape, axis, 0)
 					if err != nil {
 						t.Fatal(err)
@@ -224,6 +227,15 @@ func TestIntCodesAgainstFloat64(t *testing.T) {
 					scales, zps := make([]float32, l.Groups()), make([]int64, l.Groups())
 					for i := range scales {
 						scales[i], zps[i] = scale, zp
+						if axis == 1 {
+							scales[i] = scale * float32(1+i%3)
+						}
+					}
+					scaleOf := func(i int) float32 {
+						if axis == 1 {
+							return scales[i%len(x)]
+						}
+						return scale
 					}
 					q, err := quant.Quantize(xx, shape, l, scales, quanttest.Tensor(dt, zps...), dt, true, 1)
 					if err != nil {
@@ -235,12 +247,13 @@ func TestIntCodesAgainstFloat64(t *testing.T) {
 						t.Fatal(err)
 					}
 					for i, v := range xx {
-						w := want(v, scale, zp, lo, hi)
+						sc := scaleOf(i)
+						w := want(v, sc, zp, lo, hi)
 						if codes[i] != w {
-							t.Fatalf("%s zp %d scale %g axis %d: %g → %d, want %d", dt, zp, scale, axis, v, codes[i], w)
+							t.Fatalf("%s zp %d scale %g axis %d: %g → %d, want %d", dt, zp, sc, axis, v, codes[i], w)
 						}
-						if wy := float32(float64(w-zp)) * scale; y[i] != wy {
-							t.Fatalf("%s zp %d scale %g: code %d → %g, want %g", dt, zp, scale, w, y[i], wy)
+						if wy := float32(float64(w-zp)) * sc; y[i] != wy {
+							t.Fatalf("%s zp %d scale %g axis %d: code %d → %g, want %g", dt, zp, sc, axis, w, y[i], wy)
 						}
 					}
 				}
@@ -315,5 +328,35 @@ func TestRoundTripIsQuantizeThenDequantize(t *testing.T) {
 	}
 	if ok, _ := quant.RoundTripInto(make([]float32, 4), make([]float32, 4), quant.PerTensor, []float32{1}, nil, tensor.Int32); ok {
 		t.Error("int32 codes taken")
+	}
+}
+
+// BenchmarkQuantizeWeight times int8 codes of a 4096×4096 weight per
+// channel along each axis: axis 1 is a MatMul weight's output features,
+// a scale per element of each row.
+func BenchmarkQuantizeWeight(b *testing.B) {
+	const k, n = 4096, 4096
+	r := rand.New(rand.NewPCG(3, 4))
+	x := make([]float32, k*n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 0.02)
+	}
+	for _, axis := range []int{0, 1} {
+		b.Run(fmt.Sprintf("axis=%d", axis), func(b *testing.B) {
+			l, err := quant.NewLayout([]int{k, n}, axis, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			scales := make([]float32, l.Groups())
+			for i := range scales {
+				scales[i] = 0.1 / 127
+			}
+			b.SetBytes(k * n * 4)
+			for b.Loop() {
+				if _, err := quant.Quantize(x, []int{k, n}, l, scales, nil, tensor.Int8, false, 2); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
