@@ -119,11 +119,12 @@ func (f *adaForm) add(threads int, xr []float32) {
 // writes them) matches the float layer's output on its float input. The
 // objective is quadratic in the weight, so each layer needs only XᵀX and
 // Xᵀ(XW − T) of at most cfg.Rows rows, summed batch by batch: memory holds
-// one batch of one layer's patches and two small matrices per layer, never
-// the activations of the data set. Layers whose inputs do not depend on
-// each other share a pass over the data; the passes are sequential because
-// a layer's rounding compensates part of its input's error, which depends
-// on the rounding of every layer before it. A layer keeps round-to-nearest
+// one batch of one layer's patches and two small matrices per layer, and
+// the frontiers' values that cross the current cut (bounded by
+// frontierBudget), never every layer's activations. Layers whose inputs do
+// not depend on each other share a pass over the data; the passes are
+// sequential because a layer's rounding compensates part of its input's
+// error, which depends on the rounding of every layer before it. A layer keeps round-to-nearest
 // in every output whose error the learned rounding does not lower.
 func runAdaRound(ctx context.Context, u *Unit, cfg *config.AdaRound) error {
 	if err := ownModel(u); err != nil {

@@ -36,7 +36,8 @@ type frontier struct {
 	bytes int64
 	// leads are the values that targets depend on (targets included).
 	leads map[string]bool
-	// off: holding gave up (over budget); steps run whole models.
+	// off: holding gave up (over budget, a value let go asked for again,
+	// or an engine other than the built-in one); steps run whole models.
 	off bool
 }
 
