@@ -106,6 +106,13 @@ func (l groupLayout) gather(data []float32, g int, buf []float32) []float32 {
 	switch {
 	case l.perTensor:
 		return data
+	case l.perChannel && l.inner == 1:
+		// A column of a weight quantized along its last axis.
+		buf = buf[:l.outer]
+		for o := range buf {
+			buf[o] = data[o*l.dim+g]
+		}
+		return buf
 	case l.perChannel:
 		buf = buf[:0]
 		for o := range l.outer {
@@ -174,16 +181,12 @@ func WeightRanges(data []float32, shape []int, axis, block int, s *spec.Quantiza
 	return lo, hi
 }
 
-// finiteRange is the range of x's finite values; ok is false when it has
-// none. (A group with non-finite values is searched on all of them: the
-// written model cannot represent those anyway.)
+// finiteRange is the range of x's finite values (the vector kernel's,
+// −0 read as +0); ok is false when it has none. (A group with non-finite
+// values is searched on all of them: the written model cannot represent
+// those anyway.)
 func finiteRange(x []float32) (lo, hi float32, ok bool) {
-	lo, hi = float32(math.Inf(1)), float32(math.Inf(-1))
-	for _, v := range x {
-		if v-v == 0 { // finite
-			lo, hi = min(lo, v), max(hi, v)
-		}
-	}
+	lo, hi, _, _ = kernels.FiniteMinMax(x)
 	return lo, hi, lo <= hi
 }
 
