@@ -45,6 +45,9 @@ type frontier struct {
 // model m's inputs and holds them, for steps asking for targets.
 func newFrontier(d *AlgorithmData, samples int, m *onnxgraph.Model, targets []string) (*frontier, error) {
 	f := &frontier{d: d, done: map[string]bool{}, leads: map[string]bool{}}
+	if frontierMade != nil {
+		frontierMade(f)
+	}
 	var walk func(v *onnxgraph.Value)
 	walk = func(v *onnxgraph.Value) {
 		if v == nil || v.Const != nil || f.leads[v.Name] {
@@ -85,6 +88,10 @@ func newFrontier(d *AlgorithmData, samples int, m *onnxgraph.Model, targets []st
 	}
 	return f, nil
 }
+
+// frontierMade, when set, is told of every frontier made: tests check
+// whether it kept holding.
+var frontierMade func(*frontier)
 
 func tensorBytes(t *tensor.Tensor) int64 {
 	return int64(t.Len()) * int64(max(t.DType.ElemSize(), 1))

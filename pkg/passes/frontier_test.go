@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/calibrate"
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -156,5 +158,68 @@ func TestAdaRoundFrontierOff(t *testing.T) {
 	}
 	if !slices.Equal(outs[0], outs[1]) {
 		t.Fatal("AdaRound wrote different models with and without its frontiers")
+	}
+}
+
+// TestAdaRoundControlFlow runs AdaRound on models whose If and Loop
+// subgraphs read main-graph values beside main-graph layers (the Scan
+// model has none outside its body): the frontier's cut-out steps carry
+// the subgraphs and the values they read, it keeps holding to the end,
+// and the written model is the one whole runs give.
+func TestAdaRoundControlFlow(t *testing.T) {
+	defer func(b int64) { frontierBudget = b }(frontierBudget)
+	var made []*frontier
+	frontierMade = func(f *frontier) { made = append(made, f) }
+	defer func() { frontierMade = nil }()
+	pc, err := config.PresetConfig("w8a8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	algs, err := config.Parse([]byte("algorithms:\n  adaround: {iterations: 20}\n"), "adaround.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range controlCases[:2] {
+		t.Run(c.name, func(t *testing.T) {
+			var outs [][]byte
+			for _, budget := range []int64{1 << 30, 0} {
+				frontierBudget = budget
+				made = nil
+				m := loadControl(t, c)
+				src := signSource{m}
+				ropts := runtime.Options{Threads: 1}
+				u := &Unit{Model: m, Config: pc.Quant, Algorithms: algs.Algorithms,
+					Calibrate: EngineCalibrator("go", ropts, src, calibrate.Options{BatchSize: 1}, nil),
+					Data:      &AlgorithmData{Engine: "go", Runtime: ropts, Source: src, BatchSize: 1}}
+				if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				rounded := 0
+				for _, l := range u.Layers {
+					if l.Algorithm == adaroundAlgorithmName && l.Skipped == "" {
+						rounded++
+					}
+				}
+				if rounded == 0 {
+					t.Fatal("AdaRound rounded no layer")
+				}
+				if len(made) != 2 {
+					t.Fatalf("%d frontiers made, want the float and the quantized model's", len(made))
+				}
+				for _, f := range made {
+					if f.off != (budget == 0) {
+						t.Errorf("budget %d: a frontier's holding is %v at the end", budget, !f.off)
+					}
+				}
+				b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs = append(outs, b)
+			}
+			if !slices.Equal(outs[0], outs[1]) {
+				t.Fatal("AdaRound wrote different models with and without its frontiers")
+			}
+		})
 	}
 }
