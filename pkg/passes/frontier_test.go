@@ -149,13 +149,25 @@ func TestAdaRoundFrontierOff(t *testing.T) {
 	var outs [][]byte
 	for _, budget := range []int64{1 << 30, 0} {
 		frontierBudget = budget
-		u := quantizeAdaRound(t, "algorithms:\n  adaround: {iterations: 50}\n", 2)
-		b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, b)
+		outs = append(outs, writtenBytes(t, quantizeAdaRound(t, "algorithms:\n  adaround: {iterations: 50}\n", 2)))
 	}
+	sameWithAndWithoutHolding(t, outs)
+}
+
+// writtenBytes is the model u wrote, serialized.
+func writtenBytes(t *testing.T, u *Unit) []byte {
+	t.Helper()
+	b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sameWithAndWithoutHolding fails the test when the models written with
+// the frontiers holding and without (outs[0], outs[1]) differ.
+func sameWithAndWithoutHolding(t *testing.T, outs [][]byte) {
+	t.Helper()
 	if !slices.Equal(outs[0], outs[1]) {
 		t.Fatal("AdaRound wrote different models with and without its frontiers")
 	}
@@ -211,15 +223,9 @@ func TestAdaRoundControlFlow(t *testing.T) {
 						t.Errorf("budget %d: a frontier's holding is %v at the end", budget, !f.off)
 					}
 				}
-				b, err := u.Result.Model.Marshal(u.Result.Model.Proto)
-				if err != nil {
-					t.Fatal(err)
-				}
-				outs = append(outs, b)
+				outs = append(outs, writtenBytes(t, u))
 			}
-			if !slices.Equal(outs[0], outs[1]) {
-				t.Fatal("AdaRound wrote different models with and without its frontiers")
-			}
+			sameWithAndWithoutHolding(t, outs)
 		})
 	}
 }
