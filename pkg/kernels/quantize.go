@@ -15,6 +15,19 @@ func QuantizeI8(dst []int8, x []float32, scale, lo, hi, zp float32) int {
 	return quantizeI8(dst, x, scale, lo, hi, zp)
 }
 
+// QuantizeColsU8 is QuantizeU8 with a scale per element (scales at least
+// as long as the prefix) and no zero point: a row of a weight quantized
+// symmetrically along its last axis. QuantizeColsI8 is the same for
+// signed codes.
+func QuantizeColsU8(dst []uint8, x, scales []float32, lo, hi float32) int {
+	return quantizeColsU8(dst, x, scales, lo, hi)
+}
+
+// QuantizeColsI8 is QuantizeColsU8 for int8 codes.
+func QuantizeColsI8(dst []int8, x, scales []float32, lo, hi float32) int {
+	return quantizeColsI8(dst, x, scales, lo, hi)
+}
+
 // DequantizeU8 writes (code − zp)·scale for a prefix of y (codes at least
 // as long) and returns its length: the difference exact, one float32
 // rounding. The prefix is what the vector kernel covers (none without

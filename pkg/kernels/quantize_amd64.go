@@ -53,3 +53,19 @@ func roundTrip(y, x []float32, scale, lo, hi float32) int {
 	}
 	return n
 }
+
+func quantizeColsU8(dst []uint8, x, scales []float32, lo, hi float32) int {
+	n := avx2Vectors(min(len(x), len(dst), len(scales)))
+	if n > 0 {
+		quantizeColsU8AVX2(dst[:n], x[:n], scales[:n], lo, hi)
+	}
+	return n
+}
+
+func quantizeColsI8(dst []int8, x, scales []float32, lo, hi float32) int {
+	n := avx2Vectors(min(len(x), len(dst), len(scales)))
+	if n > 0 {
+		quantizeColsI8AVX2(dst[:n], x[:n], scales[:n], lo, hi)
+	}
+	return n
+}

@@ -163,3 +163,71 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func quantizeColsU8AVX2(dst []uint8, x []float32, scales []float32, lo float32, hi float32)
+// Requires: AVX, AVX2
+TEXT ·quantizeColsU8AVX2(SB), NOSPLIT, $0-80
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         scales_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	SHRQ         $0x03, BX
+	VBROADCASTSS lo+72(FP), Y0
+	VBROADCASTSS hi+76(FP), Y1
+
+loop:
+	TESTQ        BX, BX
+	JZ           done
+	VMOVUPS      (CX), Y2
+	VDIVPS       (DX), Y2, Y2
+	VMAXPS       Y0, Y2, Y2
+	VMINPS       Y1, Y2, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VCVTPS2DQ    Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPACKSSDW    X3, X2, X2
+	VPACKUSWB    X2, X2, X2
+	VMOVQ        X2, (AX)
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x08, AX
+	DECQ         BX
+	JMP          loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func quantizeColsI8AVX2(dst []int8, x []float32, scales []float32, lo float32, hi float32)
+// Requires: AVX, AVX2
+TEXT ·quantizeColsI8AVX2(SB), NOSPLIT, $0-80
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         scales_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	SHRQ         $0x03, BX
+	VBROADCASTSS lo+72(FP), Y0
+	VBROADCASTSS hi+76(FP), Y1
+
+loop:
+	TESTQ        BX, BX
+	JZ           done
+	VMOVUPS      (CX), Y2
+	VDIVPS       (DX), Y2, Y2
+	VMAXPS       Y0, Y2, Y2
+	VMINPS       Y1, Y2, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VCVTPS2DQ    Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPACKSSDW    X3, X2, X2
+	VPACKSSWB    X2, X2, X2
+	VMOVQ        X2, (AX)
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x08, AX
+	DECQ         BX
+	JMP          loop
+
+done:
+	VZEROUPPER
+	RET

@@ -11,3 +11,7 @@ func dequantizeU8([]float32, []uint8, float32, int32) int { return 0 }
 func dequantizeI8([]float32, []int8, float32, int32) int { return 0 }
 
 func roundTrip([]float32, []float32, float32, float32, float32) int { return 0 }
+
+func quantizeColsU8([]uint8, []float32, []float32, float32, float32) int { return 0 }
+
+func quantizeColsI8([]int8, []float32, []float32, float32, float32) int { return 0 }

@@ -26,3 +26,13 @@ func dequantizeI8AVX2(y []float32, codes []int8, scale float32, zp int32)
 // len(x) &^ 7 elements of x to y (at least as long), rounding half to even,
 // NaN to lo; lo and hi are the codes' range minus the zero point.
 func roundTripAVX2(y []float32, x []float32, scale float32, lo float32, hi float32)
+
+// quantizeColsU8AVX2 writes the codes of the first len(x) &^ 7 elements of x to dst
+// (scales and dst at least as long): clamp(round(x/scales), lo, hi),
+// rounding half to even, NaN to lo.
+func quantizeColsU8AVX2(dst []uint8, x []float32, scales []float32, lo float32, hi float32)
+
+// quantizeColsI8AVX2 writes the codes of the first len(x) &^ 7 elements of x to dst
+// (scales and dst at least as long): clamp(round(x/scales), lo, hi),
+// rounding half to even, NaN to lo.
+func quantizeColsI8AVX2(dst []int8, x []float32, scales []float32, lo float32, hi float32)

@@ -72,3 +72,42 @@ func TestQuantize8(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeCols8 checks the per-element-scale kernels against the
+// definition with each element's scale: ties, ±Inf, NaN, −0, the largest
+// floats and random values, scales cycling through four values, lengths
+// that leave tails.
+func TestQuantizeCols8(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var x []float32
+	for k := -300; k <= 300; k++ {
+		x = append(x, float32(k)+0.5, float32(k)-0.5, float32(k)+0.49999997, float32(k)+0.50000006)
+	}
+	x = append(x, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, 1<<22+0.5, -(1 << 23))
+	for range 3000 {
+		x = append(x, float32(r.NormFloat64()*float64(r.IntN(400)+1)))
+	}
+	scales := make([]float32, len(x))
+	for i := range scales {
+		scales[i] = []float32{1, 0.5, 0.37, 3}[i%4]
+	}
+	for _, n := range []int{len(x), len(x) - 3, 7} {
+		u := make([]uint8, n)
+		done := QuantizeColsU8(u, x[:n], scales, 0, 255)
+		if done%8 != 0 || done > n {
+			t.Fatalf("covered %d of %d", done, n)
+		}
+		for i := range done {
+			if w := quantizeRef(x[i], scales[i], 0, 255, 0); int32(u[i]) != w {
+				t.Fatalf("uint8 scale %g: %g → %d, want %d", scales[i], x[i], u[i], w)
+			}
+		}
+		s := make([]int8, n)
+		done = QuantizeColsI8(s, x[:n], scales, -128, 127)
+		for i := range done {
+			if w := quantizeRef(x[i], scales[i], -128, 127, 0); int32(s[i]) != w {
+				t.Fatalf("int8 scale %g: %g → %d, want %d", scales[i], x[i], s[i], w)
+			}
+		}
+	}
+}

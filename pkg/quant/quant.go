@@ -29,6 +29,7 @@ package quant
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -171,12 +172,26 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 		if l.lastAxis() {
 			// A row per call, each element its own scale (a MatMul weight
 			// per output feature), rather than a call per element.
+			// Without zero points, 8-bit rows run the vector kernel.
+			symmetric := !slices.ContainsFunc(zps, func(z int64) bool { return z != 0 })
 			var row func(start, end int)
 			switch d := out.Data.(type) {
 			case []int8:
-				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+				row = func(s, e int) {
+					k := 0
+					if symmetric {
+						k = kernels.QuantizeColsI8(d[s:e], x[s:e], scales, float32(lo), float32(hi))
+					}
+					intCodesCols(d[s+k:e], x[s+k:e], scales[k:], tail(zps, k), lo, hi)
+				}
 			case []uint8:
-				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
+				row = func(s, e int) {
+					k := 0
+					if symmetric {
+						k = kernels.QuantizeColsU8(d[s:e], x[s:e], scales, float32(lo), float32(hi))
+					}
+					intCodesCols(d[s+k:e], x[s+k:e], scales[k:], tail(zps, k), lo, hi)
+				}
 			case []int16:
 				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
 			case []uint16:
@@ -411,6 +426,14 @@ func intCodesCols[T int8 | uint8 | int16 | uint16 | int32](dst []T, x []float32,
 		}
 		dst[i] = T(int64(intCode(xv, scales[i], z, flo, fhi)))
 	}
+}
+
+// tail is zps past its first k (nil stays nil).
+func tail(zps []int64, k int) []int64 {
+	if zps == nil {
+		return nil
+	}
+	return zps[k:]
 }
 
 // intValuesCols is intValues over a row of codes quantized along their

@@ -28,6 +28,8 @@ func main() {
 	dequantize("dequantizeU8AVX2", "[]uint8", true)
 	dequantize("dequantizeI8AVX2", "[]int8", false)
 	roundTrip()
+	quantizeCols("quantizeColsU8AVX2", "[]uint8", true)
+	quantizeCols("quantizeColsI8AVX2", "[]int8", false)
 	Generate()
 }
 
@@ -145,6 +147,51 @@ func roundTrip() {
 	VMOVUPS(v, Mem{Base: py})
 	ADDQ(U8(32), px)
 	ADDQ(U8(32), py)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// quantizeCols is quantize with a scale per element and no zero point: a
+// row of a weight quantized along its last axis (a MatMul's output
+// features), symmetric.
+func quantizeCols(name, codes string, unsigned bool) {
+	TEXT(name, NOSPLIT, "func(dst "+codes+", x, scales []float32, lo, hi float32)")
+	Doc(name+" writes the codes of the first len(x) &^ 7 elements of x to dst",
+		"(scales and dst at least as long): clamp(round(x/scales), lo, hi),",
+		"rounding half to even, NaN to lo.")
+	pd := Load(Param("dst").Base(), GP64())
+	px := Load(Param("x").Base(), GP64())
+	ps := Load(Param("scales").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	SHRQ(U8(3), n)
+	vlo, vhi := YMM(), YMM()
+	VBROADCASTSS(NewParamAddr("lo", 72), vlo)
+	VBROADCASTSS(NewParamAddr("hi", 76), vhi)
+	v := YMM()
+	x1, x0 := XMM(), XMM()
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	VMOVUPS(Mem{Base: px}, v)
+	VDIVPS(Mem{Base: ps}, v, v)
+	VMAXPS(vlo, v, v)
+	VMINPS(vhi, v, v)
+	VROUNDPS(U8(0), v, v)
+	VCVTPS2DQ(v, v)
+	VEXTRACTI128(U8(1), v, x1)
+	VPACKSSDW(x1, v.AsX(), x0)
+	if unsigned {
+		VPACKUSWB(x0, x0, x0)
+	} else {
+		VPACKSSWB(x0, x0, x0)
+	}
+	VMOVQ(x0, Mem{Base: pd})
+	ADDQ(U8(32), px)
+	ADDQ(U8(32), ps)
+	ADDQ(U8(8), pd)
 	DECQ(n)
 	JMP(LabelRef("loop"))
 	Label("done")
