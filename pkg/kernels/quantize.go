@@ -28,6 +28,18 @@ func QuantizeColsI8(dst []int8, x, scales []float32, lo, hi float32) int {
 	return quantizeColsI8(dst, x, scales, lo, hi)
 }
 
+// DequantizeColsU8 is DequantizeU8 with a scale per element (codes and
+// scales at least as long as the prefix) and no zero point.
+// DequantizeColsI8 is the same for signed codes.
+func DequantizeColsU8(y []float32, codes []uint8, scales []float32) int {
+	return dequantizeColsU8(y, codes, scales)
+}
+
+// DequantizeColsI8 is DequantizeColsU8 for int8 codes.
+func DequantizeColsI8(y []float32, codes []int8, scales []float32) int {
+	return dequantizeColsI8(y, codes, scales)
+}
+
 // DequantizeU8 writes (code − zp)·scale for a prefix of y (codes at least
 // as long) and returns its length: the difference exact, one float32
 // rounding. The prefix is what the vector kernel covers (none without

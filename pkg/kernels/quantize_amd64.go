@@ -69,3 +69,19 @@ func quantizeColsI8(dst []int8, x, scales []float32, lo, hi float32) int {
 	}
 	return n
 }
+
+func dequantizeColsU8(y []float32, codes []uint8, scales []float32) int {
+	n := avx2Vectors(min(len(y), len(codes), len(scales)))
+	if n > 0 {
+		dequantizeColsU8AVX2(y[:n], codes[:n], scales[:n])
+	}
+	return n
+}
+
+func dequantizeColsI8(y []float32, codes []int8, scales []float32) int {
+	n := avx2Vectors(min(len(y), len(codes), len(scales)))
+	if n > 0 {
+		dequantizeColsI8AVX2(y[:n], codes[:n], scales[:n])
+	}
+	return n
+}

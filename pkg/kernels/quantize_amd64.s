@@ -231,3 +231,55 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func dequantizeColsU8AVX2(y []float32, codes []uint8, scales []float32)
+// Requires: AVX, AVX2
+TEXT ·dequantizeColsU8AVX2(SB), NOSPLIT, $0-72
+	MOVQ y_base+0(FP), AX
+	MOVQ y_len+8(FP), CX
+	MOVQ codes_base+24(FP), DX
+	MOVQ scales_base+48(FP), BX
+	SHRQ $0x03, CX
+
+loop:
+	TESTQ     CX, CX
+	JZ        done
+	VPMOVZXBD (DX), Y0
+	VCVTDQ2PS Y0, Y0
+	VMULPS    (BX), Y0, Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x08, DX
+	ADDQ      $0x20, BX
+	ADDQ      $0x20, AX
+	DECQ      CX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantizeColsI8AVX2(y []float32, codes []int8, scales []float32)
+// Requires: AVX, AVX2
+TEXT ·dequantizeColsI8AVX2(SB), NOSPLIT, $0-72
+	MOVQ y_base+0(FP), AX
+	MOVQ y_len+8(FP), CX
+	MOVQ codes_base+24(FP), DX
+	MOVQ scales_base+48(FP), BX
+	SHRQ $0x03, CX
+
+loop:
+	TESTQ     CX, CX
+	JZ        done
+	VPMOVSXBD (DX), Y0
+	VCVTDQ2PS Y0, Y0
+	VMULPS    (BX), Y0, Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x08, DX
+	ADDQ      $0x20, BX
+	ADDQ      $0x20, AX
+	DECQ      CX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET

@@ -15,3 +15,7 @@ func roundTrip([]float32, []float32, float32, float32, float32) int { return 0 }
 func quantizeColsU8([]uint8, []float32, []float32, float32, float32) int { return 0 }
 
 func quantizeColsI8([]int8, []float32, []float32, float32, float32) int { return 0 }
+
+func dequantizeColsU8([]float32, []uint8, []float32) int { return 0 }
+
+func dequantizeColsI8([]float32, []int8, []float32) int { return 0 }

@@ -36,3 +36,11 @@ func quantizeColsU8AVX2(dst []uint8, x []float32, scales []float32, lo float32, 
 // (scales and dst at least as long): clamp(round(x/scales), lo, hi),
 // rounding half to even, NaN to lo.
 func quantizeColsI8AVX2(dst []int8, x []float32, scales []float32, lo float32, hi float32)
+
+// dequantizeColsU8AVX2 writes codes·scales for the first len(y) &^ 7 elements of y;
+// codes and scales are at least as long.
+func dequantizeColsU8AVX2(y []float32, codes []uint8, scales []float32)
+
+// dequantizeColsI8AVX2 writes codes·scales for the first len(y) &^ 7 elements of y;
+// codes and scales are at least as long.
+func dequantizeColsI8AVX2(y []float32, codes []int8, scales []float32)

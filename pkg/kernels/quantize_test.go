@@ -74,9 +74,9 @@ func TestQuantize8(t *testing.T) {
 }
 
 // TestQuantizeCols8 checks the per-element-scale kernels against the
-// definition with each element's scale: ties, ±Inf, NaN, −0, the largest
-// floats and random values, scales cycling through four values, lengths
-// that leave tails.
+// definition with each element's scale (codes, and the codes read back):
+// ties, ±Inf, NaN, −0, the largest floats and random values, scales
+// cycling through four values, lengths that leave tails.
 func TestQuantizeCols8(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	var x []float32
@@ -102,11 +102,24 @@ func TestQuantizeCols8(t *testing.T) {
 				t.Fatalf("uint8 scale %g: %g → %d, want %d", scales[i], x[i], u[i], w)
 			}
 		}
+		y := make([]float32, n)
+		done = DequantizeColsU8(y, u, scales)
+		for i := range done {
+			if w := float32(u[i]) * scales[i]; y[i] != w {
+				t.Fatalf("uint8 scale %g: code %d → %g, want %g", scales[i], u[i], y[i], w)
+			}
+		}
 		s := make([]int8, n)
 		done = QuantizeColsI8(s, x[:n], scales, -128, 127)
 		for i := range done {
 			if w := quantizeRef(x[i], scales[i], -128, 127, 0); int32(s[i]) != w {
 				t.Fatalf("int8 scale %g: %g → %d, want %d", scales[i], x[i], s[i], w)
+			}
+		}
+		done = DequantizeColsI8(y, s, scales)
+		for i := range done {
+			if w := float32(s[i]) * scales[i]; y[i] != w {
+				t.Fatalf("int8 scale %g: code %d → %g, want %g", scales[i], s[i], y[i], w)
 			}
 		}
 	}

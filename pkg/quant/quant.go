@@ -276,12 +276,25 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 			return err
 		}
 		if l.lastAxis() {
+			symmetric := !slices.ContainsFunc(zps, func(z int64) bool { return z != 0 })
 			var row func(start, end int)
 			switch d := q.Data.(type) {
 			case []int8:
-				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+				row = func(s, e int) {
+					k := 0
+					if symmetric {
+						k = kernels.DequantizeColsI8(y[s:e], d[s:e], scales)
+					}
+					intValuesCols(y[s+k:e], d[s+k:e], scales[k:], tail(zps, k))
+				}
 			case []uint8:
-				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
+				row = func(s, e int) {
+					k := 0
+					if symmetric {
+						k = kernels.DequantizeColsU8(y[s:e], d[s:e], scales)
+					}
+					intValuesCols(y[s+k:e], d[s+k:e], scales[k:], tail(zps, k))
+				}
 			case []int16:
 				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
 			case []uint16:

@@ -360,3 +360,37 @@ func BenchmarkQuantizeWeight(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDequantizeWeight times DequantizeInto on the int8 codes of
+// BenchmarkQuantizeWeight's weight, per channel along each axis.
+func BenchmarkDequantizeWeight(b *testing.B) {
+	const k, n = 4096, 4096
+	r := rand.New(rand.NewPCG(3, 4))
+	x := make([]float32, k*n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 0.02)
+	}
+	y := make([]float32, k*n)
+	for _, axis := range []int{0, 1} {
+		b.Run(fmt.Sprintf("axis=%d", axis), func(b *testing.B) {
+			l, err := quant.NewLayout([]int{k, n}, axis, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			scales := make([]float32, l.Groups())
+			for i := range scales {
+				scales[i] = 0.1 / 127
+			}
+			q, err := quant.Quantize(x, []int{k, n}, l, scales, nil, tensor.Int8, false, 2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(k * n * 4)
+			for b.Loop() {
+				if err := quant.DequantizeInto(y, q, l, scales, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

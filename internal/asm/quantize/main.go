@@ -30,6 +30,8 @@ func main() {
 	roundTrip()
 	quantizeCols("quantizeColsU8AVX2", "[]uint8", true)
 	quantizeCols("quantizeColsI8AVX2", "[]int8", false)
+	dequantizeCols("dequantizeColsU8AVX2", "[]uint8", true)
+	dequantizeCols("dequantizeColsI8AVX2", "[]int8", false)
 	Generate()
 }
 
@@ -192,6 +194,39 @@ func quantizeCols(name, codes string, unsigned bool) {
 	ADDQ(U8(32), px)
 	ADDQ(U8(32), ps)
 	ADDQ(U8(8), pd)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// dequantizeCols is dequantize with a scale per element and no zero
+// point.
+func dequantizeCols(name, codes string, unsigned bool) {
+	TEXT(name, NOSPLIT, "func(y []float32, codes "+codes+", scales []float32)")
+	Doc(name+" writes codes·scales for the first len(y) &^ 7 elements of y;",
+		"codes and scales are at least as long.")
+	py := Load(Param("y").Base(), GP64())
+	n := Load(Param("y").Len(), GP64())
+	pc := Load(Param("codes").Base(), GP64())
+	ps := Load(Param("scales").Base(), GP64())
+	SHRQ(U8(3), n)
+	var v reg.VecVirtual = YMM()
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	if unsigned {
+		VPMOVZXBD(Mem{Base: pc}, v)
+	} else {
+		VPMOVSXBD(Mem{Base: pc}, v)
+	}
+	VCVTDQ2PS(v, v)
+	VMULPS(Mem{Base: ps}, v, v)
+	VMOVUPS(v, Mem{Base: py})
+	ADDQ(U8(8), pc)
+	ADDQ(U8(32), ps)
+	ADDQ(U8(32), py)
 	DECQ(n)
 	JMP(LabelRef("loop"))
 	Label("done")
