@@ -177,21 +177,9 @@ func Quantize(x []float32, shape []int, l Layout, scales []float32, zp *tensor.T
 			var row func(start, end int)
 			switch d := out.Data.(type) {
 			case []int8:
-				row = func(s, e int) {
-					k := 0
-					if symmetric {
-						k = kernels.QuantizeColsI8(d[s:e], x[s:e], scales, float32(lo), float32(hi))
-					}
-					intCodesCols(d[s+k:e], x[s+k:e], scales[k:], tail(zps, k), lo, hi)
-				}
+				row = codesRow(kernels.QuantizeColsI8, symmetric, d, x, scales, zps, lo, hi)
 			case []uint8:
-				row = func(s, e int) {
-					k := 0
-					if symmetric {
-						k = kernels.QuantizeColsU8(d[s:e], x[s:e], scales, float32(lo), float32(hi))
-					}
-					intCodesCols(d[s+k:e], x[s+k:e], scales[k:], tail(zps, k), lo, hi)
-				}
+				row = codesRow(kernels.QuantizeColsU8, symmetric, d, x, scales, zps, lo, hi)
 			case []int16:
 				row = func(s, e int) { intCodesCols(d[s:e], x[s:e], scales, zps, lo, hi) }
 			case []uint16:
@@ -280,21 +268,9 @@ func DequantizeInto(y []float32, q *tensor.Tensor, l Layout, scales []float32, z
 			var row func(start, end int)
 			switch d := q.Data.(type) {
 			case []int8:
-				row = func(s, e int) {
-					k := 0
-					if symmetric {
-						k = kernels.DequantizeColsI8(y[s:e], d[s:e], scales)
-					}
-					intValuesCols(y[s+k:e], d[s+k:e], scales[k:], tail(zps, k))
-				}
+				row = valuesRow(kernels.DequantizeColsI8, symmetric, y, d, scales, zps)
 			case []uint8:
-				row = func(s, e int) {
-					k := 0
-					if symmetric {
-						k = kernels.DequantizeColsU8(y[s:e], d[s:e], scales)
-					}
-					intValuesCols(y[s+k:e], d[s+k:e], scales[k:], tail(zps, k))
-				}
+				row = valuesRow(kernels.DequantizeColsU8, symmetric, y, d, scales, zps)
 			case []int16:
 				row = func(s, e int) { intValuesCols(y[s:e], d[s:e], scales, zps) }
 			case []uint16:
@@ -438,6 +414,30 @@ func intCodesCols[T int8 | uint8 | int16 | uint16 | int32](dst []T, x []float32,
 			z = float64(zps[i])
 		}
 		dst[i] = T(int64(intCode(xv, scales[i], z, flo, fhi)))
+	}
+}
+
+// codesRow quantizes a last-axis row [s, e) of x into d: the 8-bit vector
+// kernel first when there are no zero points (symmetric), the loop for
+// the rest.
+func codesRow[T int8 | uint8](kernel func([]T, []float32, []float32, float32, float32) int, symmetric bool, d []T, x, scales []float32, zps []int64, lo, hi int64) func(s, e int) {
+	return func(s, e int) {
+		k := 0
+		if symmetric {
+			k = kernel(d[s:e], x[s:e], scales, float32(lo), float32(hi))
+		}
+		intCodesCols(d[s+k:e], x[s+k:e], scales[k:], tail(zps, k), lo, hi)
+	}
+}
+
+// valuesRow is codesRow's inverse: a row of codes d read back into y.
+func valuesRow[T int8 | uint8](kernel func([]float32, []T, []float32) int, symmetric bool, y []float32, d []T, scales []float32, zps []int64) func(s, e int) {
+	return func(s, e int) {
+		k := 0
+		if symmetric {
+			k = kernel(y[s:e], d[s:e], scales)
+		}
+		intValuesCols(y[s+k:e], d[s+k:e], scales[k:], tail(zps, k))
 	}
 }
 

@@ -331,29 +331,37 @@ func TestRoundTripIsQuantizeThenDequantize(t *testing.T) {
 	}
 }
 
+// benchWeight is a 4096×4096 weight of normal values (fixed seed) and,
+// for per-channel quantization along axis, its layout and int8 scales.
+func benchWeight(b *testing.B, axis int) ([]float32, []int, quant.Layout, []float32) {
+	b.Helper()
+	shape := []int{4096, 4096}
+	r := rand.New(rand.NewPCG(3, 4))
+	x := make([]float32, shape[0]*shape[1])
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 0.02)
+	}
+	l, err := quant.NewLayout(shape, axis, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	scales := make([]float32, l.Groups())
+	for i := range scales {
+		scales[i] = 0.1 / 127
+	}
+	return x, shape, l, scales
+}
+
 // BenchmarkQuantizeWeight times int8 codes of a 4096×4096 weight per
 // channel along each axis: axis 1 is a MatMul weight's output features,
 // a scale per element of each row.
 func BenchmarkQuantizeWeight(b *testing.B) {
-	const k, n = 4096, 4096
-	r := rand.New(rand.NewPCG(3, 4))
-	x := make([]float32, k*n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 0.02)
-	}
 	for _, axis := range []int{0, 1} {
 		b.Run(fmt.Sprintf("axis=%d", axis), func(b *testing.B) {
-			l, err := quant.NewLayout([]int{k, n}, axis, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			scales := make([]float32, l.Groups())
-			for i := range scales {
-				scales[i] = 0.1 / 127
-			}
-			b.SetBytes(k * n * 4)
+			x, shape, l, scales := benchWeight(b, axis)
+			b.SetBytes(int64(len(x) * 4))
 			for b.Loop() {
-				if _, err := quant.Quantize(x, []int{k, n}, l, scales, nil, tensor.Int8, false, 2); err != nil {
+				if _, err := quant.Quantize(x, shape, l, scales, nil, tensor.Int8, false, 2); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -364,28 +372,15 @@ func BenchmarkQuantizeWeight(b *testing.B) {
 // BenchmarkDequantizeWeight times DequantizeInto on the int8 codes of
 // BenchmarkQuantizeWeight's weight, per channel along each axis.
 func BenchmarkDequantizeWeight(b *testing.B) {
-	const k, n = 4096, 4096
-	r := rand.New(rand.NewPCG(3, 4))
-	x := make([]float32, k*n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 0.02)
-	}
-	y := make([]float32, k*n)
 	for _, axis := range []int{0, 1} {
 		b.Run(fmt.Sprintf("axis=%d", axis), func(b *testing.B) {
-			l, err := quant.NewLayout([]int{k, n}, axis, 0)
+			x, shape, l, scales := benchWeight(b, axis)
+			q, err := quant.Quantize(x, shape, l, scales, nil, tensor.Int8, false, 2)
 			if err != nil {
 				b.Fatal(err)
 			}
-			scales := make([]float32, l.Groups())
-			for i := range scales {
-				scales[i] = 0.1 / 127
-			}
-			q, err := quant.Quantize(x, []int{k, n}, l, scales, nil, tensor.Int8, false, 2)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(k * n * 4)
+			y := make([]float32, len(x))
+			b.SetBytes(int64(len(x) * 4))
 			for b.Loop() {
 				if err := quant.DequantizeInto(y, q, l, scales, nil); err != nil {
 					b.Fatal(err)

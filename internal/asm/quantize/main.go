@@ -35,31 +35,65 @@ func main() {
 	Generate()
 }
 
-func quantize(name, codes string, unsigned bool) {
-	TEXT(name, NOSPLIT, "func(dst "+codes+", x []float32, scale, lo, hi, zp float32)")
-	Doc(name+" writes the codes of the first len(x) &^ 7 elements of x to dst",
-		"(at least as long): clamp(round(x/scale), lo, hi) + zp, rounding half",
-		"to even, NaN to lo + zp; lo and hi are the codes' range minus zp.")
+func quantize(name, codes string, unsigned bool) { quantizeKernel(name, codes, unsigned, false) }
+
+// quantizeCols is quantize with a scale per element and no zero point: a
+// row of a weight quantized along its last axis (a MatMul's output
+// features), symmetric.
+func quantizeCols(name, codes string, unsigned bool) { quantizeKernel(name, codes, unsigned, true) }
+
+func quantizeKernel(name, codes string, unsigned, cols bool) {
+	var ps reg.GPVirtual
+	var vs, vlo, vhi, vzp reg.VecVirtual
+	if cols {
+		TEXT(name, NOSPLIT, "func(dst "+codes+", x, scales []float32, lo, hi float32)")
+		Doc(name+" writes the codes of the first len(x) &^ 7 elements of x to dst",
+			"(scales and dst at least as long): clamp(round(x/scales), lo, hi),",
+			"rounding half to even, NaN to lo.")
+	} else {
+		TEXT(name, NOSPLIT, "func(dst "+codes+", x []float32, scale, lo, hi, zp float32)")
+		Doc(name+" writes the codes of the first len(x) &^ 7 elements of x to dst",
+			"(at least as long): clamp(round(x/scale), lo, hi) + zp, rounding half",
+			"to even, NaN to lo + zp; lo and hi are the codes' range minus zp.")
+	}
 	pd := Load(Param("dst").Base(), GP64())
 	px := Load(Param("x").Base(), GP64())
+	if cols {
+		ps = Load(Param("scales").Base(), GP64()).(reg.GPVirtual)
+	}
 	n := Load(Param("x").Len(), GP64())
 	SHRQ(U8(3), n)
-	vs, vlo, vhi, vzp := YMM(), YMM(), YMM(), YMM()
-	VBROADCASTSS(NewParamAddr("scale", 48), vs)
-	VBROADCASTSS(NewParamAddr("lo", 52), vlo)
-	VBROADCASTSS(NewParamAddr("hi", 56), vhi)
-	VBROADCASTSS(NewParamAddr("zp", 60), vzp)
+	if !cols {
+		vs = YMM()
+	}
+	vlo, vhi = YMM(), YMM()
+	if cols {
+		VBROADCASTSS(NewParamAddr("lo", 72), vlo)
+		VBROADCASTSS(NewParamAddr("hi", 76), vhi)
+	} else {
+		vzp = YMM()
+		VBROADCASTSS(NewParamAddr("scale", 48), vs)
+		VBROADCASTSS(NewParamAddr("lo", 52), vlo)
+		VBROADCASTSS(NewParamAddr("hi", 56), vhi)
+		VBROADCASTSS(NewParamAddr("zp", 60), vzp)
+	}
 	v := YMM()
 	x1, x0 := XMM(), XMM()
 	Label("loop")
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	VMOVUPS(Mem{Base: px}, v)
-	VDIVPS(vs, v, v)
+	if cols {
+		VDIVPS(Mem{Base: ps}, v, v)
+	} else {
+		VDIVPS(vs, v, v)
+	}
 	VMAXPS(vlo, v, v)
 	VMINPS(vhi, v, v)
 	VROUNDPS(U8(0), v, v)
-	VADDPS(vzp, v, v)
+	if !cols {
+		VADDPS(vzp, v, v)
+	}
 	VCVTPS2DQ(v, v)
 	VEXTRACTI128(U8(1), v, x1)
 	VPACKSSDW(x1, v.AsX(), x0)
@@ -70,6 +104,9 @@ func quantize(name, codes string, unsigned bool) {
 	}
 	VMOVQ(x0, Mem{Base: pd})
 	ADDQ(U8(32), px)
+	if cols {
+		ADDQ(U8(32), ps)
+	}
 	ADDQ(U8(8), pd)
 	DECQ(n)
 	JMP(LabelRef("loop"))
@@ -78,20 +115,39 @@ func quantize(name, codes string, unsigned bool) {
 	RET()
 }
 
-func dequantize(name, codes string, unsigned bool) {
-	TEXT(name, NOSPLIT, "func(y []float32, codes "+codes+", scale float32, zp int32)")
-	Doc(name+" writes (codes − zp)·scale for the first len(y) &^ 7 elements",
-		"of y; codes is at least as long.")
+func dequantize(name, codes string, unsigned bool) { dequantizeKernel(name, codes, unsigned, false) }
+
+// dequantizeCols is dequantize with a scale per element and no zero
+// point.
+func dequantizeCols(name, codes string, unsigned bool) { dequantizeKernel(name, codes, unsigned, true) }
+
+func dequantizeKernel(name, codes string, unsigned, cols bool) {
+	if cols {
+		TEXT(name, NOSPLIT, "func(y []float32, codes "+codes+", scales []float32)")
+		Doc(name+" writes codes·scales for the first len(y) &^ 7 elements of y;",
+			"codes and scales are at least as long.")
+	} else {
+		TEXT(name, NOSPLIT, "func(y []float32, codes "+codes+", scale float32, zp int32)")
+		Doc(name+" writes (codes − zp)·scale for the first len(y) &^ 7 elements",
+			"of y; codes is at least as long.")
+	}
 	py := Load(Param("y").Base(), GP64())
 	n := Load(Param("y").Len(), GP64())
 	pc := Load(Param("codes").Base(), GP64())
+	var ps reg.GPVirtual
+	var vs, vzp reg.VecVirtual
+	if cols {
+		ps = Load(Param("scales").Base(), GP64()).(reg.GPVirtual)
+	}
 	SHRQ(U8(3), n)
-	vs, vzp := YMM(), YMM()
-	VBROADCASTSS(NewParamAddr("scale", 48), vs)
-	z := Load(Param("zp"), GP32())
-	xz := XMM()
-	VMOVD(z, xz)
-	VPBROADCASTD(xz, vzp)
+	if !cols {
+		vs, vzp = YMM(), YMM()
+		VBROADCASTSS(NewParamAddr("scale", 48), vs)
+		z := Load(Param("zp"), GP32())
+		xz := XMM()
+		VMOVD(z, xz)
+		VPBROADCASTD(xz, vzp)
+	}
 	var v reg.VecVirtual = YMM()
 	Label("loop")
 	TESTQ(n, n)
@@ -101,11 +157,20 @@ func dequantize(name, codes string, unsigned bool) {
 	} else {
 		VPMOVSXBD(Mem{Base: pc}, v)
 	}
-	VPSUBD(vzp, v, v)
+	if !cols {
+		VPSUBD(vzp, v, v)
+	}
 	VCVTDQ2PS(v, v)
-	VMULPS(vs, v, v)
+	if cols {
+		VMULPS(Mem{Base: ps}, v, v)
+	} else {
+		VMULPS(vs, v, v)
+	}
 	VMOVUPS(v, Mem{Base: py})
 	ADDQ(U8(8), pc)
+	if cols {
+		ADDQ(U8(32), ps)
+	}
 	ADDQ(U8(32), py)
 	DECQ(n)
 	JMP(LabelRef("loop"))
@@ -148,84 +213,6 @@ func roundTrip() {
 	VMULPS(vs, v, v)
 	VMOVUPS(v, Mem{Base: py})
 	ADDQ(U8(32), px)
-	ADDQ(U8(32), py)
-	DECQ(n)
-	JMP(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
-}
-
-// quantizeCols is quantize with a scale per element and no zero point: a
-// row of a weight quantized along its last axis (a MatMul's output
-// features), symmetric.
-func quantizeCols(name, codes string, unsigned bool) {
-	TEXT(name, NOSPLIT, "func(dst "+codes+", x, scales []float32, lo, hi float32)")
-	Doc(name+" writes the codes of the first len(x) &^ 7 elements of x to dst",
-		"(scales and dst at least as long): clamp(round(x/scales), lo, hi),",
-		"rounding half to even, NaN to lo.")
-	pd := Load(Param("dst").Base(), GP64())
-	px := Load(Param("x").Base(), GP64())
-	ps := Load(Param("scales").Base(), GP64())
-	n := Load(Param("x").Len(), GP64())
-	SHRQ(U8(3), n)
-	vlo, vhi := YMM(), YMM()
-	VBROADCASTSS(NewParamAddr("lo", 72), vlo)
-	VBROADCASTSS(NewParamAddr("hi", 76), vhi)
-	v := YMM()
-	x1, x0 := XMM(), XMM()
-	Label("loop")
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	VMOVUPS(Mem{Base: px}, v)
-	VDIVPS(Mem{Base: ps}, v, v)
-	VMAXPS(vlo, v, v)
-	VMINPS(vhi, v, v)
-	VROUNDPS(U8(0), v, v)
-	VCVTPS2DQ(v, v)
-	VEXTRACTI128(U8(1), v, x1)
-	VPACKSSDW(x1, v.AsX(), x0)
-	if unsigned {
-		VPACKUSWB(x0, x0, x0)
-	} else {
-		VPACKSSWB(x0, x0, x0)
-	}
-	VMOVQ(x0, Mem{Base: pd})
-	ADDQ(U8(32), px)
-	ADDQ(U8(32), ps)
-	ADDQ(U8(8), pd)
-	DECQ(n)
-	JMP(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
-}
-
-// dequantizeCols is dequantize with a scale per element and no zero
-// point.
-func dequantizeCols(name, codes string, unsigned bool) {
-	TEXT(name, NOSPLIT, "func(y []float32, codes "+codes+", scales []float32)")
-	Doc(name+" writes codes·scales for the first len(y) &^ 7 elements of y;",
-		"codes and scales are at least as long.")
-	py := Load(Param("y").Base(), GP64())
-	n := Load(Param("y").Len(), GP64())
-	pc := Load(Param("codes").Base(), GP64())
-	ps := Load(Param("scales").Base(), GP64())
-	SHRQ(U8(3), n)
-	var v reg.VecVirtual = YMM()
-	Label("loop")
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	if unsigned {
-		VPMOVZXBD(Mem{Base: pc}, v)
-	} else {
-		VPMOVSXBD(Mem{Base: pc}, v)
-	}
-	VCVTDQ2PS(v, v)
-	VMULPS(Mem{Base: ps}, v, v)
-	VMOVUPS(v, Mem{Base: py})
-	ADDQ(U8(8), pc)
-	ADDQ(U8(32), ps)
 	ADDQ(U8(32), py)
 	DECQ(n)
 	JMP(LabelRef("loop"))
