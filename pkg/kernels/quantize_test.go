@@ -22,15 +22,7 @@ func quantizeRef(x, scale, lo, hi, zp float32) int32 {
 // largest floats and random values, for uint8 and int8 grids at their
 // extreme and middle zero points, with lengths that leave tails.
 func TestQuantize8(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	var x []float32
-	for k := -300; k <= 300; k++ {
-		x = append(x, float32(k)+0.5, float32(k)-0.5, float32(k)+0.49999997, float32(k)+0.50000006)
-	}
-	x = append(x, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, 1<<22+0.5, -(1 << 23))
-	for range 3000 {
-		x = append(x, float32(r.NormFloat64()*float64(r.IntN(400)+1)))
-	}
+	x := quantizeValues(5)
 	for _, n := range []int{len(x), len(x) - 3, 7} {
 		xs := x[:n]
 		for _, scale := range []float32{1, 0.5, 0.37, 3} {
@@ -73,12 +65,11 @@ func TestQuantize8(t *testing.T) {
 	}
 }
 
-// TestQuantizeCols8 checks the per-element-scale kernels against the
-// definition with each element's scale (codes, and the codes read back):
-// ties, ±Inf, NaN, −0, the largest floats and random values, scales
-// cycling through four values, lengths that leave tails.
-func TestQuantizeCols8(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
+// quantizeValues are values that break a quantizer's rounding or clamp:
+// ties at every half and next to them, ±Inf, NaN, −0, the largest floats,
+// quotients around 2^22 and 2^23, and random values of many sizes (seeded).
+func quantizeValues(seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, seed+1))
 	var x []float32
 	for k := -300; k <= 300; k++ {
 		x = append(x, float32(k)+0.5, float32(k)-0.5, float32(k)+0.49999997, float32(k)+0.50000006)
@@ -87,6 +78,15 @@ func TestQuantizeCols8(t *testing.T) {
 	for range 3000 {
 		x = append(x, float32(r.NormFloat64()*float64(r.IntN(400)+1)))
 	}
+	return x
+}
+
+// TestQuantizeCols8 checks the per-element-scale kernels against the
+// definition with each element's scale (codes, and the codes read back):
+// ties, ±Inf, NaN, −0, the largest floats and random values, scales
+// cycling through four values, lengths that leave tails.
+func TestQuantizeCols8(t *testing.T) {
+	x := quantizeValues(7)
 	scales := make([]float32, len(x))
 	for i := range scales {
 		scales[i] = []float32{1, 0.5, 0.37, 3}[i%4]

@@ -518,6 +518,15 @@ func quantizedInput(q *onnxgraph.Model, n *onnxgraph.Node) string {
 	return name
 }
 
+// floatCopy is value name's tensor t as float32 values of its own.
+func floatCopy(name string, t *tensor.Tensor) (*tensor.Tensor, error) {
+	f, err := t.AsFloat32()
+	if err != nil {
+		return nil, fmt.Errorf("value %q: %w", name, err)
+	}
+	return tensor.FromFloat32(append([]float32(nil), f...), t.Shape...), nil
+}
+
 // runKeeping runs s on in as far as the named values need and returns
 // copies of them.
 func runKeeping(ctx context.Context, s runtime.Session, in map[string]*tensor.Tensor, names []string) (map[string]*tensor.Tensor, error) {
@@ -527,12 +536,7 @@ func runKeeping(ctx context.Context, s runtime.Session, in map[string]*tensor.Te
 		if _, ok := kept[name]; ok || tapErr != nil {
 			return
 		}
-		f, err := t.AsFloat32()
-		if err != nil {
-			tapErr = fmt.Errorf("value %q: %w", name, err)
-			return
-		}
-		kept[name] = tensor.FromFloat32(append([]float32(nil), f...), t.Shape...)
+		kept[name], tapErr = floatCopy(name, t)
 	}
 	if _, err := s.Run(ctx, in, runtime.RunOptions{Tap: tap, TapValues: names, TapsOnly: true}); err != nil {
 		return nil, err

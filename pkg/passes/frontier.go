@@ -212,7 +212,11 @@ func (f *frontier) partStep(m *onnxgraph.Model, want []string) (*frontierStep, e
 		}
 	}
 	types := elemTypes(g)
-	typeOf := func(v *onnxgraph.Value) *onnxpb.TypeProto { return valueType(v, types, f.held[0]) }
+	var first map[string]*tensor.Tensor // batch 0's values show the types
+	if len(f.held) > 0 {
+		first = f.held[0]
+	}
+	typeOf := func(v *onnxgraph.Value) *onnxpb.TypeProto { return valueType(v, types, first) }
 	sub, err := nodesModel(m, g.Name+"_step", st.ran, ins, outs, typeOf)
 	if err != nil {
 		return nil, err
@@ -283,11 +287,11 @@ func (st *frontierStep) run(ctx context.Context, b int) (map[string]*tensor.Tens
 		if t == nil {
 			return nil, fmt.Errorf("value %q was not computed", name)
 		}
-		v, err := t.AsFloat32()
+		c, err := floatCopy(name, t)
 		if err != nil {
-			return nil, fmt.Errorf("value %q: %w", name, err)
+			return nil, err
 		}
-		kept[name] = tensor.FromFloat32(append([]float32(nil), v...), t.Shape...)
+		kept[name] = c
 	}
 	for _, name := range st.keep {
 		held[name] = out[name]
