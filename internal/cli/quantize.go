@@ -338,6 +338,8 @@ func (s *pipelineSetup) resolveBatchSize() error {
 // notices to stderr.
 func runPipeline(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, until string) ([]passes.Timing, error) {
 	u.Model, u.Config, u.Palette, u.Prepare, u.Algorithms = s.model, s.quant, s.palette, opts.Prepare, s.algorithms
+	// The algorithms' per-layer figures are read in the report only.
+	u.SkipFigures = s.settings.Report == ""
 	u.Prepare.Target = s.target
 	u.Prepare.Progress = passes.NewWeightProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default()).Report
 	format, err := finalize.ParseFormat(opts.Format)

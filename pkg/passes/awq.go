@@ -307,6 +307,9 @@ func awqSiteOf(m *onnxgraph.Model, plan *Plan, v *onnxgraph.Value, cfg *config.A
 			return nil, fmt.Sprintf("%s: %s", v.Producer, why), nil
 		}
 	}
+	if err := s.load(m); err != nil {
+		return nil, "", err
+	}
 	return site, "", nil
 }
 

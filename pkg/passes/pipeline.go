@@ -76,6 +76,13 @@ type Unit struct {
 	Data *AlgorithmData
 	// Layers is what the algorithms did, node by node.
 	Layers []LayerReport
+	// SkipFigures leaves out the figures of Layers that only report on
+	// an algorithm (the local SQNRs of weights and products that
+	// cross-layer equalization and SmoothQuant changed before prepare):
+	// they quantize each changed weight again as it was, which on a
+	// decoder costs as much as the weights' own range search. Nothing
+	// the algorithms decide depends on them.
+	SkipFigures bool
 	// ownsModel is set once Model is a private copy that the algorithms
 	// may edit.
 	ownsModel bool
@@ -311,6 +318,10 @@ func preparePass(ctx context.Context, u *Unit) error {
 		}
 	}
 	u.Plan = plan
+	if u.SkipFigures {
+		u.smoothed, u.pendingWeightReports = nil, nil
+		return nil
+	}
 	if err := reportSmoothed(u); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -38,9 +39,8 @@ type smoothSite struct {
 	k            int
 	absMax       []float64
 	// rows are the first activation rows, kept for the report.
-	rows        []float32
-	s           []float32
-	originalsOf map[string][]float32
+	rows []float32
+	s    []float32
 }
 
 // runActivationAlgorithms runs the data-aware algorithms that change the
@@ -129,10 +129,14 @@ func runSmoothQuant(ctx context.Context, u *Unit, cfg *config.SmoothQuant) error
 		return fmt.Errorf("%s: %w", smoothQuantName, err)
 	}
 	for _, site := range sites {
+		if err := site.load(m); err != nil {
+			return fmt.Errorf("%s: value %q: %w", smoothQuantName, site.x.Name, err)
+		}
 		site.smoothScales(cfg.Alpha)
 		if err := site.apply(m); err != nil {
 			return fmt.Errorf("%s: value %q: %w", smoothQuantName, site.x.Name, err)
 		}
+		site.release()
 		u.noteRescale(site.x.Name, -1, site.s, nil)
 	}
 	u.smoothed = append(u.smoothed, sites...)
@@ -158,7 +162,9 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.AlgorithmC
 	if readers == 0 {
 		return nil, "", nil
 	}
-	site := &smoothSite{x: v, originalsOf: map[string][]float32{}}
+	site := &smoothSite{x: v}
+	// The constants are only described here; their data is read when the
+	// site is scaled (load), one site at a time.
 	load := func(c *onnxgraph.Value) (*weightData, string, error) {
 		if c == nil || !c.IsConst() || initializerIndex(m, c) < 0 || tensor.DType(c.Const.GetDataType()) != tensor.Float {
 			return nil, fmt.Sprintf("%q is not a float32 initializer", valueName(c)), nil
@@ -166,11 +172,12 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.AlgorithmC
 		if len(c.Consumers) != 1 {
 			return nil, fmt.Sprintf("%q is shared by several nodes", c.Name), nil
 		}
-		d, shape, err := constFloats(m, c)
-		if err != nil {
-			return nil, "", err
+		dims := c.Const.GetDims()
+		shape := make([]int, len(dims))
+		for i, d := range dims {
+			shape[i] = int(d)
 		}
-		return &weightData{v: c, data: d, shape: shape, original: append([]float32(nil), d...)}, "", nil
+		return &weightData{v: c, shape: shape}, "", nil
 	}
 	for _, c := range v.Consumers {
 		switch {
@@ -218,10 +225,10 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.AlgorithmC
 		}
 		if strides[i] == 0 {
 			strides[i] = 1
-			if len(w.data) != site.k {
-				return nil, fmt.Sprintf("%s: %q has %d values for %d features", p, c.Name, len(w.data), site.k), nil
+			if n := tensor.NumElements(w.shape); n != site.k {
+				return nil, fmt.Sprintf("%s: %q has %d values for %d features", p, c.Name, n, site.k), nil
 			}
-		} else if len(w.shape) != 2 || w.shape[0]*w.shape[1] != len(w.data) || (strides[i] == 1 && w.shape[1] != site.k) || (strides[i] > 1 && w.shape[0] != site.k) {
+		} else if len(w.shape) != 2 || (strides[i] == 1 && w.shape[1] != site.k) || (strides[i] > 1 && w.shape[0] != site.k) {
 			return nil, fmt.Sprintf("%s: weight %q of shape %v does not have %d output columns", p, c.Name, w.shape, site.k), nil
 		}
 		site.absorb = append(site.absorb, w)
@@ -340,6 +347,39 @@ func valueName(v *onnxgraph.Value) string {
 	return v.Name
 }
 
+// load reads the data of the site's weights and absorbing constants.
+func (s *smoothSite) load(m *onnxgraph.Model) error {
+	for _, w := range append(slices.Clip(s.weights), s.absorb...) {
+		d, shape, err := constFloats(m, w.v)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(shape, w.shape) {
+			return fmt.Errorf("constant %q of shape %v, want %v", w.v.Name, shape, w.shape)
+		}
+		w.data = d
+	}
+	return nil
+}
+
+// release drops the data load read: a scaled site's constants live in
+// the model, and a decoder's sites together hold most of its weights.
+func (s *smoothSite) release() {
+	for _, w := range append(slices.Clip(s.weights), s.absorb...) {
+		w.data = nil
+	}
+}
+
+// featureOf is the input feature that element idx of the i-th reading
+// weight multiplies.
+func (s *smoothSite) featureOf(i, idx int) int {
+	w := s.weights[i]
+	if s.transposed[i] {
+		return idx % w.shape[1]
+	}
+	return idx / w.shape[1]
+}
+
 // observe folds one batch of X into the per-feature maxima and keeps its
 // rows for the report, up to smoothReportRows.
 func (s *smoothSite) observe(x []float32, shape []int) error {
@@ -363,10 +403,7 @@ func (s *smoothSite) smoothScales(alpha float64) {
 	wMax := make([]float64, s.k)
 	for i, w := range s.weights {
 		for idx, v := range w.data {
-			j := idx / w.shape[1]
-			if s.transposed[i] {
-				j = idx % w.shape[1]
-			}
+			j := s.featureOf(i, idx)
 			wMax[j] = max(wMax[j], math.Abs(float64(v)))
 		}
 	}
@@ -386,11 +423,7 @@ func (s *smoothSite) smoothScales(alpha float64) {
 func (s *smoothSite) apply(m *onnxgraph.Model) error {
 	for i, w := range s.weights {
 		for idx := range w.data {
-			j := idx / w.shape[1]
-			if s.transposed[i] {
-				j = idx % w.shape[1]
-			}
-			w.data[idx] *= s.s[j]
+			w.data[idx] *= s.s[s.featureOf(i, idx)]
 		}
 		if err := setConst(m, w.v, w.data, w.shape); err != nil {
 			return err
@@ -431,11 +464,22 @@ func reportSmoothed(u *Unit) error {
 					scaled[r*s.k+j] = s.rows[r*s.k+j] / s.s[j]
 				}
 			}
-			before, err := s.productSQNR(s.rows, w.original, w.shape, s.transposed[i], xp, wp, u.Prepare, nil)
+			smoothed, _, err := constFloats(u.Model, w.v)
 			if err != nil {
 				return fmt.Errorf("%s: %s: %w", smoothQuantName, layer, err)
 			}
-			after, err := s.productSQNR(scaled, w.data, w.shape, s.transposed[i], xp, wp, u.Prepare, wp.Params)
+			// The original weight is not kept (a decoder's smoothed weights
+			// are most of it): it is the smoothed one divided back, within
+			// a rounding of each element.
+			original := make([]float32, len(smoothed))
+			for idx, v := range smoothed {
+				original[idx] = v / s.s[s.featureOf(i, idx)]
+			}
+			before, err := s.productSQNR(s.rows, original, w.shape, s.transposed[i], xp, wp, u.Prepare, nil)
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", smoothQuantName, layer, err)
+			}
+			after, err := s.productSQNR(scaled, smoothed, w.shape, s.transposed[i], xp, wp, u.Prepare, wp.Params)
 			if err != nil {
 				return fmt.Errorf("%s: %s: %w", smoothQuantName, layer, err)
 			}

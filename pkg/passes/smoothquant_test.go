@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"google.golang.org/protobuf/proto"
 )
 
 // smoothFeatures is the width of the smoothing test model.
@@ -67,6 +69,13 @@ const smoothConfig = `quantization_config:
 
 func quantizeSmooth(t *testing.T, alg string, threads int) *Unit {
 	t.Helper()
+	return quantizeSmoothFigures(t, alg, threads, true)
+}
+
+// quantizeSmoothFigures is quantizeSmooth, computing the report's
+// figures or not.
+func quantizeSmoothFigures(t *testing.T, alg string, threads int, figures bool) *Unit {
+	t.Helper()
 	cfg, err := config.Parse([]byte(smoothConfig+alg), "smooth.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +84,8 @@ func quantizeSmooth(t *testing.T, alg string, threads int) *Unit {
 		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
 			return observe(t, m, plan), nil
 		},
-		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(61, 40, smoothFeatures), BatchSize: 8}}
+		Data:        &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(61, 40, smoothFeatures), BatchSize: 8},
+		SkipFigures: !figures}
 	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +147,40 @@ func TestSmoothQuant(t *testing.T) {
 	}
 	if r := reported["fd"]; !strings.Contains(r.Skipped, "also read by") {
 		t.Errorf("fd: report %+v, want skipped: the Relu reads its input too", r)
+	}
+}
+
+// TestSkipFigures checks that leaving out the report's figures changes
+// nothing in the model and computes none: SmoothQuant's layers are not
+// reported, the skipped one still is.
+func TestSkipFigures(t *testing.T) {
+	alg := "algorithms:\n  smoothquant: {alpha: 0.5}\n"
+	with, without := quantizeSmoothFigures(t, alg, 1, true), quantizeSmoothFigures(t, alg, 1, false)
+	a, err := proto.MarshalOptions{Deterministic: true}.Marshal(with.Result.Model.Proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(without.Result.Model.Proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatal("the model differs with and without the figures")
+	}
+	var figures, skipped int
+	for _, l := range without.Layers {
+		switch {
+		case l.Skipped != "":
+			skipped++
+		case l.Algorithm == smoothQuantName:
+			figures++
+		}
+	}
+	if figures != 0 || skipped != 1 {
+		t.Fatalf("without figures: %d smoothed layers reported, %d skipped; want 0 and 1 (%+v)", figures, skipped, without.Layers)
+	}
+	if len(with.Layers) != 4 {
+		t.Fatalf("with figures: %d layers reported, want 4 (%+v)", len(with.Layers), with.Layers)
 	}
 }
 

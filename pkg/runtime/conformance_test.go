@@ -125,6 +125,7 @@ func readTensorPB(path string) (*tensor.Tensor, error) {
 }
 
 func runBackendCase(m *onnxgraph.Model, dir string) error {
+	consts := constantDigests(m)
 	s, err := NewGoSession(m, Options{Threads: 1})
 	if err != nil {
 		return err
@@ -161,7 +162,7 @@ func runBackendCase(m *onnxgraph.Model, dir string) error {
 			}
 		}
 	}
-	return nil
+	return constantsUnchanged(m, consts)
 }
 
 // compareTensors checks got against want: same type and shape, values

@@ -720,7 +720,7 @@ func (c *compiler) compileGraph(g *onnxgraph.Graph, outer []*onnxgraph.Value, _ 
 
 // constTensor decodes an initializer or Constant into compute form.
 func (c *compiler) constTensor(v *onnxgraph.Value) (*tensor.Tensor, error) {
-	t, err := tensor.FromProto(v.Const, c.model)
+	t, err := tensor.FromProtoReadOnly(v.Const, c.model)
 	if err != nil {
 		return nil, fmt.Errorf("initializer %q: %w", v.Name, err)
 	}

@@ -36,6 +36,7 @@ func TestSharedModels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			consts := constantDigests(m)
 			s, err := NewGoSession(m, Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -50,6 +51,13 @@ func TestSharedModels(t *testing.T) {
 			}
 			outs, err := s.Run(context.Background(), inputs, RunOptions{})
 			if err != nil {
+				t.Fatal(err)
+			}
+			// A second run uses the weights packed at the first.
+			if _, err := s.Run(context.Background(), inputs, RunOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := constantsUnchanged(m, consts); err != nil {
 				t.Fatal(err)
 			}
 			b, err := os.ReadFile(filepath.Join(dir, "ref", "out", "outputs.json"))

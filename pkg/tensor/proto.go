@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 )
@@ -171,6 +172,68 @@ func CheckProto(tp *onnxpb.TensorProto, externalLength int64) error {
 		return fmt.Errorf("tensor %q: %w", tp.GetName(), err)
 	}
 	return nil
+}
+
+// FromProtoReadOnly is FromProto for a caller that never writes the
+// tensor's data (the engine's constants): raw_data of a fixed-width type
+// on a little-endian host becomes the tensor's data without a copy, so a
+// model held in memory is not held twice while a session runs it. The
+// tensor then shares tp's raw_data: neither may be written in place
+// (coreaiq replaces an initializer's raw_data, never writes into it).
+func FromProtoReadOnly(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
+	if tp != nil && tp.RawData != nil && tp.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+		l, err := layoutOf(tp)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", tp.GetName(), err)
+		}
+		if l.field == fieldRaw && len(tp.RawData) == l.dt.RawSize(l.n) {
+			if d := viewRaw(l.dt, tp.RawData, l.n); d != nil {
+				return &Tensor{DType: l.dt, Shape: l.shape, Data: d}, nil
+			}
+		}
+	}
+	return FromProto(tp, ext)
+}
+
+// viewRaw is raw as the Go slice of n elements that holds dt, sharing its
+// memory; nil when dt's elements are not stored as they are in raw bytes
+// (packed, bool, string, a big-endian host) or raw is not aligned for them.
+func viewRaw(dt DType, raw []byte, n int) any {
+	size := elemSize(dt)
+	if !inPlace(dt) || size == 0 || n == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(raw)))%uintptr(size) != 0 {
+		return nil
+	}
+	switch makeSlice(dt, 0).(type) {
+	case []float32:
+		return viewAs[float32](raw, n)
+	case []float64:
+		return viewAs[float64](raw, n)
+	case []int8:
+		return viewAs[int8](raw, n)
+	case []uint8:
+		return raw[:n:n]
+	case []int16:
+		return viewAs[int16](raw, n)
+	case []uint16:
+		return viewAs[uint16](raw, n)
+	case []int32:
+		return viewAs[int32](raw, n)
+	case []uint32:
+		return viewAs[uint32](raw, n)
+	case []int64:
+		return viewAs[int64](raw, n)
+	case []uint64:
+		return viewAs[uint64](raw, n)
+	case []complex64:
+		return viewAs[complex64](raw, n)
+	case []complex128:
+		return viewAs[complex128](raw, n)
+	}
+	return nil
+}
+
+func viewAs[T any](raw []byte, n int) []T {
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(raw))), n)
 }
 
 func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {

@@ -403,12 +403,14 @@ func TestFromProtoErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.tp.Name = proto.String("bad_" + strings.ReplaceAll(tc.name, " ", "_"))
-			_, err := FromProto(tc.tp, nil)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), tc.tp.GetName()) {
-				t.Fatalf("error %q does not name the tensor or lacks %q", err, tc.msg)
+			for _, from := range []func(*onnxpb.TensorProto, ExternalReader) (*Tensor, error){FromProto, FromProtoReadOnly} {
+				_, err := from(tc.tp, nil)
+				if err == nil {
+					t.Fatal("no error")
+				}
+				if !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), tc.tp.GetName()) {
+					t.Fatalf("error %q does not name the tensor or lacks %q", err, tc.msg)
+				}
 			}
 		})
 	}
@@ -514,5 +516,72 @@ func TestFuzzSeeds(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFromProtoReadOnly checks that the read-only decoding gives
+// FromProto's tensor, viewing raw_data in place exactly where its bytes
+// are the elements' memory (fixed-width types, aligned) and copying
+// elsewhere.
+func TestFromProtoReadOnly(t *testing.T) {
+	aligned := func(n int) []byte { return ByteView(make([]float64, (n+7)/8))[:n] }
+	pattern := func(b []byte) []byte {
+		for i := range b {
+			b[i] = byte(3*i + 1)
+		}
+		return b
+	}
+	cases := []struct {
+		name   string
+		dt     DType
+		dims   []int64
+		raw    []byte
+		shared bool
+	}{
+		{"float", Float, []int64{2, 3}, pattern(aligned(24)), true},
+		{"double", Double, []int64{3}, pattern(aligned(24)), true},
+		{"int8", Int8, []int64{5}, pattern(aligned(5)), true},
+		{"uint8", Uint8, []int64{5}, pattern(aligned(5)), true},
+		{"float16", Float16, []int64{4}, pattern(aligned(8)), true},
+		{"int32", Int32, []int64{2}, pattern(aligned(8)), true},
+		{"int64", Int64, []int64{2}, pattern(aligned(16)), true},
+		{"complex64", Complex64, []int64{2}, pattern(aligned(16)), true},
+		{"unaligned float", Float, []int64{2}, pattern(aligned(9))[1:9], false},
+		{"bool", Bool, []int64{3}, []byte{0, 1, 1}, false},
+		{"int4", Int4, []int64{3}, []byte{0x21, 0x03}, false},
+		{"empty", Float, []int64{0}, []byte{}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := &onnxpb.TensorProto{Name: proto.String(tc.name), DataType: proto.Int32(int32(tc.dt)), Dims: tc.dims, RawData: tc.raw}
+			want, err := FromProto(tp, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := FromProtoReadOnly(tp, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %+v, FromProto gives %+v", got, want)
+			}
+			view := ByteView(got.Data)
+			shared := len(view) > 0 && &view[0] == &tc.raw[0]
+			if shared != tc.shared {
+				t.Fatalf("shares raw_data: %v, want %v", shared, tc.shared)
+			}
+		})
+	}
+	// External data and typed fields decode as FromProto does.
+	ext := &onnxpb.TensorProto{Name: proto.String("w"), DataType: proto.Int32(int32(Float)), Dims: []int64{1},
+		DataLocation: onnxpb.TensorProto_EXTERNAL.Enum()}
+	got, err := FromProtoReadOnly(ext, fakeExternal{data: []byte{0, 0, 0x80, 0x3f}})
+	if err != nil || !reflect.DeepEqual(got.Data, []float32{1}) {
+		t.Fatalf("external: %v, %v", got, err)
+	}
+	typed := &onnxpb.TensorProto{Name: proto.String("f"), DataType: proto.Int32(int32(Float)), Dims: []int64{2}, FloatData: []float32{1, 2}}
+	got, err = FromProtoReadOnly(typed, nil)
+	if err != nil || !reflect.DeepEqual(got.Data, []float32{1, 2}) {
+		t.Fatalf("float_data: %v, %v", got, err)
 	}
 }
