@@ -38,9 +38,11 @@ type smoothSite struct {
 	absorbStride []int
 	k            int
 	absMax       []float64
-	// rows are the first activation rows, kept for the report.
-	rows []float32
-	s    []float32
+	// rows are the first activation rows, kept for the report (at most
+	// reportRows of them).
+	rows       []float32
+	reportRows int
+	s          []float32
 }
 
 // runActivationAlgorithms runs the data-aware algorithms that change the
@@ -103,6 +105,9 @@ func runSmoothQuant(ctx context.Context, u *Unit, cfg *config.SmoothQuant) error
 		}
 		if site == nil {
 			continue
+		}
+		if !u.SkipFigures {
+			site.reportRows = smoothReportRows
 		}
 		sites = append(sites, site)
 		bySite[v.Name] = site
@@ -381,7 +386,7 @@ func (s *smoothSite) featureOf(i, idx int) int {
 }
 
 // observe folds one batch of X into the per-feature maxima and keeps its
-// rows for the report, up to smoothReportRows.
+// rows for the report, up to reportRows.
 func (s *smoothSite) observe(x []float32, shape []int) error {
 	if len(shape) == 0 || shape[len(shape)-1] != s.k {
 		return fmt.Errorf("shape %v: want %d features on the last axis", shape, s.k)
@@ -391,7 +396,7 @@ func (s *smoothSite) observe(x []float32, shape []int) error {
 		for j, v := range row {
 			s.absMax[j] = max(s.absMax[j], math.Abs(float64(v)))
 		}
-		if len(s.rows) < smoothReportRows*s.k {
+		if len(s.rows) < s.reportRows*s.k {
 			s.rows = append(s.rows, row...)
 		}
 	}
