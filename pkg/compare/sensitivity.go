@@ -263,18 +263,21 @@ type Measurer struct {
 	batches []Batch
 	wants   []map[string]*tensor.Tensor
 	outputs []runtime.IOInfo
+	// buffers passes each candidate's run buffers to the next one.
+	buffers *runtime.BufferPool
 	// Samples is the number of held-out samples measured on.
 	Samples int
 }
 
 // NewMeasurer runs the float model once on data (called once).
 func NewMeasurer(ctx context.Context, engine string, threads int, float *onnxgraph.Model, data iter.Seq2[Batch, error]) (*Measurer, error) {
-	ref, err := runtime.Open(engine, float, runtime.Options{Threads: threads})
+	buffers := runtime.NewBufferPool()
+	ref, err := runtime.Open(engine, float, runtime.Options{Threads: threads, Buffers: buffers})
 	if err != nil {
 		return nil, fmt.Errorf("float model: %w", err)
 	}
 	defer ref.Close()
-	m := &Measurer{engine: engine, threads: threads, outputs: ref.Outputs()}
+	m := &Measurer{engine: engine, threads: threads, outputs: ref.Outputs(), buffers: buffers}
 	for b, err := range data {
 		if err != nil {
 			return nil, err
@@ -312,7 +315,7 @@ type Measurement struct {
 
 // MeasureAll measures the candidate's outputs on the held-out batches.
 func (m *Measurer) MeasureAll(ctx context.Context, model *onnxgraph.Model) (Measurement, error) {
-	cand, err := runtime.Open(m.engine, model, runtime.Options{Threads: m.threads})
+	cand, err := runtime.Open(m.engine, model, runtime.Options{Threads: m.threads, Buffers: m.buffers})
 	if err != nil {
 		return Measurement{}, err
 	}

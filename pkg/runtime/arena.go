@@ -26,6 +26,60 @@ type arena struct {
 	// with NaN, so that tests catch a kernel that leaves an output element
 	// unwritten (Options.poisonArena).
 	poison bool
+	// pool lends the buffers of closed sessions (Options.Buffers; nil:
+	// none).
+	pool *BufferPool
+}
+
+// BufferPool hands the free run buffers of a closed session to the
+// sessions opened after it (Options.Buffers). A caller that opens one
+// session after another on models of about the same size (the candidates
+// of a sensitivity analysis or an accuracy search, each run on the same
+// samples) then reuses memory instead of asking the system for every
+// run's buffers again: each new buffer is zeroed memory the kernel must
+// map, several times a model's activations per candidate. The results of
+// a run are never in it; a value a tap saw must not be read once its
+// session is closed (Tap's contract already ends at the call).
+type BufferPool struct {
+	mu   sync.Mutex
+	free map[int][][]float32
+}
+
+// NewBufferPool returns an empty pool.
+func NewBufferPool() *BufferPool { return &BufferPool{free: map[int][][]float32{}} }
+
+// take returns a buffer of n floats from the pool, nil when it has none.
+func (p *BufferPool) take(n int) []float32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.free[n]
+	if len(l) == 0 {
+		return nil
+	}
+	buf := l[len(l)-1]
+	l[len(l)-1] = nil
+	p.free[n] = l[:len(l)-1]
+	return buf
+}
+
+// count is the number of buffers in the pool.
+func (p *BufferPool) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.free {
+		n += len(l)
+	}
+	return n
+}
+
+// give adds an arena's free buffers to the pool.
+func (p *BufferPool) give(free map[int][][]float32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n, l := range free {
+		p.free[n] = append(p.free[n], l...)
+	}
 }
 
 type liveBuf struct {
@@ -40,6 +94,7 @@ type arenas struct {
 	mu     sync.Mutex
 	idle   []*arena
 	poison bool
+	pool   *BufferPool
 }
 
 func (as *arenas) get() *arena {
@@ -50,7 +105,19 @@ func (as *arenas) get() *arena {
 		as.idle = as.idle[:n-1]
 		return a
 	}
-	return &arena{free: map[int][][]float32{}, poison: as.poison}
+	return &arena{free: map[int][][]float32{}, poison: as.poison, pool: as.pool}
+}
+
+// close hands the idle arenas' free buffers to the pool, if any.
+func (as *arenas) close() {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.pool != nil {
+		for _, a := range as.idle {
+			as.pool.give(a.free)
+		}
+	}
+	as.idle = nil
 }
 
 // put returns a after a run; buffers still live belong to the results (or
@@ -71,6 +138,10 @@ func (a *arena) allocBuf(n int, zero bool) []float32 {
 	if l := a.free[n]; len(l) > 0 {
 		buf = l[len(l)-1]
 		a.free[n] = l[:len(l)-1]
+	} else if a.pool != nil {
+		buf = a.pool.take(n)
+	}
+	if buf != nil {
 		switch {
 		case zero:
 			clear(buf)

@@ -53,3 +53,63 @@ func arenaSameBits(t *testing.T, what string, got, want *tensor.Tensor) {
 		}
 	}
 }
+
+// TestBufferPool checks that sessions sharing a BufferPool compute what a
+// session of their own computes, bit for bit, on buffers a closed session
+// left (poisoned with NaN where not zeroed, as TestArenaPoison does), that
+// the outputs a closed session returned are not lent out, and that a
+// later session does take the closed one's buffers.
+func TestBufferPool(t *testing.T) {
+	for _, c := range detCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			own, err := NewGoSession(c.model, Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := runCopy(t, own, c.inputs, false, nil)
+			pool := NewBufferPool()
+			first, err := NewGoSession(c.model, Options{Threads: 2, Buffers: pool, poisonArena: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := first.Run(context.Background(), c.inputs, RunOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sameBits(want, copyOutputs(kept)); err != nil {
+				t.Fatalf("first session: %v", err)
+			}
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			lent := pool.count()
+			for i := range 2 {
+				next, err := NewGoSession(c.model, Options{Threads: 2, Buffers: pool, poisonArena: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sameBits(want, runCopy(t, next, c.inputs, false, nil)); err != nil {
+					t.Fatalf("session %d on the pool's buffers: %v", i+2, err)
+				}
+				if err := next.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := sameBits(want, copyOutputs(kept)); err != nil {
+				t.Fatalf("the first session's outputs after later sessions ran: %v", err)
+			}
+			if lent > 0 && pool.count() > lent {
+				t.Fatalf("the pool grew from %d to %d buffers: the later sessions did not take the first one's", lent, pool.count())
+			}
+		})
+	}
+}
+
+// copyOutputs is a run's outputs as runCopy keys them.
+func copyOutputs(outs map[string]*tensor.Tensor) detRun {
+	c := detRun{}
+	for k, v := range outs {
+		c["out:"+k] = v.Clone()
+	}
+	return c
+}

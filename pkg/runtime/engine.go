@@ -50,6 +50,10 @@ type Options struct {
 	// way it finds cheapest: the ways give the same results bit for bit,
 	// and tests and benchmarks compare them.
 	ConvWay kernels.ConvWay
+	// Buffers, when set, lends the built-in engine's sessions the run
+	// buffers of the sessions closed before them, and takes theirs when
+	// they are closed (see BufferPool); ONNX Runtime ignores it.
+	Buffers *BufferPool
 	// poisonArena fills recycled buffers with NaN (see arena.poison).
 	poisonArena bool
 }

@@ -59,7 +59,7 @@ func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
 		return nil, &UnsupportedError{Items: c.unsupported}
 	}
 	s := &GoSession{model: m, prog: prog, threads: threads, profile: opts.Profile, choices: c.choices}
-	s.arenas.poison = opts.poisonArena
+	s.arenas.poison, s.arenas.pool = opts.poisonArena, opts.Buffers
 	for _, v := range m.Graph.Inputs {
 		s.inputs = append(s.inputs, ioInfo(v))
 	}
@@ -91,8 +91,12 @@ func (s *GoSession) Inputs() []IOInfo { return s.inputs }
 // Outputs describes the model outputs.
 func (s *GoSession) Outputs() []IOInfo { return s.outputs }
 
-// Close releases the session.
-func (s *GoSession) Close() error { return nil }
+// Close releases the session: its free run buffers go to
+// Options.Buffers, if given.
+func (s *GoSession) Close() error {
+	s.arenas.close()
+	return nil
+}
 
 // Run executes the model. Graph inputs and every node output are handed to
 // opts.Tap (filtered by opts.TapValues) as soon as they exist.
