@@ -323,6 +323,44 @@ func TestAlgorithmsDeterministic(t *testing.T) {
 	})
 }
 
+// TestAlgorithmsSkipFigures checks that equalization and bias correction
+// write the same bytes without the report's figures, and report no
+// figures then.
+func TestAlgorithmsSkipFigures(t *testing.T) {
+	cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n"), "int4.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models [][]byte
+	for _, skip := range []bool{false, true} {
+		u := &Unit{Model: cleModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms, SkipFigures: skip,
+			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+				return observe(t, m, plan), nil
+			},
+			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: newSampleSource(4, 12, 3, 8, 8), BatchSize: 5}}
+		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models = append(models, b)
+		figures := 0
+		for _, l := range u.Layers {
+			if l.Skipped == "" {
+				figures++
+			}
+		}
+		if skip && figures > 0 || !skip && figures == 0 {
+			t.Fatalf("skip figures %v: %d layers with figures (%+v)", skip, figures, u.Layers)
+		}
+	}
+	if !bytes.Equal(models[0], models[1]) {
+		t.Fatal("the model differs with and without the figures")
+	}
+}
+
 // sameModelAcrossThreads fails unless quantize writes byte-identical
 // models at 1, 3 and again 1 engine threads.
 func sameModelAcrossThreads(t *testing.T, quantize func(threads int) *Unit) {

@@ -155,7 +155,7 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 			layers = append(layers, l)
 		}
 	}
-	if err := measureBiasErrors(ctx, u, m, layers, cfg); err != nil {
+	if err := measureBiasErrors(ctx, u, m, layers, cfg, !u.SkipFigures); err != nil {
 		return err
 	}
 	for _, l := range layers {
@@ -167,6 +167,9 @@ func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) err
 			u.UncorrectedBiases = map[string]BiasValue{}
 		}
 		u.UncorrectedBiases[l.node.Inputs[1].Name] = BiasValue{Bias: l.bias.Name, Data: l.biasData, Shape: l.biasShape}
+		if u.SkipFigures {
+			continue
+		}
 		u.Layers = append(u.Layers, LayerReport{Algorithm: biasCorrectionName, Node: l.node.Name, OpType: l.node.OpType,
 			Measure: "output", Before: sqnrDB(l.signal, before), After: sqnrDB(l.signal, max(after, 0)),
 			Note: fmt.Sprintf("%d of %d channels corrected", corrected, len(nb))})
@@ -217,7 +220,7 @@ func BiasesCorrectedAs(ctx context.Context, u *Unit, weights []*TensorPlan) (map
 			layers = append(layers, l)
 		}
 	}
-	if err := measureBiasErrors(ctx, u, m, layers, cfg); err != nil {
+	if err := measureBiasErrors(ctx, u, m, layers, cfg, false); err != nil {
 		return nil, err
 	}
 	out := map[string]BiasValue{}
@@ -231,8 +234,9 @@ func BiasesCorrectedAs(ctx context.Context, u *Unit, weights []*TensorPlan) (map
 // measureBiasErrors accumulates each layer's output error over the
 // calibration samples, the layers' inputs read from m. The error is
 // computed by the engine running the layers with W − Ŵ as weights, one
-// batch at a time: memory holds one batch of the layers' inputs.
-func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers []*biasLayer, cfg *config.BiasCorrection) error {
+// batch at a time: memory holds one batch of the layers' inputs. With
+// signal, each layer's float output is read too, for the report's SQNRs.
+func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers []*biasLayer, cfg *config.BiasCorrection, signal bool) error {
 	if len(layers) == 0 {
 		return nil
 	}
@@ -248,7 +252,11 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 	byValue := map[string][]*biasLayer{}
 	var taps []string
 	for _, l := range layers {
-		for _, v := range []string{l.input, l.output} {
+		values := []string{l.input}
+		if signal {
+			values = append(values, l.output)
+		}
+		for _, v := range values {
 			if len(byValue[v]) == 0 {
 				taps = append(taps, v)
 			}
@@ -353,11 +361,20 @@ func (l *biasLayer) accumulate(e []float32, shape []int) error {
 		return fmt.Errorf("%s: error of shape %v, want %d channels on axis 1", l.node, shape, c)
 	}
 	inner := tensor.NumElements(shape[2:])
-	for i, v := range e {
-		ch := (i / inner) % c
-		l.sum[ch] += float64(v)
-		l.sumSq[ch] += float64(v) * float64(v)
-		l.count[ch]++
+	if inner == 0 {
+		return nil
+	}
+	// Channel by channel in memory order: each channel's sums add its
+	// elements in the order a flat walk would.
+	for row := range len(e) / inner {
+		ch := row % c
+		sum, sumSq := l.sum[ch], l.sumSq[ch]
+		for _, v := range e[row*inner : (row+1)*inner] {
+			sum += float64(v)
+			sumSq += float64(v) * float64(v)
+		}
+		l.sum[ch], l.sumSq[ch] = sum, sumSq
+		l.count[ch] += float64(inner)
 	}
 	return nil
 }
