@@ -6,6 +6,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 )
 
@@ -183,30 +184,46 @@ func weightsOf(pairs []*clePair, name string) *weightData {
 func (p *clePair) equalize() {
 	channels := p.w1.shape[0]
 	per1 := len(p.w1.data) / channels
-	inner2 := len(p.w2.data) / (p.w2.shape[0] * p.w2.shape[1])
+	cols := p.w2.shape[1]
+	inner2 := len(p.w2.data) / (p.w2.shape[0] * cols)
+	// A channel's scale changes its row of the first weight and its column
+	// of the second only, so the channels are independent: the second
+	// weight's column ranges come from one pass over it in memory order,
+	// and one more pass scales it.
+	r2 := make([]float32, channels)
+	for o := range p.w2.shape[0] {
+		g := o / p.outPer
+		for j := range cols {
+			base := (o*cols + j) * inner2
+			i := g*p.per + j
+			r2[i] = max(r2[i], absMax(p.w2.data[base:base+inner2]))
+		}
+	}
+	s := make([]float32, channels)
 	for i := range channels {
 		r1 := absMax(p.w1.data[i*per1 : (i+1)*per1])
-		g, j := i/p.per, i%p.per
-		r2 := float32(0)
-		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
-			base := (o*p.w2.shape[1] + j) * inner2
-			r2 = max(r2, absMax(p.w2.data[base:base+inner2]))
-		}
-		if r1 == 0 || r2 == 0 {
+		if r1 == 0 || r2[i] == 0 {
 			continue
 		}
-		s := float32(math.Sqrt(float64(r1) / float64(r2)))
+		s[i] = float32(math.Sqrt(float64(r1) / float64(r2[i])))
 		for k := i * per1; k < (i+1)*per1; k++ {
-			p.w1.data[k] /= s
+			p.w1.data[k] /= s[i]
 		}
 		if p.b1 != nil {
-			p.b1.data[i] /= s
+			p.b1.data[i] /= s[i]
 		}
-		p.scale[i] *= float64(s)
-		for o := g * p.outPer; o < (g+1)*p.outPer; o++ {
-			base := (o*p.w2.shape[1] + j) * inner2
+		p.scale[i] *= float64(s[i])
+	}
+	for o := range p.w2.shape[0] {
+		g := o / p.outPer
+		for j := range cols {
+			si := s[g*p.per+j]
+			if si == 0 {
+				continue
+			}
+			base := (o*cols + j) * inner2
 			for k := base; k < base+inner2; k++ {
-				p.w2.data[k] *= s
+				p.w2.data[k] *= si
 			}
 		}
 	}
@@ -290,9 +307,17 @@ func convPads(n *onnxgraph.Node) bool {
 }
 
 func absMax(x []float32) float32 {
+	if len(x) >= 64 {
+		// The vector kernel's extremes: the same value as the loop below
+		// for finite data; short slices (a kernel window) cost more in
+		// the call than in the loop.
+		if lo, hi, nan, inf := kernels.FiniteMinMax(x); nan == 0 && inf == 0 {
+			return max(0, -lo, hi)
+		}
+	}
 	m := float32(0)
 	for _, v := range x {
-		m = max(m, float32(math.Abs(float64(v))))
+		m = max(m, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
 	}
 	return m
 }

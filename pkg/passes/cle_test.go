@@ -171,3 +171,45 @@ func TestRescaleRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestAbsMax checks absMax against the plain loop it stands for, on the
+// lengths either side of the vector kernel's threshold, with negative
+// zeros, subnormals, and the NaN and ±Inf the kernel leaves to the loop.
+func TestAbsMax(t *testing.T) {
+	loop := func(x []float32) float32 {
+		m := float32(0)
+		for _, v := range x {
+			m = max(m, float32(math.Abs(float64(v))))
+		}
+		return m
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{0, 1, 9, 63, 64, 65, 200, 4608} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		cases := map[string][]float32{"normal": x}
+		if n > 0 {
+			neg := slices.Clone(x)
+			for i := range neg {
+				neg[i] = -float32(math.Abs(float64(neg[i])))
+			}
+			zeros := make([]float32, n)
+			zeros[n-1] = float32(math.Copysign(0, -1))
+			sub := slices.Clone(x)
+			sub[n/2] = -math.SmallestNonzeroFloat32 * 1e3
+			nan := slices.Clone(x)
+			nan[n/2] = float32(math.NaN())
+			inf := slices.Clone(x)
+			inf[n-1] = float32(math.Inf(-1))
+			cases["negative"], cases["zeros"], cases["subnormal"], cases["nan"], cases["inf"] = neg, zeros, sub, nan, inf
+		}
+		for name, v := range cases {
+			got, want := absMax(v), loop(v)
+			if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+				t.Errorf("n=%d %s: absMax %g, loop %g", n, name, got, want)
+			}
+		}
+	}
+}
