@@ -3,6 +3,7 @@ package tensor
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"unsafe"
 
@@ -203,37 +204,9 @@ func viewRaw(dt DType, raw []byte, n int) any {
 	if !inPlace(dt) || size == 0 || n == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(raw)))%uintptr(size) != 0 {
 		return nil
 	}
-	switch makeSlice(dt, 0).(type) {
-	case []float32:
-		return viewAs[float32](raw, n)
-	case []float64:
-		return viewAs[float64](raw, n)
-	case []int8:
-		return viewAs[int8](raw, n)
-	case []uint8:
-		return raw[:n:n]
-	case []int16:
-		return viewAs[int16](raw, n)
-	case []uint16:
-		return viewAs[uint16](raw, n)
-	case []int32:
-		return viewAs[int32](raw, n)
-	case []uint32:
-		return viewAs[uint32](raw, n)
-	case []int64:
-		return viewAs[int64](raw, n)
-	case []uint64:
-		return viewAs[uint64](raw, n)
-	case []complex64:
-		return viewAs[complex64](raw, n)
-	case []complex128:
-		return viewAs[complex128](raw, n)
-	}
-	return nil
-}
-
-func viewAs[T any](raw []byte, n int) []T {
-	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(raw))), n)
+	// The slice type dt's elements are held in, over raw's memory.
+	elem := reflect.TypeOf(makeSlice(dt, 0)).Elem()
+	return reflect.SliceAt(elem, unsafe.Pointer(unsafe.SliceData(raw)), n).Interface()
 }
 
 func fromProto(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
