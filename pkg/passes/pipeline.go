@@ -77,11 +77,12 @@ type Unit struct {
 	// Layers is what the algorithms did, node by node.
 	Layers []LayerReport
 	// SkipFigures leaves out the figures of Layers that only report on
-	// an algorithm (the local SQNRs of weights and products that
-	// cross-layer equalization and SmoothQuant changed before prepare):
-	// they quantize each changed weight again as it was, which on a
-	// decoder costs as much as the weights' own range search. Nothing
-	// the algorithms decide depends on them.
+	// an algorithm: the local SQNRs of the weights and products that
+	// cross-layer equalization and SmoothQuant changed before prepare
+	// (they quantize each changed weight again as it was, which on a
+	// decoder costs as much as the weights' own range search) and of the
+	// layers bias correction corrected (they read every layer's float
+	// output). Nothing the algorithms decide depends on them.
 	SkipFigures bool
 	// ownsModel is set once Model is a private copy that the algorithms
 	// may edit.
