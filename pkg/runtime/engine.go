@@ -36,15 +36,6 @@ type RunOptions struct {
 	// the built-in engine runs only the steps they need and returns no
 	// outputs. Other engines may run the whole graph.
 	TapsOnly bool
-	// Given are values of the main graph the caller already has, as this
-	// model computes them from the same inputs (a run of a model that
-	// computes the same nodes the same way up to them): the built-in
-	// engine takes them instead of computing them and runs only the steps
-	// the outputs need beyond them. A value a fused step computes inside
-	// it cannot be given and is ignored, as is a name that is not one of
-	// the graph's values; other engines ignore Given. The inputs are
-	// still required.
-	Given map[string]*tensor.Tensor
 }
 
 // Options configures a session.

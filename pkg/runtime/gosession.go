@@ -132,24 +132,14 @@ func (s *GoSession) Run(ctx context.Context, inputs map[string]*tensor.Tensor, o
 			rc.tapSet[n] = true
 		}
 	}
-	tapsOnly := opts.TapsOnly && rc.tapSet != nil
-	switch {
-	case tapsOnly:
-		rc.needed = s.prog.needed(rc.tapSet, nil)
-	case len(opts.Given) > 0:
-		want := map[string]bool{}
-		for _, v := range s.prog.graph.Outputs {
-			want[v.Name] = true
-		}
-		if rc.given = s.prog.givenSlots(opts.Given); len(rc.given) > 0 {
-			rc.needed = s.prog.needed(want, rc.given)
-		}
+	if opts.TapsOnly && rc.tapSet != nil {
+		rc.needed = s.prog.needed(rc.tapSet)
 	}
 	outs, err := s.prog.run(rc, feeds, nil)
 	if err != nil {
 		return nil, err
 	}
-	if tapsOnly && rc.needed != nil {
+	if rc.needed != nil {
 		return map[string]*tensor.Tensor{}, nil
 	}
 	res := make(map[string]*tensor.Tensor, len(outs))
@@ -236,9 +226,6 @@ type runCtx struct {
 	// needed, when set, marks the main graph's steps a TapsOnly run
 	// computes; the others are skipped.
 	needed []bool
-	// given are the main graph's slots the caller supplied
-	// (RunOptions.Given).
-	given map[int]*tensor.Tensor
 }
 
 // profiling reports whether the step running now is being profiled, so
@@ -339,11 +326,6 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 		held = make([]bool, p.nslots)
 	}
 	pruned := rc.needed != nil && rc.depth == 1
-	if pruned {
-		for slot, t := range rc.given {
-			slots[slot] = t
-		}
-	}
 	for i := range p.steps {
 		st := &p.steps[i]
 		if err := rc.ctx.Err(); err != nil {
@@ -395,7 +377,7 @@ func (p *program) run(rc *runCtx, feeds, outer []*tensor.Tensor) ([]*tensor.Tens
 		}
 		p.free(rc, st, slots, held)
 	}
-	if pruned && rc.given == nil {
+	if pruned {
 		return nil, nil
 	}
 	res := make([]*tensor.Tensor, len(p.outputs))
@@ -420,31 +402,10 @@ func (p *program) free(rc *runCtx, st *step, slots []*tensor.Tensor, held []bool
 	}
 }
 
-// givenSlots are the slots of the values in given that a step outputs
-// (the only ones a run can take instead of computing), converted to
-// compute form.
-func (p *program) givenSlots(given map[string]*tensor.Tensor) map[int]*tensor.Tensor {
-	out := map[int]*tensor.Tensor{}
-	for i := range p.steps {
-		for _, s := range p.steps[i].out {
-			if s < 0 {
-				continue
-			}
-			if t, ok := given[p.names[s]]; ok && t != nil {
-				if ct, err := toCompute(t); err == nil {
-					out[s] = ct
-				}
-			}
-		}
-	}
-	return out
-}
-
 // needed marks the steps that compute the values named in want and the
-// steps those read from, stopping at the slots in given, which are not
-// computed. It returns nil, so that every step runs, when a name is none
-// of the graph's own values (a value inside a subgraph).
-func (p *program) needed(want map[string]bool, given map[int]*tensor.Tensor) []bool {
+// steps those read from. It returns nil, so that every step runs, when a
+// name is none of the graph's own values (a value inside a subgraph).
+func (p *program) needed(want map[string]bool) []bool {
 	producer := map[string]int{}
 	bySlot := map[int]int{}
 	for i := range p.steps {
@@ -471,9 +432,6 @@ func (p *program) needed(want map[string]bool, given map[int]*tensor.Tensor) []b
 		}
 	}
 	for name := range want {
-		if s := slices.Index(p.names, name); s >= 0 && given[s] != nil {
-			continue
-		}
 		if i, ok := producer[name]; ok {
 			mark(i)
 		} else if !slices.Contains(p.names, name) {
@@ -484,7 +442,7 @@ func (p *program) needed(want map[string]bool, given map[int]*tensor.Tensor) []b
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		for _, s := range p.steps[i].in {
-			if j, ok := bySlot[s]; ok && s >= 0 && given[s] == nil {
+			if j, ok := bySlot[s]; ok && s >= 0 {
 				mark(j)
 			}
 		}
