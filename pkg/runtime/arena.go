@@ -62,17 +62,6 @@ func (p *BufferPool) take(n int) []float32 {
 	return buf
 }
 
-// count is the number of buffers in the pool.
-func (p *BufferPool) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, l := range p.free {
-		n += len(l)
-	}
-	return n
-}
-
 // give adds an arena's free buffers to the pool.
 func (p *BufferPool) give(free map[int][][]float32) {
 	p.mu.Lock()

@@ -113,3 +113,14 @@ func copyOutputs(outs map[string]*tensor.Tensor) detRun {
 	}
 	return c
 }
+
+// count is the number of buffers in the pool.
+func (p *BufferPool) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.free {
+		n += len(l)
+	}
+	return n
+}

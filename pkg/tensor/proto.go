@@ -182,12 +182,10 @@ func CheckProto(tp *onnxpb.TensorProto, externalLength int64) error {
 // tensor then shares tp's raw_data: neither may be written in place
 // (coreaiq replaces an initializer's raw_data, never writes into it).
 func FromProtoReadOnly(tp *onnxpb.TensorProto, ext ExternalReader) (*Tensor, error) {
-	if tp != nil && tp.RawData != nil && tp.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
-		l, err := layoutOf(tp)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", tp.GetName(), err)
-		}
-		if l.field == fieldRaw && len(tp.RawData) == l.dt.RawSize(l.n) {
+	if tp != nil && tp.RawData != nil {
+		// Anything FromProto would refuse or copy differently (a bad
+		// layout, external data, a size mismatch) is left to it.
+		if l, err := layoutOf(tp); err == nil && !l.external && l.field == fieldRaw && len(tp.RawData) == l.dt.RawSize(l.n) {
 			if d := viewRaw(l.dt, tp.RawData, l.n); d != nil {
 				return &Tensor{DType: l.dt, Shape: l.shape, Data: d}, nil
 			}
