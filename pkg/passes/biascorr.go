@@ -124,7 +124,6 @@ type biasLayer struct {
 	delta             []float32 // float weight − quantize-dequantized weight
 	deltaShape        []int
 	input, output     string // the node's input and output values
-	deltaIn, deltaOut string // their names in the error model
 	sum, sumSq, count []float64
 	signal            float64 // Σ y² of the float output
 }
@@ -135,8 +134,8 @@ type biasLayer struct {
 // e = layer(x; W) − layer(x; Ŵ) = layer(x; W − Ŵ), x being the layer's
 // input in the float model, and adds that mean to the bias, so that the
 // quantized layer's output is right on average. The error is computed by
-// the engine running the layers with W − Ŵ as weights, one batch at a time:
-// memory holds one batch of the layers' inputs.
+// the engine running each layer with W − Ŵ as its weight on the layer's
+// input as the float model computes it (measureBiasErrors).
 func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) error {
 	if err := ownModel(u); err != nil {
 		return err
@@ -233,25 +232,32 @@ func BiasesCorrectedAs(ctx context.Context, u *Unit, weights []*TensorPlan) (map
 
 // measureBiasErrors accumulates each layer's output error over the
 // calibration samples, the layers' inputs read from m. The error is
-// computed by the engine running the layers with W − Ŵ as weights, one
-// batch at a time: memory holds one batch of the layers' inputs. With
+// computed by the engine running each layer with W − Ŵ as its weight on
+// the layer's input while the float model's run holds it (in the tap), so
+// no layer's input is copied: memory holds what one run of m holds. With
 // signal, each layer's float output is read too, for the report's SQNRs.
 func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers []*biasLayer, cfg *config.BiasCorrection, signal bool) error {
 	if len(layers) == 0 {
 		return nil
 	}
-	errModel, err := errorModel(m, layers)
-	if err != nil {
-		return err
-	}
-	es, err := runtime.Open(u.Data.Engine, errModel, u.Data.Runtime)
-	if err != nil {
-		return fmt.Errorf("%s: %w", biasCorrectionName, err)
-	}
-	defer es.Close()
-	byValue := map[string][]*biasLayer{}
+	sessions := make([]runtime.Session, len(layers))
+	defer func() {
+		for _, s := range sessions {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	byValue := map[string][]int{}
 	var taps []string
-	for _, l := range layers {
+	for i, l := range layers {
+		em, err := errorModel(m, l)
+		if err != nil {
+			return err
+		}
+		if sessions[i], err = runtime.Open(u.Data.Engine, em, u.Data.Runtime); err != nil {
+			return fmt.Errorf("%s: %w", biasCorrectionName, err)
+		}
 		values := []string{l.input}
 		if signal {
 			values = append(values, l.output)
@@ -260,10 +266,9 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			if len(byValue[v]) == 0 {
 				taps = append(taps, v)
 			}
-			byValue[v] = append(byValue[v], l)
+			byValue[v] = append(byValue[v], i)
 		}
 	}
-	feeds := map[string]*tensor.Tensor{}
 	var tapErr error
 	tap := func(name string, t *tensor.Tensor) {
 		if tapErr != nil {
@@ -274,13 +279,12 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			tapErr = fmt.Errorf("value %q: %w", name, err)
 			return
 		}
-		var kept *tensor.Tensor
-		for _, l := range byValue[name] {
+		for _, i := range byValue[name] {
+			l := layers[i]
 			if name == l.input {
-				if kept == nil {
-					kept = tensor.FromFloat32(append([]float32(nil), f...), t.Shape...)
+				if tapErr = l.measure(ctx, sessions[i], tensor.FromFloat32(f, t.Shape...)); tapErr != nil {
+					return
 				}
-				feeds[l.deltaIn] = kept
 			}
 			if name == l.output {
 				for _, v := range f {
@@ -289,31 +293,26 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			}
 		}
 	}
-	measure := func() error {
-		if tapErr != nil {
-			return tapErr
-		}
-		outs, err := es.Run(ctx, feeds, runtime.RunOptions{})
-		if err != nil {
-			return err
-		}
-		for _, l := range layers {
-			e := outs[l.deltaOut]
-			f, err := e.AsFloat32()
-			if err != nil {
-				return err
-			}
-			if err := l.accumulate(f, e.Shape); err != nil {
-				return err
-			}
-		}
-		clear(feeds)
-		return nil
-	}
-	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, measure); err != nil {
+	after := func() error { return tapErr }
+	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, after); err != nil {
 		return fmt.Errorf("%s: %w", biasCorrectionName, err)
 	}
 	return nil
+}
+
+// measure runs the layer's error model on x, its input, and adds the
+// error to the sums.
+func (l *biasLayer) measure(ctx context.Context, es runtime.Session, x *tensor.Tensor) error {
+	outs, err := es.Run(ctx, map[string]*tensor.Tensor{errorInput: x}, runtime.RunOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.node, err)
+	}
+	e := outs[errorOutput]
+	f, err := e.AsFloat32()
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.node, err)
+	}
+	return l.accumulate(f, e.Shape)
 }
 
 // fold is the layer's bias with its significant mean errors folded in,
@@ -443,27 +442,29 @@ func biasLayerOf(u *Unit, m *onnxgraph.Model, n *onnxgraph.Node, planned func(st
 		sum: make([]float64, c), sumSq: make([]float64, c), count: make([]float64, c)}, "", nil
 }
 
-// errorModel is a model holding, for each layer, a copy of its node
-// (attributes included) that reads the layer's input and the weight error
-// W − Ŵ and has no bias: its output is the layer's output error.
-func errorModel(m *onnxgraph.Model, layers []*biasLayer) (*onnxgraph.Model, error) {
+// The error model's input and output.
+const (
+	errorInput  = "x"
+	errorOutput = "error"
+)
+
+// errorModel is a model holding a copy of the layer's node (attributes
+// included) that reads errorInput and the weight error W − Ŵ and has no
+// bias: its output, errorOutput, is the layer's output error.
+func errorModel(m *onnxgraph.Model, l *biasLayer) (*onnxgraph.Model, error) {
 	g := &onnxpb.GraphProto{Name: proto.String("bias_error")}
-	for i, l := range layers {
-		l.deltaIn, l.deltaOut = fmt.Sprintf("x%d", i), fmt.Sprintf("e%d", i)
-		w := fmt.Sprintf("dw%d", i)
-		wp, err := tensor.ToProto(tensor.FromFloat32(l.delta, l.deltaShape...), w)
-		if err != nil {
-			return nil, err
-		}
-		g.Initializer = append(g.Initializer, wp)
-		g.Input = append(g.Input, floatValueInfo(l.deltaIn))
-		g.Output = append(g.Output, floatValueInfo(l.deltaOut))
-		n := proto.CloneOf(l.node.Proto)
-		n.Name = proto.String(fmt.Sprintf("error%d", i))
-		n.Input = []string{l.deltaIn, w}
-		n.Output = []string{l.deltaOut}
-		g.Node = append(g.Node, n)
+	wp, err := tensor.ToProto(tensor.FromFloat32(l.delta, l.deltaShape...), "dw")
+	if err != nil {
+		return nil, err
 	}
+	g.Initializer = append(g.Initializer, wp)
+	g.Input = append(g.Input, floatValueInfo(errorInput))
+	g.Output = append(g.Output, floatValueInfo(errorOutput))
+	n := proto.CloneOf(l.node.Proto)
+	n.Name = proto.String("error")
+	n.Input = []string{errorInput, "dw"}
+	n.Output = []string{errorOutput}
+	g.Node = append(g.Node, n)
 	mp := &onnxpb.ModelProto{IrVersion: m.Proto.IrVersion, OpsetImport: m.Proto.GetOpsetImport(), Graph: g}
 	return onnxgraph.FromProto(mp, "")
 }
