@@ -45,6 +45,33 @@ type weightData struct {
 	shape []int
 	// original is the data before the algorithm, for the report.
 	original []float32
+	// windows are the largest magnitudes of the weight's windows, kept
+	// while equalization scales it (windowMaxima).
+	windows []float32
+}
+
+// windowMaxima are the largest magnitudes of the weight's windows, one per
+// (output channel, input channel) pair: the kernel positions of a Conv
+// weight [O, C, k...]. Computed once, then kept up to date as equalization
+// scales the weight: every element of a window is scaled by the same
+// positive factor, rounded, and a rounded product or quotient grows with
+// its operand, so the scaled window's largest magnitude is the old one
+// scaled and rounded the same way, exactly. A sweep then reads the ranges
+// of its rows and columns from them instead of from the whole weight.
+func (w *weightData) windowMaxima() (maxima []float32, cols int) {
+	cols = 1
+	if len(w.shape) > 1 {
+		cols = w.shape[1]
+	}
+	if w.windows == nil {
+		rows := w.shape[0] * cols
+		inner := len(w.data) / max(rows, 1)
+		w.windows = make([]float32, rows)
+		for r := range rows {
+			w.windows[r] = absMax(w.data[r*inner : (r+1)*inner])
+		}
+	}
+	return w.windows, cols
 }
 
 // equalize is cross-layer equalization (Nagel et al., "Data-Free
@@ -180,34 +207,43 @@ func weightsOf(pairs []*clePair, name string) *weightData {
 	return nil
 }
 
-// equalize scales one pair's shared channels once.
+// equalize scales one pair's shared channels once. The ranges come from
+// the weights' window maxima (windowMaxima), which the scaling keeps
+// exact; the scaling itself goes over each weight once, in memory order
+// (a channel's scale changes its row of the first weight and its column
+// of the second only, so the channels are independent).
 func (p *clePair) equalize() {
 	channels := p.w1.shape[0]
 	per1 := len(p.w1.data) / channels
-	cols := p.w2.shape[1]
+	m1, cols1 := p.w1.windowMaxima()
+	m2, cols := p.w2.windowMaxima()
 	inner2 := len(p.w2.data) / (p.w2.shape[0] * cols)
-	// A channel's scale changes its row of the first weight and its column
-	// of the second only, so the channels are independent: the second
-	// weight's column ranges come from one pass over it in memory order,
-	// and one more pass scales it.
 	r2 := make([]float32, channels)
 	for o := range p.w2.shape[0] {
 		g := o / p.outPer
 		for j := range cols {
-			base := (o*cols + j) * inner2
 			i := g*p.per + j
-			r2[i] = max(r2[i], absMax(p.w2.data[base:base+inner2]))
+			r2[i] = max(r2[i], m2[o*cols+j])
 		}
 	}
 	s := make([]float32, channels)
 	for i := range channels {
-		r1 := absMax(p.w1.data[i*per1 : (i+1)*per1])
+		r1 := float32(0)
+		for _, m := range m1[i*cols1 : (i+1)*cols1] {
+			r1 = max(r1, m)
+		}
 		if r1 == 0 || r2[i] == 0 {
 			continue
 		}
 		s[i] = float32(math.Sqrt(float64(r1) / float64(r2[i])))
+		if s[i] == 1 {
+			continue // balanced already: scaling by one changes nothing
+		}
 		for k := i * per1; k < (i+1)*per1; k++ {
 			p.w1.data[k] /= s[i]
+		}
+		for j := i * cols1; j < (i+1)*cols1; j++ {
+			m1[j] /= s[i]
 		}
 		if p.b1 != nil {
 			p.b1.data[i] /= s[i]
@@ -218,13 +254,14 @@ func (p *clePair) equalize() {
 		g := o / p.outPer
 		for j := range cols {
 			si := s[g*p.per+j]
-			if si == 0 {
+			if si == 0 || si == 1 {
 				continue
 			}
 			base := (o*cols + j) * inner2
 			for k := base; k < base+inner2; k++ {
 				p.w2.data[k] *= si
 			}
+			m2[o*cols+j] *= si
 		}
 	}
 }

@@ -213,3 +213,54 @@ func TestAbsMax(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowMaximaStayExact: the window maxima equalization keeps while it
+// scales a chain's weights are, after every sweep, what the weights'
+// windows hold (so that the sweeps read the ranges the weights have), on a
+// chain whose middle weight is in two pairs (second of one, first of the
+// next: the rows of one and the columns of the other scale it), with
+// magnitudes over many orders, subnormals and negative zeros.
+func TestWindowMaximaStayExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	weight := func(shape ...int) *weightData {
+		w := &weightData{shape: shape, data: make([]float32, tensor.NumElements(shape))}
+		for i := range w.data {
+			w.data[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(9)-4)))
+			switch rng.IntN(50) {
+			case 0:
+				w.data[i] = float32(math.Copysign(0, -1))
+			case 1:
+				w.data[i] = math.SmallestNonzeroFloat32 * float32(rng.IntN(100))
+			}
+		}
+		return w
+	}
+	// 8 → 12 (3×3) → depthwise 12 (3×3) → 5 (1×1)
+	a, b, c, d := weight(12, 8, 3, 3), weight(12, 1, 3, 3), weight(5, 12, 1, 1), weight(12)
+	pairs := []*clePair{
+		{w1: a, w2: b, b1: d, per: 1, outPer: 1, scale: ones(12)},
+		{w1: b, w2: c, per: 12, outPer: 5, scale: ones(12)},
+	}
+	for sweep := range 6 {
+		for _, p := range pairs {
+			p.equalize()
+		}
+		for wi, w := range []*weightData{a, b, c} {
+			got, cols := w.windowMaxima()
+			inner := len(w.data) / (w.shape[0] * cols)
+			for r := range got {
+				if want := absMax(w.data[r*inner : (r+1)*inner]); math.Float32bits(got[r]) != math.Float32bits(want) {
+					t.Fatalf("sweep %d, weight %d, window %d: kept maximum %g, the window holds %g", sweep, wi, r, got[r], want)
+				}
+			}
+		}
+	}
+}
+
+func ones(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
