@@ -50,7 +50,7 @@ func NewGoSession(m *onnxgraph.Model, opts Options) (*GoSession, error) {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	c := &compiler{model: m, threads: threads, convWay: opts.ConvWay}
+	c := &compiler{model: m, threads: threads, convWay: opts.ConvWay, packs: newPackBudget(packBudgetBytes)}
 	prog, err := c.compileGraph(m.Graph, nil, nil)
 	if err != nil {
 		return nil, err
@@ -482,7 +482,14 @@ type compiler struct {
 	// choices are the kernel choices made at compile time, by node.
 	choices     map[string]string
 	unsupported []Unsupported
+	// packs bounds what the session's GEMM nodes keep packed (nil: no
+	// bound).
+	packs *packBudget
 }
+
+// newPackCache is a pack cache for one node, drawing on the session's
+// budget.
+func (c *compiler) newPackCache() *packCache { return &packCache{budget: c.packs} }
 
 // compileGraph compiles g. outer names the enclosing values the graph may
 // read (in the order the caller will pass them); formal is nil for the main

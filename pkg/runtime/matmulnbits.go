@@ -40,7 +40,7 @@ func buildMatMulNBits(b *builder) (kernel, error) {
 		srcB   *tensor.Tensor
 		weight *tensor.Tensor
 	)
-	cache := &packCache{}
+	cache := b.c.newPackCache()
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		if len(in) < 3 || in[1] == nil || in[2] == nil {
 			return nil, fmt.Errorf("MatMulNBits needs A, B and scales")

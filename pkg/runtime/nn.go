@@ -25,8 +25,8 @@ func floats(t *tensor.Tensor, what string) ([]float32, error) {
 
 // buildMatMul returns numpy matmul: batched over broadcast leading dims,
 // with 1-D operands promoted and the promoted dimension dropped again.
-func buildMatMul(_ *builder) (kernel, error) {
-	cache := &packCache{}
+func buildMatMul(b *builder) (kernel, error) {
+	cache := b.c.newPackCache()
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		return matMul(rc, in, cache)
 	}, nil
@@ -65,7 +65,7 @@ func matMul(rc *runCtx, in []*tensor.Tensor, cache *packCache) ([]*tensor.Tensor
 	case len(bs) == 2:
 		// One matrix on the right: the batch of A is one tall product,
 		// with B packed once (and kept when it is a constant).
-		if packs := cache.get(b, func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(false, k, n, y, n)} }); packs != nil {
+		if packs := cache.get(b, k*n, func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(false, k, n, y, n)} }); packs != nil {
 			kernels.SgemmPackedB(rc.threads, false, nb*m, 1, x, k, packs[0], 0, o, n, nil)
 		} else {
 			kernels.SgemmParallel(rc.threads, false, false, nb*m, n, k, 1, x, k, y, n, 0, o, n)
@@ -122,7 +122,7 @@ func matMulInt(a, b *tensor.Tensor) ([]*tensor.Tensor, error) {
 func buildGemm(b *builder) (kernel, error) {
 	alpha, beta := b.float("alpha", 1), b.float("beta", 1)
 	ta, tb := b.int("transA", 0) != 0, b.int("transB", 0) != 0
-	cache := &packCache{}
+	cache := b.c.newPackCache()
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		x, err := floats(in[0], "A")
 		if err != nil {
@@ -161,7 +161,7 @@ func buildGemm(b *builder) (kernel, error) {
 			stridedGather(o, c, []int{m, n}, bcastStrides(in[2].Shape, []int{m, n}), 0)
 			cb = beta
 		}
-		if packs := cache.get(in[1], func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(tb, k, n, w, bs[1])} }); packs != nil {
+		if packs := cache.get(in[1], k*n, func() []*kernels.PackedB { return []*kernels.PackedB{kernels.PackB(tb, k, n, w, bs[1])} }); packs != nil {
 			kernels.SgemmPackedB(rc.threads, ta, m, alpha, x, as[1], packs[0], cb, o, n, nil)
 		} else {
 			kernels.SgemmParallel(rc.threads, ta, tb, m, n, k, alpha, x, as[1], w, bs[1], cb, o, n)

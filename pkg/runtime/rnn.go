@@ -342,7 +342,7 @@ func (s *rnnSpec) packWeights(cache *packCache, wt *tensor.Tensor, w []float32, 
 		}
 		return ps
 	}
-	if ps := cache.get(wt, pack); ps != nil {
+	if ps := cache.get(wt, len(w), pack); ps != nil {
 		return ps
 	}
 	return pack()
@@ -353,7 +353,7 @@ func buildLSTM(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	wCache, rCache := &packCache{}, &packCache{}
+	wCache, rCache := b.c.newPackCache(), b.c.newPackCache()
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, true)
 		if err != nil {
@@ -440,7 +440,7 @@ func buildGRU(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	wCache, rCache := &packCache{}, &packCache{}
+	wCache, rCache := b.c.newPackCache(), b.c.newPackCache()
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, false)
 		if err != nil {
@@ -530,7 +530,7 @@ func buildRNN(b *builder) (kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	wCache, rCache := &packCache{}, &packCache{}
+	wCache, rCache := b.c.newPackCache(), b.c.newPackCache()
 	return func(rc *runCtx, in []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		d, err := s.unpack(in, false)
 		if err != nil {
