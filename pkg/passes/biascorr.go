@@ -124,6 +124,7 @@ type biasLayer struct {
 	delta             []float32 // float weight − quantize-dequantized weight
 	deltaShape        []int
 	input, output     string // the node's input and output values
+	deltaIn, deltaOut string // their names in the error model
 	sum, sumSq, count []float64
 	signal            float64 // Σ y² of the float output
 }
@@ -134,8 +135,8 @@ type biasLayer struct {
 // e = layer(x; W) − layer(x; Ŵ) = layer(x; W − Ŵ), x being the layer's
 // input in the float model, and adds that mean to the bias, so that the
 // quantized layer's output is right on average. The error is computed by
-// the engine running each layer with W − Ŵ as its weight on the layer's
-// input as the float model computes it (measureBiasErrors).
+// the engine running the layers with W − Ŵ as weights on the layers'
+// inputs as the float model computes them (measureBiasErrors).
 func correctBiases(ctx context.Context, u *Unit, cfg *config.BiasCorrection) error {
 	if err := ownModel(u); err != nil {
 		return err
@@ -232,15 +233,26 @@ func BiasesCorrectedAs(ctx context.Context, u *Unit, weights []*TensorPlan) (map
 
 // measureBiasErrors accumulates each layer's output error over the
 // calibration samples, the layers' inputs read from m. The error is
-// computed by the engine running each layer with W − Ŵ as its weight on
-// the layer's input while the float model's run holds it (in the tap), so
-// no layer's input is copied: memory holds what one run of m holds. With
-// signal, each layer's float output is read too, for the report's SQNRs.
+// computed by the engine running the layers with W − Ŵ as weights on the
+// layers' inputs. The built-in engine runs each layer's error model in the
+// tap, on the input the float model's run holds, so no layer's input is
+// copied: memory holds what one run of m holds. Another engine (whose
+// sessions cost more to open than to run) runs one model of every layer
+// after each batch, on copies of the batch's inputs. With signal, each
+// layer's float output is read too, for the report's SQNRs.
 func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers []*biasLayer, cfg *config.BiasCorrection, signal bool) error {
 	if len(layers) == 0 {
 		return nil
 	}
-	sessions := make([]runtime.Session, len(layers))
+	inTap := u.Data.Engine == "" || u.Data.Engine == "go"
+	groups := [][]*biasLayer{layers}
+	if inTap {
+		groups = make([][]*biasLayer, len(layers))
+		for i, l := range layers {
+			groups[i] = []*biasLayer{l}
+		}
+	}
+	sessions := make([]runtime.Session, len(groups))
 	defer func() {
 		for _, s := range sessions {
 			if s != nil {
@@ -248,16 +260,22 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			}
 		}
 	}()
-	byValue := map[string][]int{}
-	var taps []string
-	for i, l := range layers {
-		em, err := errorModel(m, l)
+	sessionOf := map[*biasLayer]int{}
+	for i, group := range groups {
+		em, err := errorModel(m, group)
 		if err != nil {
 			return err
 		}
 		if sessions[i], err = runtime.Open(u.Data.Engine, em, u.Data.Runtime); err != nil {
 			return fmt.Errorf("%s: %w", biasCorrectionName, err)
 		}
+		for _, l := range group {
+			sessionOf[l] = i
+		}
+	}
+	byValue := map[string][]*biasLayer{}
+	var taps []string
+	for _, l := range layers {
 		values := []string{l.input}
 		if signal {
 			values = append(values, l.output)
@@ -266,9 +284,10 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			if len(byValue[v]) == 0 {
 				taps = append(taps, v)
 			}
-			byValue[v] = append(byValue[v], i)
+			byValue[v] = append(byValue[v], l)
 		}
 	}
+	feeds := map[string]*tensor.Tensor{}
 	var tapErr error
 	tap := func(name string, t *tensor.Tensor) {
 		if tapErr != nil {
@@ -279,12 +298,18 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			tapErr = fmt.Errorf("value %q: %w", name, err)
 			return
 		}
-		for _, i := range byValue[name] {
-			l := layers[i]
-			if name == l.input {
-				if tapErr = l.measure(ctx, sessions[i], tensor.FromFloat32(f, t.Shape...)); tapErr != nil {
+		var kept *tensor.Tensor
+		for _, l := range byValue[name] {
+			if name == l.input && inTap {
+				in := map[string]*tensor.Tensor{l.deltaIn: tensor.FromFloat32(f, t.Shape...)}
+				if tapErr = measureErrors(ctx, sessions[sessionOf[l]], in, []*biasLayer{l}); tapErr != nil {
 					return
 				}
+			} else if name == l.input {
+				if kept == nil {
+					kept = tensor.FromFloat32(append([]float32(nil), f...), t.Shape...)
+				}
+				feeds[l.deltaIn] = kept
 			}
 			if name == l.output {
 				for _, v := range f {
@@ -293,26 +318,38 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 			}
 		}
 	}
-	after := func() error { return tapErr }
+	after := func() error {
+		if tapErr != nil || inTap {
+			return tapErr
+		}
+		err := measureErrors(ctx, sessions[0], feeds, layers)
+		clear(feeds)
+		return err
+	}
 	if err := u.Data.forEachBatch(ctx, m, cfg.Samples, taps, tap, after); err != nil {
 		return fmt.Errorf("%s: %w", biasCorrectionName, err)
 	}
 	return nil
 }
 
-// measure runs the layer's error model on x, its input, and adds the
-// error to the sums.
-func (l *biasLayer) measure(ctx context.Context, es runtime.Session, x *tensor.Tensor) error {
-	outs, err := es.Run(ctx, map[string]*tensor.Tensor{errorInput: x}, runtime.RunOptions{})
+// measureErrors runs an error model of the given layers on their inputs
+// and adds each layer's error to its sums.
+func measureErrors(ctx context.Context, es runtime.Session, feeds map[string]*tensor.Tensor, layers []*biasLayer) error {
+	outs, err := es.Run(ctx, feeds, runtime.RunOptions{})
 	if err != nil {
-		return fmt.Errorf("%s: %w", l.node, err)
+		return err
 	}
-	e := outs[errorOutput]
-	f, err := e.AsFloat32()
-	if err != nil {
-		return fmt.Errorf("%s: %w", l.node, err)
+	for _, l := range layers {
+		e := outs[l.deltaOut]
+		f, err := e.AsFloat32()
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.node, err)
+		}
+		if err := l.accumulate(f, e.Shape); err != nil {
+			return fmt.Errorf("%s: %w", l.node, err)
+		}
 	}
-	return l.accumulate(f, e.Shape)
+	return nil
 }
 
 // fold is the layer's bias with its significant mean errors folded in,
@@ -442,29 +479,27 @@ func biasLayerOf(u *Unit, m *onnxgraph.Model, n *onnxgraph.Node, planned func(st
 		sum: make([]float64, c), sumSq: make([]float64, c), count: make([]float64, c)}, "", nil
 }
 
-// The error model's input and output.
-const (
-	errorInput  = "x"
-	errorOutput = "error"
-)
-
-// errorModel is a model holding a copy of the layer's node (attributes
-// included) that reads errorInput and the weight error W − Ŵ and has no
-// bias: its output, errorOutput, is the layer's output error.
-func errorModel(m *onnxgraph.Model, l *biasLayer) (*onnxgraph.Model, error) {
+// errorModel is a model holding, for each layer, a copy of its node
+// (attributes included) that reads the layer's input and the weight error
+// W − Ŵ and has no bias: its output is the layer's output error.
+func errorModel(m *onnxgraph.Model, layers []*biasLayer) (*onnxgraph.Model, error) {
 	g := &onnxpb.GraphProto{Name: proto.String("bias_error")}
-	wp, err := tensor.ToProto(tensor.FromFloat32(l.delta, l.deltaShape...), "dw")
-	if err != nil {
-		return nil, err
+	for i, l := range layers {
+		l.deltaIn, l.deltaOut = fmt.Sprintf("x%d", i), fmt.Sprintf("e%d", i)
+		w := fmt.Sprintf("dw%d", i)
+		wp, err := tensor.ToProto(tensor.FromFloat32(l.delta, l.deltaShape...), w)
+		if err != nil {
+			return nil, err
+		}
+		g.Initializer = append(g.Initializer, wp)
+		g.Input = append(g.Input, floatValueInfo(l.deltaIn))
+		g.Output = append(g.Output, floatValueInfo(l.deltaOut))
+		n := proto.CloneOf(l.node.Proto)
+		n.Name = proto.String(fmt.Sprintf("error%d", i))
+		n.Input = []string{l.deltaIn, w}
+		n.Output = []string{l.deltaOut}
+		g.Node = append(g.Node, n)
 	}
-	g.Initializer = append(g.Initializer, wp)
-	g.Input = append(g.Input, floatValueInfo(errorInput))
-	g.Output = append(g.Output, floatValueInfo(errorOutput))
-	n := proto.CloneOf(l.node.Proto)
-	n.Name = proto.String("error")
-	n.Input = []string{errorInput, "dw"}
-	n.Output = []string{errorOutput}
-	g.Node = append(g.Node, n)
 	mp := &onnxpb.ModelProto{IrVersion: m.Proto.IrVersion, OpsetImport: m.Proto.GetOpsetImport(), Graph: g}
 	return onnxgraph.FromProto(mp, "")
 }
