@@ -221,17 +221,20 @@ func (p *clePair) equalize() {
 	r2 := make([]float32, channels)
 	for o := range p.w2.shape[0] {
 		g := o / p.outPer
-		for j := range cols {
-			i := g*p.per + j
-			r2[i] = max(r2[i], m2[o*cols+j])
+		ranges, row := r2[g*p.per:g*p.per+cols], m2[o*cols:(o+1)*cols]
+		for j, m := range row {
+			// max(ranges[j], m) for the non-negative maxima, NaN kept,
+			// without the builtin's signed-zero handling.
+			if r := ranges[j]; r == r && !(m <= r) {
+				ranges[j] = m
+			}
 		}
 	}
 	s := make([]float32, channels)
 	for i := range channels {
-		r1 := float32(0)
-		for _, m := range m1[i*cols1 : (i+1)*cols1] {
-			r1 = max(r1, m)
-		}
+		// The maxima are non-negative: their largest magnitude is their
+		// largest, taken by the vector kernel on long rows.
+		r1 := absMax(m1[i*cols1 : (i+1)*cols1])
 		if r1 == 0 || r2[i] == 0 {
 			continue
 		}
