@@ -146,8 +146,12 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 		pairs = append(pairs, p)
 	}
 	for range cfg.Iterations {
+		changed := false
 		for _, p := range pairs {
-			p.equalize()
+			changed = p.equalize() || changed
+		}
+		if !changed {
+			break // every channel balanced: more sweeps change nothing
 		}
 	}
 	notes := map[string]string{}
@@ -207,12 +211,13 @@ func weightsOf(pairs []*clePair, name string) *weightData {
 	return nil
 }
 
-// equalize scales one pair's shared channels once. The ranges come from
+// equalize scales one pair's shared channels once and reports whether it
+// changed any. The ranges come from
 // the weights' window maxima (windowMaxima), which the scaling keeps
 // exact; the scaling itself goes over each weight once, in memory order
 // (a channel's scale changes its row of the first weight and its column
 // of the second only, so the channels are independent).
-func (p *clePair) equalize() {
+func (p *clePair) equalize() (changed bool) {
 	channels := p.w1.shape[0]
 	per1 := len(p.w1.data) / channels
 	m1, cols1 := p.w1.windowMaxima()
@@ -242,6 +247,7 @@ func (p *clePair) equalize() {
 		if s[i] == 1 {
 			continue // balanced already: scaling by one changes nothing
 		}
+		changed = true
 		for k := i * per1; k < (i+1)*per1; k++ {
 			p.w1.data[k] /= s[i]
 		}
@@ -267,6 +273,7 @@ func (p *clePair) equalize() {
 			m2[o*cols+j] *= si
 		}
 	}
+	return changed
 }
 
 // absorbHighBias is high-bias absorption (Nagel et al. 2019): channel i

@@ -264,3 +264,31 @@ func ones(n int) []float64 {
 	}
 	return s
 }
+
+// TestEqualizeFixpoint: a sweep that changes no channel reports so and
+// leaves the weights as they were, so that equalization may stop there:
+// every later sweep would compute the same ranges and change nothing.
+func TestEqualizeFixpoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	randWeight := func(shape ...int) *weightData {
+		w := &weightData{shape: shape, data: make([]float32, tensor.NumElements(shape))}
+		for i := range w.data {
+			w.data[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(5)-2)))
+		}
+		return w
+	}
+	p := &clePair{w1: randWeight(16, 8, 3, 3), w2: randWeight(10, 16, 3, 3), per: 16, outPer: 10, scale: ones(16)}
+	sweeps := 0
+	for p.equalize() {
+		if sweeps++; sweeps > 100 {
+			t.Fatal("a single pair did not settle within 100 sweeps")
+		}
+	}
+	if sweeps == 0 {
+		t.Fatal("the first sweep changed nothing: the test proves nothing")
+	}
+	w1, w2 := slices.Clone(p.w1.data), slices.Clone(p.w2.data)
+	if p.equalize() || !slices.Equal(w1, p.w1.data) || !slices.Equal(w2, p.w2.data) {
+		t.Error("a sweep after the fixpoint changed the weights")
+	}
+}
