@@ -649,7 +649,11 @@ func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptio
 	if err != nil {
 		return "", err
 	}
-	got, err := quantizeFromConfig(ctx, opts, s, newUnit, text, "prepare")
+	// The plan is all that is compared, and the algorithms change weights,
+	// never which values are quantized or how: the check runs none of them
+	// (on a model with SmoothQuant, each would run the model over the
+	// data again).
+	got, err := quantizeFromConfig(ctx, opts, s, newUnit, text, "prepare", false)
 	if err != nil {
 		return "", fmt.Errorf("the config with %s: %w", describeMoves(moves), err)
 	}
@@ -942,7 +946,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	if len(res.Promoted) > 0 {
 		// The final check: the emitted config quantized from scratch.
-		final, err := quantizeFromConfig(ctx, opts, s, newUnit, res.Config, "")
+		final, err := quantizeFromConfig(ctx, opts, s, newUnit, res.Config, "", true)
 		if err != nil {
 			return nil, fmt.Errorf("the emitted config: %w", err)
 		}
@@ -993,17 +997,20 @@ func pickStep(units []*searchUnit, stamp int, discount float64) (*searchUnit, in
 }
 
 // quantizeFromConfig runs the pipeline (until the named pass, "" for all)
-// with the quantization config, algorithms and palettization of the config
-// text (the other settings stay those of s).
-func quantizeFromConfig(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit, text []byte, until string) (*passes.Unit, error) {
+// with the quantization config and palettization of the config text, and
+// its algorithms when asked (the other settings stay those of s).
+func quantizeFromConfig(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit, text []byte, until string, algorithms bool) (*passes.Unit, error) {
 	cfg, err := config.Parse(text, searchConfigName(opts))
 	if err != nil {
 		return nil, fmt.Errorf("emitted config: %w", err)
 	}
 	cs := *s
-	cs.quant, cs.palette, cs.algorithms, cs.notices = cfg.Quant, cfg.Palette, cfg.Algorithms, nil
-	if err := cs.algorithms.EnableAlgorithms(opts.Algorithms); err != nil {
-		return nil, Usagef("--algorithms: %v", err)
+	cs.quant, cs.palette, cs.algorithms, cs.notices = cfg.Quant, cfg.Palette, nil, nil
+	if algorithms {
+		cs.algorithms = cfg.Algorithms
+		if err := cs.algorithms.EnableAlgorithms(opts.Algorithms); err != nil {
+			return nil, Usagef("--algorithms: %v", err)
+		}
 	}
 	// The run's notices and warnings were printed for the first model;
 	// a candidate's differ only by the entries the search added.
