@@ -45,8 +45,9 @@ type adaLayer struct {
 	// weight product (nil: none); alpha divides it (Gemm's alpha).
 	bias  []float32
 	alpha float32
-	// patches is a model that turns the layer's input into its patch
-	// matrix (nil for Gemm and MatMul, whose input rows are the patches).
+	// patches is a model that turns a ConvTranspose's input into its
+	// patch matrix (nil for the others: a Conv's patches are the engine's
+	// column matrix, and Gemm's and MatMul's input rows are theirs).
 	patches *onnxgraph.Model
 	// upstream are the layers whose output reaches this layer's input.
 	upstream []int
@@ -283,8 +284,12 @@ func adaLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.AdaRound) (*adaLayer, st
 				return ((g*cg+c)*l.ng+o%l.ng)*ks + kp
 			}
 		}
-		if l.patches, err = patchModel(u.Model, n, shape, l.groups); err != nil {
-			return nil, "", err
+		if n.OpType == "ConvTranspose" {
+			// A Conv's patches are the engine's column matrix
+			// (runtime.ConvPatches); a ConvTranspose's come from a model.
+			if l.patches, err = patchModel(u.Model, n, shape, l.groups); err != nil {
+				return nil, "", err
+			}
 		}
 	default:
 		if len(shape) != 2 {
@@ -344,34 +349,23 @@ func (l *adaLayer) readBias(m *onnxgraph.Model, n *onnxgraph.Node) (string, erro
 	return "", nil
 }
 
-// patchModel is a model holding a copy of the convolution n (its
+// patchModel is a model holding a copy of the ConvTranspose n (its
 // attributes, group included) whose weight is the identity over its
-// kernel window: output channel g·kg + c·ks + kp of it is input channel
-// c of group g read at kernel position kp, so it writes the patch matrix
-// of its input with the layer's own geometry, and the layer's output at
-// every position is its weight rows times that position's patch.
+// kernel window: output channel g·kg + c·ks + kp of it receives input
+// channel c of group g through kernel position kp only, so it writes the
+// patch matrix of its input with the layer's own geometry, and the
+// layer's output at every position is its weight rows times that
+// position's patch.
 func patchModel(m *onnxgraph.Model, n *onnxgraph.Node, shape []int, groups int) (*onnxgraph.Model, error) {
 	ks := tensor.NumElements(shape[2:])
-	var cg int
-	var idShape []int
-	if n.OpType == "Conv" {
-		cg = shape[1]
-		idShape = append([]int{groups * cg * ks, cg}, shape[2:]...)
-	} else {
-		cg = shape[0] / groups
-		idShape = append([]int{groups * cg, cg * ks}, shape[2:]...)
-	}
+	cg := shape[0] / groups
+	idShape := append([]int{groups * cg, cg * ks}, shape[2:]...)
 	id := make([]float32, tensor.NumElements(idShape))
 	for g := range groups {
 		for c := range cg {
 			for kp := range ks {
-				if n.OpType == "Conv" {
-					// [g·cg·ks + c·ks + kp, c, kp]
-					id[((g*cg*ks+c*ks+kp)*cg+c)*ks+kp] = 1
-				} else {
-					// [g·cg + c, c·ks + kp, kp]
-					id[((g*cg+c)*cg*ks+c*ks+kp)*ks+kp] = 1
-				}
+				// [g·cg + c, c·ks + kp, kp]
+				id[((g*cg+c)*cg*ks+c*ks+kp)*ks+kp] = 1
 			}
 		}
 	}
@@ -548,13 +542,20 @@ func runKeeping(ctx context.Context, s runtime.Session, in map[string]*tensor.Te
 // model, y its output in the float model.
 func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y *tensor.Tensor, samples, maxRows, threads int) error {
 	xf := x
-	if patches != nil {
+	switch {
+	case patches != nil:
 		out, err := patches.Run(ctx, map[string]*tensor.Tensor{"x": x}, runtime.RunOptions{})
 		if err != nil {
 			return fmt.Errorf("patches: %w", err)
 		}
 		xf = out["patches"]
+	case l.node.OpType == "Conv":
+		var err error
+		if xf, err = runtime.ConvPatches(l.node, x, l.shape, threads); err != nil {
+			return err
+		}
 	}
+	patched := xf != x
 	xs, err := xf.AsFloat32()
 	if err != nil {
 		return err
@@ -568,7 +569,7 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 	// axis 1; for Gemm and MatMul, every leading index with the features on
 	// the last axis.
 	var n, positions int
-	if patches != nil {
+	if patched {
 		if len(xf.Shape) < 2 || xf.Shape[1] != l.groups*l.kg || len(y.Shape) < 2 || y.Shape[1] != out {
 			return fmt.Errorf("patches %v and output %v do not fit the weight %v", xf.Shape, y.Shape, l.shape)
 		}
@@ -584,7 +585,7 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 	}
 	if l.stride == 0 {
 		per := positions
-		if patches == nil {
+		if !patched {
 			per = max(n/max(1, x.Shape[0]), 1)
 		}
 		l.stride = max(1, (samples*per+maxRows-1)/maxRows)
@@ -604,7 +605,7 @@ func (l *adaLayer) accumulate(ctx context.Context, patches runtime.Session, x, y
 	l.samplePos += x.Shape[0]
 	for h, rows := range keep {
 		if len(rows) > 0 {
-			l.accumulateRows(&l.halves[h], rows, xs, ys, patches != nil, positions, threads)
+			l.accumulateRows(&l.halves[h], rows, xs, ys, patched, positions, threads)
 		}
 	}
 	return nil
