@@ -81,13 +81,21 @@ type adaForm struct {
 	byRows bool
 	kg     int
 	tmp    []float32
+	// packs are mul's right-hand operands (the sum, or Xᵀ and X), which
+	// stay the same through a layer's iterations: packed once, on the
+	// first product, instead of by every product (packed products are
+	// bit-identical to unpacked ones).
+	packs []*kernels.PackedB
 }
 
 // mul sets out = D·A for D of ng rows (ng×kg, both row-major).
 func (f *adaForm) mul(threads, ng int, d, out []float32) {
 	kg := f.kg
 	if !f.byRows {
-		kernels.SgemmParallel(threads, false, false, ng, kg, kg, 1, d, kg, f.gram, kg, 0, out, kg)
+		if f.packs == nil {
+			f.packs = []*kernels.PackedB{kernels.PackB(false, kg, kg, f.gram, kg)}
+		}
+		kernels.SgemmPackedB(threads, false, ng, 1, d, kg, f.packs[0], 0, out, kg, nil)
 		return
 	}
 	r := len(f.x) / kg
@@ -98,12 +106,16 @@ func (f *adaForm) mul(threads, ng int, d, out []float32) {
 	if len(f.tmp) < ng*r {
 		f.tmp = make([]float32, ng*r)
 	}
-	kernels.SgemmParallel(threads, false, true, ng, r, kg, 1, d, kg, f.x, kg, 0, f.tmp, r)
-	kernels.SgemmParallel(threads, false, false, ng, kg, r, 1, f.tmp, r, f.x, kg, 0, out, kg)
+	if f.packs == nil {
+		f.packs = []*kernels.PackedB{kernels.PackB(true, kg, r, f.x, kg), kernels.PackB(false, r, kg, f.x, kg)}
+	}
+	kernels.SgemmPackedB(threads, false, ng, 1, d, kg, f.packs[0], 0, f.tmp, r, nil)
+	kernels.SgemmPackedB(threads, false, ng, 1, f.tmp, r, f.packs[1], 0, out, kg, nil)
 }
 
 // add sums the rows xr (rows×kg) into A.
 func (f *adaForm) add(threads int, xr []float32) {
+	f.packs = nil
 	if f.byRows {
 		f.x = append(f.x, xr...)
 		return
