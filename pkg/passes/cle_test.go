@@ -222,19 +222,7 @@ func TestAbsMax(t *testing.T) {
 // magnitudes over many orders, subnormals and negative zeros.
 func TestWindowMaximaStayExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	weight := func(shape ...int) *weightData {
-		w := &weightData{shape: shape, data: make([]float32, tensor.NumElements(shape))}
-		for i := range w.data {
-			w.data[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(9)-4)))
-			switch rng.IntN(50) {
-			case 0:
-				w.data[i] = float32(math.Copysign(0, -1))
-			case 1:
-				w.data[i] = math.SmallestNonzeroFloat32 * float32(rng.IntN(100))
-			}
-		}
-		return w
-	}
+	weight := func(shape ...int) *weightData { return randomWeight(rng, 9, true, shape...) }
 	// 8 → 12 (3×3) → depthwise 12 (3×3) → 5 (1×1)
 	a, b, c, d := weight(12, 8, 3, 3), weight(12, 1, 3, 3), weight(5, 12, 1, 1), weight(12)
 	pairs := []*clePair{
@@ -257,6 +245,26 @@ func TestWindowMaximaStayExact(t *testing.T) {
 	}
 }
 
+// randomWeight is a weight of the given shape whose magnitudes spread over
+// the given number of decades around 1; with specials, about one element
+// in 25 is −0 or a subnormal.
+func randomWeight(rng *rand.Rand, decades int, specials bool, shape ...int) *weightData {
+	w := &weightData{shape: shape, data: make([]float32, tensor.NumElements(shape))}
+	for i := range w.data {
+		w.data[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(decades)-decades/2)))
+		if !specials {
+			continue
+		}
+		switch rng.IntN(50) {
+		case 0:
+			w.data[i] = float32(math.Copysign(0, -1))
+		case 1:
+			w.data[i] = math.SmallestNonzeroFloat32 * float32(rng.IntN(100))
+		}
+	}
+	return w
+}
+
 func ones(n int) []float64 {
 	s := make([]float64, n)
 	for i := range s {
@@ -270,14 +278,7 @@ func ones(n int) []float64 {
 // every later sweep would compute the same ranges and change nothing.
 func TestEqualizeFixpoint(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	randWeight := func(shape ...int) *weightData {
-		w := &weightData{shape: shape, data: make([]float32, tensor.NumElements(shape))}
-		for i := range w.data {
-			w.data[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(5)-2)))
-		}
-		return w
-	}
-	p := &clePair{w1: randWeight(16, 8, 3, 3), w2: randWeight(10, 16, 3, 3), per: 16, outPer: 10, scale: ones(16)}
+	p := &clePair{w1: randomWeight(rng, 5, false, 16, 8, 3, 3), w2: randomWeight(rng, 5, false, 10, 16, 3, 3), per: 16, outPer: 10, scale: ones(16)}
 	sweeps := 0
 	for p.equalize() {
 		if sweeps++; sweeps > 100 {

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -44,23 +43,15 @@ func TestConvPatches(t *testing.T) {
 			}
 			b.RandomInit("w", 1, wd...)
 			b.Node("Conv", "conv", []string{"x", "w"}, []string{"y"}, c.attrs...)
-			m, err := onnxgraph.LoadBytes(b.Bytes(), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := NewGoSession(m, Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
 			x := tensor.New(tensor.Float, c.in...)
 			for i := range x.Float32s() {
 				x.Float32s()[i] = float32(rng.NormFloat64())
 			}
-			outs, err := s.Run(context.Background(), map[string]*tensor.Tensor{"x": x}, RunOptions{})
+			y := runModel(t, b, 2, map[string]*tensor.Tensor{"x": x})["y"]
+			m, err := onnxgraph.LoadBytes(b.Bytes(), "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			y := outs["y"]
 			p, err := ConvPatches(m.Graph.Nodes[0], x, c.w, 2)
 			if err != nil {
 				t.Fatal(err)
