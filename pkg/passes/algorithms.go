@@ -160,6 +160,11 @@ func setConst(m *onnxgraph.Model, v *onnxgraph.Value, data []float32, shape []in
 	return nil
 }
 
+// builtIn reports whether the algorithms run the built-in engine, whose
+// sessions are cheap to open and whose values a caller may hold across
+// runs of parts of a graph.
+func (d *AlgorithmData) builtIn() bool { return d.Engine == "" || d.Engine == "go" }
+
 // sampleCount is how many samples an algorithm reads: the source's, at
 // most d.Samples and limit where they are set (> 0).
 func (d *AlgorithmData) sampleCount(limit int) int {

@@ -244,7 +244,7 @@ func measureBiasErrors(ctx context.Context, u *Unit, m *onnxgraph.Model, layers 
 	if len(layers) == 0 {
 		return nil
 	}
-	inTap := u.Data.Engine == "" || u.Data.Engine == "go"
+	inTap := u.Data.builtIn()
 	groups := [][]*biasLayer{layers}
 	if inTap {
 		groups = make([][]*biasLayer, len(layers))

@@ -80,7 +80,7 @@ func newFrontier(d *AlgorithmData, samples int, m *onnxgraph.Model, targets []st
 		return nil, err
 	}
 	f.checkBudget()
-	if d.Engine != "" && d.Engine != "go" {
+	if !d.builtIn() {
 		// Another engine optimises a cut-out part of a graph differently
 		// from the whole (ONNX Runtime's Q/DQ fusions stop at the cut):
 		// its values would not be those of the model it runs for the user.
