@@ -471,7 +471,7 @@ func adaCollect(ctx context.Context, u *Unit, float *onnxgraph.Model, floats *fr
 			if x == nil || y == nil {
 				return fmt.Errorf("%s: its input %q or output %q was not computed", l.node, inTaps[i], outTaps[i])
 			}
-			if err := l.accumulate(ctx, patchSessions[i], x, y, total, cfg.Rows, d.Runtime.Threads); err != nil {
+			if err := l.accumulate(ctx, patchSessions[i], x, y, total, cfg.Rows, threadCount(d.Runtime.Threads)); err != nil {
 				return fmt.Errorf("samples %d..%d: %s: %w", start, end-1, l.node, err)
 			}
 		}
@@ -812,7 +812,7 @@ func (l *adaLayer) round(u *Unit, cfg *config.AdaRound) (LayerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	threads := u.Data.Runtime.Threads
+	threads := threadCount(u.Data.Runtime.Threads)
 	fit, check := &l.halves[0], &l.halves[1]
 	out := make([]float32, len(l.w))
 	var signal, inputErr, errRTN, errAda float64
