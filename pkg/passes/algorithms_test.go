@@ -366,7 +366,8 @@ func TestAlgorithmsSkipFigures(t *testing.T) {
 func sameModelAcrossThreads(t *testing.T, quantize func(threads int) *Unit) {
 	t.Helper()
 	var outs [][]byte
-	for _, threads := range []int{1, 3, 1} {
+	// 0 is the default, one thread per CPU.
+	for _, threads := range []int{1, 3, 0, 1} {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(quantize(threads).Result.Model.Proto)
 		if err != nil {
 			t.Fatal(err)
