@@ -24,7 +24,10 @@ func ortFindings(m *onnxgraph.Model) ([]passes.Finding, string) {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "optimized.onnx")
-	e, err := lib.Open(m, ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll, OptimizedModelPath: path})
+	// The kernels' prepacked weights come after the optimized graph is
+	// written and would be a second copy of every weight in memory.
+	e, err := lib.Open(m, ort.SessionOptions{IntraOpThreads: 1, InterOpThreads: 1, Optimization: ort.OptimizeAll, OptimizedModelPath: path,
+		Config: []ort.ConfigEntry{{Key: "session.disable_prepacking", Value: "1"}}})
 	if err != nil {
 		return nil, "not confirmed in ONNX Runtime: " + err.Error()
 	}
