@@ -27,17 +27,33 @@ type gptqLayer struct {
 	threads    int
 	transposed bool
 	k, n       int
+	// offset is the flat index of the view's first element: a Conv
+	// group's outputs are rows offset/k onward of the [N, k] weight.
+	offset int
 	// xtx is XᵀX of the layer's input over the calibration rows, shared by
 	// the layers that read the same input.
 	xtx *gramAccumulator
+	// groups are a Conv's views, one per group (each k = C/group times
+	// the kernel size, n = N/group, transposed, with its own XᵀX of the
+	// group's patch rows); nil for MatMul and Gemm, whose view is l.
+	groups []*gptqLayer
 }
 
 // at is the flat index of element (input feature k, output n).
 func (l *gptqLayer) at(k, n int) int {
 	if l.transposed {
-		return n*l.k + k
+		return l.offset + n*l.k + k
 	}
-	return k*l.n + n
+	return l.offset + k*l.n + n
+}
+
+// views returns the matrices GPTQ rounds one by one: a Conv's groups, or
+// the layer itself.
+func (l *gptqLayer) views() []*gptqLayer {
+	if l.groups != nil {
+		return l.groups
+	}
+	return []*gptqLayer{l}
 }
 
 // parallelRows calls fn(i) for i in [0, n) on threads goroutines (0: one
@@ -159,17 +175,33 @@ func runGPTQ(ctx context.Context, u *Unit, cfg *config.GPTQ) error {
 var gptqWholeModelBlocks bool
 
 // gptqCollect gives each layer the XᵀX of its input, one accumulator per
-// distinct input, summed over the batches run feeds to the tap.
+// distinct input of the MatMul and Gemm layers and one per group of each
+// Conv (of its patches, which depend on the node's geometry), summed over
+// the batches run feeds to the tap.
 func gptqCollect(layers []*gptqLayer, threads int, run func(taps []string, tap runtime.Tap, after func() error) error) error {
 	grams := map[string]*gramAccumulator{}
+	convs := map[string][]*gptqLayer{}
 	var taps []string
+	tapOnce := func(in string) {
+		if grams[in] == nil && convs[in] == nil {
+			taps = append(taps, in)
+		}
+	}
 	for _, l := range layers {
 		in := l.node.Inputs[0].Name
+		if l.groups != nil {
+			tapOnce(in)
+			for _, v := range l.groups {
+				v.xtx = &gramAccumulator{value: in, k: v.k, sum: make([]float64, v.k*v.k), threads: threads, users: 1}
+			}
+			convs[in] = append(convs[in], l)
+			continue
+		}
 		g := grams[in]
 		if g == nil {
+			tapOnce(in)
 			g = &gramAccumulator{value: in, k: l.k, sum: make([]float64, l.k*l.k), threads: threads}
 			grams[in] = g
-			taps = append(taps, in)
 		} else if g.k != l.k {
 			return fmt.Errorf("%s: %s: input %q has %d features for one layer and %d for another", gptqAlgorithmName, l.node, in, g.k, l.k)
 		}
@@ -178,8 +210,17 @@ func gptqCollect(layers []*gptqLayer, threads int, run func(taps []string, tap r
 	}
 	var tapErr error
 	tap := func(name string, t *tensor.Tensor) {
+		if tapErr != nil {
+			return
+		}
+		for _, l := range convs[name] {
+			if err := l.addPatches(t, threads); err != nil {
+				tapErr = fmt.Errorf("value %q: %w", name, err)
+				return
+			}
+		}
 		g := grams[name]
-		if tapErr != nil || g == nil {
+		if g == nil {
 			return
 		}
 		f, err := t.AsFloat32()
@@ -196,6 +237,34 @@ func gptqCollect(layers []*gptqLayer, threads int, run func(taps []string, tap r
 	for _, g := range grams {
 		g.release()
 	}
+	for _, ls := range convs {
+		for _, l := range ls {
+			for _, v := range l.groups {
+				v.xtx.release()
+			}
+		}
+	}
+	return nil
+}
+
+// addPatches adds one batch of the Conv's input x to each group's XᵀX:
+// the patch matrix holds, per image, each group's features as contiguous
+// rows over the output positions.
+func (l *gptqLayer) addPatches(x *tensor.Tensor, threads int) error {
+	p, err := runtime.ConvPatches(l.node, x, l.shape, threads)
+	if err != nil {
+		return err
+	}
+	ps := p.Float32s()
+	positions := tensor.NumElements(p.Shape[2:])
+	per := p.Shape[1] * positions
+	blocks := make([][]float32, p.Shape[0])
+	for g, v := range l.groups {
+		for i := range blocks {
+			blocks[i] = ps[i*per+g*v.k*positions : i*per+(g+1)*v.k*positions]
+		}
+		v.xtx.addColumns(blocks, positions, positions)
+	}
 	return nil
 }
 
@@ -206,7 +275,9 @@ func gptqRoundAll(ctx context.Context, u *Unit, cfg *config.GPTQ, layers []*gptq
 			return err
 		}
 		rep, err := l.round(u, cfg.Damp)
-		l.xtx.done()
+		for _, v := range l.views() {
+			v.xtx.done()
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %s: weight %q: %w", gptqAlgorithmName, l.node, l.weight.Name, err)
 		}
@@ -249,7 +320,7 @@ func roundableWeight(u *Unit, n *onnxgraph.Node, algorithm string, cfg *config.A
 // gptqLayerOf returns n as a GPTQ layer, or why it is not one ("" for
 // nodes the algorithm does not apply to at all).
 func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, string, error) {
-	if n.Domain != "" || (n.OpType != "MatMul" && n.OpType != "Gemm") || len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
+	if n.Domain != "" || (n.OpType != "MatMul" && n.OpType != "Gemm" && n.OpType != "Conv") || len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
 		return nil, "", nil
 	}
 	wv, tp, why := roundableWeight(u, n, gptqAlgorithmName, &cfg.AlgorithmCommon)
@@ -260,6 +331,9 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 		return nil, "already rounded by adaround", nil
 	}
 	dims := wv.Const.GetDims()
+	if n.OpType == "Conv" {
+		return gptqConvLayer(u, n, wv, tp, dims)
+	}
 	if len(dims) != 2 {
 		return nil, fmt.Sprintf("weight of rank %d, want a matrix", len(dims)), nil
 	}
@@ -267,6 +341,33 @@ func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, stri
 	l := &gptqLayer{node: n, weight: wv, plan: tp, shape: shape, k: shape[0], n: shape[1], threads: u.Data.Runtime.Threads}
 	if a := n.Attr("transB"); n.OpType == "Gemm" && a != nil && a.GetI() != 0 {
 		l.transposed, l.k, l.n = true, shape[1], shape[0]
+	}
+	return l, "", nil
+}
+
+// gptqConvLayer is Conv node n as a GPTQ layer: its weight W [N, C/g,
+// k...] is, for each of its g groups, the N/g rows of an [N, C/g·ks]
+// matrix (ks the kernel size), the outputs reading the group's patch rows
+// (runtime.ConvPatches) as features.
+func gptqConvLayer(u *Unit, n *onnxgraph.Node, wv *onnxgraph.Value, tp *TensorPlan, dims []int64) (*gptqLayer, string, error) {
+	if len(dims) < 3 {
+		return nil, fmt.Sprintf("weight of rank %d, want at least 3", len(dims)), nil
+	}
+	shape := make([]int, len(dims))
+	for i, d := range dims {
+		shape[i] = int(d)
+	}
+	groups := 1
+	if a := n.Attr("group"); a != nil && a.GetI() > 1 {
+		groups = int(a.GetI())
+	}
+	if shape[0]%groups != 0 {
+		return nil, "", fmt.Errorf("%s: %d output channels in %d groups", n, shape[0], groups)
+	}
+	k, per := tensor.NumElements(shape[1:]), shape[0]/groups
+	l := &gptqLayer{node: n, weight: wv, plan: tp, shape: shape, k: k, n: shape[0], transposed: true, threads: u.Data.Runtime.Threads}
+	for g := range groups {
+		l.groups = append(l.groups, &gptqLayer{node: n, weight: wv, plan: tp, shape: shape, k: k, n: per, transposed: true, offset: g * per * k, threads: l.threads})
 	}
 	return l, "", nil
 }
@@ -284,11 +385,16 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 		return rep, err
 	}
 	l.w = w
-	defer func() { l.w = nil }()
-	f, err := l.xtx.factorize(damp)
-	if err != nil {
-		return rep, err
+	views := l.views()
+	for _, v := range views {
+		v.w = w
 	}
+	defer func() {
+		l.w = nil
+		for _, v := range views {
+			v.w = nil
+		}
+	}()
 	// Round-to-nearest's error first: its weight is dead (collectable)
 	// before GPTQ's working copies are made, one copy fewer at the peak
 	// of a vocabulary head, a decoder's largest weight.
@@ -296,21 +402,33 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	signal := l.weightedSquare(f.h32, l.w, nil)
-	errRTN := l.weightedSquare(f.h32, l.w, rtn)
-	g, err := gptqRound(l, f.u)
-	if err != nil {
-		return rep, err
+	factors := make([]*hessianFactors, len(views))
+	var signal, errRTN float64
+	for i, v := range views {
+		if factors[i], err = v.xtx.factorize(damp); err != nil {
+			return rep, err
+		}
+		signal += v.weightedSquare(factors[i].h32, l.w, nil)
+		errRTN += v.weightedSquare(factors[i].h32, l.w, rtn)
 	}
-	errGPTQ := l.weightedSquare(f.h32, l.w, g)
+	rtn = nil
+	g := make([]float32, len(l.w))
+	var errGPTQ float64
+	for i, v := range views {
+		if err := gptqRound(v, factors[i].u, g); err != nil {
+			return rep, err
+		}
+		errGPTQ += v.weightedSquare(factors[i].h32, l.w, g)
+	}
+	rows := views[0].xtx.rows
 	rep.Before = sqnrDB(signal, errRTN)
 	if errGPTQ >= errRTN {
 		rep.After = rep.Before
-		rep.Note = fmt.Sprintf("kept round-to-nearest: GPTQ's error is not lower (%d calibration rows)", l.xtx.rows)
+		rep.Note = fmt.Sprintf("kept round-to-nearest: GPTQ's error is not lower (%d calibration rows)", rows)
 		return rep, nil
 	}
 	rep.After = sqnrDB(signal, errGPTQ)
-	rep.Note = fmt.Sprintf("%d calibration rows", l.xtx.rows)
+	rep.Note = fmt.Sprintf("%d calibration rows", rows)
 	if err := setConst(u.Model, l.weight, g, l.shape); err != nil {
 		return rep, err
 	}

@@ -1,13 +1,10 @@
 package passes
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/config"
@@ -225,40 +222,43 @@ func checkOnGrid(t *testing.T, name string, v []float32, shape []int, tp *Tensor
 }
 
 // TestGPTQDeterministic checks that GPTQ, alone and with bias correction,
-// writes byte-identical models across runs and thread counts.
+// writes byte-identical models across runs and thread counts, on the
+// linear model and on the Conv model (plain, grouped and depthwise).
 func TestGPTQDeterministic(t *testing.T) {
 	cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  gptq: true\n  bias_correction: true\n"), "int4.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outs [][]byte
-	for _, threads := range []int{1, 3, 1, 2} {
-		u := &Unit{Model: linearModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
-			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-				return observe(t, m, plan), nil
-			},
-			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: correlatedSource(4, 40), BatchSize: 7}}
-		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, l := range u.Layers {
-			if l.Algorithm == gptqAlgorithmName && l.Skipped == "" {
-				n++
-			}
-		}
-		if n != 2 {
-			t.Fatalf("gptq reported %d layers, want 2: %+v", n, u.Layers)
-		}
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(u.Result.Model.Proto)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, b)
-	}
-	for i := 1; i < len(outs); i++ {
-		if !bytes.Equal(outs[0], outs[i]) {
-			t.Fatalf("run %d wrote a different model (%d and %d bytes)", i, len(outs[0]), len(outs[i]))
-		}
+	for _, c := range []struct {
+		name   string
+		model  func(*testing.T) *onnxgraph.Model
+		source func() *sampleSource
+		layers int
+	}{
+		{"linear", linearModel, func() *sampleSource { return correlatedSource(4, 40) }, 2},
+		{"conv", convGPTQModel, func() *sampleSource { return newSampleSource(4, 20, 4, 10, 10) }, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sameModelAcrossThreads(t, func(threads int) *Unit {
+				u := &Unit{Model: c.model(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
+					Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+						return observe(t, m, plan), nil
+					},
+					Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: c.source(), BatchSize: 7}}
+				if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, l := range u.Layers {
+					if l.Algorithm == gptqAlgorithmName && l.Skipped == "" {
+						n++
+					}
+				}
+				if n != c.layers {
+					t.Fatalf("gptq reported %d layers, want %d: %+v", n, c.layers, u.Layers)
+				}
+				return u
+			})
+		})
 	}
 }

@@ -54,43 +54,97 @@ func (g *gramAccumulator) add(x []float32, shape []int) error {
 	}
 	k := g.k
 	rows := len(x) / k
-	threads := threadCount(g.threads)
-	if g.scratch == nil {
-		g.scratch = make([]float32, k*k)
-	}
-	c := g.scratch
 	for r0 := 0; r0 < rows; r0 += gramChunkRows {
 		r1 := min(rows, r0+gramChunkRows)
 		xs := x[r0*k : r1*k]
-		// Column panel [j0, j1) of rows [0, j1): the upper triangle
-		// and a little of the lower, which is not read.
-		for j0 := 0; j0 < k; j0 += gptqBlock {
-			j1 := min(k, j0+gptqBlock)
+		g.product(func(c []float32, j0, j1, threads int) {
+			// Column panel [j0, j1) of rows [0, j1): the upper triangle
+			// and a little of the lower, which is not read.
 			kernels.SgemmParallel(threads, true, false, j1, j1-j0, r1-r0, 1, xs, k, xs[j0:], k, 0, c[j0:], k)
-		}
-		kernels.Parallel(threads, k, 16, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				out, in := g.sum[i*k+i:(i+1)*k], c[i*k+i:(i+1)*k]
-				for j, v := range in {
-					out[j] += float64(v)
-				}
-			}
 		})
+		g.flush()
 	}
 	g.rows += rows
 	return nil
 }
 
-// full returns the symmetric matrix (the sum keeps the upper triangle).
-func (g *gramAccumulator) full() []float64 {
+// addColumns accumulates the columns of the k×cols matrices in ps, each
+// with rows ld apart (a convolution's patches, image by image: feature by
+// output position), as add accumulates rows: up to gramChunkRows columns,
+// across the matrices, summed in float32 before they join the float64 sum.
+func (g *gramAccumulator) addColumns(ps [][]float32, cols, ld int) {
 	k := g.k
-	h := make([]float64, k*k)
-	for i := range k {
-		for j := i; j < k; j++ {
-			h[i*k+j], h[j*k+i] = g.sum[i*k+j], g.sum[i*k+j]
+	pending := 0
+	for _, p := range ps {
+		for c0 := 0; c0 < cols; c0 += gramChunkRows {
+			c1 := min(cols, c0+gramChunkRows)
+			if pending > 0 && pending+c1-c0 > gramChunkRows {
+				g.flush()
+				pending = 0
+			}
+			beta := float32(min(pending, 1))
+			g.product(func(c []float32, j0, j1, threads int) {
+				kernels.SgemmParallel(threads, false, true, j1, j1-j0, c1-c0, 1, p[c0:], ld, p[j0*ld+c0:], ld, beta, c[j0:], k)
+			})
+			pending += c1 - c0
 		}
 	}
+	if pending > 0 {
+		g.flush()
+	}
+	g.rows += cols * len(ps)
+}
+
+// product writes (or adds to) the scratch's panels: fn(c, j0, j1,
+// threads) computes rows [0, j1) of column panel [j0, j1) of a chunk's
+// XᵀX into c (k×k).
+func (g *gramAccumulator) product(fn func(c []float32, j0, j1, threads int)) {
+	threads := threadCount(g.threads)
+	if g.scratch == nil {
+		g.scratch = make([]float32, g.k*g.k)
+	}
+	for j0 := 0; j0 < g.k; j0 += gptqBlock {
+		fn(g.scratch, j0, min(g.k, j0+gptqBlock), threads)
+	}
+}
+
+// flush adds the scratch's upper triangle into the float64 sum.
+func (g *gramAccumulator) flush() {
+	k, c := g.k, g.scratch
+	kernels.Parallel(threadCount(g.threads), k, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out, in := g.sum[i*k+i:(i+1)*k], c[i*k+i:(i+1)*k]
+			for j, v := range in {
+				out[j] += float64(v)
+			}
+		}
+	})
+}
+
+// full returns the symmetric matrix (the sum keeps the upper triangle).
+func (g *gramAccumulator) full() []float64 {
+	h := slices.Clone(g.sum)
+	mirrorUpper(h, g.k)
 	return h
+}
+
+// mirrorTile is the side of the tiles mirrorUpper copies: a tile's rows
+// and columns stay in cache, where element-by-element copies across the
+// diagonal of a large matrix miss on every write.
+const mirrorTile = 64
+
+// mirrorUpper copies the upper triangle of the k×k matrix a onto its
+// lower triangle, tile by tile.
+func mirrorUpper[T float32 | float64](a []T, k int) {
+	for i0 := 0; i0 < k; i0 += mirrorTile {
+		for j0 := i0; j0 < k; j0 += mirrorTile {
+			for i := i0; i < min(k, i0+mirrorTile); i++ {
+				for j := max(j0, i+1); j < min(k, j0+mirrorTile); j++ {
+					a[j*k+i] = a[i*k+j]
+				}
+			}
+		}
+	}
 }
 
 // release drops the scratch buffer once the data is in.
@@ -113,11 +167,13 @@ func (g *gramAccumulator) factorize(damp float64) (*hessianFactors, error) {
 	h32 := make([]float32, k*k)
 	for i := range k {
 		for j := i; j < k; j++ {
-			v := float32(g.sum[i*k+j])
-			h32[i*k+j], h32[j*k+i] = v, v
+			h32[i*k+j] = float32(g.sum[i*k+j])
 		}
 	}
+	mirrorUpper(h32, k)
+	// The factorization works in the sum, which nothing reads after.
 	u, err := dampedInverseFactor(g.sum, k, damp, g.threads)
+	g.sum = nil
 	if err != nil {
 		return nil, err
 	}
@@ -140,14 +196,12 @@ func (g *gramAccumulator) done() {
 // spreads nowhere. U comes from one Cholesky factor: with J the
 // reversal, JHJ = MMᵀ (M lower) gives H = RRᵀ for R = JMJ upper, and
 // U = R⁻¹ = JM⁻¹J.
+//
+// The factorization works in upper, which it overwrites: it reads the
+// lower triangle of JHJ, which is the reversed upper triangle of H, so H's
+// lower triangle is never read.
 func dampedInverseFactor(upper []float64, k int, damp float64, threads int) ([]float32, error) {
-	h := make([]float64, k*k)
-	for i := range k {
-		for j := i; j < k; j++ {
-			h[i*k+j] = upper[i*k+j]
-			h[j*k+i] = upper[i*k+j]
-		}
-	}
+	h := upper
 	var mean float64
 	for i := range k {
 		if h[i*k+i] == 0 {
@@ -292,15 +346,16 @@ func invertLower(l []float64, k, threads int) []float32 {
 // rounded gptqBlock at a time, each rounding error spread at once over
 // the rest of its block, and the block's errors spread over all later
 // features by one product in the SGEMM kernels. The outputs are
-// independent rows, split among the threads.
-func gptqRound(l *gptqLayer, u []float32) ([]float32, error) {
+// independent rows, split among the threads. It writes l's elements of
+// out (the whole weight's length), and no others.
+func gptqRound(l *gptqLayer, u []float32, out []float32) error {
 	k, n := l.k, l.n
 	threads := threadCount(l.threads)
 	tp := l.plan
 	grid, _ := tp.Spec.IntGrid()
 	layout, err := quant.NewLayout(l.shape, tp.Axis, tp.BlockSize)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	const nb = gptqBlock
 	w := make([]float32, n*k) // output-major working copy
@@ -309,7 +364,6 @@ func gptqRound(l *gptqLayer, u []float32) ([]float32, error) {
 			w[o*k+i] = l.w[l.at(i, o)]
 		}
 	}
-	out := make([]float32, len(l.w))
 	errs := make([]float32, n*nb)
 	for i0 := 0; i0 < k; i0 += nb {
 		i1 := min(k, i0+nb)
@@ -335,7 +389,7 @@ func gptqRound(l *gptqLayer, u []float32) ([]float32, error) {
 			kernels.SgemmParallel(threads, false, false, n, k-i1, i1-i0, -1, errs, nb, u[i0*k+i1:], k, 1, w[i1:], k)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // weightedSquare is ‖X(W − Ŵ)‖² = Σₙ δₙᵀ (XᵀX) δₙ over the outputs n, with

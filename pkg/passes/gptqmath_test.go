@@ -88,9 +88,6 @@ func TestGramAccumulator(t *testing.T) {
 	}
 }
 
-// TestDampedInverseFactor checks that U is upper triangular with
-// UᵀU (H + λI) = I within float32 rounding, for widths below, at and
-// past the panel width, and that U is bit-identical across thread counts.
 // TestDampedInverseFactorNonFinite: a Hessian of inputs that held NaN or
 // ±Inf is reported as such, not as a matrix that is not positive definite.
 func TestDampedInverseFactorNonFinite(t *testing.T) {
@@ -103,6 +100,9 @@ func TestDampedInverseFactorNonFinite(t *testing.T) {
 	}
 }
 
+// TestDampedInverseFactor checks that U is upper triangular with
+// UᵀU (H + λI) = I within float32 rounding, for widths below, at and
+// past the panel width, and that U is bit-identical across thread counts.
 func TestDampedInverseFactor(t *testing.T) {
 	const damp = 0.01
 	for _, k := range []int{1, 5, gptqBlock, gptqBlock + 1, 2*gptqBlock + 45} {
@@ -115,7 +115,7 @@ func TestDampedInverseFactor(t *testing.T) {
 		mean /= float64(k)
 		var us [][]float32
 		for _, threads := range []int{1, 2, 3} {
-			u, err := dampedInverseFactor(h, k, damp, threads)
+			u, err := dampedInverseFactor(slices.Clone(h), k, damp, threads)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,8 +234,8 @@ func TestGPTQRoundLazyBatch(t *testing.T) {
 		var outs [][]float32
 		for _, threads := range []int{1, 2, 3} {
 			l.threads = threads
-			got, err := gptqRound(l, f.u)
-			if err != nil {
+			got := make([]float32, len(w))
+			if err := gptqRound(l, f.u, got); err != nil {
 				t.Fatal(err)
 			}
 			outs = append(outs, got)
