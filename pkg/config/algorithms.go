@@ -91,6 +91,11 @@ type GPTQ struct {
 	// diagonal (default 0.01): it keeps the Cholesky factorization stable
 	// when input features are (nearly) collinear.
 	Damp float64
+	// ActOrder rounds each layer's input features in decreasing order of
+	// their Hessian diagonal (their mean square on calibration data), so
+	// the features that weigh most are rounded first, while the most
+	// features remain to take their error (default true).
+	ActOrder bool
 }
 
 // Default algorithm settings.
@@ -99,6 +104,7 @@ const (
 	DefaultAlgorithmSamples     = 128
 	DefaultGPTQDamp             = 0.01
 	algorithmDampKey            = "damp"
+	algorithmActOrderKey        = "act_order"
 	gptqName                    = "gptq"
 	algorithmsKey               = "algorithms"
 	algorithmExcludeKey         = "exclude"
@@ -132,7 +138,7 @@ var algorithmTable = map[string]algorithmDecoder{
 			path := algorithmsKey + "." + crossLayerEqualizationName + "."
 			a.CrossLayerEqualization = &CrossLayerEqualization{AlgorithmCommon: c,
 				Iterations:         d.positive(s[algorithmCLEIterationsKey], path+algorithmCLEIterationsKey, DefaultCLEIterations),
-				HighBiasAbsorption: d.flag(s[algorithmHighBiasKey], path+algorithmHighBiasKey)}
+				HighBiasAbsorption: d.flag(s[algorithmHighBiasKey], path+algorithmHighBiasKey, false)}
 		},
 	},
 	biasCorrectionAlgorithmName: {
@@ -144,16 +150,18 @@ var algorithmTable = map[string]algorithmDecoder{
 		},
 	},
 	gptqName: {
-		doc: "round MatMul and Gemm weights column by column with calibration Hessians (GPTQ)",
+		doc: "round Conv, MatMul and Gemm weights input feature by input feature with calibration Hessians (GPTQ)",
 		settings: fields{
 			{algorithmSamplesKey, "calibration samples read", intIn(1, math.MaxInt), DefaultAlgorithmSamples},
 			{algorithmDampKey, "Hessian diagonal damping, a fraction of its mean diagonal", numberIn(0, 1), DefaultGPTQDamp},
+			{algorithmActOrderKey, "round the input features in decreasing order of their Hessian diagonal", boolean(), true},
 		},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			path := algorithmsKey + "." + gptqName + "."
 			a.GPTQ = &GPTQ{AlgorithmCommon: c,
-				Samples: d.positive(s[algorithmSamplesKey], path+algorithmSamplesKey, DefaultAlgorithmSamples),
-				Damp:    d.fraction(s[algorithmDampKey], path+algorithmDampKey, DefaultGPTQDamp)}
+				Samples:  d.positive(s[algorithmSamplesKey], path+algorithmSamplesKey, DefaultAlgorithmSamples),
+				Damp:     d.fraction(s[algorithmDampKey], path+algorithmDampKey, DefaultGPTQDamp),
+				ActOrder: d.flag(s[algorithmActOrderKey], path+algorithmActOrderKey, true)}
 		},
 	},
 }
@@ -184,10 +192,10 @@ func (d *decoder) positive(n *yaml.Node, what string, def int) int {
 	return i
 }
 
-// flag reads an optional boolean, false when absent.
-func (d *decoder) flag(n *yaml.Node, what string) bool {
+// flag reads an optional boolean, def when absent.
+func (d *decoder) flag(n *yaml.Node, what string, def bool) bool {
 	if n == nil {
-		return false
+		return def
 	}
 	var b bool
 	v := deref(n)

@@ -58,10 +58,11 @@ func TestGPTQSettings(t *testing.T) {
 		name, text string
 		samples    int
 		damp       float64
+		actOrder   bool
 	}{
-		{name: "defaults", text: "algorithms:\n  gptq: true\n", samples: DefaultAlgorithmSamples, damp: DefaultGPTQDamp},
-		{name: "settings", text: "algorithms:\n  gptq: {samples: 32, damp: 0.1, exclude: [lm_head]}\n", samples: 32, damp: 0.1},
-		{name: "integer damp", text: "algorithms:\n  gptq: {damp: 1}\n", samples: DefaultAlgorithmSamples, damp: 1},
+		{name: "defaults", text: "algorithms:\n  gptq: true\n", samples: DefaultAlgorithmSamples, damp: DefaultGPTQDamp, actOrder: true},
+		{name: "settings", text: "algorithms:\n  gptq: {samples: 32, damp: 0.1, exclude: [lm_head], act_order: false}\n", samples: 32, damp: 0.1},
+		{name: "integer damp", text: "algorithms:\n  gptq: {damp: 1}\n", samples: DefaultAlgorithmSamples, damp: 1, actOrder: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,13 +71,13 @@ func TestGPTQSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := cfg.Algorithms.GPTQ
-			if g == nil || g.Samples != tt.samples || g.Damp != tt.damp || !cfg.Algorithms.Any() {
-				t.Fatalf("got %+v, want samples %d damp %g", g, tt.samples, tt.damp)
+			if g == nil || g.Samples != tt.samples || g.Damp != tt.damp || g.ActOrder != tt.actOrder || !cfg.Algorithms.Any() {
+				t.Fatalf("got %+v, want samples %d damp %g act_order %v", g, tt.samples, tt.damp, tt.actOrder)
 			}
 		})
 	}
 	a := &Algorithms{}
-	if err := a.EnableAlgorithms([]string{"gptq"}); err != nil || a.GPTQ == nil || a.GPTQ.Damp != DefaultGPTQDamp {
+	if err := a.EnableAlgorithms([]string{"gptq"}); err != nil || a.GPTQ == nil || a.GPTQ.Damp != DefaultGPTQDamp || !a.GPTQ.ActOrder {
 		t.Errorf("--algorithms gptq: %v, %+v", err, a.GPTQ)
 	}
 }

@@ -48,6 +48,7 @@ func TestBadConfigs(t *testing.T) {
 		{"bad algorithm settings", "algorithms:\n  bias_correction: {samples: 0, exclude: [\"(\"], iterations: 3}\n  cross_layer_equalization: yes please\n"},
 		{"bad gptq settings", "algorithms:\n  gptq: {damp: 0, samples: -2, block_size: 128}\n"},
 		{"gptq damp not a number", "algorithms:\n  gptq: {damp: high}\n"},
+		{"gptq act_order not a boolean", "algorithms:\n  gptq: {act_order: desc}\n"},
 		{"bad smoothquant settings", "algorithms:\n  smoothquant: {alpha: 1.5, samples: 0}\n"},
 		{"bad awq settings", "algorithms:\n  awq: {grid: 0, samples: -1, clip: true}\n"},
 		{"bad high_bias_absorption", "algorithms:\n  cross_layer_equalization: {high_bias_absorption: 3}\n"},

@@ -33,14 +33,20 @@ type gptqLayer struct {
 	// xtx is XᵀX of the layer's input over the calibration rows, shared by
 	// the layers that read the same input.
 	xtx *gramAccumulator
+	// perm, when set, is the order of the features in the view: feature
+	// k of the view is the weight's input feature perm[k] (act-order).
+	perm []int
 	// groups are a Conv's views, one per group (each k = C/group times
 	// the kernel size, n = N/group, transposed, with its own XᵀX of the
 	// group's patch rows); nil for MatMul and Gemm, whose view is l.
 	groups []*gptqLayer
 }
 
-// at is the flat index of element (input feature k, output n).
+// at is the flat index of element (input feature k of the view, output n).
 func (l *gptqLayer) at(k, n int) int {
+	if l.perm != nil {
+		k = l.perm[k]
+	}
 	if l.transposed {
 		return l.offset + n*l.k + k
 	}
@@ -274,7 +280,7 @@ func gptqRoundAll(ctx context.Context, u *Unit, cfg *config.GPTQ, layers []*gptq
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rep, err := l.round(u, cfg.Damp)
+		rep, err := l.round(u, cfg.Damp, cfg.ActOrder)
 		for _, v := range l.views() {
 			v.xtx.done()
 		}
@@ -320,13 +326,15 @@ func roundableWeight(u *Unit, n *onnxgraph.Node, algorithm string, cfg *config.A
 // gptqLayerOf returns n as a GPTQ layer, or why it is not one ("" for
 // nodes the algorithm does not apply to at all).
 func gptqLayerOf(u *Unit, n *onnxgraph.Node, cfg *config.GPTQ) (*gptqLayer, string, error) {
-	if n.Domain != "" || (n.OpType != "MatMul" && n.OpType != "Gemm" && n.OpType != "Conv") || len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
+	if n.Domain != "" || (n.OpType != "MatMul" && n.OpType != "Gemm" && n.OpType != "Conv" && n.OpType != "ConvTranspose") || len(n.Inputs) < 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
 		return nil, "", nil
 	}
 	wv, tp, why := roundableWeight(u, n, gptqAlgorithmName, &cfg.AlgorithmCommon)
 	switch {
 	case tp == nil:
 		return nil, why, nil
+	case n.OpType == "ConvTranspose":
+		return nil, "GPTQ rounds the weights of Conv, Gemm and MatMul; adaround rounds a ConvTranspose's", nil
 	case u.roundedWeights[wv.Name] != nil:
 		return nil, "already rounded by adaround", nil
 	}
@@ -375,7 +383,7 @@ func gptqConvLayer(u *Unit, n *onnxgraph.Node, wv *onnxgraph.Value, tp *TensorPl
 // round runs GPTQ on the layer, writes the rounded weight when it lowers
 // the layer's error, and reports the local SQNR of round-to-nearest and
 // of the result.
-func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
+func (l *gptqLayer) round(u *Unit, damp float64, actOrder bool) (LayerReport, error) {
 	rep := LayerReport{Algorithm: gptqAlgorithmName, Node: l.node.Name, OpType: l.node.OpType, Measure: "output"}
 	tp := l.plan
 	// The weight is decoded now and dropped after: a large model's
@@ -405,9 +413,10 @@ func (l *gptqLayer) round(u *Unit, damp float64) (LayerReport, error) {
 	factors := make([]*hessianFactors, len(views))
 	var signal, errRTN float64
 	for i, v := range views {
-		if factors[i], err = v.xtx.factorize(damp); err != nil {
+		if factors[i], err = v.xtx.factorize(damp, actOrder); err != nil {
 			return rep, err
 		}
+		v.perm = factors[i].perm
 		signal += v.weightedSquare(factors[i].h32, l.w, nil)
 		errRTN += v.weightedSquare(factors[i].h32, l.w, rtn)
 	}

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -127,62 +128,68 @@ func TestGPTQLowersReconstructionError(t *testing.T) {
 	}
 	src := correlatedSource(21, 64)
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			text := "quantization_config:\n  global_config:\n    op_input_spec: null\n    op_output_spec: null\n    op_state_spec:\n      weight: " + c.weight + "\n"
-			cfg, err := config.Parse([]byte(text), "weights.yaml")
-			if err != nil {
-				t.Fatal(err)
+		for _, actOrder := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/act_order=%v", c.name, actOrder), func(t *testing.T) {
+				testGPTQLinear(t, c.weight, actOrder, src)
+			})
+		}
+	}
+}
+
+func testGPTQLinear(t *testing.T, weight string, actOrder bool, src *sampleSource) {
+	text := "quantization_config:\n  global_config:\n    op_input_spec: null\n    op_output_spec: null\n    op_state_spec:\n      weight: " + weight + "\n"
+	cfg, err := config.Parse([]byte(text), "weights.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	float := linearModel(t)
+	inputs := layerInputs(t, float, src)
+	plain := quantizeWith(t, linearModel(t), "", nil, src, cfg.Quant)
+	u := quantizeWith(t, float, "", algorithms(t, fmt.Sprintf("algorithms:\n  gptq: {samples: 64, damp: 0.01, act_order: %v}\n", actOrder)), src, cfg.Quant)
+	reported := map[string]LayerReport{}
+	for _, l := range u.Layers {
+		if l.Algorithm == gptqAlgorithmName {
+			reported[l.Node] = l
+		}
+	}
+	for _, layer := range []struct {
+		node, weight string
+		k, n         int
+		transposed   bool
+	}{{"fc1", "w1", gptqFeatures, 48, true}, {"fc2", "w2", 48, 16, false}} {
+		at := func(k, n int) int { return k*layer.n + n }
+		if layer.transposed {
+			at = func(k, n int) int { return n*layer.k + k }
+		}
+		w, shape, err := constFloats(float, float.Graph.Value(layer.weight))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := constFloats(u.Model, u.Model.Graph.Value(layer.weight))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp, ptp := u.Plan.Tensor(layer.weight), plain.Plan.Tensor(layer.weight)
+		for g := range tp.Params.Scales {
+			if tp.Params.Scales[g] != ptp.Params.Scales[g] || tp.Params.ZeroPoints[g] != ptp.Params.ZeroPoints[g] {
+				t.Fatalf("%s: qparams of group %d changed", layer.weight, g)
 			}
-			float := linearModel(t)
-			inputs := layerInputs(t, float, src)
-			plain := quantizeWith(t, linearModel(t), "", nil, src, cfg.Quant)
-			u := quantizeWith(t, float, "", algorithms(t, "algorithms:\n  gptq: {samples: 64, damp: 0.01}\n"), src, cfg.Quant)
-			reported := map[string]LayerReport{}
-			for _, l := range u.Layers {
-				if l.Algorithm == gptqAlgorithmName {
-					reported[l.Node] = l
-				}
-			}
-			for _, layer := range []struct {
-				node, weight string
-				k, n         int
-				transposed   bool
-			}{{"fc1", "w1", gptqFeatures, 48, true}, {"fc2", "w2", 48, 16, false}} {
-				at := func(k, n int) int { return k*layer.n + n }
-				if layer.transposed {
-					at = func(k, n int) int { return n*layer.k + k }
-				}
-				w, shape, err := constFloats(float, float.Graph.Value(layer.weight))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, _, err := constFloats(u.Model, u.Model.Graph.Value(layer.weight))
-				if err != nil {
-					t.Fatal(err)
-				}
-				tp, ptp := u.Plan.Tensor(layer.weight), plain.Plan.Tensor(layer.weight)
-				for g := range tp.Params.Scales {
-					if tp.Params.Scales[g] != ptp.Params.Scales[g] || tp.Params.ZeroPoints[g] != ptp.Params.ZeroPoints[g] {
-						t.Fatalf("%s: qparams of group %d changed", layer.weight, g)
-					}
-				}
-				checkOnGrid(t, layer.weight, got, shape, tp)
-				rtn, err := finalize.FakeQuantize(w, shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
-				if err != nil {
-					t.Fatal(err)
-				}
-				errRTN := reconstructionError(inputs[layer.node], w, rtn, layer.n, at)
-				errGPTQ := reconstructionError(inputs[layer.node], w, got, layer.n, at)
-				if !(errGPTQ < errRTN) {
-					t.Errorf("%s: ‖X(W−Ŵ)‖² %g with GPTQ, %g with round-to-nearest", layer.node, errGPTQ, errRTN)
-				}
-				r, ok := reported[layer.node]
-				if !ok || r.Skipped != "" || !(r.After > r.Before) {
-					t.Errorf("%s: report %+v, want a local SQNR that went up", layer.node, r)
-				}
-				t.Logf("%s: error %.4g → %.4g (%.2f → %.2f dB)", layer.node, errRTN, errGPTQ, float64(r.Before), float64(r.After))
-			}
-		})
+		}
+		checkOnGrid(t, layer.weight, got, shape, tp)
+		rtn, err := finalize.FakeQuantize(w, shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errRTN := reconstructionError(inputs[layer.node], w, rtn, layer.n, at)
+		errGPTQ := reconstructionError(inputs[layer.node], w, got, layer.n, at)
+		if !(errGPTQ < errRTN) {
+			t.Errorf("%s: ‖X(W−Ŵ)‖² %g with GPTQ, %g with round-to-nearest", layer.node, errGPTQ, errRTN)
+		}
+		r, ok := reported[layer.node]
+		if !ok || r.Skipped != "" || !(r.After > r.Before) {
+			t.Errorf("%s: report %+v, want a local SQNR that went up", layer.node, r)
+		}
+		t.Logf("%s: error %.4g → %.4g (%.2f → %.2f dB)", layer.node, errRTN, errGPTQ, float64(r.Before), float64(r.After))
 	}
 }
 

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	goruntime "runtime"
@@ -156,14 +157,22 @@ func (g *gramAccumulator) release() { g.scratch = nil }
 type hessianFactors struct {
 	h32 []float32
 	u   []float32
+	// perm, when set, is the order the factors' rows and columns take
+	// the features in: row i is feature perm[i].
+	perm []int
 }
 
-// factorize returns g's factors for damping damp, computed once.
-func (g *gramAccumulator) factorize(damp float64) (*hessianFactors, error) {
+// factorize returns g's factors for damping damp, computed once; with
+// actOrder, of the features in decreasing order of H's diagonal (perm).
+func (g *gramAccumulator) factorize(damp float64, actOrder bool) (*hessianFactors, error) {
 	if g.factors != nil {
 		return g.factors, nil
 	}
 	k := g.k
+	var perm []int
+	if actOrder {
+		perm = g.actOrder()
+	}
 	h32 := make([]float32, k*k)
 	for i := range k {
 		for j := i; j < k; j++ {
@@ -177,8 +186,32 @@ func (g *gramAccumulator) factorize(damp float64) (*hessianFactors, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.factors = &hessianFactors{h32: h32, u: u}
+	g.factors = &hessianFactors{h32: h32, u: u, perm: perm}
 	return g.factors, nil
+}
+
+// actOrder returns the features in decreasing order of H's diagonal
+// (ties in feature order) and permutes the sum to that order: GPTQ then
+// rounds the features that weigh most first, while the most features
+// remain to take their errors (the "act-order" of Frantar et al.). The
+// qparams are prepare's, fixed before any rounding, so the order changes
+// only which codes are chosen, never the grid.
+func (g *gramAccumulator) actOrder() []int {
+	k := g.k
+	perm := make([]int, k)
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortStableFunc(perm, func(a, b int) int { return cmp.Compare(g.sum[b*k+b], g.sum[a*k+a]) })
+	p := make([]float64, k*k)
+	for a := range k {
+		for b := a; b < k; b++ {
+			i, j := min(perm[a], perm[b]), max(perm[a], perm[b])
+			p[a*k+b] = g.sum[i*k+j]
+		}
+	}
+	g.sum = p
+	return perm
 }
 
 // done marks one user of g finished; the last frees the sum and factors.

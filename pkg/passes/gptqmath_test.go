@@ -205,7 +205,7 @@ func TestGPTQRoundLazyBatch(t *testing.T) {
 	if err := g.add(x, []int{4 * k, k}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := g.factorize(0.01)
+	f, err := g.factorize(0.01, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,5 +284,97 @@ func TestGPTQRoundLazyBatch(t *testing.T) {
 		if d := math.Abs(l.weightedSquare(f.h32, w, got) - eGot); d > 1e-4*eGot {
 			t.Errorf("transposed %v: weightedSquare %g, want %g", transposed, l.weightedSquare(f.h32, w, got), eGot)
 		}
+	}
+}
+
+// TestGPTQActOrder checks the act-order factors and rounding on a 300×24
+// int4 per-channel weight whose correlated input features have scales
+// spread over two decades (fixed seeds): the order is a permutation with
+// H's diagonal non-increasing, the factors' H is H permuted, the lazy-batch
+// rounding in that order agrees with the feature-by-feature float64 form
+// in that order, and its error, computed here in the features' own order,
+// is below round-to-nearest's.
+func TestGPTQActOrder(t *testing.T) {
+	const k, n = 2*gptqBlock + 44, 24
+	x := correlatedRows(6, 4*k, k)
+	for r := range 4 * k {
+		for j := range k {
+			x[r*k+j] *= float32(math.Pow(10, float64((j*7)%k)/float64(k)*2-1))
+		}
+	}
+	h := gramReference(x, k)
+	g := &gramAccumulator{value: "x", k: k, sum: make([]float64, k*k), threads: 2, users: 1}
+	if err := g.add(x, []int{4 * k, k}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := g.factorize(0.01, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]bool, k)
+	for a, i := range f.perm {
+		if seen[i] {
+			t.Fatalf("feature %d twice in the order", i)
+		}
+		seen[i] = true
+		if a > 0 && h[i*k+i] > h[f.perm[a-1]*k+f.perm[a-1]]*(1+1e-6) {
+			t.Fatalf("position %d: diagonal %g after %g", a, h[i*k+i], h[f.perm[a-1]*k+f.perm[a-1]])
+		}
+		for b, j := range f.perm {
+			if want := h[i*k+j]; math.Abs(float64(f.h32[a*k+b])-want) > 1e-4*math.Abs(h[i*k+i]) {
+				t.Fatalf("H[%d,%d] of the factors = %g, want H[%d,%d] = %g", a, b, f.h32[a*k+b], i, j, want)
+			}
+		}
+	}
+	if slices.IsSorted(f.perm) {
+		t.Fatal("the order is the identity: the test's scales do not exercise it")
+	}
+	rng := rand.New(rand.NewPCG(10, 11))
+	w := make([]float32, k*n)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.05)
+	}
+	sp := &spec.QuantizationSpec{DType: spec.Int4, QScheme: spec.Symmetric, Granularity: spec.Granularity{Type: spec.PerChannel}}
+	grid, _ := sp.IntGrid()
+	l := &gptqLayer{w: w, shape: []int{k, n}, k: k, n: n, xtx: g, threads: 2, perm: f.perm,
+		plan: &TensorPlan{Spec: sp, Axis: 1, Params: &plan.Params{Scales: make([]float32, n), ZeroPoints: make([]int32, n)}}}
+	rtn := make([]float32, len(w))
+	for o := range n {
+		var lo, hi float32
+		for i := range k {
+			lo, hi = min(lo, w[i*n+o]), max(hi, w[i*n+o])
+		}
+		s, zp := grid.QParam(lo, hi)
+		l.plan.Params.Scales[o], l.plan.Params.ZeroPoints[o] = s, zp
+		for i := range k {
+			rtn[i*n+o] = quant.Dequantize(quant.Int(w[i*n+o], s, int64(zp), grid.QMin, grid.QMax), int64(zp), s)
+		}
+	}
+	want := gptqRoundReference(l, f.u)
+	got := make([]float32, len(w))
+	if err := gptqRound(l, f.u, got); err != nil {
+		t.Fatal(err)
+	}
+	differ := 0
+	for i := range got {
+		if got[i] != want[i] {
+			differ++
+		}
+	}
+	errOf := func(q []float32) float64 {
+		var s float64
+		for o := range n {
+			for i := range k {
+				for j := range k {
+					s += (float64(w[i*n+o]) - float64(q[i*n+o])) * h[i*k+j] * (float64(w[j*n+o]) - float64(q[j*n+o]))
+				}
+			}
+		}
+		return s
+	}
+	eGot, eRTN := errOf(got), errOf(rtn)
+	t.Logf("%d of %d codes differ from the float64 form; error %.5g (round-to-nearest %.5g)", differ, len(got), eGot, eRTN)
+	if differ > len(got)/100 || !(eGot < eRTN) {
+		t.Errorf("%d codes differ from the float64 form, error %g (round-to-nearest %g)", differ, eGot, eRTN)
 	}
 }
