@@ -8,6 +8,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
+	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -264,12 +265,26 @@ func (l *gptqLayer) addPatches(x *tensor.Tensor, threads int) error {
 	ps := p.Float32s()
 	positions := tensor.NumElements(p.Shape[2:])
 	per := p.Shape[1] * positions
-	blocks := make([][]float32, p.Shape[0])
-	for g, v := range l.groups {
+	blocksOf := func(v *gptqLayer, g int) [][]float32 {
+		blocks := make([][]float32, p.Shape[0])
 		for i := range blocks {
 			blocks[i] = ps[i*per+g*v.k*positions : i*per+(g+1)*v.k*positions]
 		}
-		v.xtx.addColumns(blocks, positions, positions)
+		return blocks
+	}
+	if l.groups[0].k < smallGramFeatures {
+		// A depthwise Conv's groups, or a stem's: products too narrow
+		// for the SGEMM kernels' tiles, summed directly, group by group
+		// in parallel (each group's sum its own).
+		kernels.Parallel(threadCount(threads), len(l.groups), 1, func(lo, hi int) {
+			for g := lo; g < hi; g++ {
+				l.groups[g].xtx.addColumnsDirect(blocksOf(l.groups[g], g), positions, positions)
+			}
+		})
+		return nil
+	}
+	for g, v := range l.groups {
+		v.xtx.addColumns(blocksOf(v, g), positions, positions)
 	}
 	return nil
 }

@@ -96,6 +96,46 @@ func (g *gramAccumulator) addColumns(ps [][]float32, cols, ld int) {
 	g.rows += cols * len(ps)
 }
 
+// smallGramFeatures is the width below which a gram is summed by
+// addColumnsDirect: narrower than one tile of the SGEMM kernels, whose
+// packing would cost more than the products.
+const smallGramFeatures = 32
+
+// addColumnsDirect accumulates the columns of the k×cols matrices in ps
+// (rows ld apart) as addColumns does, each element of XᵀX a float64 dot
+// product of two rows: for the narrow grams of depthwise and stem
+// convolutions, with no scratch.
+func (g *gramAccumulator) addColumnsDirect(ps [][]float32, cols, ld int) {
+	k := g.k
+	for _, p := range ps {
+		for a := range k {
+			ra := p[a*ld : a*ld+cols]
+			for b := a; b < k; b++ {
+				g.sum[a*k+b] += dot32(ra, p[b*ld:b*ld+cols])
+			}
+		}
+	}
+	g.rows += cols * len(ps)
+}
+
+// dot32 is Σ a[i]·b[i] in float64 over len(a) ≤ len(b), in four
+// interleaved partial sums added in a fixed order.
+func dot32(a, b []float32) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += float64(a[i]) * float64(b[i])
+		s1 += float64(a[i+1]) * float64(b[i+1])
+		s2 += float64(a[i+2]) * float64(b[i+2])
+		s3 += float64(a[i+3]) * float64(b[i+3])
+	}
+	for ; i < len(a); i++ {
+		s0 += float64(a[i]) * float64(b[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
 // product writes (or adds to) the scratch's panels: fn(c, j0, j1,
 // threads) computes rows [0, j1) of column panel [j0, j1) of a chunk's
 // XᵀX into c (k×k).
@@ -203,11 +243,14 @@ func (g *gramAccumulator) actOrder() []int {
 		perm[i] = i
 	}
 	slices.SortStableFunc(perm, func(a, b int) int { return cmp.Compare(g.sum[b*k+b], g.sum[a*k+a]) })
+	// Mirrored, row a of the permuted matrix is a gather from row
+	// perm[a]: every read stays in one row.
+	mirrorUpper(g.sum, k)
 	p := make([]float64, k*k)
 	for a := range k {
+		row := g.sum[perm[a]*k : (perm[a]+1)*k]
 		for b := a; b < k; b++ {
-			i, j := min(perm[a], perm[b]), max(perm[a], perm[b])
-			p[a*k+b] = g.sum[i*k+j]
+			p[a*k+b] = row[perm[b]]
 		}
 	}
 	g.sum = p
@@ -271,21 +314,15 @@ func choleskyLower(a []float64, k, threads int) error {
 	for j0 := 0; j0 < k; j0 += nb {
 		j1 := min(k, j0+nb)
 		for j := j0; j < j1; j++ {
-			s := a[j*k+j]
-			for p := j0; p < j; p++ {
-				s -= a[j*k+p] * a[j*k+p]
-			}
+			rj := a[j*k+j0 : j*k+j]
+			s := a[j*k+j] - dot64(rj, rj)
 			if !(s > 0) || math.IsInf(s, 0) {
 				return fmt.Errorf("not positive definite at row %d of %d", j, k)
 			}
 			d := math.Sqrt(s)
 			a[j*k+j] = d
 			for i := j + 1; i < j1; i++ {
-				v := a[i*k+j]
-				for p := j0; p < j; p++ {
-					v -= a[i*k+p] * a[j*k+p]
-				}
-				a[i*k+j] = v / d
+				a[i*k+j] = (a[i*k+j] - dot64(a[i*k+j0:i*k+j], rj)) / d
 			}
 		}
 		if j1 == k {
@@ -298,11 +335,7 @@ func choleskyLower(a []float64, k, threads int) error {
 			for r := lo; r < hi; r++ {
 				i := j1 + r
 				for j := j0; j < j1; j++ {
-					v := a[i*k+j]
-					for p := j0; p < j; p++ {
-						v -= a[i*k+p] * a[j*k+p]
-					}
-					v /= a[j*k+j]
+					v := (a[i*k+j] - dot64(a[i*k+j0:i*k+j], a[j*k+j0:j*k+j])) / a[j*k+j]
 					a[i*k+j] = v
 					panel[r*w+j-j0] = float32(v)
 				}
@@ -323,6 +356,24 @@ func choleskyLower(a []float64, k, threads int) error {
 		}
 	}
 	return nil
+}
+
+// dot64 is Σ a[i]·b[i] over len(a) ≤ len(b), in four interleaved partial
+// sums (independent chains the CPU overlaps), added in a fixed order.
+func dot64(a, b []float64) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // invertLower returns L⁻¹ (float32, k×k, lower) of the lower triangular
