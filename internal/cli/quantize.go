@@ -433,6 +433,8 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 		return u
 	}
 	u := newUnit(prof)
+	// The search writes raised weights from their float values.
+	u.KeepFloatWeights = opts.Search.active() || opts.Search.EmitConfig != ""
 	out := outputPath(s.settings)
 	if opts.Search.TargetSQNR == nil && opts.Search.EmitConfig == "" {
 		// The one model this run writes keeps its quantized weights on

@@ -511,7 +511,19 @@ func (st *searchState) levelsWith(moves []searchMove) map[string]int {
 // write writes the model of the given levels from the calibrated plan and
 // statistics.
 func (st *searchState) write(ctx context.Context, levels map[string]int) (*onnxgraph.Model, error) {
-	sub, err := st.plan(levels)
+	// A raised weight is written from its float values, not from the
+	// values GPTQ or AdaRound fitted to its planned grid.
+	var raised []string
+	for _, t := range st.u.Plan.Tensors {
+		if _, ok := levels[t.Value]; ok && t.Role == plan.Weight {
+			raised = append(raised, t.Value)
+		}
+	}
+	base, err := passes.WithUnroundedWeights(st.u, st.u.Model, raised)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := st.plan(levels, base)
 	if err != nil {
 		return nil, err
 	}
@@ -519,7 +531,7 @@ func (st *searchState) write(ctx context.Context, levels map[string]int) (*onnxg
 	if err != nil {
 		return nil, err
 	}
-	model, err := passes.WithBiases(st.u.Model, biases)
+	model, err := passes.WithBiases(base, biases)
 	if err != nil {
 		return nil, err
 	}
@@ -583,8 +595,9 @@ func (st *searchState) biases(ctx context.Context, levels map[string]int, sub *p
 
 // plan is the calibrated plan with the given levels: the values in float
 // left out (with the points that cannot be written without them), the
-// int16 ones widened, their qparams to be computed from the statistics.
-func (st *searchState) plan(levels map[string]int) (*plan.Plan, error) {
+// int16 ones widened, their qparams to be computed from the statistics
+// (a weight's from its values in model).
+func (st *searchState) plan(levels map[string]int, model *onnxgraph.Model) (*plan.Plan, error) {
 	sub := compare.SubPlan(st.u.Plan, func(v string) bool { return levels[v] != levelFloat })
 	for i, t := range sub.Tensors {
 		if levels[t.Value] != levelInt16 {
@@ -594,7 +607,7 @@ func (st *searchState) plan(levels map[string]int) (*plan.Plan, error) {
 		c.Spec = widened(t.Spec, t.Role == plan.Weight)
 		c.Params = nil // from the statistics, for the new type
 		if t.Role == plan.Weight && t.SharedWith == "" {
-			q, err := passes.WeightParamsAs(st.u.Model, t, c.Spec, st.u.Prepare)
+			q, err := passes.WeightParamsAs(model, t, c.Spec, st.u.Prepare)
 			if err != nil {
 				return nil, fmt.Errorf("%s in int16: %w", t.Value, err)
 			}
@@ -645,7 +658,7 @@ func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptio
 		}
 		return "", err
 	}
-	want, err := st.plan(levels)
+	want, err := st.plan(levels, st.u.Model) // specs and sharing only
 	if err != nil {
 		return "", err
 	}

@@ -173,7 +173,7 @@ func runSensitivity(ctx context.Context, opts *sensitivityOptions) error {
 	}
 	s.warnShortData(opts.IO.ErrOut, source, calibSamples)
 	opts.Format = "qdq"
-	u := &passes.Unit{}
+	u := &passes.Unit{KeepFloatWeights: true}
 	u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
 		Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize}
 	calProg := calibrate.NewProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default())
@@ -284,7 +284,12 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 	prog := newSensitivityProgress(streams)
 	r, err := compare.Analyze(ctx, compare.SensitivityInput{
 		Float: s.model, Prepared: u.Model, Plan: u.Plan, Write: u.Write, ModelFor: func(pl *plan.Plan) (*onnxgraph.Model, error) {
-			return passes.WithUncorrectedBiases(u, floatWeights(u.Plan, pl))
+			float := floatWeights(u.Plan, pl)
+			m, err := passes.WithUncorrectedBiases(u, float)
+			if err != nil {
+				return nil, err
+			}
+			return passes.WithUnroundedWeights(u, m, float)
 		},
 		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, ExceptOnly: sp.exceptOnly, Progress: prog.report,
 	})
@@ -323,7 +328,9 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (string, error) {
 	grouping, calibSamples, eval, src := sp.grouping, sp.calibSamples, sp.eval, sp.source
 	h := sha256.New()
-	fmt.Fprintf(h, "coreaiq sensitivity 2\n")
+	// The version changes with what a measurement writes: 3 writes a
+	// weight GPTQ or AdaRound rounded from its float values.
+	fmt.Fprintf(h, "coreaiq sensitivity 3\n")
 	model, err := fileSHA256(s.settings.Model)
 	if err != nil {
 		return "", err

@@ -92,7 +92,7 @@ func WithUncorrectedBiases(u *Unit, weights []string) (*onnxgraph.Model, error) 
 }
 
 // WithBiases is m, or a copy of it (sharing the other tensors' data) in
-// which the given biases hold the given data.
+// which the given biases (or other float constants) hold the given data.
 func WithBiases(m *onnxgraph.Model, biases []BiasValue) (*onnxgraph.Model, error) {
 	if len(biases) == 0 {
 		return m, nil
@@ -112,6 +112,34 @@ func WithBiases(m *onnxgraph.Model, biases []BiasValue) (*onnxgraph.Model, error
 		}
 	}
 	return c, nil
+}
+
+// WithUnroundedWeights is m (u's model or a copy of it), or a copy of it
+// sharing the other tensors' data, in which those of the given weights
+// that GPTQ or AdaRound rounded hold their float values again: a weight
+// written at another precision than planned (the accuracy search's int16
+// or float, the sensitivity analysis's float) is written from them, not
+// from values fitted to the planned grid. The rounded weights are known
+// when u.KeepFloatWeights was set for the run (AdaRound keeps them
+// always); a weight no algorithm rounded is left as it is.
+func WithUnroundedWeights(u *Unit, m *onnxgraph.Model, weights []string) (*onnxgraph.Model, error) {
+	var restore []BiasValue
+	for _, w := range weights {
+		orig, ok := u.roundedWeights[w]
+		if !ok {
+			continue
+		}
+		v := constantIn(m, w)
+		if v == nil {
+			return nil, fmt.Errorf("weight %q: not a constant of the model", w)
+		}
+		shape := make([]int, len(v.Const.GetDims()))
+		for i, d := range v.Const.GetDims() {
+			shape[i] = int(d)
+		}
+		restore = append(restore, BiasValue{Bias: w, Data: orig, Shape: shape})
+	}
+	return WithBiases(m, restore)
 }
 
 // biasLayer is one Conv or Gemm whose bias absorbs its mean error.
@@ -198,8 +226,15 @@ func BiasesCorrectedAs(ctx context.Context, u *Unit, weights []*TensorPlan) (map
 		return nil, err
 	}
 	byName := map[string]*TensorPlan{}
+	var names []string
 	for _, t := range weights {
 		byName[t.Value] = t
+		names = append(names, t.Value)
+	}
+	// Written at another precision, a weight GPTQ or AdaRound rounded is
+	// written from its float values: its error is theirs.
+	if m, err = WithUnroundedWeights(u, m, names); err != nil {
+		return nil, err
 	}
 	var layers []*biasLayer
 	for _, n := range m.Graph.AllNodes() {

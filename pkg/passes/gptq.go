@@ -459,8 +459,9 @@ func (l *gptqLayer) round(u *Unit, damp float64, actOrder bool) (LayerReport, er
 	if err := u.Write.Scratch.Move(l.weight.Const); err != nil {
 		return rep, err
 	}
-	if u.Algorithms.BiasCorrection != nil {
-		// Bias correction measures the error against the float weight.
+	if u.Algorithms.BiasCorrection != nil || u.KeepFloatWeights {
+		// Bias correction measures the error against the float weight,
+		// and a weight written at another precision starts from it.
 		if u.roundedWeights == nil {
 			u.roundedWeights = map[string][]float32{}
 		}

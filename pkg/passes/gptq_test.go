@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
@@ -267,5 +268,62 @@ func TestGPTQDeterministic(t *testing.T) {
 				return u
 			})
 		})
+	}
+}
+
+// TestWithUnroundedWeights checks that a run with KeepFloatWeights gives
+// back, for the named weights GPTQ rounded, their float values (and
+// leaves the others rounded), and that a run without it keeps nothing
+// (the model is returned as it is).
+func TestWithUnroundedWeights(t *testing.T) {
+	cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  gptq: true\n"), "int4.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := linearModel(t)
+	w1, _, err := constFloats(orig, orig.Graph.Value("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{true, false} {
+		u := &Unit{Model: linearModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms, KeepFloatWeights: keep,
+			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+				return observe(t, m, plan), nil
+			},
+			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: correlatedSource(4, 40), BatchSize: 7}}
+		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rounded, _, err := constFloats(u.Model, u.Model.Graph.Value("w1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(rounded, w1) {
+			t.Fatal("GPTQ left w1 as it was")
+		}
+		m, err := WithUnroundedWeights(u, u.Model, []string{"w1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := constFloats(m, m.Graph.Value("w1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2a, _, _ := constFloats(u.Model, u.Model.Graph.Value("w2"))
+		w2b, _, _ := constFloats(m, m.Graph.Value("w2"))
+		switch {
+		case keep && !slices.Equal(got, w1):
+			t.Error("KeepFloatWeights: w1 is not its float values")
+		case !keep && (m != u.Model || !slices.Equal(got, rounded)):
+			t.Error("without KeepFloatWeights: the model changed")
+		case !slices.Equal(w2a, w2b):
+			t.Error("w2, not named, changed")
+		}
+		if keep {
+			again, _, _ := constFloats(u.Model, u.Model.Graph.Value("w1"))
+			if !slices.Equal(again, rounded) {
+				t.Error("the unit's own model changed")
+			}
+		}
 	}
 }

@@ -84,6 +84,12 @@ type Unit struct {
 	// layers bias correction corrected (they read every layer's float
 	// output). Nothing the algorithms decide depends on them.
 	SkipFigures bool
+	// KeepFloatWeights keeps the float values of the weights GPTQ rounds
+	// (AdaRound keeps its own), for writing them at another precision than
+	// planned (WithUnroundedWeights): the accuracy search and the
+	// sensitivity analysis set it. A quantize that writes one model leaves
+	// it off: a decoder's weights are never all in memory.
+	KeepFloatWeights bool
 	// ownsModel is set once Model is a private copy that the algorithms
 	// may edit.
 	ownsModel bool
@@ -92,8 +98,10 @@ type Unit struct {
 	// UncorrectedBiases are the biases bias correction changed, as they
 	// were, by the weight of their layer.
 	UncorrectedBiases map[string]BiasValue
-	// roundedWeights are the float weights GPTQ replaced by rounded ones,
-	// by value name, for bias correction's error.
+	// roundedWeights are the float weights GPTQ and AdaRound replaced by
+	// rounded ones, by value name, for bias correction's error and for
+	// writing them at other precisions (GPTQ keeps them when either needs
+	// them).
 	roundedWeights map[string][]float32
 	// batchNormFloors are the folded BatchNorms' β − 3|γ| by Conv output,
 	// kept by the fold pass for high-bias absorption.
