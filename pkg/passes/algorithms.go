@@ -117,6 +117,15 @@ func useScratch(u *Unit) error {
 	return nil
 }
 
+// intShape is a tensor's dims as ints.
+func intShape(dims []int64) []int {
+	out := make([]int, len(dims))
+	for i, d := range dims {
+		out[i] = int(d)
+	}
+	return out
+}
+
 // constFloats reads a constant value as float32.
 func constFloats(m *onnxgraph.Model, v *onnxgraph.Value) ([]float32, []int, error) {
 	t, err := tensor.FromProto(v.Const, m)

@@ -133,11 +133,7 @@ func WithUnroundedWeights(u *Unit, m *onnxgraph.Model, weights []string) (*onnxg
 		if v == nil {
 			return nil, fmt.Errorf("weight %q: not a constant of the model", w)
 		}
-		shape := make([]int, len(v.Const.GetDims()))
-		for i, d := range v.Const.GetDims() {
-			shape[i] = int(d)
-		}
-		restore = append(restore, BiasValue{Bias: w, Data: orig, Shape: shape})
+		restore = append(restore, BiasValue{Bias: w, Data: orig, Shape: intShape(v.Const.GetDims())})
 	}
 	return WithBiases(m, restore)
 }

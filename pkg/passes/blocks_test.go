@@ -192,14 +192,6 @@ func blockIndex(blocks []*graphBlock, n *onnxgraph.Node) int {
 	return -1
 }
 
-func tensorShape(dims []int64) []int {
-	out := make([]int, len(dims))
-	for i, d := range dims {
-		out[i] = int(d)
-	}
-	return out
-}
-
 func keys(m map[string]*tensor.Tensor) []string {
 	var out []string
 	for k := range m {
@@ -339,7 +331,7 @@ func sameModelWithScratch(t *testing.T, quantize func(threads int, scratch *onnx
 		if run.scratch {
 			for _, node := range rewritten(u) {
 				w := u.Model.Graph.Node(node).Inputs[1]
-				large := 4*tensor.NumElements(tensorShape(w.Const.GetDims())) >= 64<<10
+				large := 4*tensor.NumElements(intShape(w.Const.GetDims())) >= 64<<10
 				if u.Model.InStore(w.Const) != large {
 					t.Errorf("%s: weight %q of %v in the scratch file: %v", node, w.Name, w.Const.GetDims(), !large)
 				}

@@ -376,10 +376,7 @@ func gptqConvLayer(u *Unit, n *onnxgraph.Node, wv *onnxgraph.Value, tp *TensorPl
 	if len(dims) < 3 {
 		return nil, fmt.Sprintf("weight of rank %d, want at least 3", len(dims)), nil
 	}
-	shape := make([]int, len(dims))
-	for i, d := range dims {
-		shape[i] = int(d)
-	}
+	shape := intShape(dims)
 	groups := 1
 	if a := n.Attr("group"); a != nil && a.GetI() > 1 {
 		groups = int(a.GetI())

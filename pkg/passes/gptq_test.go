@@ -162,20 +162,7 @@ func testGPTQLinear(t *testing.T, weight string, actOrder bool, src *sampleSourc
 		if layer.transposed {
 			at = func(k, n int) int { return n*layer.k + k }
 		}
-		w, shape, err := constFloats(float, float.Graph.Value(layer.weight))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := constFloats(u.Model, u.Model.Graph.Value(layer.weight))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp, ptp := u.Plan.Tensor(layer.weight), plain.Plan.Tensor(layer.weight)
-		for g := range tp.Params.Scales {
-			if tp.Params.Scales[g] != ptp.Params.Scales[g] || tp.Params.ZeroPoints[g] != ptp.Params.ZeroPoints[g] {
-				t.Fatalf("%s: qparams of group %d changed", layer.weight, g)
-			}
-		}
+		w, got, shape, tp := roundedWeight(t, float, u, plain, layer.weight)
 		checkOnGrid(t, layer.weight, got, shape, tp)
 		rtn, err := finalize.FakeQuantize(w, shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
 		if err != nil {
@@ -183,15 +170,45 @@ func testGPTQLinear(t *testing.T, weight string, actOrder bool, src *sampleSourc
 		}
 		errRTN := reconstructionError(inputs[layer.node], w, rtn, layer.n, at)
 		errGPTQ := reconstructionError(inputs[layer.node], w, got, layer.n, at)
-		if !(errGPTQ < errRTN) {
-			t.Errorf("%s: ‖X(W−Ŵ)‖² %g with GPTQ, %g with round-to-nearest", layer.node, errGPTQ, errRTN)
-		}
-		r, ok := reported[layer.node]
-		if !ok || r.Skipped != "" || !(r.After > r.Before) {
-			t.Errorf("%s: report %+v, want a local SQNR that went up", layer.node, r)
-		}
-		t.Logf("%s: error %.4g → %.4g (%.2f → %.2f dB)", layer.node, errRTN, errGPTQ, float64(r.Before), float64(r.After))
+		checkGPTQGain(t, layer.node, errRTN, errGPTQ, reported)
 	}
+}
+
+// checkGPTQGain fails unless GPTQ's reconstruction error on node is
+// below round-to-nearest's and the report says the local SQNR went up.
+func checkGPTQGain(t *testing.T, node string, errRTN, errGPTQ float64, reported map[string]LayerReport) {
+	t.Helper()
+	if !(errGPTQ < errRTN) {
+		t.Errorf("%s: ‖X(W−Ŵ)‖² %g with GPTQ, %g with round-to-nearest", node, errGPTQ, errRTN)
+	}
+	r, ok := reported[node]
+	if !ok || r.Skipped != "" || !(r.After > r.Before) {
+		t.Errorf("%s: report %+v, want a local SQNR that went up", node, r)
+	}
+	t.Logf("%s: error %.4g → %.4g (%.2f → %.2f dB)", node, errRTN, errGPTQ, float64(r.Before), float64(r.After))
+}
+
+// roundedWeight is a weight's values in the float model and as the GPTQ
+// run u wrote them, with its shape and plan; it fails unless u's qparams
+// are those of plain, the run without GPTQ: the rounding chooses codes,
+// never the grid.
+func roundedWeight(t *testing.T, float *onnxgraph.Model, u, plain *Unit, name string) (w, got []float32, shape []int, tp *TensorPlan) {
+	t.Helper()
+	w, shape, err := constFloats(float, float.Graph.Value(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err = constFloats(u.Model, u.Model.Graph.Value(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, ptp := u.Plan.Tensor(name), plain.Plan.Tensor(name)
+	for g := range tp.Params.Scales {
+		if tp.Params.Scales[g] != ptp.Params.Scales[g] || tp.Params.ZeroPoints[g] != ptp.Params.ZeroPoints[g] {
+			t.Fatalf("%s: qparams of group %d changed", name, g)
+		}
+	}
+	return w, got, shape, tp
 }
 
 // checkOnGrid checks that every value v of a rounded weight is

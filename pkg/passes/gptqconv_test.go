@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -145,7 +143,7 @@ func TestGPTQConvPatchGram(t *testing.T) {
 	var layers []layer
 	for _, l := range convGPTQLayers {
 		w := m.Graph.Value(l.weight)
-		layers = append(layers, layer{m.Graph.Value(l.input).Consumers[0], dimsOf(w.Const.GetDims()), l.geom, []int{channels[l.input], 24, 24}})
+		layers = append(layers, layer{m.Graph.Value(l.input).Consumers[0], intShape(w.Const.GetDims()), l.geom, []int{channels[l.input], 24, 24}})
 	}
 	b := testmodels.New("conv1d", 17)
 	b.Input("s", tensor.Float, "n", 6, 17).Output("z", tensor.Float, "n", 4, 6)
@@ -205,14 +203,6 @@ func TestGPTQConvPatchGram(t *testing.T) {
 	}
 }
 
-func dimsOf(d []int64) []int {
-	out := make([]int, len(d))
-	for i, v := range d {
-		out[i] = int(v)
-	}
-	return out
-}
-
 // TestGPTQConvLowersReconstructionError checks on convGPTQModel (fixed
 // seeds), for int4 weights per channel, per block along the input
 // channels and uint4 asymmetric, that every Conv's GPTQ rounding has a
@@ -244,24 +234,11 @@ func TestGPTQConvLowersReconstructionError(t *testing.T) {
 					reported[l.Node] = l
 				}
 			}
-			inputs := tapValues(t, u.Model, src, "rA", "rB")
+			inputs := runValues(t, u.Model, src, "rA", "rB")
 			inputs["x"] = tensor.FromFloat32(src.x, append([]int{src.n}, src.shape...)...)
 			orig := convGPTQModel(t)
 			for _, layer := range convGPTQLayers {
-				w, shape, err := constFloats(orig, orig.Graph.Value(layer.weight))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, _, err := constFloats(u.Model, u.Model.Graph.Value(layer.weight))
-				if err != nil {
-					t.Fatal(err)
-				}
-				tp, ptp := u.Plan.Tensor(layer.weight), plain.Plan.Tensor(layer.weight)
-				for g := range tp.Params.Scales {
-					if tp.Params.Scales[g] != ptp.Params.Scales[g] || tp.Params.ZeroPoints[g] != ptp.Params.ZeroPoints[g] {
-						t.Fatalf("%s: qparams of group %d changed", layer.weight, g)
-					}
-				}
+				w, got, shape, tp := roundedWeight(t, orig, u, plain, layer.weight)
 				flat := []int{shape[0], tensor.NumElements(shape[1:])}
 				if tp.BlockSize == 0 {
 					checkOnGrid(t, layer.weight, got, flat, tp)
@@ -286,44 +263,8 @@ func TestGPTQConvLowersReconstructionError(t *testing.T) {
 						errGPTQ += reconstructionError(rows, w, got, per, at)
 					}
 				}
-				if !(errGPTQ < errRTN) {
-					t.Errorf("%s: ‖X(W−Ŵ)‖² %g with GPTQ, %g with round-to-nearest", layer.node, errGPTQ, errRTN)
-				}
-				r, ok := reported[layer.node]
-				if !ok || r.Skipped != "" || !(r.After > r.Before) {
-					t.Errorf("%s: report %+v, want a local SQNR that went up", layer.node, r)
-				}
-				t.Logf("%s: error %.4g → %.4g (%.2f → %.2f dB)", layer.node, errRTN, errGPTQ, float64(r.Before), float64(r.After))
+				checkGPTQGain(t, layer.node, errRTN, errGPTQ, reported)
 			}
 		})
 	}
-}
-
-// tapValues runs m on all of src's samples and returns the named values.
-func tapValues(t *testing.T, m *onnxgraph.Model, src *sampleSource, names ...string) map[string]*tensor.Tensor {
-	t.Helper()
-	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	in, _ := src.Batch(0, src.n)
-	got := map[string]*tensor.Tensor{}
-	tap := func(name string, v *tensor.Tensor) {
-		f, err := v.AsFloat32()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		got[name] = tensor.FromFloat32(append([]float32(nil), f...), v.Shape...)
-	}
-	if _, err := s.Run(context.Background(), in, runtime.RunOptions{Tap: tap, TapValues: names}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if got[n] == nil {
-			t.Fatalf("value %q was not tapped", n)
-		}
-	}
-	return got
 }

@@ -177,12 +177,7 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.AlgorithmC
 		if len(c.Consumers) != 1 {
 			return nil, fmt.Sprintf("%q is shared by several nodes", c.Name), nil
 		}
-		dims := c.Const.GetDims()
-		shape := make([]int, len(dims))
-		for i, d := range dims {
-			shape[i] = int(d)
-		}
-		return &weightData{v: c, shape: shape}, "", nil
+		return &weightData{v: c, shape: intShape(c.Const.GetDims())}, "", nil
 	}
 	for _, c := range v.Consumers {
 		switch {
