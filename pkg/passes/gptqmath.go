@@ -243,17 +243,34 @@ func (g *gramAccumulator) actOrder() []int {
 		perm[i] = i
 	}
 	slices.SortStableFunc(perm, func(a, b int) int { return cmp.Compare(g.sum[b*k+b], g.sum[a*k+a]) })
-	// Mirrored, row a of the permuted matrix is a gather from row
-	// perm[a]: every read stays in one row.
+	// In place, with one row aside (a second K×K matrix would be a
+	// decoder's largest allocation here): mirrored, the rows are moved
+	// along the permutation's cycles, then each row is gathered.
 	mirrorUpper(g.sum, k)
-	p := make([]float64, k*k)
-	for a := range k {
-		row := g.sum[perm[a]*k : (perm[a]+1)*k]
-		for b := a; b < k; b++ {
-			p[a*k+b] = row[perm[b]]
+	row := func(a int) []float64 { return g.sum[a*k : (a+1)*k] }
+	moved := make([]bool, k)
+	aside := make([]float64, k)
+	for start := range k {
+		if moved[start] {
+			continue
+		}
+		copy(aside, row(start))
+		for a := start; ; a = perm[a] {
+			moved[a] = true
+			if perm[a] == start {
+				copy(row(a), aside)
+				break
+			}
+			copy(row(a), row(perm[a]))
 		}
 	}
-	g.sum = p
+	for a := range k {
+		r := row(a)
+		for b, j := range perm {
+			aside[b] = r[j]
+		}
+		copy(r, aside)
+	}
 	return perm
 }
 
