@@ -415,9 +415,9 @@ func (l *gptqLayer) round(u *Unit, damp float64, actOrder bool) (LayerReport, er
 			v.w = nil
 		}
 	}()
-	// Round-to-nearest's error first: its weight is dead (collectable)
-	// before GPTQ's working copies are made, one copy fewer at the peak
-	// of a vocabulary head, a decoder's largest weight.
+	// Round-to-nearest's error first: its buffer then holds GPTQ's
+	// result, one copy fewer at the peak of a vocabulary head, a
+	// decoder's largest weight.
 	rtn, err := finalize.FakeQuantize(l.w, l.shape, tp.Axis, tp.BlockSize, tp.Spec, tp.Params)
 	if err != nil {
 		return rep, err
@@ -432,8 +432,10 @@ func (l *gptqLayer) round(u *Unit, damp float64, actOrder bool) (LayerReport, er
 		signal += v.weightedSquare(factors[i].h32, l.w, nil)
 		errRTN += v.weightedSquare(factors[i].h32, l.w, rtn)
 	}
-	rtn = nil
-	g := make([]float32, len(l.w))
+	// GPTQ's result takes round-to-nearest's buffer: the views cover
+	// every element, and a vocabulary head's weight is not allocated a
+	// fourth time.
+	g := rtn
 	var errGPTQ float64
 	for i, v := range views {
 		if err := gptqRound(v, factors[i].u, g); err != nil {
