@@ -111,16 +111,18 @@ func (g *gramAccumulator) addColumnsDirect(ps [][]float32, cols, ld int) {
 		for a := range k {
 			ra := p[a*ld : a*ld+cols]
 			for b := a; b < k; b++ {
-				g.sum[a*k+b] += dot32(ra, p[b*ld:b*ld+cols])
+				g.sum[a*k+b] += dot(ra, p[b*ld:b*ld+cols])
 			}
 		}
 	}
 	g.rows += cols * len(ps)
 }
 
-// dot32 is Σ a[i]·b[i] in float64 over len(a) ≤ len(b), in four
-// interleaved partial sums added in a fixed order.
-func dot32(a, b []float32) float64 {
+// dot is Σ a[i]·b[i] in float64 over len(a) ≤ len(b), in four
+// interleaved partial sums (independent chains the CPU overlaps), added
+// in a fixed order: the patch grams' float32 rows and the factorization's
+// float64 ones.
+func dot[T float32 | float64](a, b []T) float64 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float64
 	i := 0
@@ -332,14 +334,14 @@ func choleskyLower(a []float64, k, threads int) error {
 		j1 := min(k, j0+nb)
 		for j := j0; j < j1; j++ {
 			rj := a[j*k+j0 : j*k+j]
-			s := a[j*k+j] - dot64(rj, rj)
+			s := a[j*k+j] - dot(rj, rj)
 			if !(s > 0) || math.IsInf(s, 0) {
 				return fmt.Errorf("not positive definite at row %d of %d", j, k)
 			}
 			d := math.Sqrt(s)
 			a[j*k+j] = d
 			for i := j + 1; i < j1; i++ {
-				a[i*k+j] = (a[i*k+j] - dot64(a[i*k+j0:i*k+j], rj)) / d
+				a[i*k+j] = (a[i*k+j] - dot(a[i*k+j0:i*k+j], rj)) / d
 			}
 		}
 		if j1 == k {
@@ -352,7 +354,7 @@ func choleskyLower(a []float64, k, threads int) error {
 			for r := lo; r < hi; r++ {
 				i := j1 + r
 				for j := j0; j < j1; j++ {
-					v := (a[i*k+j] - dot64(a[i*k+j0:i*k+j], a[j*k+j0:j*k+j])) / a[j*k+j]
+					v := (a[i*k+j] - dot(a[i*k+j0:i*k+j], a[j*k+j0:j*k+j])) / a[j*k+j]
 					a[i*k+j] = v
 					panel[r*w+j-j0] = float32(v)
 				}
@@ -373,24 +375,6 @@ func choleskyLower(a []float64, k, threads int) error {
 		}
 	}
 	return nil
-}
-
-// dot64 is Σ a[i]·b[i] over len(a) ≤ len(b), in four interleaved partial
-// sums (independent chains the CPU overlaps), added in a fixed order.
-func dot64(a, b []float64) float64 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // invertLower returns L⁻¹ (float32, k×k, lower) of the lower triangular
