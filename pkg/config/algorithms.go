@@ -73,6 +73,16 @@ type CrossLayerEqualization struct {
 	// channel's pre-activation that a folded BatchNorm puts above zero
 	// (β − 3|γ|) out of the first Conv's bias into the second's.
 	HighBiasAbsorption bool
+	// Gated equalizes Conv → gated activation (SiLU, GELU, HardSwish) →
+	// Conv pairs too, with a Mul by the channels' scales before the gate
+	// (which does not commute with a scale), for the pairs whose
+	// activation quantization noise, estimated from calibration data at
+	// the second Convs, falls by at least GatedMinGain dB.
+	Gated        bool
+	GatedMinGain float64
+	// Samples caps the calibration samples the gated pairs' activation
+	// ranges are measured on.
+	Samples int
 }
 
 // BiasCorrection configures bias_correction.
@@ -101,6 +111,9 @@ type GPTQ struct {
 // Default algorithm settings.
 const (
 	DefaultCLEIterations        = 20
+	DefaultCLEGatedMinGain      = 6
+	algorithmGatedKey           = "gated"
+	algorithmGatedMinGainKey    = "gated_min_gain"
 	DefaultAlgorithmSamples     = 128
 	DefaultGPTQDamp             = 0.01
 	algorithmDampKey            = "damp"
@@ -133,12 +146,18 @@ var algorithmTable = map[string]algorithmDecoder{
 		settings: fields{
 			{algorithmCLEIterationsKey, "sweeps over each chain", intIn(1, math.MaxInt), DefaultCLEIterations},
 			{algorithmHighBiasKey, "move the part of a pre-activation a folded BatchNorm puts above zero (beta - 3|gamma|) into the next Conv's bias", boolean(), false},
+			{algorithmGatedKey, "equalize through SiLU, GELU and HardSwish too, with a Mul by the scales before the gate (needs calibration data)", boolean(), true},
+			{algorithmGatedMinGainKey, "the estimated activation noise reduction, in dB, a gated pair must reach to be equalized", numberIn(0, math.Inf(1)), DefaultCLEGatedMinGain},
+			{algorithmSamplesKey, "calibration samples the gated pairs' activation ranges are measured on", intIn(1, math.MaxInt), DefaultAlgorithmSamples},
 		},
 		decode: func(d *decoder, a *Algorithms, c AlgorithmCommon, s map[string]*yaml.Node) {
 			path := algorithmsKey + "." + crossLayerEqualizationName + "."
 			a.CrossLayerEqualization = &CrossLayerEqualization{AlgorithmCommon: c,
 				Iterations:         d.positive(s[algorithmCLEIterationsKey], path+algorithmCLEIterationsKey, DefaultCLEIterations),
-				HighBiasAbsorption: d.flag(s[algorithmHighBiasKey], path+algorithmHighBiasKey, false)}
+				HighBiasAbsorption: d.flag(s[algorithmHighBiasKey], path+algorithmHighBiasKey, false),
+				Gated:              d.flag(s[algorithmGatedKey], path+algorithmGatedKey, true),
+				GatedMinGain:       d.positiveNumber(s[algorithmGatedMinGainKey], path+algorithmGatedMinGainKey, DefaultCLEGatedMinGain),
+				Samples:            d.positive(s[algorithmSamplesKey], path+algorithmSamplesKey, DefaultAlgorithmSamples)}
 		},
 	},
 	biasCorrectionAlgorithmName: {

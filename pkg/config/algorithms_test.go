@@ -14,13 +14,18 @@ func TestAlgorithmsBlock(t *testing.T) {
 		iterations int
 		excluded   string
 		highBias   bool
+		// gated and gatedMinGain are checked when cle is set.
+		gated        bool
+		gatedMinGain float64
 	}{
 		{name: "absent"},
 		{name: "true takes the defaults", text: "algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n",
-			cle: true, bc: true, samples: DefaultAlgorithmSamples, iterations: DefaultCLEIterations},
+			cle: true, bc: true, samples: DefaultAlgorithmSamples, iterations: DefaultCLEIterations, gated: true, gatedMinGain: DefaultCLEGatedMinGain},
 		{name: "false and null are off", text: "algorithms:\n  cross_layer_equalization: false\n  bias_correction: null\n"},
 		{name: "settings", text: "algorithms:\n  bias_correction: {samples: 16, exclude: [\"/head/.*\"]}\n  cross_layer_equalization: {iterations: 3, high_bias_absorption: true}\n",
-			cle: true, bc: true, samples: 16, iterations: 3, highBias: true, excluded: "/head/conv"},
+			cle: true, bc: true, samples: 16, iterations: 3, highBias: true, excluded: "/head/conv", gated: true, gatedMinGain: DefaultCLEGatedMinGain},
+		{name: "gated settings", text: "algorithms:\n  cross_layer_equalization: {gated: false, gated_min_gain: 2.5, samples: 8}\n",
+			cle: true, iterations: DefaultCLEIterations, gatedMinGain: 2.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,6 +42,9 @@ func TestAlgorithmsBlock(t *testing.T) {
 			}
 			if tt.bc && a.BiasCorrection.Samples != tt.samples {
 				t.Errorf("samples %d, want %d", a.BiasCorrection.Samples, tt.samples)
+			}
+			if c := a.CrossLayerEqualization; tt.cle && (c.Gated != tt.gated || c.GatedMinGain != tt.gatedMinGain) {
+				t.Errorf("gated %v, gated_min_gain %g, want %v, %g", c.Gated, c.GatedMinGain, tt.gated, tt.gatedMinGain)
 			}
 			if tt.cle && (a.CrossLayerEqualization.Iterations != tt.iterations || a.CrossLayerEqualization.HighBiasAbsorption != tt.highBias) {
 				t.Errorf("iterations %d, high_bias_absorption %v, want %d, %v", a.CrossLayerEqualization.Iterations, a.CrossLayerEqualization.HighBiasAbsorption, tt.iterations, tt.highBias)

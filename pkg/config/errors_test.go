@@ -52,6 +52,8 @@ func TestBadConfigs(t *testing.T) {
 		{"bad smoothquant settings", "algorithms:\n  smoothquant: {alpha: 1.5, samples: 0}\n"},
 		{"bad awq settings", "algorithms:\n  awq: {grid: 0, samples: -1, clip: true}\n"},
 		{"bad high_bias_absorption", "algorithms:\n  cross_layer_equalization: {high_bias_absorption: 3}\n"},
+		{"gated_min_gain not positive", "algorithms:\n  cross_layer_equalization: {gated_min_gain: -1}\n"},
+		{"gated not a boolean", "algorithms:\n  cross_layer_equalization: {gated: silu}\n"},
 		{"bad adaround settings", "algorithms:\n  adaround: {iterations: 0, learning_rate: -1, warmup: 1, beta_start: 2, beta_end: 20, regularisation: 0.1}\n"},
 		{"many errors sorted", "engine: gpu\nquantization_spec:\n  a: {dtype: int9}\nquantization_config:\n  global_confg: {}\n"},
 	}

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -35,6 +36,13 @@ type Pattern struct {
 	// LayerNormalization); the config language then addresses the chain
 	// as one call of it. "" for none.
 	Torch string
+	// GateReads are the statements that read x to compute the gate of a
+	// gated activation x·g(x) (SiLU, GELU, HardSwish); nil for the others.
+	// Cross-layer equalization can divide x by per-channel scales when the
+	// gate reads x multiplied back by them (one Mul by a constant), so each
+	// gated pattern has a variant, NAME_rescaled, whose gate reads go
+	// through that Mul.
+	GateReads []int
 }
 
 // OpTypes are the op types of the pattern's statements, in order.
@@ -48,11 +56,42 @@ func (p Pattern) OpTypes() []string {
 	return out
 }
 
-// Patterns lists the patterns sorted by name.
+// Patterns lists the patterns, with the rescaled variants of the gated
+// ones, sorted by name.
 func Patterns() []Pattern {
 	out := append([]Pattern(nil), patterns...)
+	for _, p := range patterns {
+		if len(p.GateReads) > 0 {
+			out = append(out, p.Rescaled())
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// RescaledSuffix ends the name of a gated pattern's rescaled variant.
+const RescaledSuffix = "_rescaled"
+
+// Rescaled is the variant of a gated pattern whose gate reads x through a
+// Mul by a constant (Pattern.GateReads): "xs = Mul(x, $)" comes first and
+// the gate statements read xs.
+func (p Pattern) Rescaled() Pattern {
+	stmts := []string{"xs = Mul(x, $)"}
+	for i, st := range p.Statements {
+		if slices.Contains(p.GateReads, i) {
+			lhs, rhs, _ := strings.Cut(st, "=")
+			op, args, _ := strings.Cut(strings.TrimSpace(rhs), "(")
+			parts := strings.Split(strings.TrimSuffix(args, ")"), ",")
+			for j, a := range parts {
+				if strings.TrimSpace(a) == "x" {
+					parts[j] = strings.Replace(a, "x", "xs", 1)
+				}
+			}
+			st = strings.TrimSpace(lhs) + " = " + op + "(" + strings.Join(parts, ",") + ")"
+		}
+		stmts = append(stmts, st)
+	}
+	return Pattern{Name: p.Name + RescaledSuffix, Statements: stmts, Torch: p.Torch}
 }
 
 var patterns = []Pattern{
@@ -93,33 +132,33 @@ var patterns = []Pattern{
 	{Name: "rms_norm_one_over_no_affine", Statements: []string{
 		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "r = Div(1, s)", "y = Mul(x, r)",
 	}},
-	{Name: "gelu_tanh", Statements: []string{
+	{Name: "gelu_tanh", GateReads: []int{0, 2}, Statements: []string{
 		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
 		"t = Tanh(s)", "u = Add(t, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
 	}},
-	{Name: "gelu_tanh_half_last", Statements: []string{
+	{Name: "gelu_tanh_half_last", GateReads: []int{0, 2}, Statements: []string{
 		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
 		"t = Tanh(s)", "u = Add(t, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
 	}},
-	{Name: "gelu", Torch: "gelu", Statements: []string{
+	{Name: "gelu", GateReads: []int{0}, Torch: "gelu", Statements: []string{
 		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
 	}},
-	{Name: "gelu_by_mul", Statements: []string{
+	{Name: "gelu_by_mul", GateReads: []int{0}, Statements: []string{
 		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
 	}},
-	{Name: "gelu_half_first", Statements: []string{
+	{Name: "gelu_half_first", GateReads: []int{0}, Statements: []string{
 		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
 	}},
-	{Name: "gelu_by_mul_half_first", Statements: []string{
+	{Name: "gelu_by_mul_half_first", GateReads: []int{0}, Statements: []string{
 		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
 	}},
-	{Name: "hard_swish", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Div(c, 6)", "y = Mul(x, d)"}},
-	{Name: "hard_swish_div_last", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "m = Mul(x, c)", "y = Div(m, 6)"}},
-	{Name: "hard_swish_by_mul", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Mul(c, 0.16666667)", "y = Mul(x, d)"}},
+	{Name: "hard_swish", GateReads: []int{0}, Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Div(c, 6)", "y = Mul(x, d)"}},
+	{Name: "hard_swish_div_last", GateReads: []int{0}, Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "m = Mul(x, c)", "y = Div(m, 6)"}},
+	{Name: "hard_swish_by_mul", GateReads: []int{0}, Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Mul(c, 0.16666667)", "y = Mul(x, d)"}},
 	{Name: "hard_sigmoid", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "y = Div(c, 6)"}},
 	{Name: "hard_sigmoid_by_mul", Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "y = Mul(c, 0.16666667)"}},
-	{Name: "hard_swish_op", Statements: []string{"h = HardSigmoid(x)", "y = Mul(x, h)"}},
-	{Name: "silu", Statements: []string{"s = Sigmoid(x)", "y = Mul(x, s)"}},
+	{Name: "hard_swish_op", GateReads: []int{0}, Statements: []string{"h = HardSigmoid(x)", "y = Mul(x, h)"}},
+	{Name: "silu", GateReads: []int{0}, Statements: []string{"s = Sigmoid(x)", "y = Mul(x, s)"}},
 	{Name: "attention_scores", Statements: []string{
 		"s = MatMul(q, k)", "t = Mul(s, $)", "a = Add(t, mask)", "y = Softmax(a)",
 	}},

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -14,11 +15,11 @@ const crossLayerEqualizationName = "cross_layer_equalization"
 
 // runWeightAlgorithms runs the data-free algorithms that change the float
 // weights before prepare computes their qparams.
-func runWeightAlgorithms(u *Unit) error {
+func runWeightAlgorithms(ctx context.Context, u *Unit) error {
 	if u.Algorithms == nil || u.Algorithms.CrossLayerEqualization == nil {
 		return nil
 	}
-	return equalize(u, u.Algorithms.CrossLayerEqualization)
+	return equalize(ctx, u, u.Algorithms.CrossLayerEqualization)
 }
 
 // clePair is two Conv layers with a positively homogeneous activation (or
@@ -36,6 +37,24 @@ type clePair struct {
 	// group geometry of the second Conv: input channel i is channel i%per
 	// of group i/per, which feeds output channels [g·outPer, (g+1)·outPer).
 	per, outPer int
+	// others are further Convs reading the activation, besides second
+	// (gated pairs only).
+	others []cleSecond
+	// gate is the gated activation between the Convs (SiLU, GELU,
+	// HardSwish: x·g(x)); nil for a positively homogeneous one or none.
+	gate *gatedMatch
+}
+
+// cleSecond is one Conv reading a pair's activation, with its geometry.
+type cleSecond struct {
+	node        *onnxgraph.Node
+	w           *weightData
+	per, outPer int
+}
+
+// readers are the pair's second Convs: second, then the others.
+func (p *clePair) readers() []cleSecond {
+	return append([]cleSecond{{node: p.second, w: p.w2, per: p.per, outPer: p.outPer}}, p.others...)
 }
 
 // weightData is a float32 initializer being edited.
@@ -85,7 +104,7 @@ func (w *weightData) windowMaxima() (maxima []float32, cols int) {
 // positive scale. Chains are swept cfg.Iterations times, since equalizing
 // one pair changes the ranges its neighbours see. Clip with an upper
 // bound (Relu6) does not commute with scaling and ends a chain.
-func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
+func equalize(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualization) error {
 	if err := ownModel(u); err != nil {
 		return err
 	}
@@ -104,8 +123,20 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 		return w, nil
 	}
 	var pairs []*clePair
+	var gates map[string]*gatedMatch
+	if cfg.Gated {
+		gates = gatedActivations(m)
+	}
 	for _, n := range m.Graph.Nodes {
 		second, why := clePartner(m, n)
+		var others []*onnxgraph.Node
+		var gate *gatedMatch
+		if second == nil && why == "" && gates != nil {
+			var seconds []*onnxgraph.Node
+			if seconds, gate, why = gatedPartners(m, n, gates); len(seconds) > 0 {
+				second, others = seconds[0], seconds[1:]
+			}
+		}
 		if second == nil {
 			if why != "" {
 				u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights", Skipped: why})
@@ -117,7 +148,7 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 				Skipped: fmt.Sprintf("pair with %q excluded by %s", second.Name, cfg.Rule.Location())})
 			continue
 		}
-		p := &clePair{first: n, second: second}
+		p := &clePair{first: n, second: second, gate: gate}
 		var err error
 		if p.w1, err = load(n.Inputs[1]); err != nil {
 			return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, n, err)
@@ -139,11 +170,33 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 			continue
 		}
 		p.per, p.outPer = channels/group, p.w2.shape[0]/group
+		lined := true
+		for _, o := range others {
+			w, err := load(o.Inputs[1])
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, o, err)
+			}
+			sc, ok := cleGeometry(o, w, channels)
+			if !ok {
+				u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
+					Skipped: fmt.Sprintf("channels of %q do not line up with %q's weight %v", n.Name, o.Name, w.shape)})
+				lined = false
+				break
+			}
+			p.others = append(p.others, sc)
+		}
+		if !lined {
+			continue
+		}
 		p.scale = make([]float64, channels)
 		for i := range p.scale {
 			p.scale[i] = 1
 		}
 		pairs = append(pairs, p)
+	}
+	pairs, gatedNotes, err := selectGated(ctx, u, cfg, pairs)
+	if err != nil {
+		return err
 	}
 	for range cfg.Iterations {
 		changed := false
@@ -154,9 +207,12 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 			break // every channel balanced: more sweeps change nothing
 		}
 	}
-	notes := map[string]string{}
+	notes := gatedNotes
 	if cfg.HighBiasAbsorption {
 		for _, p := range pairs {
+			if p.gate != nil {
+				continue // the gate does not commute with a shift
+			}
 			note, err := p.absorbHighBias(m, u.batchNormFloors[p.first.Outputs[0].Name], load)
 			if err != nil {
 				return fmt.Errorf("%s: %s: %w", crossLayerEqualizationName, p.second, err)
@@ -178,7 +234,11 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 	}
 	reported := map[string]bool{}
 	for _, p := range pairs {
-		for _, w := range []*weightData{p.w1, p.w2, p.b1, p.b2} {
+		ws := []*weightData{p.w1, p.w2, p.b1, p.b2}
+		for _, o := range p.others {
+			ws = append(ws, o.w)
+		}
+		for _, w := range ws {
 			if w == nil || weights[w.v.Name] == nil {
 				continue
 			}
@@ -187,7 +247,7 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 			}
 			delete(weights, w.v.Name)
 		}
-		for _, n := range []*onnxgraph.Node{p.first, p.second} {
+		for _, n := range append([]*onnxgraph.Node{p.first}, readerNodes(p)...) {
 			if reported[n.Name] {
 				continue
 			}
@@ -196,7 +256,16 @@ func equalize(u *Unit, cfg *config.CrossLayerEqualization) error {
 				algorithm: crossLayerEqualizationName, node: n, weight: n.Inputs[1].Name, before: weightsOf(pairs, n.Inputs[1].Name), note: notes[n.Name]})
 		}
 	}
-	return nil
+	return insertGateRescales(u, pairs)
+}
+
+// readerNodes are the pair's second Convs.
+func readerNodes(p *clePair) []*onnxgraph.Node {
+	var out []*onnxgraph.Node
+	for _, r := range p.readers() {
+		out = append(out, r.node)
+	}
+	return out
 }
 
 // weightsOf finds the original data of a weight among the pairs.
@@ -205,6 +274,11 @@ func weightsOf(pairs []*clePair, name string) *weightData {
 		for _, w := range []*weightData{p.w1, p.w2} {
 			if w.v.Name == name {
 				return w
+			}
+		}
+		for _, o := range p.others {
+			if o.w.v.Name == name {
+				return o.w
 			}
 		}
 	}
@@ -221,17 +295,18 @@ func (p *clePair) equalize() (changed bool) {
 	channels := p.w1.shape[0]
 	per1 := len(p.w1.data) / channels
 	m1, cols1 := p.w1.windowMaxima()
-	m2, cols := p.w2.windowMaxima()
-	inner2 := len(p.w2.data) / (p.w2.shape[0] * cols)
 	r2 := make([]float32, channels)
-	for o := range p.w2.shape[0] {
-		g := o / p.outPer
-		ranges, row := r2[g*p.per:g*p.per+cols], m2[o*cols:(o+1)*cols]
-		for j, m := range row {
-			// max(ranges[j], m) for the non-negative maxima, NaN kept,
-			// without the builtin's signed-zero handling.
-			if r := ranges[j]; r == r && !(m <= r) {
-				ranges[j] = m
+	for _, sc := range p.readers() {
+		m2, cols := sc.w.windowMaxima()
+		for o := range sc.w.shape[0] {
+			g := o / sc.outPer
+			ranges, row := r2[g*sc.per:g*sc.per+cols], m2[o*cols:(o+1)*cols]
+			for j, m := range row {
+				// max(ranges[j], m) for the non-negative maxima, NaN kept,
+				// without the builtin's signed-zero handling.
+				if r := ranges[j]; r == r && !(m <= r) {
+					ranges[j] = m
+				}
 			}
 		}
 	}
@@ -259,18 +334,22 @@ func (p *clePair) equalize() (changed bool) {
 		}
 		p.scale[i] *= float64(s[i])
 	}
-	for o := range p.w2.shape[0] {
-		g := o / p.outPer
-		for j := range cols {
-			si := s[g*p.per+j]
-			if si == 0 || si == 1 {
-				continue
+	for _, sc := range p.readers() {
+		m2, cols := sc.w.windowMaxima()
+		inner2 := len(sc.w.data) / (sc.w.shape[0] * cols)
+		for o := range sc.w.shape[0] {
+			g := o / sc.outPer
+			for j := range cols {
+				si := s[g*sc.per+j]
+				if si == 0 || si == 1 {
+					continue
+				}
+				base := (o*cols + j) * inner2
+				for k := base; k < base+inner2; k++ {
+					sc.w.data[k] *= si
+				}
+				m2[o*cols+j] *= si
 			}
-			base := (o*cols + j) * inner2
-			for k := base; k < base+inner2; k++ {
-				p.w2.data[k] *= si
-			}
-			m2[o*cols+j] *= si
 		}
 	}
 	return changed

@@ -196,6 +196,35 @@ func TestFindPatterns(t *testing.T) {
 			b.n("Sigmoid", "s", "x")
 			b.n("Mul", "y", "s", "x")
 		}, []string{"silu:y_node"}},
+		{"silu whose gate reads x rescaled (equalization; Swish-β)", func(b *patternBuilder) {
+			b.n("Mul", "xs", "x", b.vec(1))
+			b.n("Sigmoid", "s", "xs")
+			b.n("Mul", "y", "s", "x")
+		}, []string{"silu_rescaled:y_node"}},
+		{"hard_swish whose gate reads x rescaled", func(b *patternBuilder) {
+			b.n("Mul", "xs", b.vec(1), "x")
+			b.n("Add", "a", "xs", b.c(3))
+			b.n("Clip", "c", "a", b.c(0), b.c(6))
+			b.n("Div", "d", "c", b.c(6))
+			b.n("Mul", "y", "x", "d")
+		}, []string{"hard_swish_rescaled:y_node"}},
+		{"gelu_tanh whose two gate reads go through the rescale", func(b *patternBuilder) {
+			b.n("Mul", "xs", "x", b.vec(1))
+			b.n("Pow", "c", "xs", b.c(3))
+			b.n("Mul", "k", "c", b.c(0.044715))
+			b.n("Add", "i", "xs", "k")
+			b.n("Mul", "s", "i", b.c(0.7978846))
+			b.n("Tanh", "th", "s")
+			b.n("Add", "u", "th", b.c(1))
+			b.n("Mul", "h", "x", b.c(0.5))
+			b.n("Mul", "y", "h", "u")
+		}, []string{"gelu_tanh_rescaled:y_node"}},
+		{"a rescale another node reads too is no pattern", func(b *patternBuilder) {
+			b.n("Mul", "xs", "x", b.vec(1))
+			b.n("Sigmoid", "s", "xs")
+			b.n("Mul", "y", "s", "x")
+			b.n("Relu", "z", "xs")
+		}, nil},
 		{"sigmoid times another value is not silu", func(b *patternBuilder) {
 			b.n("Relu", "r", "x")
 			b.n("Sigmoid", "s", "x")

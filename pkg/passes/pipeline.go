@@ -297,7 +297,7 @@ func preparePass(ctx context.Context, u *Unit) error {
 	if u.Config == nil {
 		return errors.New("no quantization config")
 	}
-	if err := runWeightAlgorithms(u); err != nil {
+	if err := runWeightAlgorithms(ctx, u); err != nil {
 		return err
 	}
 	if err := runActivationAlgorithms(ctx, u); err != nil {

@@ -1,0 +1,323 @@
+package passes
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/coreaiq/coreaiq/pkg/config"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
+	"github.com/coreaiq/coreaiq/pkg/ops"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
+	"google.golang.org/protobuf/proto"
+)
+
+// Gated activations (SiLU, GELU, HardSwish: x·g(x)) do not commute with a
+// per-channel scale, so cross-layer equalization cannot move a scale
+// through them as it does through Relu. It can when the gate reads x
+// multiplied back: with the first Conv's channel i divided by s_i, the
+// activation's input is x/s, and x/s · g(s·(x/s)) = (x·g(x))/s, which the
+// second Convs undo. The Mul by s before the gate is one elementwise op
+// more in the model (it runs in float inside the gated pattern, which
+// prepare quantizes at its boundary), so a pair is equalized only where
+// the activation's quantization noise, estimated at the second Convs,
+// falls by cfg.GatedMinGain dB or more.
+
+// gatedActivations maps the input value of every gated-activation pattern
+// match (ops.Pattern.GateReads; not the rescaled variants, which an
+// equalization already wrote) to its match.
+func gatedActivations(m *onnxgraph.Model) map[string]*gatedMatch {
+	gates := map[string][]int{}
+	for _, p := range ops.Patterns() {
+		if len(p.GateReads) > 0 {
+			gates[p.Name] = p.GateReads
+		}
+	}
+	out := map[string]*gatedMatch{}
+	for _, pm := range FindPatterns(m, PatternsOps) {
+		reads, ok := gates[pm.Pattern]
+		if !ok {
+			continue
+		}
+		var x *onnxgraph.Value
+		for _, in := range pm.Nodes[reads[0]].Inputs {
+			if in != nil && !in.IsConst() && !slices.Contains(pm.Inside, in.Name) {
+				x = in
+				break
+			}
+		}
+		if x != nil {
+			out[x.Name] = &gatedMatch{PatternMatch: pm, x: x, gateReads: reads}
+		}
+	}
+	return out
+}
+
+// gatedMatch is a gated activation's match with its input x and the
+// statements that read x for the gate.
+type gatedMatch struct {
+	*PatternMatch
+	x         *onnxgraph.Value
+	gateReads []int
+}
+
+// gatedPartners returns the Convs that read the gated activation n's
+// output goes through, when n, the activation and they form an
+// equalizable gated pair: n's output is read by the activation's nodes
+// only, and the activation's output by Convs only (as their input).
+func gatedPartners(m *onnxgraph.Model, n *onnxgraph.Node, gates map[string]*gatedMatch) ([]*onnxgraph.Node, *gatedMatch, string) {
+	if !isPlainConv(m, n) {
+		return nil, nil, ""
+	}
+	v := n.Outputs[0]
+	g := gates[v.Name]
+	if g == nil || v.IsGraphOutput {
+		return nil, nil, ""
+	}
+	for _, c := range v.Consumers {
+		if !slices.Contains(g.Nodes, c) {
+			return nil, nil, ""
+		}
+	}
+	a := g.Root().Outputs[0]
+	if a == nil || a.IsGraphOutput || len(a.Consumers) == 0 {
+		return nil, nil, ""
+	}
+	var seconds []*onnxgraph.Node
+	for _, c := range a.Consumers {
+		if !isPlainConv(m, c) || c.Inputs[0] != a || slices.Contains(seconds, c) {
+			return nil, nil, ""
+		}
+		seconds = append(seconds, c)
+	}
+	for _, c := range append([]*onnxgraph.Node{n}, seconds...) {
+		if len(c.Inputs[1].Consumers) != 1 {
+			return nil, nil, "a weight is shared with other nodes"
+		}
+	}
+	if len(n.Inputs) > 2 && n.Inputs[2] != nil && (initializerIndex(m, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1) {
+		return nil, nil, "the bias is not an initializer of its own"
+	}
+	return seconds, g, ""
+}
+
+// cleGeometry returns a reader's group geometry for channels channels of
+// the first Conv, or false when they do not line up.
+func cleGeometry(second *onnxgraph.Node, w *weightData, channels int) (cleSecond, bool) {
+	group := int(attrInt(second, "group", 1))
+	if len(w.shape) < 2 || group <= 0 || channels%group != 0 || w.shape[1]*group != channels || w.shape[0]%group != 0 {
+		return cleSecond{}, false
+	}
+	return cleSecond{node: second, w: w, per: channels / group, outPer: w.shape[0] / group}, true
+}
+
+// selectGated keeps the gated pairs worth their Mul: each one's
+// activation ranges (the largest magnitude of every channel over the
+// calibration samples) set the estimate (gatedGain) of the equalization's
+// first step. Without calibration data the gated pairs are left alone.
+// It returns the pairs kept (the others untouched) and the gated pairs'
+// report notes by first Conv.
+func selectGated(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualization, pairs []*clePair) ([]*clePair, map[string]string, error) {
+	var gated []*clePair
+	for _, p := range pairs {
+		if p.gate != nil {
+			gated = append(gated, p)
+		}
+	}
+	notes := map[string]string{}
+	if len(gated) == 0 {
+		return pairs, notes, nil
+	}
+	drop := map[*clePair]string{}
+	if u.Data == nil || u.Data.Source == nil {
+		for _, p := range gated {
+			drop[p] = fmt.Sprintf("gated activation %s: choosing the pairs worth a Mul before the gate needs calibration data", p.gate.Pattern)
+		}
+	} else {
+		ranges := map[string][]float64{}
+		var taps []string
+		for _, p := range gated {
+			a := p.gate.Root().Outputs[0].Name
+			taps = append(taps, a)
+			ranges[a] = make([]float64, p.w1.shape[0])
+		}
+		var tapErr error
+		tap := func(name string, t *tensor.Tensor) {
+			r := ranges[name]
+			if r == nil || tapErr != nil {
+				return
+			}
+			f, err := t.AsFloat32()
+			if err != nil || len(t.Shape) < 2 || t.Shape[1] != len(r) {
+				tapErr = fmt.Errorf("value %q of shape %v: want %d channels on axis 1", name, t.Shape, len(r))
+				return
+			}
+			inner := tensor.NumElements(t.Shape[2:])
+			for i, x := range f {
+				c := (i / max(inner, 1)) % len(r)
+				r[c] = math.Max(r[c], math.Abs(float64(x)))
+			}
+		}
+		if err := u.Data.forEachBatch(ctx, u.Model, cfg.Samples, taps, tap, func() error { return tapErr }); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", crossLayerEqualizationName, err)
+		}
+		for _, p := range gated {
+			gain := p.gatedGain(ranges[p.gate.Root().Outputs[0].Name])
+			if gain < cfg.GatedMinGain {
+				drop[p] = fmt.Sprintf("gated activation %s: equalizing would lower its quantization noise at %s by an estimated %.1f dB, under the %.3g dB a Mul before the gate must buy (gated_min_gain)", p.gate.Pattern, readerNames(p), gain, cfg.GatedMinGain)
+				continue
+			}
+			notes[p.first.Name] = fmt.Sprintf("gated activation %s: a Mul by the channels' scales feeds its gate; its quantization noise at %s estimated %.1f dB lower", p.gate.Pattern, readerNames(p), gain)
+		}
+	}
+	var kept []*clePair
+	for _, p := range pairs {
+		if why, ok := drop[p]; ok {
+			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: p.first.Name, OpType: p.first.OpType, Measure: "weights", Skipped: why})
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept, notes, nil
+}
+
+func readerNames(p *clePair) string {
+	var names []string
+	for _, r := range p.readers() {
+		names = append(names, fmt.Sprintf("%q", r.node.Name))
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return fmt.Sprintf("%s and %s", joinNames(names[:len(names)-1]), names[len(names)-1])
+}
+
+func joinNames(names []string) string {
+	out := names[0]
+	for _, n := range names[1:] {
+		out += ", " + n
+	}
+	return out
+}
+
+// gatedGain estimates, in dB, how much one equalization step lowers the
+// quantization noise of the pair's activation as the second Convs see it.
+// A per-tensor grid has the step of the widest channel, max_i R_i, and
+// channel i's noise reaches the readers through their weights on it, whose
+// energy is E_i; after channel i is divided by s_i = √(r1_i/r2_i) the step
+// is max_i R_i/s_i and the energy s_i²·E_i. The float output does not
+// change, so the gain is the ratio of the noise powers:
+// (max R)²·ΣE / ((max R/s)²·Σs²E).
+func (p *clePair) gatedGain(ranges []float64) float64 {
+	channels := p.w1.shape[0]
+	per1 := len(p.w1.data) / channels
+	r2 := make([]float64, channels)
+	energy := make([]float64, channels)
+	for _, sc := range p.readers() {
+		cols := sc.w.shape[1]
+		inner := len(sc.w.data) / (sc.w.shape[0] * cols)
+		for o := range sc.w.shape[0] {
+			g := o / sc.outPer
+			for j := range cols {
+				i := g*sc.per + j
+				for _, w := range sc.w.data[(o*cols+j)*inner : (o*cols+j+1)*inner] {
+					r2[i] = math.Max(r2[i], math.Abs(float64(w)))
+					energy[i] += float64(w) * float64(w)
+				}
+			}
+		}
+	}
+	var maxR, maxRS, before, after float64
+	for i := range channels {
+		s := 1.0
+		if r1 := float64(absMax(p.w1.data[i*per1 : (i+1)*per1])); r1 > 0 && r2[i] > 0 {
+			s = math.Sqrt(r1 / r2[i])
+		}
+		maxR = math.Max(maxR, ranges[i])
+		maxRS = math.Max(maxRS, ranges[i]/s)
+		before += energy[i]
+		after += s * s * energy[i]
+	}
+	if maxR == 0 || maxRS == 0 || before == 0 || after == 0 {
+		return 0
+	}
+	return 10 * math.Log10(maxR*maxR*before/(maxRS*maxRS*after))
+}
+
+// insertGateRescales writes, for each equalized gated pair, the Mul by the
+// channels' scales that its gate reads instead of the first Conv's
+// output: a constant of shape [1, C, 1, ...] and a node right after the
+// first Conv. The model is rebuilt once for all of them.
+func insertGateRescales(u *Unit, pairs []*clePair) error {
+	var gated []*clePair
+	for _, p := range pairs {
+		if p.gate != nil {
+			gated = append(gated, p)
+		}
+	}
+	if len(gated) == 0 {
+		return nil
+	}
+	m := u.Model
+	out := onnxgraph.CloneSharingData(m.Proto)
+	g := out.Graph
+	taken := map[string]bool{}
+	for _, v := range m.Graph.Values() {
+		taken[v.Name] = true
+	}
+	for _, n := range m.Graph.AllNodes() {
+		taken[n.Name] = true
+	}
+	unique := func(name string) string {
+		for i := 1; taken[name]; i++ {
+			name = fmt.Sprintf("%s_%d", name, i)
+		}
+		taken[name] = true
+		return name
+	}
+	after := map[int][]*onnxpb.NodeProto{}
+	for _, p := range gated {
+		y := p.first.Outputs[0].Name
+		scale := make([]float32, len(p.scale))
+		for i, f := range p.scale {
+			scale[i] = float32(f)
+		}
+		shape := make([]int, len(p.w1.shape))
+		for i := range shape {
+			shape[i] = 1
+		}
+		shape[1] = len(scale)
+		constName, outName := unique(y+"_gate_scale"), unique(y+"_gate_input")
+		c, err := tensor.ToProto(tensor.FromFloat32(scale, shape...), constName)
+		if err != nil {
+			return err
+		}
+		g.Initializer = append(g.Initializer, c)
+		after[p.first.Index] = append(after[p.first.Index], &onnxpb.NodeProto{
+			Name: proto.String(unique(p.first.Name + "_gate_rescale")), OpType: proto.String("Mul"),
+			Input: []string{y, constName}, Output: []string{outName}})
+		for _, k := range p.gate.gateReads {
+			np := g.Node[p.gate.Nodes[k].Index]
+			for j, in := range np.Input {
+				if in == y {
+					np.Input[j] = outName
+				}
+			}
+		}
+	}
+	var nodes []*onnxpb.NodeProto
+	for i, np := range g.Node {
+		nodes = append(nodes, np)
+		nodes = append(nodes, after[i]...)
+	}
+	g.Node = nodes
+	rebuilt, err := m.Derive(out, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", crossLayerEqualizationName, err)
+	}
+	rebuilt.Path = m.Path
+	u.Model, u.ownsModel = rebuilt, true
+	return nil
+}
