@@ -302,25 +302,36 @@ func quantizeWith(t *testing.T, m *onnxgraph.Model, preset string, alg *config.A
 	return u
 }
 
-// TestAlgorithmsDeterministic checks that equalization and bias
-// correction write byte-identical models across runs and engine thread
-// counts.
+// TestAlgorithmsDeterministic checks that equalization (through Relu, and
+// through gated activations with the Muls it inserts) and bias correction
+// write byte-identical models across runs and engine thread counts.
 func TestAlgorithmsDeterministic(t *testing.T) {
-	cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  cross_layer_equalization: true\n  bias_correction: true\n"), "int4.yaml")
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name  string
+		model func(*testing.T) *onnxgraph.Model
+		cle   string
+	}{
+		{"relu", cleModel, "true"},
+		{"gated", gatedModel, "{gated_min_gain: 0.5}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  cross_layer_equalization: "+tc.cle+"\n  bias_correction: true\n"), "int4.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameModelAcrossThreads(t, func(threads int) *Unit {
+				u := &Unit{Model: tc.model(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
+					Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+						return observe(t, m, plan), nil
+					},
+					Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(4, 12, 3, 8, 8), BatchSize: 5}}
+				if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				return u
+			})
+		})
 	}
-	sameModelAcrossThreads(t, func(threads int) *Unit {
-		u := &Unit{Model: cleModel(t), Config: cfg.Quant, Algorithms: cfg.Algorithms,
-			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-				return observe(t, m, plan), nil
-			},
-			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: threads}, Source: newSampleSource(4, 12, 3, 8, 8), BatchSize: 5}}
-		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return u
-	})
 }
 
 // TestAlgorithmsSkipFigures checks that equalization and bias correction

@@ -34,7 +34,7 @@ func TestAlgorithmsKeepPlanSpecs(t *testing.T) {
 				sm := loadShared(t, dir, name, false)
 				prepared := func(alg *config.Algorithms) *Unit {
 					u := &Unit{Model: sm.model, Config: cfg.Quant, Algorithms: alg,
-						Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: newMemSource(sm.calib, 8), BatchSize: 4}}
+						Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: newMemSource(sm.calib, 8), BatchSize: fixedBatch(sm.model, 4)}}
 					if _, err := Run(context.Background(), u, RunOptions{Until: "prepare"}); err != nil {
 						t.Fatal(err)
 					}
