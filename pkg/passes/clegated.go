@@ -52,7 +52,28 @@ func gatedActivations(m *onnxgraph.Model) map[string]*gatedMatch {
 			out[x.Name] = &gatedMatch{PatternMatch: pm, x: x, gateReads: reads}
 		}
 	}
+	// The ops themselves (HardSwish from opset 14, Gelu from opset 20):
+	// equalizing one writes it out as its pattern's rescaled variant.
+	for _, n := range m.Graph.Nodes {
+		if n.Domain != "" || len(n.Inputs) == 0 || n.Inputs[0] == nil || len(n.Outputs) != 1 || out[n.Inputs[0].Name] != nil {
+			continue
+		}
+		switch {
+		case n.OpType == "HardSwish":
+		case n.OpType == "Gelu" && attrString(n, "approximate", "none") == "none":
+		default:
+			continue
+		}
+		out[n.Inputs[0].Name] = &gatedMatch{PatternMatch: &PatternMatch{Pattern: n.OpType, Nodes: []*onnxgraph.Node{n}}, x: n.Inputs[0], op: n}
+	}
 	return out
+}
+
+func attrString(n *onnxgraph.Node, name, def string) string {
+	if a := n.Attr(name); a != nil {
+		return string(a.GetS())
+	}
+	return def
 }
 
 // gatedMatch is a gated activation's match with its input x and the
@@ -61,6 +82,9 @@ type gatedMatch struct {
 	*PatternMatch
 	x         *onnxgraph.Value
 	gateReads []int
+	// op is a HardSwish or Gelu node standing for its written-out form
+	// (nil for a pattern match).
+	op *onnxgraph.Node
 }
 
 // gatedPartners returns the Convs that read the gated activation n's
@@ -278,6 +302,16 @@ func insertGateRescales(u *Unit, pairs []*clePair) error {
 		return name
 	}
 	after := map[int][]*onnxpb.NodeProto{}
+	replaced := map[int]bool{}
+	scalar := func(name string, v float32) (string, error) {
+		name = unique(name)
+		c, err := tensor.ToProto(tensor.FromFloat32([]float32{v}), name)
+		if err != nil {
+			return "", err
+		}
+		g.Initializer = append(g.Initializer, c)
+		return name, nil
+	}
 	for _, p := range gated {
 		y := p.first.Outputs[0].Name
 		scale := make([]float32, len(p.scale))
@@ -298,6 +332,15 @@ func insertGateRescales(u *Unit, pairs []*clePair) error {
 		after[p.first.Index] = append(after[p.first.Index], &onnxpb.NodeProto{
 			Name: proto.String(unique(p.first.Name + "_gate_rescale")), OpType: proto.String("Mul"),
 			Input: []string{y, constName}, Output: []string{outName}})
+		if op := p.gate.op; op != nil {
+			nodes, err := writtenOut(op, y, outName, unique, scalar)
+			if err != nil {
+				return err
+			}
+			replaced[op.Index] = true
+			after[op.Index] = append(after[op.Index], nodes...)
+			continue
+		}
 		for _, k := range p.gate.gateReads {
 			np := g.Node[p.gate.Nodes[k].Index]
 			for j, in := range np.Input {
@@ -309,7 +352,9 @@ func insertGateRescales(u *Unit, pairs []*clePair) error {
 	}
 	var nodes []*onnxpb.NodeProto
 	for i, np := range g.Node {
-		nodes = append(nodes, np)
+		if !replaced[i] {
+			nodes = append(nodes, np)
+		}
 		nodes = append(nodes, after[i]...)
 	}
 	g.Node = nodes
@@ -320,4 +365,50 @@ func insertGateRescales(u *Unit, pairs []*clePair) error {
 	rebuilt.Path = m.Path
 	u.Model, u.ownsModel = rebuilt, true
 	return nil
+}
+
+// writtenOut is a HardSwish or Gelu node op written out as its gated
+// pattern's rescaled variant: the gate reads gateIn (x times the
+// equalization's scales), the product reads x, and the last node keeps the
+// op's name and output.
+func writtenOut(op *onnxgraph.Node, x, gateIn string, unique func(string) string, scalar func(string, float32) (string, error)) ([]*onnxpb.NodeProto, error) {
+	out := op.Outputs[0].Name
+	node := func(opType, name string, inputs []string, output string, attrs ...*onnxpb.AttributeProto) *onnxpb.NodeProto {
+		return &onnxpb.NodeProto{Name: proto.String(name), OpType: proto.String(opType), Input: inputs, Output: []string{output}, Attribute: attrs}
+	}
+	inner := func(suffix string) string { return unique(op.Name + "/" + suffix) }
+	switch op.OpType {
+	case "HardSwish":
+		// HardSwish(x) = x · max(0, min(1, x/6 + 1/2)) = x · HardSigmoid(x; 1/6, 1/2).
+		h := inner("hard_sigmoid")
+		return []*onnxpb.NodeProto{
+			node("HardSigmoid", h, []string{gateIn}, h,
+				&onnxpb.AttributeProto{Name: proto.String("alpha"), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(1.0 / 6)},
+				&onnxpb.AttributeProto{Name: proto.String("beta"), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(0.5)}),
+			node("Mul", op.Name, []string{x, h}, out),
+		}, nil
+	case "Gelu":
+		// Gelu(x) = x · (1 + erf(x/√2)) · ½, as the gelu pattern writes it.
+		sqrt2, err := scalar(op.Name+"/sqrt2", float32(math.Sqrt2))
+		if err != nil {
+			return nil, err
+		}
+		one, err := scalar(op.Name+"/one", 1)
+		if err != nil {
+			return nil, err
+		}
+		half, err := scalar(op.Name+"/half", 0.5)
+		if err != nil {
+			return nil, err
+		}
+		a, e, u, gx := inner("div"), inner("erf"), inner("add"), inner("mul")
+		return []*onnxpb.NodeProto{
+			node("Div", a, []string{gateIn, sqrt2}, a),
+			node("Erf", e, []string{a}, e),
+			node("Add", u, []string{e, one}, u),
+			node("Mul", gx, []string{x, u}, gx),
+			node("Mul", op.Name, []string{gx, half}, out),
+		}, nil
+	}
+	return nil, fmt.Errorf("%s: %s has no written-out form", crossLayerEqualizationName, op)
 }
