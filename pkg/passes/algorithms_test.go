@@ -104,6 +104,13 @@ func runX(t *testing.T, m *onnxgraph.Model, src *sampleSource) []float32 {
 	return f
 }
 
+// sameOutput is sameFunction for the outputs y of runX.
+func sameOutput(t *testing.T, algorithm string, ref, got []float32) {
+	t.Helper()
+	sameFunction(t, algorithm, map[string]*tensor.Tensor{"y": tensor.FromFloat32(ref, len(ref))},
+		map[string]*tensor.Tensor{"y": tensor.FromFloat32(got, len(got))}, "y")
+}
+
 func algorithms(t *testing.T, text string) *config.Algorithms {
 	t.Helper()
 	cfg, err := config.Parse([]byte(text), "algorithms.yaml")
@@ -122,15 +129,7 @@ func TestCrossLayerEqualization(t *testing.T) {
 	src := newSampleSource(1, 4, 3, 8, 8)
 	ref := runX(t, m, src)
 	u := quantizeWith(t, cleModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {iterations: 50}\n"), nil)
-	got := runX(t, u.Model, src)
-	var peak, diff float64
-	for i := range ref {
-		peak = max(peak, math.Abs(float64(ref[i])))
-		diff = max(diff, math.Abs(float64(ref[i])-float64(got[i])))
-	}
-	if diff > 1e-5*peak {
-		t.Errorf("equalized model differs from the float one by %g (output magnitude %g)", diff, peak)
-	}
+	sameOutput(t, "equalization", ref, runX(t, u.Model, src))
 	w := func(name string) []float32 {
 		f, _, err := constFloats(u.Model, u.Model.Graph.Value(name))
 		if err != nil {

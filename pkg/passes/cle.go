@@ -162,14 +162,13 @@ func equalize(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualization) 
 			}
 		}
 		channels := p.w1.shape[0]
-		group := int(attrInt(second, "group", 1))
-		if len(p.w2.shape) < 2 || group <= 0 || channels%group != 0 || p.w2.shape[1]*group != channels || p.w2.shape[0]%group != 0 ||
-			(p.b1 != nil && len(p.b1.data) != channels) {
+		geometry, lines := cleGeometry(second, p.w2, channels)
+		if !lines || (p.b1 != nil && len(p.b1.data) != channels) {
 			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
 				Skipped: fmt.Sprintf("channels of %q do not line up with %q's weight %v", n.Name, second.Name, p.w2.shape)})
 			continue
 		}
-		p.per, p.outPer = channels/group, p.w2.shape[0]/group
+		p.per, p.outPer = geometry.per, geometry.outPer
 		lined := true
 		for _, o := range others {
 			w, err := load(o.Inputs[1])

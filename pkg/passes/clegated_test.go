@@ -2,7 +2,6 @@ package passes
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -80,15 +79,7 @@ func TestGatedEqualization(t *testing.T) {
 				data = src
 			}
 			u := quantizeWith(t, gatedModel(t), "w8a8", algorithms(t, "algorithms:\n  "+tc.config+"\n"), data)
-			got := runX(t, u.Model, src)
-			var peak, diff float64
-			for i := range ref {
-				peak = max(peak, math.Abs(float64(ref[i])))
-				diff = max(diff, math.Abs(float64(ref[i])-float64(got[i])))
-			}
-			if diff > 1e-5*peak {
-				t.Errorf("equalized model differs from the float one by %g (output magnitude %g)", diff, peak)
-			}
+			sameOutput(t, "equalization", ref, runX(t, u.Model, src))
 			var rescales []string
 			for _, n := range u.Model.Graph.Nodes {
 				if strings.HasSuffix(n.Name, "_gate_rescale") {
@@ -131,7 +122,8 @@ func TestGatedEqualization(t *testing.T) {
 		u := &Unit{Model: gatedModel(t), Config: mustPreset(t, "w8a8"), Algorithms: algorithms(t, "algorithms:\n  "+config+"\n"),
 			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4},
 			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-				return observeSource(t, m, plan, src), nil
+				in, _ := src.Batch(0, src.n)
+				return observeOn(t, m, plan, []map[string]*tensor.Tensor{in}), nil
 			}}
 		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
 			t.Fatal(err)
@@ -152,103 +144,4 @@ func mustPreset(t *testing.T, name string) *config.QuantizerConfig {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// observeSource is the min/max of every observed activation over the
-// samples of src.
-func observeSource(t *testing.T, m *onnxgraph.Model, plan *Plan, src *sampleSource) RangeStats {
-	t.Helper()
-	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	stats := RangeStats{}
-	var names []string
-	for _, tp := range plan.Observed() {
-		names = append(names, tp.Value)
-	}
-	tap := func(name string, x *tensor.Tensor) {
-		f, err := x.AsFloat32()
-		if err != nil {
-			return
-		}
-		r, ok := stats[name]
-		for _, v := range f {
-			if !ok {
-				r, ok = Range{Min: v, Max: v}, true
-			}
-			r.Min, r.Max = min(r.Min, v), max(r.Max, v)
-		}
-		stats[name] = r
-	}
-	in, _ := src.Batch(0, src.n)
-	for _, v := range m.Graph.Inputs {
-		if slicesContain(names, v.Name) {
-			tap(v.Name, in[v.Name])
-		}
-	}
-	if _, err := s.Run(context.Background(), in, runtime.RunOptions{Tap: tap, TapValues: names}); err != nil {
-		t.Fatal(err)
-	}
-	return stats
-}
-
-// gatedOpsModel is Conv → HardSwish → Conv → Gelu → Conv with the
-// activations as single ops (opset 20).
-func gatedOpsModel(t *testing.T) *onnxgraph.Model {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(9, 10))
-	b := testmodels.New("gated_ops", 20)
-	b.Input("x", tensor.Float, "n", 3, 8, 8).Output("y", tensor.Float, "n", 4, 8, 8)
-	scaledConv(b, rng, "w1", 8, 3, 3)
-	scaledConv(b, rng, "w2", 8, 8, 1)
-	scaledConv(b, rng, "w3", 4, 8, 1)
-	b.Node("Conv", "conv1", []string{"x", "w1", "w1_b"}, []string{"c1"}, testmodels.AttrInts("pads", 1, 1, 1, 1))
-	b.Node("HardSwish", "hswish", []string{"c1"}, []string{"a1"})
-	b.Node("Conv", "conv2", []string{"a1", "w2", "w2_b"}, []string{"c2"})
-	b.Node("Gelu", "gelu", []string{"c2"}, []string{"a2"})
-	b.Node("Conv", "conv3", []string{"a2", "w3", "w3_b"}, []string{"y"})
-	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// TestGatedEqualizationOps checks that a HardSwish or Gelu op between two
-// Convs is equalized through by writing it out as its gated pattern's
-// rescaled variant: the float function is kept, the op's output keeps its
-// name, and prepare quantizes the written-out form at its boundary.
-func TestGatedEqualizationOps(t *testing.T) {
-	src := newSampleSource(5, 8, 3, 8, 8)
-	ref := runX(t, gatedOpsModel(t), src)
-	u := quantizeWith(t, gatedOpsModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {gated_min_gain: 0.1}\n"), src)
-	got := runX(t, u.Model, src)
-	var peak, diff float64
-	for i := range ref {
-		peak = max(peak, math.Abs(float64(ref[i])))
-		diff = max(diff, math.Abs(float64(ref[i])-float64(got[i])))
-	}
-	if diff > 1e-5*peak {
-		t.Errorf("equalized model differs from the float one by %g (output magnitude %g)", diff, peak)
-	}
-	for _, op := range []string{"HardSwish", "Gelu"} {
-		for _, n := range u.Model.Graph.Nodes {
-			if n.OpType == op {
-				t.Errorf("%s %s is still an op", op, n.Name)
-			}
-		}
-	}
-	for value, producer := range map[string]string{"a1": "hswish", "a2": "gelu"} {
-		if v := u.Model.Graph.Value(value); v == nil || v.Producer == nil || v.Producer.Name != producer || v.Producer.OpType != "Mul" {
-			t.Errorf("value %q is not the output of the written-out %s's last Mul", value, producer)
-		}
-	}
-	notes := strings.Join(u.Plan.Notes, "\n")
-	for _, p := range []string{"pattern hard_swish_op_rescaled", "pattern gelu_rescaled"} {
-		if !strings.Contains(notes, p) {
-			t.Errorf("no %s in the plan's notes %q", p, u.Plan.Notes)
-		}
-	}
 }

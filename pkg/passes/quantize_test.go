@@ -63,6 +63,17 @@ func randomInputs(m *onnxgraph.Model, seed uint64) map[string]*tensor.Tensor {
 // every planned activation: a minimal calibration for tests.
 func observe(t *testing.T, m *onnxgraph.Model, plan *Plan) RangeStats {
 	t.Helper()
+	var inputs []map[string]*tensor.Tensor
+	for seed := range uint64(4) {
+		inputs = append(inputs, randomInputs(m, seed))
+	}
+	return observeOn(t, m, plan, inputs)
+}
+
+// observeOn is the min/max of every observed activation over the given
+// batches of m's inputs.
+func observeOn(t *testing.T, m *onnxgraph.Model, plan *Plan, inputs []map[string]*tensor.Tensor) RangeStats {
+	t.Helper()
 	s, err := runtime.NewGoSession(m, runtime.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +98,7 @@ func observe(t *testing.T, m *onnxgraph.Model, plan *Plan) RangeStats {
 		}
 		stats[name] = r
 	}
-	for seed := range uint64(4) {
-		in := randomInputs(m, seed)
+	for _, in := range inputs {
 		for _, v := range m.Graph.Inputs {
 			if slicesContain(names, v.Name) {
 				tap(v.Name, in[v.Name])
