@@ -115,6 +115,9 @@ func DecideQParams(m *onnxgraph.Model, p *Plan, stats Stats) error {
 		return fmt.Errorf("no qparams for %q%s: activations need calibration statistics (run calibrate, or use a weight-only preset)", missing, more)
 	}
 	floatMixedConcats(m, p)
+	if note := narrowToTails(m, p); note != "" && !slices.Contains(p.Notes, note) {
+		p.Notes = append(p.Notes, note)
+	}
 	for _, t := range p.Tensors {
 		if t.SharedWith == "" {
 			continue
