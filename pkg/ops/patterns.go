@@ -43,8 +43,9 @@ type Pattern struct {
 	// gated pattern has a variant, NAME_rescaled, whose gate reads go
 	// through that Mul.
 	GateReads []int
-	// Tail says where a smooth gated activation's output stops changing
-	// as x falls (SiLU, GELU; nil for the other patterns).
+	// Tail says where a gated activation's output stops changing as x
+	// falls, for the ones whose input is quantized from there (SiLU; nil
+	// for the other patterns).
 	Tail *Tail
 }
 
@@ -135,24 +136,24 @@ var patterns = []Pattern{
 	{Name: "rms_norm_one_over_no_affine", Statements: []string{
 		"p = Pow(x, 2)", "v = ReduceMean(p)", "e = Add(v, $)", "s = Sqrt(e)", "r = Div(1, s)", "y = Mul(x, r)",
 	}},
-	{Name: "gelu_tanh", Tail: geluTanhTail, GateReads: []int{0, 2}, Statements: []string{
+	{Name: "gelu_tanh", GateReads: []int{0, 2}, Statements: []string{
 		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
 		"t = Tanh(s)", "u = Add(t, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
 	}},
-	{Name: "gelu_tanh_half_last", Tail: geluTanhTail, GateReads: []int{0, 2}, Statements: []string{
+	{Name: "gelu_tanh_half_last", GateReads: []int{0, 2}, Statements: []string{
 		"c = Pow(x, 3)", "k = Mul(c, 0.044715)", "i = Add(x, k)", "s = Mul(i, 0.7978846)",
 		"t = Tanh(s)", "u = Add(t, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
 	}},
-	{Name: "gelu", Tail: geluTail, GateReads: []int{0}, Torch: "gelu", Statements: []string{
+	{Name: "gelu", GateReads: []int{0}, Torch: "gelu", Statements: []string{
 		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
 	}},
-	{Name: "gelu_by_mul", Tail: geluTail, GateReads: []int{0}, Statements: []string{
+	{Name: "gelu_by_mul", GateReads: []int{0}, Statements: []string{
 		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "g = Mul(x, u)", "y = Mul(g, 0.5)",
 	}},
-	{Name: "gelu_half_first", Tail: geluTail, GateReads: []int{0}, Statements: []string{
+	{Name: "gelu_half_first", GateReads: []int{0}, Statements: []string{
 		"a = Div(x, 1.4142135)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
 	}},
-	{Name: "gelu_by_mul_half_first", Tail: geluTail, GateReads: []int{0}, Statements: []string{
+	{Name: "gelu_by_mul_half_first", GateReads: []int{0}, Statements: []string{
 		"a = Mul(x, 0.70710678)", "e = Erf(a)", "u = Add(e, 1)", "h = Mul(x, 0.5)", "y = Mul(h, u)",
 	}},
 	{Name: "hard_swish", GateReads: []int{0}, Statements: []string{"a = Add(x, 3)", "c = Clip(a)", "d = Div(c, 6)", "y = Mul(x, d)"}},

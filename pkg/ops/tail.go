@@ -2,8 +2,8 @@ package ops
 
 import "math"
 
-// Tail says where a smooth gated activation x·g(x) (SiLU, GELU) stops
-// changing as x goes to −∞: its output tends to 0 there. A quantizer of x
+// Tail says where a smooth gated activation x·g(x) (SiLU) stops changing
+// as x goes to −∞: its output tends to 0 there. A quantizer of x
 // may clip where the output's own grid can no longer tell the inputs
 // apart, and spend its levels on the inputs the output shows: a detector's
 // pre-activations reach −90 where a SiLU whose output steps by 0.1 is 0 to
@@ -39,13 +39,9 @@ func (t *Tail) Floor(tol float64) (lo float64, ok bool) {
 	return far, true // within tol at far, and closer below it
 }
 
-// The smooth gated activations' tails. SiLU's minimum lies at x = −1.2785 and
-// GELU's at −0.7518 (−0.7525 in the tanh form): below them the output
-// rises monotonically to 0.
-var (
-	siluTail     = &Tail{F: func(x float64) float64 { return x / (1 + math.Exp(-x)) }, Turn: -1.2785}
-	geluTail     = &Tail{F: func(x float64) float64 { return x * 0.5 * (1 + math.Erf(x/math.Sqrt2)) }, Turn: -0.7518}
-	geluTanhTail = &Tail{F: func(x float64) float64 {
-		return 0.5 * x * (1 + math.Tanh(0.7978845608028654*(x+0.044715*x*x*x)))
-	}, Turn: -0.7525}
-)
+// SiLU's tail: its minimum lies at x = −1.2785, below which its output
+// rises monotonically to 0. GELU has the same shape (minimum at −0.7518),
+// but quantizing its input from its floor moved the shared BERT encoders'
+// logits by −2.3 to +0.3 dB and gained nowhere (docs/RATIONALE.md), so it
+// has no tail here.
+var siluTail = &Tail{F: func(x float64) float64 { return x / (1 + math.Exp(-x)) }, Turn: -1.2785}

@@ -9,8 +9,8 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/ops"
 )
 
-// gatedTails are the table's gated-activation patterns (rescaled variants
-// included) by name, with their tails.
+// gatedTails are the table's gated-activation patterns with a tail
+// (rescaled variants included) by name.
 var gatedTails = func() map[string]*ops.Tail {
 	out := map[string]*ops.Tail{}
 	for _, p := range ops.Patterns() {
@@ -22,10 +22,10 @@ var gatedTails = func() map[string]*ops.Tail {
 }()
 
 // narrowToTails raises the lower end of the range of every calibrated
-// per-tensor activation that only a smooth gated activation reads (SiLU,
-// GELU, matched as a pattern whose insides are not quantized) to the input
-// below which that activation's output rounds to 0 on its own grid (within
-// a quarter of its step; ops.Tail): the inputs below cost nothing clipped,
+// per-tensor activation that only a gated activation with a tail reads (a
+// SiLU, matched as a pattern whose insides are not quantized: ops.Tail) to
+// the input below which that activation's output rounds to 0 on its own
+// grid (within a quarter of its step): the inputs below cost nothing clipped,
 // and the grid's levels go to the inputs the output shows. A
 // detector's Conv before a SiLU reaches −90 where the SiLU's output grid
 // stops telling inputs apart near −4.5. In a rescaled variant (the gate
@@ -95,7 +95,7 @@ func narrowToTails(m *onnxgraph.Model, p *Plan) string {
 	if len(shown) > 3 {
 		shown, more = shown[:3], fmt.Sprintf(" and %d more", len(narrowed)-3)
 	}
-	return fmt.Sprintf("%d input(s) of SiLU or GELU quantized from where the activation's quantized output leaves 0: %s%s",
+	return fmt.Sprintf("%d SiLU input(s) quantized from where the SiLU's quantized output leaves 0: %s%s",
 		len(narrowed), strings.Join(shown, ", "), more)
 }
 
