@@ -601,6 +601,16 @@ func (st *searchState) plan(levels map[string]int, model *onnxgraph.Model) (*pla
 	sub := compare.SubPlan(st.u.Plan, func(v string) bool { return levels[v] != levelFloat })
 	for i, t := range sub.Tensors {
 		if levels[t.Value] != levelInt16 {
+			if t.Role == plan.Activation && t.SharedWith == "" && t.Fixed == nil && t.Params != nil {
+				// From the statistics too: an activation's range may
+				// depend on its readers' grids (a SiLU's input starts where
+				// the SiLU's quantized output leaves 0), which a raised
+				// reader changes, as a quantize from the emitted config
+				// computes it.
+				c := *t
+				c.Params = nil
+				sub.Tensors[i] = &c
+			}
 			continue
 		}
 		c := *t
