@@ -86,6 +86,13 @@ func narrowToTails(m *onnxgraph.Model, p *Plan) string {
 		q := t.Params.Clone()
 		q.Scales, q.ZeroPoints = sc, z
 		t.Params = q
+		// compare --per-layer shows it: this value's own SQNR counts the
+		// clipped inputs, which the SiLU's output does not see.
+		why := fmt.Sprintf("SiLU input: quantized from %.4g, below which the SiLU's quantized output is 0 (the inputs clipped there do not reach it)", floor)
+		if t.Intrinsic != "" {
+			why = t.Intrinsic + "; " + why
+		}
+		t.Intrinsic = why
 		narrowed = append(narrowed, fmt.Sprintf("%q from %.4g to %.4g (%s)", t.Value, lo, floor, pm.Pattern))
 	}
 	if len(narrowed) == 0 {

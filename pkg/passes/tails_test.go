@@ -56,6 +56,9 @@ func TestNarrowToTails(t *testing.T) {
 	if !strings.Contains(strings.Join(u.Plan.Notes, "\n"), `"c1" from`) {
 		t.Fatalf("no note of c1's narrowed range in %q", u.Plan.Notes)
 	}
+	if !strings.Contains(u.Plan.Tensor("c1").Intrinsic, "SiLU input: quantized from") {
+		t.Errorf("c1's rule does not say why its range starts where it does: %q", u.Plan.Tensor("c1").Intrinsic)
+	}
 	qmin, qmax := x.Spec.DType.Range()
 	s, zp := float64(x.Params.Scales[0]), float64(x.Params.ZeroPoints[0])
 	lo, hi := (float64(qmin)-zp)*s, (float64(qmax)-zp)*s
