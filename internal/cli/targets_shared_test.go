@@ -70,7 +70,7 @@ const targetTolerance = 0.05
 //	mobilenetv2         16.92, 16.93              18.26, 18.19              18.26, 18.18              19.38         19.40
 //	resnet18            16.14, 16.23              18.13, 18.15              18.13, 18.14              18.18         18.20
 //	shufflenet-v2       11.58, 11.59              18.79, 18.82              18.79, 18.82              17.37         18.05
-//	yolox-nano          6.74, 6.73                8.17, 8.17                8.17, 8.18                6.56          8.49
+//	yolox-nano          6.90, 6.91                8.72, 8.73                8.72, 8.74                6.70          8.79
 //	ppocrv3-det         3.98, 5.78                10.70, 9.96               10.70, 9.92               8.45          10.44
 //	bert_encoder        27.99/36.34, 27.99/36.34  41.87/42.39, 41.87/42.39  41.87/42.39, 41.87/42.39  32.33/35.85   28.77/36.88
 //	bert_encoder-op13   28.03/34.30, 28.03/34.30  30.17/37.57, 30.17/37.56  30.17/37.57, 30.17/37.56  29.12/36.87   28.82/38.59
@@ -88,7 +88,8 @@ func TestTargetsNoWorseThanDefault(t *testing.T) {
 		most   float64
 	}
 	// With asymmetric activations the tensorrt placement measures 8.51 dB
-	// on yolox-nano and 25.22 dB on gpt_decoder.
+	// on yolox-nano (before its SiLU inputs' floors) and 25.22 dB on
+	// gpt_decoder.
 	symmetricOnly := shortfall{"TensorRT takes symmetric int8 activations only: one-sided activations (Softmax outputs before the attention MatMul, SiLU outputs) lose the bit the default config's asymmetric Softmax and Sigmoid outputs keep", 1}
 	// The evaluation samples reach the lower tail of the first LSTM's
 	// output far more often than the calibration samples (README, the
