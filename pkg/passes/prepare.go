@@ -47,6 +47,9 @@ type PrepareOptions struct {
 	// NoMixedConcat quantizes a model-ending Concat whatever its inputs'
 	// ranges (TensorPlan.MixedConcat).
 	NoMixedConcat bool
+	// NoSiLUFloor keeps the calculator's range for a SiLU's input
+	// (TensorPlan.SiLUFloor).
+	NoSiLUFloor bool
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.
 	WeightClipping WeightClipping
@@ -240,6 +243,11 @@ func (p *preparer) run() error {
 	}
 	if !p.opts.NoMixedConcat {
 		p.markEndingConcats()
+	}
+	if !p.opts.NoSiLUFloor && p.opts.Patterns != PatternsNone {
+		// With the patterns off, the SiLU's Sigmoid output is quantized
+		// too, and a clipped input no longer leaves its output at 0.
+		markTails(p.m, p.plan)
 	}
 	p.skips()
 	return nil

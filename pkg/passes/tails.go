@@ -21,9 +21,27 @@ var gatedTails = func() map[string]*ops.Tail {
 	return out
 }()
 
+// markTails marks the inputs of the gated activations with a tail (a
+// SiLU, matched as a pattern) that nothing else reads and that are not
+// graph outputs (TensorPlan.SiLUFloor), for narrowToTails.
+func markTails(m *onnxgraph.Model, p *Plan) {
+	for _, pm := range FindPatterns(m, PatternsOps) {
+		if gatedTails[pm.Pattern] == nil {
+			continue
+		}
+		x := patternInput(pm)
+		if x == nil || x.IsGraphOutput || !onlyReadBy(x, pm) {
+			continue
+		}
+		if t := p.Tensor(x.Name); t != nil && t.Role == Activation {
+			t.SiLUFloor = true
+		}
+	}
+}
+
 // narrowToTails raises the lower end of the range of every calibrated
-// per-tensor activation that only a gated activation with a tail reads (a
-// SiLU, matched as a pattern whose insides are not quantized: ops.Tail) to
+// per-tensor activation prepare marked as a SiLU's input (markTails;
+// TensorPlan.SiLUFloor; ops.Tail) to
 // the input below which that activation's output rounds to 0 on its own
 // grid (within a quarter of its step): the inputs below cost nothing clipped,
 // and the grid's levels go to the inputs the output shows. A
@@ -56,7 +74,7 @@ func narrowToTails(m *onnxgraph.Model, p *Plan) string {
 		}
 		x := patternInput(pm)
 		t, y := p.Tensor(x.Name), p.Tensor(pm.Root().Outputs[0].Name)
-		if x == nil || t == nil || y == nil || x.IsGraphOutput || members[t.Value] || !onlyReadBy(x, pm) || !narrowable(t) {
+		if t == nil || y == nil || !t.SiLUFloor || members[t.Value] || !narrowable(t) {
 			continue
 		}
 		g, ok := gridOf(p.Root(y))

@@ -18,8 +18,9 @@ import (
 // pushes half the channels down by 30): the qparams pass raises its lower
 // end to the floor, the grid still reaching it, and a note says so; every
 // input below keeps the SiLU's output at the code of 0 once quantized on
-// the narrowed grid; the upper end stays; and running the pass again
-// changes nothing.
+// the narrowed grid; the upper end stays; running the pass again changes
+// nothing; and --silu-floor=false or --patterns none keep the
+// calculator's range.
 func TestNarrowToTails(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	b := testmodels.New("tails", 17)
@@ -43,15 +44,26 @@ func TestNarrowToTails(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSampleSource(6, 8, 3, 8, 8)
-	u := &Unit{Model: m, Config: mustPreset(t, "accurate"),
-		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4},
-		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-			in, _ := src.Batch(0, src.n)
-			return observeOn(t, m, plan, []map[string]*tensor.Tensor{in}), nil
-		}}
-	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-		t.Fatal(err)
+	run := func(opts PrepareOptions) *Unit {
+		u := &Unit{Model: m, Config: mustPreset(t, "accurate"), Prepare: opts,
+			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4},
+			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+				in, _ := src.Batch(0, src.n)
+				return observeOn(t, m, plan, []map[string]*tensor.Tensor{in}), nil
+			}}
+		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return u
 	}
+	// --silu-floor=false, and --patterns none (the Sigmoid's output then
+	// quantized too), keep the calculator's range.
+	for _, opts := range []PrepareOptions{{NoSiLUFloor: true}, {Patterns: PatternsNone}} {
+		if c1 := run(opts).Plan.Tensor("c1"); c1.SiLUFloor || strings.Contains(c1.Intrinsic, "SiLU input") {
+			t.Errorf("%+v: c1 marked or narrowed (%q)", opts, c1.Intrinsic)
+		}
+	}
+	u := run(PrepareOptions{})
 	x, y := u.Plan.Tensor("c1"), u.Plan.Root(u.Plan.Tensor("a1"))
 	if !strings.Contains(strings.Join(u.Plan.Notes, "\n"), `"c1" from`) {
 		t.Fatalf("no note of c1's narrowed range in %q", u.Plan.Notes)

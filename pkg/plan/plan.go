@@ -164,6 +164,11 @@ type TensorPlan struct {
 	// tensor's qparams group that one scale would keep it fewer than 16
 	// levels, DecideQParams leaves the whole group in float.
 	MixedConcat bool `json:"mixed_concat,omitempty"`
+	// SiLUFloor marks the input of a SiLU (quantized as a pattern, read by
+	// nothing else): DecideQParams starts its range where the SiLU's
+	// quantized output leaves 0, every input below giving that output the
+	// code of 0.
+	SiLUFloor bool `json:"silu_floor,omitempty"`
 	// Intrinsic describes the op-intrinsic rule that set this tensor's
 	// qscheme or range over the config's spec (an asymmetric Relu output, a
 	// fixed Sigmoid range), "" when the spec is the config's as written.
