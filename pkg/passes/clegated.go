@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/ops"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
-	"google.golang.org/protobuf/proto"
 )
 
 // Gated activations (SiLU, GELU, HardSwish: x·g(x)) do not commute with a
@@ -207,6 +209,7 @@ func selectGated(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualizatio
 	return kept, notes, nil
 }
 
+// readerNames names the pair's second Convs for the report.
 func readerNames(p *clePair) string {
 	var names []string
 	for _, r := range p.readers() {
@@ -215,15 +218,7 @@ func readerNames(p *clePair) string {
 	if len(names) == 1 {
 		return names[0]
 	}
-	return fmt.Sprintf("%s and %s", joinNames(names[:len(names)-1]), names[len(names)-1])
-}
-
-func joinNames(names []string) string {
-	out := names[0]
-	for _, n := range names[1:] {
-		out += ", " + n
-	}
-	return out
+	return fmt.Sprintf("%s and %s", strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
 // gatedGain estimates, in dB, how much one equalization step lowers the
