@@ -40,17 +40,17 @@ func markTails(m *onnxgraph.Model, p *Plan) {
 }
 
 // narrowToTails raises the lower end of the range of every calibrated
-// per-tensor activation prepare marked as a SiLU's input (markTails;
-// TensorPlan.SiLUFloor; ops.Tail) to
-// the input below which that activation's output rounds to 0 on its own
-// grid (within a quarter of its step): the inputs below cost nothing clipped,
-// and the grid's levels go to the inputs the output shows. A
-// detector's Conv before a SiLU reaches −90 where the SiLU's output grid
-// stops telling inputs apart near −4.5. In a rescaled variant (the gate
-// reads x times per-channel scales, as equalization writes it) the bound
-// holds for the smallest scale, so for every channel. A range narrows only
-// by more than one of its steps, so running the pass again changes
-// nothing. It returns the note listing what it narrowed ("" for nothing).
+// per-tensor activation that prepare marked as a SiLU's input (markTails,
+// TensorPlan.SiLUFloor) to the input below which the SiLU's output rounds
+// to 0 on its own grid, within a quarter of its step (ops.Tail): the inputs
+// below cost nothing clipped, and the grid's levels go to the inputs the
+// output shows. A detector's Conv before a SiLU reaches −90 where the
+// SiLU's output grid stops telling inputs apart near −4.5. In a rescaled
+// variant (the gate reads x times per-channel scales, as equalization
+// writes it) the bound holds for the smallest scale, so for every channel.
+// A range narrows only by more than one of its steps, so running the pass
+// again changes nothing. It returns the note listing what it narrowed (""
+// for nothing).
 func narrowToTails(m *onnxgraph.Model, p *Plan) string {
 	members := map[string]bool{}
 	for _, t := range p.Tensors {
