@@ -43,14 +43,9 @@ func gatedActivations(m *onnxgraph.Model) map[string]*gatedMatch {
 		if !ok {
 			continue
 		}
-		var x *onnxgraph.Value
-		for _, in := range pm.Nodes[reads[0]].Inputs {
-			if in != nil && !in.IsConst() && !slices.Contains(pm.Inside, in.Name) {
-				x = in
-				break
-			}
-		}
-		if x != nil {
+		// The gate's first read is the pattern's first statement (the table's
+		// GateReads), whose variable input is x.
+		if x := patternInput(pm); x != nil && reads[0] == 0 {
 			out[x.Name] = &gatedMatch{PatternMatch: pm, x: x, gateReads: reads}
 		}
 	}

@@ -119,15 +119,7 @@ func TestGatedEqualization(t *testing.T) {
 	// The quantized output: equalizing the gated pairs brings it closer to
 	// the float model's on the calibration data.
 	out := func(config string) float64 {
-		u := &Unit{Model: gatedModel(t), Config: mustPreset(t, "w8a8"), Algorithms: algorithms(t, "algorithms:\n  "+config+"\n"),
-			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4},
-			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-				in, _ := src.Batch(0, src.n)
-				return observeOn(t, m, plan, []map[string]*tensor.Tensor{in}), nil
-			}}
-		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		u := quantizeOnSource(t, gatedModel(t), "w8a8", algorithms(t, "algorithms:\n  "+config+"\n"), PrepareOptions{}, src)
 		return sqnr(ref, runX(t, u.Result.Model, src))
 	}
 	off, on := out("cross_layer_equalization: {gated: false}"), out("cross_layer_equalization: {gated_min_gain: 0.5}")
@@ -144,4 +136,20 @@ func mustPreset(t *testing.T, name string) *config.QuantizerConfig {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// quantizeOnSource quantizes m with a preset and algorithms, calibrating
+// (min/max) on all the samples of src, which the algorithms read too.
+func quantizeOnSource(t *testing.T, m *onnxgraph.Model, preset string, alg *config.Algorithms, opts PrepareOptions, src *sampleSource) *Unit {
+	t.Helper()
+	u := &Unit{Model: m, Config: mustPreset(t, preset), Algorithms: alg, Prepare: opts,
+		Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4},
+		Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
+			in, _ := src.Batch(0, src.n)
+			return observeOn(t, m, plan, []map[string]*tensor.Tensor{in}), nil
+		}}
+	if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

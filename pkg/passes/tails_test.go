@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
-	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -45,16 +43,7 @@ func TestNarrowToTails(t *testing.T) {
 	}
 	src := newSampleSource(6, 8, 3, 8, 8)
 	run := func(opts PrepareOptions) *Unit {
-		u := &Unit{Model: m, Config: mustPreset(t, "accurate"), Prepare: opts,
-			Data: &AlgorithmData{Engine: "go", Runtime: runtime.Options{Threads: 1}, Source: src, BatchSize: 4},
-			Calibrate: func(_ context.Context, m *onnxgraph.Model, plan *Plan) (Stats, error) {
-				in, _ := src.Batch(0, src.n)
-				return observeOn(t, m, plan, []map[string]*tensor.Tensor{in}), nil
-			}}
-		if _, err := Run(context.Background(), u, RunOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return u
+		return quantizeOnSource(t, m, "accurate", nil, opts, src)
 	}
 	// --silu-floor=false, and --patterns none (the Sigmoid's output then
 	// quantized too), keep the calculator's range.
