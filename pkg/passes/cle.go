@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/finalize"
@@ -128,24 +129,25 @@ func equalize(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualization) 
 		gates = gatedActivations(m)
 	}
 	for _, n := range m.Graph.Nodes {
-		second, why := clePartner(m, n)
-		var others []*onnxgraph.Node
+		seconds, why := clePartners(m, n)
 		var gate *gatedMatch
-		if second == nil && why == "" && gates != nil {
-			var seconds []*onnxgraph.Node
-			if seconds, gate, why = gatedPartners(m, n, gates); len(seconds) > 0 {
-				second, others = seconds[0], seconds[1:]
-			}
+		if len(seconds) == 0 && why == "" && gates != nil {
+			seconds, gate, why = gatedPartners(m, n, gates)
 		}
-		if second == nil {
+		if len(seconds) == 0 {
 			if why != "" {
 				u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights", Skipped: why})
 			}
 			continue
 		}
-		if cfg.Excludes(n.Name) || cfg.Excludes(second.Name) {
+		second, others := seconds[0], seconds[1:]
+		if excluded := slices.IndexFunc(seconds, func(c *onnxgraph.Node) bool { return cfg.Excludes(c.Name) }); cfg.Excludes(n.Name) || excluded >= 0 {
+			partner := second
+			if excluded >= 0 {
+				partner = seconds[excluded]
+			}
 			u.Layers = append(u.Layers, LayerReport{Algorithm: crossLayerEqualizationName, Node: n.Name, OpType: n.OpType, Measure: "weights",
-				Skipped: fmt.Sprintf("pair with %q excluded by %s", second.Name, cfg.Rule.Location())})
+				Skipped: fmt.Sprintf("pair with %q excluded by %s", partner.Name, cfg.Rule.Location())})
 			continue
 		}
 		p := &clePair{first: n, second: second, gate: gate}
@@ -193,7 +195,7 @@ func equalize(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualization) 
 		}
 		pairs = append(pairs, p)
 	}
-	pairs, gatedNotes, err := selectGated(ctx, u, cfg, pairs)
+	pairs, notes, err := selectGated(ctx, u, cfg, pairs)
 	if err != nil {
 		return err
 	}
@@ -206,7 +208,6 @@ func equalize(ctx context.Context, u *Unit, cfg *config.CrossLayerEqualization) 
 			break // every channel balanced: more sweeps change nothing
 		}
 	}
-	notes := gatedNotes
 	if cfg.HighBiasAbsorption {
 		for _, p := range pairs {
 			if p.gate != nil {
@@ -367,6 +368,8 @@ func (p *clePair) equalize() (changed bool) {
 func (p *clePair) absorbHighBias(m *onnxgraph.Model, floors []float32, load func(*onnxgraph.Value) (*weightData, error)) (string, error) {
 	channels := p.w1.shape[0]
 	switch {
+	case len(p.others) > 0:
+		return fmt.Sprintf("no high-bias absorption: %q is read by %s", p.second.Inputs[0].Name, readerNames(p)), nil
 	case floors == nil:
 		return fmt.Sprintf("no high-bias absorption: %q comes from no folded BatchNormalization, whose statistics bound it", p.first.Outputs[0].Name), nil
 	case len(floors) != channels || p.b1 == nil:
@@ -447,20 +450,20 @@ func absMax(x []float32) float32 {
 	return m
 }
 
-// clePartner returns the Conv that n's output reaches through at most one
-// positively homogeneous activation, when n and it form an equalizable
-// pair; why says what stops a Conv → activation → Conv chain that is not
-// one ("" when n starts no such chain).
-func clePartner(m *onnxgraph.Model, n *onnxgraph.Node) (*onnxgraph.Node, string) {
+// clePartners returns the Convs that read n's output through at most one
+// positively homogeneous activation, when n and they form an equalizable
+// pair (every reader of the activation is such a Conv); why says what
+// stops a Conv → activation → Conv chain that is not one ("" when n
+// starts no such chain).
+func clePartners(m *onnxgraph.Model, n *onnxgraph.Node) ([]*onnxgraph.Node, string) {
 	if !isPlainConv(m, n) {
 		return nil, ""
 	}
 	v := n.Outputs[0]
-	if len(v.Consumers) != 1 || v.IsGraphOutput {
+	if len(v.Consumers) == 0 || v.IsGraphOutput {
 		return nil, ""
 	}
-	next := v.Consumers[0]
-	if next.Domain == "" && next.OpType != "Conv" {
+	if next := v.Consumers[0]; len(v.Consumers) == 1 && next.Domain == "" && next.OpType != "Conv" {
 		if !homogeneous(m, next) {
 			if next.OpType == "Clip" && len(next.Outputs[0].Consumers) == 1 && next.Outputs[0].Consumers[0].OpType == "Conv" {
 				return nil, fmt.Sprintf("%s has an upper bound: scaling its input would change its output", next)
@@ -468,21 +471,46 @@ func clePartner(m *onnxgraph.Model, n *onnxgraph.Node) (*onnxgraph.Node, string)
 			return nil, ""
 		}
 		v = next.Outputs[0]
-		if len(v.Consumers) != 1 || v.IsGraphOutput {
+		if len(v.Consumers) == 0 || v.IsGraphOutput {
 			return nil, ""
 		}
-		next = v.Consumers[0]
 	}
-	if !isPlainConv(m, next) || next.Inputs[0] != v {
+	seconds := convReaders(m, v)
+	if len(seconds) == 0 {
 		return nil, ""
 	}
-	if len(n.Inputs[1].Consumers) != 1 || len(next.Inputs[1].Consumers) != 1 {
-		return nil, "a weight is shared with other nodes"
+	if why := pairBlocker(m, n, seconds); why != "" {
+		return nil, why
+	}
+	return seconds, ""
+}
+
+// convReaders are v's readers when every one is a plain Conv reading it as
+// its input, else nil.
+func convReaders(m *onnxgraph.Model, v *onnxgraph.Value) []*onnxgraph.Node {
+	var seconds []*onnxgraph.Node
+	for _, c := range v.Consumers {
+		if !isPlainConv(m, c) || c.Inputs[0] != v || slices.Contains(seconds, c) {
+			return nil
+		}
+		seconds = append(seconds, c)
+	}
+	return seconds
+}
+
+// pairBlocker says why Conv n and the Convs reading its activation cannot
+// be equalized, "" when they can: rescaling edits their weights and n's
+// bias, which must be theirs alone.
+func pairBlocker(m *onnxgraph.Model, n *onnxgraph.Node, seconds []*onnxgraph.Node) string {
+	for _, c := range append([]*onnxgraph.Node{n}, seconds...) {
+		if len(c.Inputs[1].Consumers) != 1 {
+			return "a weight is shared with other nodes"
+		}
 	}
 	if len(n.Inputs) > 2 && n.Inputs[2] != nil && (initializerIndex(m, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1) {
-		return nil, "the bias is not an initializer of its own"
+		return "the bias is not an initializer of its own"
 	}
-	return next, ""
+	return ""
 }
 
 // isPlainConv reports whether n is a Conv of the default domain with a

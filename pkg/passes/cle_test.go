@@ -293,3 +293,90 @@ func TestEqualizeFixpoint(t *testing.T) {
 		t.Error("a sweep after the fixpoint changed the weights")
 	}
 }
+
+// fireModel is SqueezeNet's fire module: x [n, 4, 8, 8] → Conv 1×1 (6) →
+// Relu → {Conv 1×1 (5), Conv 3×3 padded (5)} → Concat → y, with
+// channel ranges spread over 4⁴ (scaledConv), and beside it
+// x → Conv 1×1 (6) → Relu → {Conv 1×1 (3), Add}: a Relu read by a Conv
+// and something else, which no scale may pass.
+func fireModel(t *testing.T) *onnxgraph.Model {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(41, 42))
+	b := testmodels.New("fire", 17)
+	b.Input("x", tensor.Float, "n", 4, 8, 8).Output("y", tensor.Float, "n", 10, 8, 8).Output("y2", tensor.Float, "n", 6, 8, 8)
+	scaledConv(b, rng, "squeeze_w", 6, 4, 1)
+	scaledConv(b, rng, "e1_w", 5, 6, 1)
+	scaledConv(b, rng, "e3_w", 5, 6, 3)
+	scaledConv(b, rng, "side_w", 6, 4, 1)
+	scaledConv(b, rng, "tail_w", 6, 6, 1)
+	b.Node("Conv", "squeeze", []string{"x", "squeeze_w", "squeeze_w_b"}, []string{"s"})
+	b.Node("Relu", "squeeze_relu", []string{"s"}, []string{"a"})
+	b.Node("Conv", "expand1x1", []string{"a", "e1_w", "e1_w_b"}, []string{"e1"})
+	b.Node("Conv", "expand3x3", []string{"a", "e3_w", "e3_w_b"}, []string{"e3"}, testmodels.AttrInts("pads", 1, 1, 1, 1))
+	b.Node("Concat", "concat", []string{"e1", "e3"}, []string{"y"}, testmodels.AttrInt("axis", 1))
+	b.Node("Conv", "side", []string{"x", "side_w", "side_w_b"}, []string{"sd"})
+	b.Node("Relu", "side_relu", []string{"sd"}, []string{"sa"})
+	b.Node("Conv", "tail", []string{"sa", "tail_w", "tail_w_b"}, []string{"t"})
+	b.Node("Add", "skip", []string{"t", "sa"}, []string{"y2"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestEqualizeSeveralReaders checks equalization of a Conv whose Relu
+// feeds several Convs (fixed seeds, the model above): the float function
+// is kept (within 1e-5 of each output's magnitude, run by the engine);
+// every channel's range in the first Conv equals its largest range among
+// the readers' weights on it (the balance the sweeps reach), where it
+// was up to 4⁴ apart; high-bias absorption, which moves a constant into
+// one reader's bias, says why it leaves the pair alone; and the Relu also
+// read by an Add is not equalized (its weights unchanged).
+func TestEqualizeSeveralReaders(t *testing.T) {
+	src := newSampleSource(43, 6, 4, 8, 8)
+	want := runValues(t, fireModel(t), src, "y", "y2")
+	u := quantizeWith(t, fireModel(t), "w8a8", algorithms(t, "algorithms:\n  cross_layer_equalization: {high_bias_absorption: true}\n"), nil)
+	got := runValues(t, u.Model, src, "y", "y2")
+	sameFunction(t, "equalization", want, got, "y", "y2")
+	weight := func(m *onnxgraph.Model, name string) ([]float32, []int) {
+		d, shape, err := constFloats(m, m.Graph.Value(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, shape
+	}
+	w1, _ := weight(u.Model, "squeeze_w")
+	ranges := make([]float64, 6)
+	for _, name := range []string{"e1_w", "e3_w"} {
+		w, shape := weight(u.Model, name)
+		inner := shape[2] * shape[3]
+		for i, x := range w {
+			c := (i / inner) % shape[1]
+			ranges[c] = max(ranges[c], math.Abs(float64(x)))
+		}
+	}
+	for c := range 6 {
+		r1 := float64(absMax(w1[c*4 : (c+1)*4]))
+		if math.Abs(r1-ranges[c]) > 1e-4*ranges[c] {
+			t.Errorf("channel %d: range %g in the squeeze Conv, %g in its readers: not balanced", c, r1, ranges[c])
+		}
+	}
+	orig := fireModel(t)
+	for _, name := range []string{"side_w", "tail_w"} {
+		a, _ := weight(orig, name)
+		b, _ := weight(u.Model, name)
+		if !slices.Equal(a, b) {
+			t.Errorf("%s changed: its Relu is read by an Add, which a scale does not pass", name)
+		}
+	}
+	var note string
+	for _, r := range u.Layers {
+		if r.Algorithm == crossLayerEqualizationName && r.Node == "squeeze" {
+			note = r.Note
+		}
+	}
+	if !strings.Contains(note, `"expand1x1" and "expand3x3"`) {
+		t.Errorf("squeeze: note %q, want it to name both readers", note)
+	}
+}

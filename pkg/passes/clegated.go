@@ -106,20 +106,12 @@ func gatedPartners(m *onnxgraph.Model, n *onnxgraph.Node, gates map[string]*gate
 	if a == nil || a.IsGraphOutput || len(a.Consumers) == 0 {
 		return nil, nil, ""
 	}
-	var seconds []*onnxgraph.Node
-	for _, c := range a.Consumers {
-		if !isPlainConv(m, c) || c.Inputs[0] != a || slices.Contains(seconds, c) {
-			return nil, nil, ""
-		}
-		seconds = append(seconds, c)
+	seconds := convReaders(m, a)
+	if len(seconds) == 0 {
+		return nil, nil, ""
 	}
-	for _, c := range append([]*onnxgraph.Node{n}, seconds...) {
-		if len(c.Inputs[1].Consumers) != 1 {
-			return nil, nil, "a weight is shared with other nodes"
-		}
-	}
-	if len(n.Inputs) > 2 && n.Inputs[2] != nil && (initializerIndex(m, n.Inputs[2]) < 0 || len(n.Inputs[2].Consumers) != 1) {
-		return nil, nil, "the bias is not an initializer of its own"
+	if why := pairBlocker(m, n, seconds); why != "" {
+		return nil, nil, why
 	}
 	return seconds, g, ""
 }
