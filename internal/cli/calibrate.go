@@ -57,9 +57,10 @@ func NewCmdCalibrate(streams *IO, runF func(*calibrateOptions) error) *cobra.Com
 	f := cmd.Flags()
 	f.StringVar(&opts.Config, "config", "", "config file (tool settings and quantization config)")
 	optString(f, &opts.Settings.Model, "model", "", "", "model to calibrate (default: the config's model)")
-	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config): "+strings.Join(config.PresetNames(), ", "))
+	optString(f, &opts.Settings.Preset, "preset", "", "", "quantization preset (replaces the config's quantization_config and algorithms): "+strings.Join(config.PresetNames(), ", "))
 	f.StringVarP(&opts.Output, "output", "o", "", "stats file to write (default: stdout)")
 	addCalibrationFlags(f, &opts.Settings, "calibration samples to use (before sharding)")
+	f.StringSliceVar(&opts.Algorithms, "algorithms", nil, "turn on post-training algorithms with their defaults, on top of the config's algorithms block (give finalize the same): "+strings.Join(config.AlgorithmNames(), ", "))
 	optString(f, &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine: go (built-in) or ort")
 	optInt(f, &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	f.StringVar(&opts.Shard, "shard", "", "calibrate shard i of n (0-based), as i/n")
@@ -133,6 +134,10 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 			Shard: shard, Shards: shards, ModelSHA256: sum, Progress: prog.Report}
 		u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads}, src, copts,
 			func(st *calibrate.Stats) { stats = st })
+		// The algorithms that run before calibration (SmoothQuant, AWQ,
+		// equalization through gated activations) read the same samples as
+		// under quantize: every shard reads all of them.
+		u.Data = s.algorithmData(opts.IO, src, s.settings.Samples)
 	}
 	_, err = runPipeline(ctx, &opts.quantizeOptions, s, u, "calibrate")
 	if prog != nil {
@@ -153,6 +158,7 @@ func runCalibrate(ctx context.Context, opts *calibrateOptions) error {
 		slog.Info("the plan observes no activations; writing empty statistics", "model", s.settings.Model)
 		stats = &calibrate.Stats{Version: calibrate.StatsVersion, ModelSHA256: sum}
 	}
+	stats.PlanSHA256 = preparedPlanSHA256(u.Plan)
 	if opts.Output == "" || opts.Output == "-" {
 		return stats.Write(opts.IO.Out)
 	}

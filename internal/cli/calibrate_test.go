@@ -186,40 +186,56 @@ func TestCalibrateShardsMerge(t *testing.T) {
 }
 
 // TestCalibrateThenFinalizeEqualsQuantize checks that quantize and
-// calibrate + finalize --stats write byte-identical models from one config.
+// calibrate + finalize --stats write byte-identical models from one config
+// with its calibration data, under w8a8 and under accurate, whose
+// algorithms read the data before calibration (SmoothQuant) and after it
+// (bias correction): calibrate and finalize both read the config's data.
+// yolox-nano (from the shared set, when its data is given) adds
+// equalization through gated activations, which inserts nodes.
 func TestCalibrateThenFinalizeEqualsQuantize(t *testing.T) {
 	shared := testutil.SharedModels(t)
-	dir := t.TempDir()
-	m := filepath.Join(shared, "digits_resnet")
-	cfg := filepath.Join(dir, "c.yaml")
-	text := fmt.Sprintf("model: %s\ncalibration:\n  data: [%s]\n  samples: 40\n  batch_size: 6\nquantization_config:\n  preset: w8a8\n",
-		filepath.Join(m, "model.onnx"), filepath.Join(m, "calib_input.npy"))
-	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, b, stats := filepath.Join(dir, "a.onnx"), filepath.Join(dir, "b.onnx"), filepath.Join(dir, "s.json")
-	ra, rb := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
-	mustCLI(t, "quantize", "--config", cfg, "-o", a, "--report", ra)
-	mustCLI(t, "calibrate", "--config", cfg, "-o", stats)
-	mustCLI(t, "finalize", "--config", cfg, "--stats", stats, "-o", b, "--report", rb)
-	ab, _ := os.ReadFile(a)
-	bb, _ := os.ReadFile(b)
-	if len(ab) == 0 || !bytes.Equal(ab, bb) {
-		var x, y report
-		for _, r := range []struct {
-			path string
-			into *report
-		}{{ra, &x}, {rb, &y}} {
-			raw, _ := os.ReadFile(r.path)
-			json.Unmarshal(raw, r.into)
-		}
-		for i := range min(len(x.Tensors), len(y.Tensors)) {
-			if !reflect.DeepEqual(x.Tensors[i], y.Tensors[i]) {
-				t.Errorf("tensor %q: quantize %+v %+v, finalize %+v %+v", x.Tensors[i].Value, x.Tensors[i], x.Tensors[i].Observed, y.Tensors[i], y.Tensors[i].Observed)
-				break
+	for _, tc := range []struct{ model, input, preset string }{
+		{"digits_resnet", "input", "w8a8"},
+		{"digits_resnet", "input", "accurate"},
+		{"yolox-nano", "images", "accurate"},
+	} {
+		t.Run(tc.model+"/"+tc.preset, func(t *testing.T) {
+			dir := t.TempDir()
+			m := filepath.Join(shared, tc.model)
+			cfg := filepath.Join(dir, "c.yaml")
+			text := fmt.Sprintf("model: %s\ncalibration:\n  data: [%s]\n  samples: 40\n  batch_size: %d\nquantization_config:\n  preset: %s\n",
+				filepath.Join(m, "model.onnx"), filepath.Join(m, "calib_"+tc.input+".npy"), map[bool]int{true: 1, false: 6}[tc.model == "yolox-nano"], tc.preset)
+			if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
 			}
-		}
-		t.Fatalf("quantize wrote %d bytes, calibrate + finalize %d bytes, not identical", len(ab), len(bb))
+			a, b, stats := filepath.Join(dir, "a.onnx"), filepath.Join(dir, "b.onnx"), filepath.Join(dir, "s.json")
+			ra, rb := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+			mustCLI(t, "quantize", "--config", cfg, "-o", a, "--report", ra)
+			mustCLI(t, "calibrate", "--config", cfg, "-o", stats)
+			mustCLI(t, "finalize", "--config", cfg, "--stats", stats, "-o", b, "--report", rb)
+			ab, _ := os.ReadFile(a)
+			bb, _ := os.ReadFile(b)
+			if len(ab) == 0 || !bytes.Equal(ab, bb) {
+				var x, y report
+				for _, r := range []struct {
+					path string
+					into *report
+				}{{ra, &x}, {rb, &y}} {
+					raw, _ := os.ReadFile(r.path)
+					json.Unmarshal(raw, r.into)
+				}
+				for i := range min(len(x.Tensors), len(y.Tensors)) {
+					if !reflect.DeepEqual(x.Tensors[i], y.Tensors[i]) {
+						t.Errorf("tensor %q: quantize %+v %+v, finalize %+v %+v", x.Tensors[i].Value, x.Tensors[i], x.Tensors[i].Observed, y.Tensors[i], y.Tensors[i].Observed)
+						break
+					}
+				}
+				t.Fatalf("quantize wrote %d bytes, calibrate + finalize %d bytes, not identical", len(ab), len(bb))
+			}
+			if readStats(t, stats).PlanSHA256 == "" {
+				t.Error("the stats record no plan")
+			}
+		})
 	}
 }
 

@@ -39,6 +39,9 @@ func NewCmdFinalize(streams *IO, runF func(*finalizeOptions) error) *cobra.Comma
 	}
 	addPipelineFlags(cmd, &opts.quantizeOptions)
 	cmd.Flags().StringVar(&opts.Stats, "stats", "", "calibration statistics (coreaiq calibrate -o); not needed for weight-only configs")
+	addCalibrationFlags(cmd.Flags(), &opts.Settings, "calibration samples the data-aware algorithms read (as calibrate was given)")
+	optString(cmd.Flags(), &opts.Settings.Engine, "engine", "", config.DefaultEngine, "engine for the data-aware algorithms: go (built-in) or ort")
+	optInt(cmd.Flags(), &opts.Settings.Threads, "threads", 0, "engine threads (0: one per CPU)")
 	optString(cmd.Flags(), &opts.Settings.Report, "report", "", "", "write a JSON report here")
 	return cmd
 }
@@ -51,7 +54,22 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 		return err
 	}
 	defer s.outputs.Discard()
+	if err := s.resolveBatchSize(); err != nil {
+		return err
+	}
 	u := &passes.Unit{}
+	if len(s.settings.Data) > 0 || s.settings.Images != nil {
+		// The data-aware algorithms (bias correction, GPTQ, AdaRound, and
+		// those before calibration again) read what they read under
+		// quantize and calibrate.
+		src, err := openCalibrationData(s, false)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		u.Data = s.algorithmData(opts.IO, src, s.settings.Samples)
+	}
+	var stats *calibrate.Stats
 	randomData := false
 	if opts.Stats != "" {
 		st, err := calibrate.ReadFile(opts.Stats)
@@ -68,6 +86,7 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 		randomData = st.RandomData
 		s.randomData = randomData
 		u.Stats = passes.StatsOf(st)
+		stats = st
 	}
 	out := outputPath(s.settings)
 	if s.scratch, err = onnxgraph.NewScratch(filepath.Dir(s.outputs.Staged(out))); err != nil {
@@ -81,6 +100,11 @@ func runFinalize(ctx context.Context, opts *finalizeOptions) error {
 			return Usagef("%v: give --stats (from coreaiq calibrate)", err)
 		}
 		return err
+	}
+	if stats != nil {
+		if err := stats.CheckPlan(preparedPlanSHA256(u.Plan)); err != nil {
+			return &UsageError{Err: fmt.Errorf("%s: %w", opts.Stats, err)}
+		}
 	}
 	if err := u.Result.Model.Save(s.outputs.Staged(out), onnxgraph.SaveOptions{}); err != nil {
 		return err

@@ -50,4 +50,15 @@ func TestFinalizeStatsChecks(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(stderr, "stats.json") || !strings.Contains(stderr, "not this one") {
 		t.Errorf("stats of another model: exit %d, %s", code, stderr)
 	}
+
+	// Stats of the same model calibrated under another plan (int4
+	// weights: other weight qparams, the same activations observed).
+	other := filepath.Join(dir, "other.onnx")
+	code, _, stderr = runCLI(t, "finalize", "--model", mlp, "--preset", "w4a8", "--stats", stats, "-o", other)
+	if code != ExitUsage || !strings.Contains(stderr, "stats.json") || !strings.Contains(stderr, "another plan") {
+		t.Errorf("stats of another plan: exit %d, %s", code, stderr)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Errorf("finalize wrote %s from the stats of another plan (%v)", other, err)
+	}
 }

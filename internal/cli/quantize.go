@@ -144,6 +144,15 @@ func addPipelineFlags(cmd *cobra.Command, opts *quantizeOptions) {
 	addTargetFlag(f, &opts.Settings)
 }
 
+// algorithmData feeds the data-aware algorithms the first samples of
+// source, as quantize, calibrate and finalize all do, so that calibrate +
+// finalize --stats write what quantize writes from the same data.
+func (s *pipelineSetup) algorithmData(streams *IO, source calibrate.Source, samples int) *passes.AlgorithmData {
+	return &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
+		Source: source, Samples: samples, BatchSize: s.settings.BatchSize,
+		Progress: passes.NewBlockProgressReporter(streams.ErrOut, streams.IsTerminal, slog.Default()).Report}
+}
+
 // pipelineSetup is what every pipeline command loads first.
 type pipelineSetup struct {
 	settings config.Settings
@@ -425,9 +434,7 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	newUnit := func(prof *runtime.Profile) *passes.Unit {
 		u := &passes.Unit{}
 		if source != nil {
-			u.Data = &passes.AlgorithmData{Engine: s.settings.Engine, Runtime: runtime.Options{Threads: s.settings.Threads},
-				Source: source, Samples: calibSamples, BatchSize: s.settings.BatchSize,
-				Progress: passes.NewBlockProgressReporter(opts.IO.ErrOut, opts.IO.IsTerminal, slog.Default()).Report}
+			u.Data = s.algorithmData(opts.IO, source, calibSamples)
 			u.Calibrate = passes.EngineCalibrator(s.settings.Engine, runtime.Options{Threads: s.settings.Threads, Profile: prof}, source,
 				calibrate.Options{Samples: calibSamples, BatchSize: s.settings.BatchSize}, nil)
 		}

@@ -336,13 +336,7 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 		return "", err
 	}
 	fmt.Fprintf(h, "model %s\n", model)
-	writePreparedPlan(h, u.Plan)
-	// The plan's JSON leaves out palettization settings.
-	for _, p := range u.Plan.Palettes {
-		if p.Palette != nil {
-			fmt.Fprintf(h, "palette %s %+v\n", p.Value, *p.Palette)
-		}
-	}
+	writePlanKey(h, u.Plan)
 	alg, err := json.Marshal(s.algorithms)
 	if err != nil {
 		return "", err
@@ -385,6 +379,25 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writePlanKey writes what prepare decided in p (writePreparedPlan) and
+// the palettization settings, which the plan's JSON leaves out.
+func writePlanKey(w io.Writer, p *plan.Plan) {
+	writePreparedPlan(w, p)
+	for _, pp := range p.Palettes {
+		if pp.Palette != nil {
+			fmt.Fprintf(w, "palette %s %+v\n", pp.Value, *pp.Palette)
+		}
+	}
+}
+
+// preparedPlanSHA256 is the hex SHA-256 of writePlanKey's text: what the
+// stats of calibrate record and finalize checks.
+func preparedPlanSHA256(p *plan.Plan) string {
+	h := sha256.New()
+	writePlanKey(h, p)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // writePreparedPlan writes what prepare decided in plan: each point's

@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"slices"
@@ -169,4 +170,43 @@ func TestRandomSourceMarked(t *testing.T) {
 		t.Fatalf("random %v samples %d", st.RandomData, st.Samples)
 	}
 	sameHist(t, "random batches", st.Tensor("y").Histogram, st1.Tensor("y").Histogram)
+}
+
+// TestStatsPlan: the plan a stats file records survives writing and
+// reading, a shard calibrated on another plan is not merged, and CheckPlan
+// refuses another plan but passes stats that record none.
+func TestStatsPlan(t *testing.T) {
+	path := writeCalib(t, 12)
+	var shards []*Stats
+	for i := range 2 {
+		st := run(t, path, Options{BatchSize: 4, Shard: i, Shards: 2, ModelSHA256: "m"})
+		st.PlanSHA256 = "p1"
+		shards = append(shards, st)
+	}
+	m, err := Merge(shards...)
+	if err != nil || m.PlanSHA256 != "p1" {
+		t.Fatalf("merged plan %q (%v), want p1", m.PlanSHA256, err)
+	}
+	var buf bytes.Buffer
+	if err := m.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(&buf)
+	if err != nil || back.PlanSHA256 != "p1" {
+		t.Fatalf("read back plan %q (%v)", back.PlanSHA256, err)
+	}
+	shards[1].PlanSHA256 = "p2"
+	if _, err := Merge(shards...); err == nil || !strings.Contains(err.Error(), "input 2 was calibrated on plan") {
+		t.Errorf("merging shards of two plans: %v", err)
+	}
+	if err := back.CheckPlan("p1"); err != nil {
+		t.Errorf("same plan refused: %v", err)
+	}
+	if err := back.CheckPlan("p2"); err == nil || !strings.Contains(err.Error(), "another plan") {
+		t.Errorf("another plan: %v", err)
+	}
+	back.PlanSHA256 = ""
+	if err := back.CheckPlan("p2"); err != nil {
+		t.Errorf("stats recording no plan refused: %v", err)
+	}
 }

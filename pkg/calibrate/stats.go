@@ -20,6 +20,11 @@ type Stats struct {
 	Version int `json:"version"`
 	// ModelSHA256 is the hex SHA-256 of the model file calibrated.
 	ModelSHA256 string `json:"model_sha256"`
+	// PlanSHA256 is the hex SHA-256 of the plan prepare made from the
+	// model (the resolved config with the weights' qparams, which the
+	// algorithms that run before calibration change), "" for stats that
+	// do not record it.
+	PlanSHA256 string `json:"plan_sha256,omitempty"`
 	// RandomData marks stats made from random inputs rather than real data.
 	RandomData bool `json:"random_data"`
 	// Samples and Batches count what was run (summed over merged shards).
@@ -50,6 +55,17 @@ func (s *Stats) CheckModel(sha256 string) error {
 	return nil
 }
 
+// CheckPlan refuses stats calibrated on another plan of the model: the
+// config, preset, target, prepare flags or algorithms differ, or the
+// calibration data the algorithms that run before calibration read.
+// Stats that record no plan pass.
+func (s *Stats) CheckPlan(sha256 string) error {
+	if s.PlanSHA256 != "" && s.PlanSHA256 != sha256 {
+		return fmt.Errorf("the stats were calibrated on another plan of this model (plan sha256 %s, this run's %s): give finalize the config, preset, target, prepare flags, --algorithms and --data that calibrate had", short(s.PlanSHA256), short(sha256))
+	}
+	return nil
+}
+
 func short(h string) string {
 	if len(h) > 12 {
 		return h[:12] + "…"
@@ -66,8 +82,12 @@ func short(h string) string {
 func (s *Stats) Write(w io.Writer) error {
 	s.sort()
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "{\n  \"version\": %d,\n  \"model_sha256\": %q,\n  \"random_data\": %t,\n  \"samples\": %d,\n  \"batches\": %d,\n  \"tensors\": [",
-		s.Version, s.ModelSHA256, s.RandomData, s.Samples, s.Batches)
+	fmt.Fprintf(&b, "{\n  \"version\": %d,\n  \"model_sha256\": %q,\n", s.Version, s.ModelSHA256)
+	if s.PlanSHA256 != "" {
+		fmt.Fprintf(&b, "  \"plan_sha256\": %q,\n", s.PlanSHA256)
+	}
+	fmt.Fprintf(&b, "  \"random_data\": %t,\n  \"samples\": %d,\n  \"batches\": %d,\n  \"tensors\": [",
+		s.RandomData, s.Samples, s.Batches)
 	for i, o := range s.Tensors {
 		c := o
 		if o.Histogram != nil {
@@ -207,7 +227,7 @@ func Merge(stats ...*Stats) (*Stats, error) {
 	if len(stats) == 0 {
 		return nil, fmt.Errorf("stats merge: nothing to merge")
 	}
-	out := &Stats{Version: StatsVersion, ModelSHA256: stats[0].ModelSHA256}
+	out := &Stats{Version: StatsVersion, ModelSHA256: stats[0].ModelSHA256, PlanSHA256: stats[0].PlanSHA256}
 	for _, o := range stats[0].Tensors {
 		out.Tensors = append(out.Tensors, o.clone())
 	}
@@ -215,6 +235,9 @@ func Merge(stats ...*Stats) (*Stats, error) {
 	for k, s := range stats {
 		if s.ModelSHA256 != out.ModelSHA256 {
 			return nil, fmt.Errorf("stats merge: input %d was computed for model sha256 %s, input 1 for %s", k+1, short(s.ModelSHA256), short(out.ModelSHA256))
+		}
+		if s.PlanSHA256 != out.PlanSHA256 {
+			return nil, fmt.Errorf("stats merge: input %d was calibrated on plan sha256 %s, input 1 on %s: calibrate every shard with the same settings and data", k+1, short(s.PlanSHA256), short(out.PlanSHA256))
 		}
 		out.RandomData = out.RandomData || s.RandomData
 		out.Samples += s.Samples
