@@ -11,6 +11,7 @@ import (
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
@@ -157,16 +158,42 @@ func setConst(m *onnxgraph.Model, v *onnxgraph.Value, data []float32, shape []in
 	if i < 0 {
 		return fmt.Errorf("value %q is not an initializer", v.Name)
 	}
-	if dt := tensor.DType(m.Proto.Graph.Initializer[i].GetDataType()); dt != tensor.Float {
-		return fmt.Errorf("value %q: %s initializers are not rewritten, only float32", v.Name, dt)
-	}
-	p, err := tensor.ToProto(tensor.FromFloat32(data, shape...), v.Name)
+	p, err := floatConst(v.Name, data, shape, tensor.DType(m.Proto.Graph.Initializer[i].GetDataType()))
 	if err != nil {
 		return err
 	}
 	m.Proto.Graph.Initializer[i] = p
 	v.Const = p
 	return nil
+}
+
+// floatConst is an initializer of the floating-point type dt holding data:
+// a float16, bfloat16 or float64 model's constants get the data rounded to
+// its type, as the model computes in it; a value its type cannot hold is
+// an error.
+func floatConst(name string, data []float32, shape []int, dt tensor.DType) (*onnxpb.TensorProto, error) {
+	t := tensor.FromFloat32(data, shape...)
+	switch dt {
+	case tensor.Float:
+	case tensor.Float16, tensor.BFloat16, tensor.Double:
+		c, err := tensor.Cast(t, dt)
+		if err != nil {
+			return nil, fmt.Errorf("value %q: %w", name, err)
+		}
+		back, err := c.AsFloat32()
+		if err != nil {
+			return nil, fmt.Errorf("value %q: %w", name, err)
+		}
+		for k, x := range back {
+			if math.IsInf(float64(x), 0) && !math.IsInf(float64(data[k]), 0) {
+				return nil, fmt.Errorf("value %q: element %d, %g, is out of %s's range", name, k, data[k], dt)
+			}
+		}
+		t = c
+	default:
+		return nil, fmt.Errorf("value %q: %s initializers are not rewritten, only floating-point ones", name, dt)
+	}
+	return tensor.ToProto(t, name)
 }
 
 // builtIn reports whether the algorithms run the built-in engine, whose

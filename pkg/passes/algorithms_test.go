@@ -23,6 +23,8 @@ type sampleSource struct {
 	x     []float32
 	shape []int // per sample
 	n     int
+	// half gives the samples as float16, for a float16 model.
+	half bool
 }
 
 func newSampleSource(seed uint64, n int, shape ...int) *sampleSource {
@@ -41,7 +43,14 @@ func (s *sampleSource) Random() bool { return false }
 func (s *sampleSource) Close() error { return nil }
 func (s *sampleSource) Batch(start, end int) (map[string]*tensor.Tensor, error) {
 	per := tensor.NumElements(s.shape)
-	return map[string]*tensor.Tensor{"x": tensor.FromFloat32(append([]float32(nil), s.x[start*per:end*per]...), append([]int{end - start}, s.shape...)...)}, nil
+	x := tensor.FromFloat32(append([]float32(nil), s.x[start*per:end*per]...), append([]int{end - start}, s.shape...)...)
+	if s.half {
+		var err error
+		if x, err = tensor.Cast(x, tensor.Float16); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]*tensor.Tensor{"x": x}, nil
 }
 
 // scaledConv adds a Conv weight whose output channels have very different

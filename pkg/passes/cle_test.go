@@ -7,8 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -378,5 +381,106 @@ func TestEqualizeSeveralReaders(t *testing.T) {
 	}
 	if !strings.Contains(note, `"expand1x1" and "expand3x3"`) {
 		t.Errorf("squeeze: note %q, want it to name both readers", note)
+	}
+}
+
+// toFloat16 is m computing in float16: its float32 initializers, inputs
+// and outputs cast, as an export in half precision writes them.
+func toFloat16(t *testing.T, m *onnxgraph.Model) *onnxgraph.Model {
+	t.Helper()
+	p := onnxgraph.CloneSharingData(m.Proto)
+	g := p.Graph
+	for i, init := range g.Initializer {
+		if tensor.DType(init.GetDataType()) != tensor.Float {
+			continue
+		}
+		x, err := tensor.FromProto(init, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tensor.Cast(x, tensor.Float16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Initializer[i], err = tensor.ToProto(h, init.GetName()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, vi := range append(append([]*onnxpb.ValueInfoProto{}, g.Input...), g.Output...) {
+		if tt := vi.GetType().GetTensorType(); tt != nil && tensor.DType(tt.GetElemType()) == tensor.Float {
+			tt.ElemType = proto.Int32(int32(tensor.Float16))
+		}
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := onnxgraph.LoadBytes(b, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestEqualizeFloat16 checks equalization on float16 models (the plain
+// pairs of cleModel and the gated ones of gatedModel, fixed seeds): the
+// weights it rescales stay float16, the Muls it inserts before the gates
+// read float16 scales, and the float function is kept within float16's
+// rounding (4e-3 of the output's magnitude, run by the engine); a scaled
+// value float16 cannot hold is an error naming it.
+func TestEqualizeFloat16(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		model  func(*testing.T) *onnxgraph.Model
+		config string
+		muls   int
+	}{
+		{"relu", cleModel, "algorithms:\n  cross_layer_equalization: true\n", 0},
+		{"gated", gatedModel, "algorithms:\n  cross_layer_equalization: {gated_min_gain: 0.01}\n", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSampleSource(3, 8, 3, 8, 8)
+			src.half = true
+			m := toFloat16(t, tc.model(t))
+			want := runX(t, m, src)
+			u := quantizeWith(t, toFloat16(t, tc.model(t)), "w8a8", algorithms(t, tc.config), src)
+			got := runX(t, u.Model, src)
+			var peak, diff float64
+			for i := range want {
+				peak = max(peak, math.Abs(float64(want[i])))
+				diff = max(diff, math.Abs(float64(want[i]-got[i])))
+			}
+			if diff > 4e-3*peak {
+				t.Errorf("equalization changed the float16 output by %g (magnitude %g)", diff, peak)
+			}
+			changed := 0
+			orig := map[string]*onnxpb.TensorProto{}
+			for _, init := range m.Proto.Graph.Initializer {
+				orig[init.GetName()] = init
+			}
+			for _, init := range u.Model.Proto.Graph.Initializer {
+				if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
+					t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
+				}
+				if o := orig[init.GetName()]; o != nil && !proto.Equal(o, init) {
+					changed++
+				}
+			}
+			if changed == 0 {
+				t.Error("no weight was rescaled: the test proves nothing")
+			}
+			muls := 0
+			for _, n := range u.Model.Graph.Nodes {
+				if strings.HasSuffix(n.Name, "_gate_rescale") {
+					muls++
+				}
+			}
+			if muls != tc.muls {
+				t.Errorf("%d rescale Muls, want %d", muls, tc.muls)
+			}
+		})
+	}
+	if _, err := floatConst("w", []float32{1, 1e6}, []int{2}, tensor.Float16); err == nil || !strings.Contains(err.Error(), `value "w": element 1, 1e+06, is out of float16's range`) {
+		t.Errorf("a value float16 cannot hold: %v", err)
 	}
 }

@@ -285,16 +285,19 @@ func insertGateRescales(u *Unit, pairs []*clePair) error {
 	}
 	after := map[int][]*onnxpb.NodeProto{}
 	replaced := map[int]bool{}
-	scalar := func(name string, v float32) (string, error) {
-		name = unique(name)
-		c, err := tensor.ToProto(tensor.FromFloat32([]float32{v}), name)
-		if err != nil {
-			return "", err
-		}
-		g.Initializer = append(g.Initializer, c)
-		return name, nil
-	}
 	for _, p := range gated {
+		// The constants take the type the first Conv computes in (its
+		// weight's): Mul and the written-out gates want one type.
+		dt := tensor.DType(p.w1.v.Const.GetDataType())
+		scalar := func(name string, v float32) (string, error) {
+			name = unique(name)
+			c, err := floatConst(name, []float32{v}, nil, dt)
+			if err != nil {
+				return "", err
+			}
+			g.Initializer = append(g.Initializer, c)
+			return name, nil
+		}
 		y := p.first.Outputs[0].Name
 		scale := make([]float32, len(p.scale))
 		for i, f := range p.scale {
@@ -306,9 +309,9 @@ func insertGateRescales(u *Unit, pairs []*clePair) error {
 		}
 		shape[1] = len(scale)
 		constName, outName := unique(y+"_gate_scale"), unique(y+"_gate_input")
-		c, err := tensor.ToProto(tensor.FromFloat32(scale, shape...), constName)
+		c, err := floatConst(constName, scale, shape, dt)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", crossLayerEqualizationName, err)
 		}
 		g.Initializer = append(g.Initializer, c)
 		after[p.first.Index] = append(after[p.first.Index], &onnxpb.NodeProto{

@@ -54,7 +54,12 @@ func randomInputs(m *onnxgraph.Model, seed uint64) map[string]*tensor.Tensor {
 		for i := range data {
 			data[i] = rng.Float32()*2 - 1
 		}
-		in[v.Name] = tensor.FromFloat32(data, shape...)
+		x := tensor.FromFloat32(data, shape...)
+		if dt := v.DType(); dt == tensor.Float16 || dt == tensor.BFloat16 || dt == tensor.Double {
+			// A half-precision model takes its inputs in its type.
+			x, _ = tensor.Cast(x, dt)
+		}
+		in[v.Name] = x
 	}
 	return in
 }
