@@ -167,15 +167,21 @@ func setConst(m *onnxgraph.Model, v *onnxgraph.Value, data []float32, shape []in
 	return nil
 }
 
+// rewritable reports whether the algorithms rewrite constants of type dt:
+// the floating-point types models compute in.
+func rewritable(dt tensor.DType) bool {
+	return dt == tensor.Float || dt == tensor.Float16 || dt == tensor.BFloat16 || dt == tensor.Double
+}
+
 // floatConst is an initializer of the floating-point type dt holding data:
 // a float16, bfloat16 or float64 model's constants get the data rounded to
 // its type, as the model computes in it; a value its type cannot hold is
 // an error.
 func floatConst(name string, data []float32, shape []int, dt tensor.DType) (*onnxpb.TensorProto, error) {
 	t := tensor.FromFloat32(data, shape...)
-	switch dt {
-	case tensor.Float:
-	case tensor.Float16, tensor.BFloat16, tensor.Double:
+	switch {
+	case dt == tensor.Float:
+	case rewritable(dt):
 		c, err := tensor.Cast(t, dt)
 		if err != nil {
 			return nil, fmt.Errorf("value %q: %w", name, err)

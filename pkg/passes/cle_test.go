@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coreaiq/coreaiq/internal/testmodels"
+	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph/onnxpb"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
@@ -482,5 +483,46 @@ func TestEqualizeFloat16(t *testing.T) {
 	}
 	if _, err := floatConst("w", []float32{1, 1e6}, []int{2}, tensor.Float16); err == nil || !strings.Contains(err.Error(), `value "w": element 1, 1e+06, is out of float16's range`) {
 		t.Errorf("a value float16 cannot hold: %v", err)
+	}
+}
+
+// TestRoundingFloat16: GPTQ and AdaRound round the weights of a float16
+// model (cleModel in float16, int4 weights, fixed seeds) instead of
+// leaving them alone, never above round-to-nearest's error, and the
+// rounded weights stay float16 (TestRoundTrips: they quantize back to the
+// codes chosen).
+func TestRoundingFloat16(t *testing.T) {
+	for _, alg := range []string{"gptq", "adaround"} {
+		t.Run(alg, func(t *testing.T) {
+			src := newSampleSource(5, 16, 3, 8, 8)
+			src.half = true
+			cfg, err := config.Parse([]byte(int4Weights+"algorithms:\n  "+alg+": true\n"), "int4.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := quantizeWith(t, toFloat16(t, cleModel(t)), "", cfg.Algorithms, src, cfg.Quant)
+			rounded := 0
+			for _, r := range u.Layers {
+				if r.Algorithm != alg {
+					continue
+				}
+				if r.Skipped != "" {
+					t.Errorf("%s: skipped: %s", r.Node, r.Skipped)
+					continue
+				}
+				rounded++
+				if r.After < r.Before {
+					t.Errorf("%s: %s raised the layer's error: %.2f → %.2f dB", r.Node, alg, r.Before, r.After)
+				}
+			}
+			if rounded != 3 {
+				t.Errorf("%d layers rounded, want 3", rounded)
+			}
+			for _, init := range u.Model.Proto.Graph.Initializer {
+				if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
+					t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package passes
 import (
 	"context"
 	"fmt"
+	"math"
 	goruntime "runtime"
 	"sync"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/coreaiq/coreaiq/pkg/kernels"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
 	"github.com/coreaiq/coreaiq/pkg/runtime"
+	"github.com/coreaiq/coreaiq/pkg/spec"
 	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
@@ -318,7 +320,7 @@ func roundableWeight(u *Unit, n *onnxgraph.Node, algorithm string, cfg *config.A
 	if tp == nil || tp.Role != Weight || tp.Params == nil || !wv.IsConst() {
 		return nil, nil, ""
 	}
-	_, intGrid := tp.Spec.IntGrid()
+	grid, intGrid := tp.Spec.IntGrid()
 	switch {
 	case n.Graph.Owner != nil:
 		why = fmt.Sprintf("inside the subgraph of %s: %s works on the main graph's layers only", n.Graph.Owner, algorithm)
@@ -330,12 +332,26 @@ func roundableWeight(u *Unit, n *onnxgraph.Node, algorithm string, cfg *config.A
 		why = "Gemm with transA"
 	case len(tp.Nodes) != 1 || len(wv.Consumers) != 1:
 		why = "the weight is shared by several nodes"
-	case initializerIndex(u.Model, wv) < 0 || tensor.DType(wv.Const.GetDataType()) != tensor.Float:
-		why = "the weight is not a float32 initializer"
+	case initializerIndex(u.Model, wv) < 0:
+		why = "the weight is not an initializer"
+	case !roundTrips(tensor.DType(wv.Const.GetDataType()), grid):
+		why = fmt.Sprintf("the weight is %s, whose rounding of the chosen values of grid %s could move them to other codes", tensor.DType(wv.Const.GetDataType()), tp.Spec.DType)
 	default:
 		return wv, tp, ""
 	}
 	return nil, nil, why
+}
+
+// roundTrips reports whether a weight of type dt holds the values of grid
+// g that a rounding algorithm chooses, code·scale, closely enough for
+// finalize to quantize them back to the same codes: the type's rounding
+// moves a value by at most 2^−p of it (p its significand's bits), less
+// than half a step while the codes' span, QMax − QMin, is below 2^(p−1).
+// float16 (p = 11) holds 8-bit grids and narrower, bfloat16 (p = 8) 4-bit
+// ones, float32 16-bit ones.
+func roundTrips(dt tensor.DType, g spec.IntGrid) bool {
+	p := map[tensor.DType]int{tensor.Float: 24, tensor.Double: 53, tensor.Float16: 11, tensor.BFloat16: 8}[dt]
+	return p > 0 && float64(g.QMax)-float64(g.QMin) < math.Exp2(float64(p-1))
 }
 
 // gptqLayerOf returns n as a GPTQ layer, or why it is not one ("" for

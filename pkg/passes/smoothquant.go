@@ -171,8 +171,8 @@ func smoothSiteOf(m *onnxgraph.Model, v *onnxgraph.Value, cfg *config.AlgorithmC
 	// The constants are only described here; their data is read when the
 	// site is scaled (load), one site at a time.
 	load := func(c *onnxgraph.Value) (*weightData, string, error) {
-		if c == nil || !c.IsConst() || initializerIndex(m, c) < 0 || tensor.DType(c.Const.GetDataType()) != tensor.Float {
-			return nil, fmt.Sprintf("%q is not a float32 initializer", valueName(c)), nil
+		if c == nil || !c.IsConst() || initializerIndex(m, c) < 0 || !rewritable(tensor.DType(c.Const.GetDataType())) {
+			return nil, fmt.Sprintf("%q is not a floating-point initializer", valueName(c)), nil
 		}
 		if len(c.Consumers) != 1 {
 			return nil, fmt.Sprintf("%q is shared by several nodes", c.Name), nil

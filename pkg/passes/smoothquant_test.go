@@ -270,3 +270,50 @@ func TestSmoothQuantRMSNorm(t *testing.T) {
 		t.Logf("%s: %.2f → %.2f dB (%s)", n, float64(r.Before), float64(r.After), r.Note)
 	}
 }
+
+// TestSmoothQuantFloat16: SmoothQuant smooths the float16 version of
+// smoothModel (fixed seeds) as it does the float32 one: the same layers
+// gain, the constants stay float16 and the float function is kept within
+// float16's rounding (4e-3 of each output's magnitude).
+func TestSmoothQuantFloat16(t *testing.T) {
+	cfg, err := config.Parse([]byte(smoothConfig+"algorithms:\n  smoothquant: {alpha: 0.5}\n"), "smooth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newSampleSource(61, 40, smoothFeatures)
+	src.half = true
+	m := toFloat16(t, smoothModel(t))
+	want := runValues(t, m, src, "y1", "y2", "y3")
+	u := quantizeWith(t, toFloat16(t, smoothModel(t)), "", cfg.Algorithms, src, cfg.Quant)
+	got := runValues(t, u.Model, src, "y1", "y2", "y3")
+	for _, name := range []string{"y1", "y2", "y3"} {
+		w, _ := want[name].AsFloat32()
+		g, _ := got[name].AsFloat32()
+		var peak, diff float64
+		for i := range w {
+			peak = max(peak, math.Abs(float64(w[i])))
+			diff = max(diff, math.Abs(float64(w[i]-g[i])))
+		}
+		if diff > 4e-3*peak {
+			t.Errorf("%s: smoothing changed the float16 output by %g (magnitude %g)", name, diff, peak)
+		}
+	}
+	gained := 0
+	for _, l := range u.Layers {
+		if l.Algorithm == smoothQuantName && (l.Node == "fa" || l.Node == "fb" || l.Node == "fc") {
+			if l.Skipped != "" || !(l.After > l.Before) {
+				t.Errorf("%s: report %+v, want a quantized product that gained", l.Node, l)
+				continue
+			}
+			gained++
+		}
+	}
+	if gained != 3 {
+		t.Errorf("%d of fa, fb and fc smoothed, want 3", gained)
+	}
+	for _, init := range u.Model.Proto.Graph.Initializer {
+		if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
+			t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
+		}
+	}
+}
