@@ -423,11 +423,42 @@ func toFloat16(t *testing.T, m *onnxgraph.Model) *onnxgraph.Model {
 	return h
 }
 
+// float16Rounding is how far, relative to an output's magnitude, a
+// float16 model's output may move when the algorithms round rescaled
+// weights to float16: a few of its 2^-11 relative steps through a few
+// layers.
+const float16Rounding = 4e-3
+
+// sameFloat16Function fails when got differs from want by more than
+// float16Rounding of want's magnitude.
+func sameFloat16Function(t *testing.T, what string, want, got []float32) {
+	t.Helper()
+	var peak, diff float64
+	for i := range want {
+		peak = max(peak, math.Abs(float64(want[i])))
+		diff = max(diff, math.Abs(float64(want[i]-got[i])))
+	}
+	if diff > float16Rounding*peak {
+		t.Errorf("%s: the float16 output moved by %g (magnitude %g)", what, diff, peak)
+	}
+}
+
+// allFloat16 fails on an initializer of m that is neither float16 nor
+// int64 (shapes): the algorithms keep a float16 model's type.
+func allFloat16(t *testing.T, m *onnxgraph.Model) {
+	t.Helper()
+	for _, init := range m.Proto.Graph.Initializer {
+		if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
+			t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
+		}
+	}
+}
+
 // TestEqualizeFloat16 checks equalization on float16 models (the plain
 // pairs of cleModel and the gated ones of gatedModel, fixed seeds): the
 // weights it rescales stay float16, the Muls it inserts before the gates
 // read float16 scales, and the float function is kept within float16's
-// rounding (4e-3 of the output's magnitude, run by the engine); a scaled
+// rounding (float16Rounding of the output's magnitude, run by the engine); a scaled
 // value float16 cannot hold is an error naming it.
 func TestEqualizeFloat16(t *testing.T) {
 	for _, tc := range []struct {
@@ -445,24 +476,14 @@ func TestEqualizeFloat16(t *testing.T) {
 			m := toFloat16(t, tc.model(t))
 			want := runX(t, m, src)
 			u := quantizeWith(t, toFloat16(t, tc.model(t)), "w8a8", algorithms(t, tc.config), src)
-			got := runX(t, u.Model, src)
-			var peak, diff float64
-			for i := range want {
-				peak = max(peak, math.Abs(float64(want[i])))
-				diff = max(diff, math.Abs(float64(want[i]-got[i])))
-			}
-			if diff > 4e-3*peak {
-				t.Errorf("equalization changed the float16 output by %g (magnitude %g)", diff, peak)
-			}
+			sameFloat16Function(t, "equalization", want, runX(t, u.Model, src))
+			allFloat16(t, u.Model)
 			changed := 0
 			orig := map[string]*onnxpb.TensorProto{}
 			for _, init := range m.Proto.Graph.Initializer {
 				orig[init.GetName()] = init
 			}
 			for _, init := range u.Model.Proto.Graph.Initializer {
-				if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
-					t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
-				}
 				if o := orig[init.GetName()]; o != nil && !proto.Equal(o, init) {
 					changed++
 				}
@@ -518,11 +539,7 @@ func TestRoundingFloat16(t *testing.T) {
 			if rounded != 3 {
 				t.Errorf("%d layers rounded, want 3", rounded)
 			}
-			for _, init := range u.Model.Proto.Graph.Initializer {
-				if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
-					t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
-				}
-			}
+			allFloat16(t, u.Model)
 		})
 	}
 }

@@ -274,7 +274,7 @@ func TestSmoothQuantRMSNorm(t *testing.T) {
 // TestSmoothQuantFloat16: SmoothQuant smooths the float16 version of
 // smoothModel (fixed seeds) as it does the float32 one: the same layers
 // gain, the constants stay float16 and the float function is kept within
-// float16's rounding (4e-3 of each output's magnitude).
+// float16's rounding (float16Rounding of each output's magnitude).
 func TestSmoothQuantFloat16(t *testing.T) {
 	cfg, err := config.Parse([]byte(smoothConfig+"algorithms:\n  smoothquant: {alpha: 0.5}\n"), "smooth.yaml")
 	if err != nil {
@@ -289,14 +289,7 @@ func TestSmoothQuantFloat16(t *testing.T) {
 	for _, name := range []string{"y1", "y2", "y3"} {
 		w, _ := want[name].AsFloat32()
 		g, _ := got[name].AsFloat32()
-		var peak, diff float64
-		for i := range w {
-			peak = max(peak, math.Abs(float64(w[i])))
-			diff = max(diff, math.Abs(float64(w[i]-g[i])))
-		}
-		if diff > 4e-3*peak {
-			t.Errorf("%s: smoothing changed the float16 output by %g (magnitude %g)", name, diff, peak)
-		}
+		sameFloat16Function(t, name, w, g)
 	}
 	gained := 0
 	for _, l := range u.Layers {
@@ -311,9 +304,5 @@ func TestSmoothQuantFloat16(t *testing.T) {
 	if gained != 3 {
 		t.Errorf("%d of fa, fb and fc smoothed, want 3", gained)
 	}
-	for _, init := range u.Model.Proto.Graph.Initializer {
-		if dt := tensor.DType(init.GetDataType()); dt != tensor.Float16 && dt != tensor.Int64 {
-			t.Errorf("initializer %q is %s in a float16 model", init.GetName(), dt)
-		}
-	}
+	allFloat16(t, u.Model)
 }
