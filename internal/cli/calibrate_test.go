@@ -191,7 +191,8 @@ func TestCalibrateShardsMerge(t *testing.T) {
 // algorithms read the data before calibration (SmoothQuant) and after it
 // (bias correction): calibrate and finalize both read the config's data.
 // yolox-nano (from the shared set, when its data is given) adds
-// equalization through gated activations, which inserts nodes.
+// equalization through gated activations, which inserts nodes. Under
+// accurate, two calibrate shards merged finalize into the same model too.
 func TestCalibrateThenFinalizeEqualsQuantize(t *testing.T) {
 	shared := testutil.SharedModels(t)
 	for _, tc := range []struct{ model, input, preset string }{
@@ -234,6 +235,21 @@ func TestCalibrateThenFinalizeEqualsQuantize(t *testing.T) {
 			}
 			if readStats(t, stats).PlanSHA256 == "" {
 				t.Error("the stats record no plan")
+			}
+			if tc.preset != "accurate" {
+				return // w8a8's moving averages do not shard
+			}
+			// Every shard runs the algorithms on all the samples: the
+			// merged stats finalize into the same model.
+			shards := []string{filepath.Join(dir, "s0.json"), filepath.Join(dir, "s1.json")}
+			for i, sh := range shards {
+				mustCLI(t, "calibrate", "--config", cfg, "-o", sh, "--shard", fmt.Sprintf("%d/2", i))
+			}
+			merged, c := filepath.Join(dir, "merged.json"), filepath.Join(dir, "c.onnx")
+			mustCLI(t, append([]string{"stats", "merge", "-o", merged}, shards...)...)
+			mustCLI(t, "finalize", "--config", cfg, "--stats", merged, "-o", c)
+			if cb, _ := os.ReadFile(c); !bytes.Equal(ab, cb) {
+				t.Errorf("quantize wrote %d bytes, two calibrate shards merged + finalize %d bytes, not identical", len(ab), len(cb))
 			}
 		})
 	}
