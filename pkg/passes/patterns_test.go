@@ -64,6 +64,20 @@ func (b *patternBuilder) model(t *testing.T, outputs ...string) *onnxgraph.Model
 	return m
 }
 
+// geluTanh writes the tanh approximation of GELU, x·½·(1 + tanh(√(2/π)·
+// (g + 0.044715·g³))), whose gate reads g (x itself, or x rescaled by
+// equalization) and whose product reads x.
+func (b *patternBuilder) geluTanh(g, x, out string) {
+	b.n("Pow", "c", g, b.c(3))
+	b.n("Mul", "k", "c", b.c(0.044715))
+	b.n("Add", "i", g, "k")
+	b.n("Mul", "s", "i", b.c(0.7978846))
+	b.n("Tanh", "th", "s")
+	b.n("Add", "u", "th", b.c(1))
+	b.n("Mul", "h", x, b.c(0.5))
+	b.n("Mul", out, "h", "u")
+}
+
 // layerNorm writes torch's opset-13 LayerNorm over the last axis of in.
 func (b *patternBuilder) layerNorm(in, out string) {
 	b.normalize(in, out+"_norm")
@@ -183,14 +197,7 @@ func TestFindPatterns(t *testing.T) {
 			b.n("Relu", "z", "y_e")
 		}, nil},
 		{"gelu_tanh", func(b *patternBuilder) {
-			b.n("Pow", "c", "x", b.c(3))
-			b.n("Mul", "k", "c", b.c(0.044715))
-			b.n("Add", "i", "x", "k")
-			b.n("Mul", "s", "i", b.c(0.7978846))
-			b.n("Tanh", "th", "s")
-			b.n("Add", "u", "th", b.c(1))
-			b.n("Mul", "h", "x", b.c(0.5))
-			b.n("Mul", "y", "h", "u")
+			b.geluTanh("x", "x", "y")
 		}, []string{"gelu_tanh:y_node"}},
 		{"silu", func(b *patternBuilder) {
 			b.n("Sigmoid", "s", "x")
@@ -210,14 +217,7 @@ func TestFindPatterns(t *testing.T) {
 		}, []string{"hard_swish_rescaled:y_node"}},
 		{"gelu_tanh whose two gate reads go through the rescale", func(b *patternBuilder) {
 			b.n("Mul", "xs", "x", b.vec(1))
-			b.n("Pow", "c", "xs", b.c(3))
-			b.n("Mul", "k", "c", b.c(0.044715))
-			b.n("Add", "i", "xs", "k")
-			b.n("Mul", "s", "i", b.c(0.7978846))
-			b.n("Tanh", "th", "s")
-			b.n("Add", "u", "th", b.c(1))
-			b.n("Mul", "h", "x", b.c(0.5))
-			b.n("Mul", "y", "h", "u")
+			b.geluTanh("xs", "x", "y")
 		}, []string{"gelu_tanh_rescaled:y_node"}},
 		{"a rescale another node reads too is no pattern", func(b *patternBuilder) {
 			b.n("Mul", "xs", "x", b.vec(1))
