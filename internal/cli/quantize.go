@@ -66,6 +66,7 @@ func addPrepareFlags(f *pflag.FlagSet, p *passes.PrepareOptions) {
 	negBool(f, &p.NoOpIntrinsics, "op-intrinsics", "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
 	negBool(f, &p.NoHeadroom, "logit-headroom", "give one bit of headroom above the calibrated maximum to the values whose largest entries decide a Softmax, LogSoftmax or ArgMax (its input and, through pools and data movement, the values it comes from), so that a class scored higher than in any calibration sample is not clipped to a tie, and keep the calibrated maximum of the input of the layer those values come from (no percentile, mse or entropy clipping of a classifier's features); =false keeps the calculator's ranges")
 	negBool(f, &p.NoSiLUFloor, "silu-floor", "quantize the input of a SiLU (Sigmoid · x, quantized as a pattern) from where the SiLU's quantized output leaves 0, since every input below gives that output the code of 0 (a detector's pre-activations reach far below); =false keeps the calculator's range")
+	negBool(f, &p.NoWideHeadroom, "wide-headroom", "give activations on grids of 16 bits or more one bit of headroom beyond their calibrated minimum and maximum (the range doubled away from zero), so that values beyond what the calibration samples reached are not clipped; =false keeps the calculator's ranges")
 	negBool(f, &p.NoMixedConcat, "float-mixed-concat", "leave in float a Concat that only graph outputs read (directly or through data movement and further Concats) when one of its inputs would keep fewer than 16 levels of the output's integer grid (a detector's boxes in pixels beside its class probabilities), with the values sharing its qparams; =false quantizes it as the config asks")
 	f.Var(patternsFlag{&p.Patterns}, "patterns", "multi-node patterns quantized at their boundaries only: ops (LayerNorm and GELU written out, SiLU, HardSwish, MatMul + bias, attention scores up to Softmax), all (adds Conv/Gemm + Add, which oneDNN fuses and ONNX Runtime's x86 QDQ fusions do not), none")
 	negBool(f, &p.ConcatOwnQParams, "concat-share", "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
@@ -463,7 +464,7 @@ func runQuantize(ctx context.Context, opts *quantizeOptions) error {
 	}
 	var search *searchResult
 	if opts.Search.active() || opts.Search.EmitConfig != "" {
-		sp := sensitivitySplit{grouping: compare.GroupByTensor, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset, exceptOnly: true}
+		sp := sensitivitySplit{grouping: compare.GroupByTensor, calibSamples: calibSamples, eval: eval, source: source, opset: opts.Opset}
 		search, err = searchAccuracy(ctx, opts, s, u, func() *passes.Unit { return newUnit(nil) }, sp)
 		if err != nil {
 			return err
@@ -574,25 +575,28 @@ type report struct {
 }
 
 type reportTensor struct {
-	Value     string      `json:"value"`
-	Role      string      `json:"role"`
-	Spec      string      `json:"spec"`
-	Rule      config.Rule `json:"rule"`
-	Nodes     []string    `json:"nodes"`
-	Shared    string      `json:"shared_with,omitempty"`
-	Scales    int         `json:"scales"`
-	ScaleMin  float32     `json:"scale_min"`
-	ScaleMax  float32     `json:"scale_max"`
-	ZPMin     int32       `json:"zero_point_min"`
-	ZPMax     int32       `json:"zero_point_max"`
-	Observed  *plan.Range `json:"observed,omitempty"`
-	Fixed     *plan.Range `json:"fixed,omitempty"`
-	Headroom  bool        `json:"headroom,omitempty"`
-	KeepMax   bool        `json:"keep_max,omitempty"`
-	NaN       int64       `json:"nan,omitempty"`
-	Inf       int64       `json:"inf,omitempty"`
-	Axis      int         `json:"axis"`
-	BlockSize int         `json:"block_size,omitempty"`
+	Value    string      `json:"value"`
+	Role     string      `json:"role"`
+	Spec     string      `json:"spec"`
+	Rule     config.Rule `json:"rule"`
+	Nodes    []string    `json:"nodes"`
+	Shared   string      `json:"shared_with,omitempty"`
+	Scales   int         `json:"scales"`
+	ScaleMin float32     `json:"scale_min"`
+	ScaleMax float32     `json:"scale_max"`
+	ZPMin    int32       `json:"zero_point_min"`
+	ZPMax    int32       `json:"zero_point_max"`
+	Observed *plan.Range `json:"observed,omitempty"`
+	Fixed    *plan.Range `json:"fixed,omitempty"`
+	Headroom bool        `json:"headroom,omitempty"`
+	// WideHeadroom: the range doubled away from zero (a grid of 16 bits
+	// or more, plan.TensorPlan.WideHeadroom).
+	WideHeadroom bool  `json:"wide_headroom,omitempty"`
+	KeepMax      bool  `json:"keep_max,omitempty"`
+	NaN          int64 `json:"nan,omitempty"`
+	Inf          int64 `json:"inf,omitempty"`
+	Axis         int   `json:"axis"`
+	BlockSize    int   `json:"block_size,omitempty"`
 }
 
 func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out string) *report {
@@ -601,7 +605,7 @@ func newReport(s *pipelineSetup, u *passes.Unit, timings []passes.Timing, out st
 		Passes: timings, PeakRSS: peakRSS(), Counts: map[string]int{}, Naming: finalize.ValueNaming}
 	for _, t := range u.Result.Tensors {
 		rt := reportTensor{Value: t.Value, Role: t.Role.String(), Spec: t.SpecString(), Rule: t.Rule, Nodes: t.Nodes,
-			Shared: t.SharedWith, Fixed: t.Fixed, Headroom: t.Headroom, KeepMax: t.KeepMax, Axis: t.Axis, BlockSize: t.BlockSize}
+			Shared: t.SharedWith, Fixed: t.Fixed, Headroom: t.Headroom, WideHeadroom: t.WideHeadroom, KeepMax: t.KeepMax, Axis: t.Axis, BlockSize: t.BlockSize}
 		if p := t.Params; p != nil && len(p.Scales) > 0 {
 			rt.Scales, rt.Observed, rt.NaN, rt.Inf = len(p.Scales), p.Observed, p.NaN, p.Inf
 			rt.ScaleMin, rt.ScaleMax = p.Scales[0], p.Scales[0]

@@ -150,6 +150,10 @@ type searchUnit struct {
 	// measured on the model of state stamp (-1: the analysis's model).
 	est   [levelFloat + 1]float64
 	stamp [levelFloat + 1]int
+	// noise is the output's noise power relative to its signal's,
+	// 10^(−SQNR/10), with only this unit quantized as configured (the
+	// sensitivity analysis's "only this" figure); -1 when not measured.
+	noise float64
 	// inexpressible says, by level, why no config writes the unit there
 	// ("" when one does).
 	inexpressible [levelFloat + 1]string
@@ -424,7 +428,7 @@ type searchState struct {
 func newSearchState(u *passes.Unit) *searchState {
 	st := &searchState{u: u, byVal: map[string]*searchUnit{}, int16Biases: map[string]passes.BiasValue{}}
 	for _, g := range compare.Groups(u.Model, u.Plan, compare.GroupByTensor) {
-		un := &searchUnit{Name: g.Name, stamp: [levelFloat + 1]int{-1, -1, -1}}
+		un := &searchUnit{Name: g.Name, stamp: [levelFloat + 1]int{-1, -1, -1}, noise: -1}
 		for _, v := range g.Values {
 			t := u.Plan.Tensor(v)
 			if t == nil {
@@ -616,6 +620,7 @@ func (st *searchState) plan(levels map[string]int, model *onnxgraph.Model) (*pla
 		c := *t
 		c.Spec = widened(t.Spec, t.Role == plan.Weight)
 		c.Params = nil // from the statistics, for the new type
+		passes.MarkWideHeadroom([]*plan.TensorPlan{&c}, st.u.Prepare)
 		if t.Role == plan.Weight && t.SharedWith == "" {
 			q, err := passes.WeightParamsAs(model, t, c.Spec, st.u.Prepare)
 			if err != nil {
@@ -754,6 +759,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				// Int16's first estimate is float's: int16 comes first
 				// because it costs less.
 				un.est = [levelFloat + 1]float64{0, float64(g.Gain), float64(g.Gain)}
+				un.noise = noisePower(float64(g.OnlySQNR))
 			}
 		}
 	}
@@ -771,6 +777,17 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	var batched []batchMember
 	batches := 0
+	if metric.isSQNR {
+		n, got, err := st.noiseBatch(ctx, opts, s, newUnit, base, sp, m, current, metric.target, budget, res)
+		if err != nil {
+			return nil, err
+		}
+		if len(n) > 0 {
+			batched, batches, current = n, 1, got
+			stamp++
+			res.ReachedSQNR, res.Reached = compare.DB(current), current
+		}
+	}
 	// promised and kept are what the re-measured stale estimates
 	// promised in all and what the measurements kept of it.
 	var promised, kept float64
@@ -837,20 +854,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 					fmt.Fprintf(errOut, "search: batch %d not promoted: %s\n", n, why)
 				default:
 					trace.Verdict = "kept"
-					estimated := 0.0
-					for _, mv := range batch {
-						estimated += mv.un.est[mv.to]
-					}
-					for _, mv := range batch {
-						batched = append(batched, batchMember{back: searchMove{mv.un, mv.un.level}, to: mv.to, ratio: mv.un.est[mv.to] / float64(max(mv.un.cost(mv.to), 1)), batch: n})
-						res.Promoted = append(res.Promoted, promotion{Unit: mv.un.Name, Values: mv.un.Values, To: levelNames[mv.to], Gain: compare.DB(gain), Cost: mv.un.cost(mv.to), Batch: n})
-						if mv.to == levelInt16 {
-							// Float after int16 starts from its estimate
-							// less int16's share of the batch's gain.
-							mv.un.est[levelFloat] -= gain * mv.un.est[mv.to] / estimated
-						}
-						mv.un.level = mv.to
-					}
+					batched = append(batched, st.keepBatch(res, batch, n, gain, func(mv searchMove) float64 { return mv.un.est[mv.to] })...)
 					stamp++
 					current += gain
 					res.ReachedSQNR, res.Reached = compare.DB(current), current
@@ -991,6 +995,121 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	res.Met = res.Reached >= metric.target
 	return res, nil
+}
+
+// keepBatch raises the batch's units (the n-th batch, whose measured gain
+// was gain) and returns them as back-off candidates, whose order is their
+// share of what weight gives per cost (least first).
+func (st *searchState) keepBatch(res *searchResult, batch []searchMove, n int, gain float64, weight func(searchMove) float64) []batchMember {
+	estimated := 0.0
+	for _, mv := range batch {
+		estimated += mv.un.est[mv.to]
+	}
+	var out []batchMember
+	for _, mv := range batch {
+		out = append(out, batchMember{back: searchMove{mv.un, mv.un.level}, to: mv.to, ratio: weight(mv) / float64(max(mv.un.cost(mv.to), 1)), batch: n})
+		res.Promoted = append(res.Promoted, promotion{Unit: mv.un.Name, Values: mv.un.Values, To: levelNames[mv.to], Gain: compare.DB(gain), Cost: mv.un.cost(mv.to), Batch: n})
+		if mv.to == levelInt16 && estimated != 0 {
+			// Float after int16 starts from its estimate less int16's
+			// share of the batch's gain.
+			mv.un.est[levelFloat] -= gain * mv.un.est[mv.to] / estimated
+		}
+		mv.un.level = mv.to
+	}
+	return out
+}
+
+// noisePower is the noise power relative to the signal's of an SQNR in dB.
+func noisePower(db float64) float64 { return math.Pow(10, -db/10) }
+
+// noiseTries bounds the first batches the noise estimates pick: each miss
+// corrects the estimates by what it measured.
+const noiseTries = 3
+
+// noiseBatch is the first batch when the sensitivity analysis measured
+// each unit quantized alone. The output's noise is close to the sum of
+// what each unit quantized alone gives (its noise power relative to the
+// signal's, searchUnit.noise), so the units whose noise per cost is
+// largest go to int16 until the others' sum is within the target's
+// noise, the sum scaled to what the configured model measures (current;
+// the units' errors partly cancel or compound). A batch that falls short
+// scales the estimates by what it measured against what they predicted,
+// and the next takes more. The batch that meets the target (checked to be
+// what its config writes) is kept and returned with its number of the
+// batches and the worst output's SQNR; none is kept when the estimates
+// would raise every unit (the all-int16 batch is the search's next try),
+// the tries or the budget run out.
+func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
+	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, current, target float64, budget int, res *searchResult) ([]batchMember, float64, error) {
+	var wide []*searchUnit
+	total := 0.0
+	for _, un := range st.units {
+		if un.noise < 0 {
+			return nil, current, nil
+		}
+		total += un.noise
+		if un.level == levelConfigured && len(un.Wide) > 0 && un.inexpressible[levelInt16] == "" {
+			wide = append(wide, un)
+		}
+	}
+	if total <= 0 {
+		return nil, current, nil
+	}
+	slices.SortStableFunc(wide, func(a, b *searchUnit) int {
+		if c := cmp.Compare(b.noise/float64(max(b.cost(levelInt16), 1)), a.noise/float64(max(a.cost(levelInt16), 1))); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	scale, want := noisePower(current)/total, noisePower(target)
+	errOut := opts.IO.ErrOut
+	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
+		left := total
+		var batch []searchMove
+		for _, un := range wide {
+			if scale*left <= want {
+				break
+			}
+			batch, left = append(batch, searchMove{un, levelInt16}), left-un.noise
+		}
+		if len(batch) < 2 || len(batch) == len(wide) {
+			// One unit is a single step's to make, from its estimate.
+			return nil, current, nil
+		}
+		model, err := st.write(ctx, st.levelsWith(batch))
+		if err != nil {
+			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+		}
+		got, err := m.Measure(ctx, model)
+		if err != nil {
+			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+		}
+		res.Evaluations++
+		gain, cost := float64(got)-current, movesCost(batch)
+		trace := searchStep{Unit: "batch 1", Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		fmt.Fprintf(errOut, "search %d/%d: batch 1 by the noise estimates (%.2f dB predicted), %s (cost %d): worst output %s dB (%+.2f dB)\n",
+			res.Evaluations, budget, -10*math.Log10(scale*left), describeMoves(batch), cost, got, gain)
+		if float64(got) >= target {
+			why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, batch)
+			if err != nil {
+				return nil, current, err
+			}
+			if why != "" {
+				trace.Verdict = "not expressible: " + why
+				res.Trace = append(res.Trace, trace)
+				fmt.Fprintf(errOut, "search: batch 1 not promoted: %s\n", why)
+				return nil, current, nil
+			}
+			trace.Verdict = "kept"
+			res.Trace = append(res.Trace, trace)
+			kept := st.keepBatch(res, batch, 1, gain, func(mv searchMove) float64 { return mv.un.noise })
+			fmt.Fprintf(errOut, "search: batch 1 kept: worst output %s dB\n", got)
+			return kept, float64(got), nil
+		}
+		res.Trace = append(res.Trace, trace)
+		scale *= noisePower(float64(got)) / (scale * left)
+	}
+	return nil, current, nil
 }
 
 // pickStep is the unit and level with the highest estimated gain per

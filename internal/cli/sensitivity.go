@@ -209,9 +209,6 @@ type sensitivitySplit struct {
 	source       calibrate.Source
 	opset        int64
 	shard        compare.Shard
-	// exceptOnly measures each group left in float only (what the
-	// accuracy search uses); a full analysis in the cache serves too.
-	exceptOnly bool
 }
 
 // cachedSensitivity is the sensitivity analysis of u's plan, read from the
@@ -233,35 +230,19 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 	if err != nil {
 		return nil, err
 	}
-	// The paths to read, the one to write last.
-	var cachePaths []string
+	cachePath := ""
 	if !noCache {
-		keys := []string{key}
-		if sp.exceptOnly {
-			full := sp
-			full.exceptOnly = false
-			fullKey, err := sensitivityKey(s, u, full)
-			if err != nil {
-				return nil, err
-			}
-			keys = []string{fullKey, key}
-		}
 		if dir, err := os.UserCacheDir(); err == nil {
-			for _, k := range keys {
-				if sp.shard.Count > 0 {
-					k += fmt.Sprintf("-shard%dof%d", sp.shard.Index, sp.shard.Count)
-				}
-				cachePaths = append(cachePaths, filepath.Join(dir, "coreaiq", "sensitivity", k+".json"))
+			k := key
+			if sp.shard.Count > 0 {
+				k += fmt.Sprintf("-shard%dof%d", sp.shard.Index, sp.shard.Count)
 			}
+			cachePath = filepath.Join(dir, "coreaiq", "sensitivity", k+".json")
 		} else {
 			slog.Warn("no user cache directory: the result is not cached", "err", err)
 		}
 	}
-	cachePath := ""
-	if len(cachePaths) > 0 {
-		cachePath = cachePaths[len(cachePaths)-1]
-	}
-	for _, cachePath := range cachePaths {
+	if cachePath != "" {
 		if b, err := os.ReadFile(cachePath); err == nil {
 			var r compare.Sensitivity
 			if err := json.Unmarshal(b, &r); err != nil {
@@ -291,7 +272,7 @@ func cachedSensitivity(ctx context.Context, streams *IO, s *pipelineSetup, u *pa
 			}
 			return passes.WithUnroundedWeights(u, m, float)
 		},
-		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, ExceptOnly: sp.exceptOnly, Progress: prog.report,
+		Data: data, Engine: s.settings.Engine, Threads: s.settings.Threads, Grouping: sp.grouping, Shard: sp.shard, Progress: prog.report,
 	})
 	prog.done()
 	if err != nil {
@@ -348,9 +329,6 @@ func sensitivityKey(s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (stri
 	fmt.Fprintf(h, "\nprepare %+v target %s", p, s.target.Name)
 	fmt.Fprintf(h, "\ncalibrate %d batch %d eval %d-%d group %s engine %s kernels %s opset %d\n",
 		calibSamples, s.settings.BatchSize, eval.start, eval.end, grouping, s.settings.Engine, kernels.ActiveSet(), sp.opset)
-	if sp.exceptOnly {
-		fmt.Fprintf(h, "except only\n")
-	}
 	if len(u.UncorrectedBiases) > 0 {
 		// The analysis writes a layer whose weight it leaves in float
 		// with its bias as it was before bias correction.

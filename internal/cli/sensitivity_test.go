@@ -17,7 +17,7 @@ import (
 )
 
 // fragileModel has one group of quantization points that int8 cannot
-// represent: a branch of values near ±0.005 concatenated with one near ±50,
+// represent: a branch of values near ±0.01 concatenated with one near ±50,
 // so that the Concat's shared per-tensor scale rounds the small branch to
 // zero, and then split back into two outputs. Every other point costs the
 // outputs little.
@@ -26,7 +26,7 @@ func fragileModel() *testmodels.Builder {
 	b.Input("x", tensor.Float, "N", 8)
 	b.Output("large", tensor.Float, "N", 4).Output("small", tensor.Float, "N", 4)
 	b.RandomInit("big.weight", 30, 4, 8).RandomInit("big.bias", 1, 4)
-	b.RandomInit("tiny.weight", 0.003, 4, 8).RandomInit("tiny.bias", 0.0001, 4)
+	b.RandomInit("tiny.weight", 0.006, 4, 8).RandomInit("tiny.bias", 0.0002, 4)
 	gemm := func(name, w, bias, out string) {
 		b.Node("Gemm", name, []string{"x", w, bias}, []string{out},
 			testmodels.AttrFloat("alpha", 1), testmodels.AttrFloat("beta", 1), testmodels.AttrInt("transB", 1))

@@ -134,11 +134,7 @@ type Sensitivity struct {
 	Key string `json:"key,omitempty"`
 	// Shard is "i/n" for the i-th of n shards of the groups, "" for all.
 	Shard string `json:"shard,omitempty"`
-	// ExceptOnly is set when only the all-but-this SQNRs were measured
-	// (OnlySQNR is NaN): what a search needs, at half the cost.
-	ExceptOnly bool `json:"except_only,omitempty"`
-	// Groups are ranked worst first: by OnlySQNR ascending, then name;
-	// with ExceptOnly, by Gain descending, then name.
+	// Groups are ranked worst first: by OnlySQNR ascending, then name.
 	Groups []GroupSensitivity `json:"groups"`
 }
 
@@ -171,7 +167,7 @@ func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
 		return nil, fmt.Errorf("shard %q of the first result: not a shard i/n", first.Shard)
 	}
 	seen := make([]bool, n)
-	out := &Sensitivity{Grouping: first.Grouping, Samples: first.Samples, AllQuantized: first.AllQuantized, Key: first.Key, ExceptOnly: first.ExceptOnly}
+	out := &Sensitivity{Grouping: first.Grouping, Samples: first.Samples, AllQuantized: first.AllQuantized, Key: first.Key}
 	for k, p := range parts {
 		var i, m int
 		if _, err := fmt.Sscanf(p.Shard, "%d/%d", &i, &m); err != nil || m != n || i < 0 || i >= n {
@@ -182,7 +178,7 @@ func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
 			return nil, fmt.Errorf("result %d: shard %s given twice", k+1, p.Shard)
 		case p.Key != first.Key:
 			return nil, fmt.Errorf("result %d (shard %s): measured another model, config, data or flags than shard %s (key %.12s, want %.12s)", k+1, p.Shard, first.Shard, p.Key, first.Key)
-		case p.Grouping != first.Grouping || p.Samples != first.Samples || p.AllQuantized != first.AllQuantized || p.ExceptOnly != first.ExceptOnly:
+		case p.Grouping != first.Grouping || p.Samples != first.Samples || p.AllQuantized != first.AllQuantized:
 			return nil, fmt.Errorf("result %d (shard %s): grouping %s, %d samples, %s dB all quantized, want %s, %d, %s dB as shard %s",
 				k+1, p.Shard, p.Grouping, p.Samples, p.AllQuantized, first.Grouping, first.Samples, first.AllQuantized, first.Shard)
 		}
@@ -198,15 +194,11 @@ func MergeShards(parts []*Sensitivity) (*Sensitivity, error) {
 	return out, nil
 }
 
-// rank sorts the groups worst first: by OnlySQNR ascending, then name;
-// with ExceptOnly, by Gain descending, then name.
+// rank sorts the groups worst first: by OnlySQNR ascending, then name.
 func (r *Sensitivity) rank() {
 	sort.SliceStable(r.Groups, func(i, j int) bool {
 		a, b := r.Groups[i], r.Groups[j]
-		switch {
-		case r.ExceptOnly && a.Gain != b.Gain:
-			return a.Gain > b.Gain
-		case !r.ExceptOnly && a.OnlySQNR != b.OnlySQNR:
+		if a.OnlySQNR != b.OnlySQNR {
 			return a.OnlySQNR < b.OnlySQNR
 		}
 		return a.Group < b.Group
@@ -248,9 +240,6 @@ type SensitivityInput struct {
 	Grouping GroupBy
 	// Shard limits the analysis to one shard of the groups.
 	Shard Shard
-	// ExceptOnly measures each group left in float only, not quantized
-	// alone.
-	ExceptOnly bool
 	// Progress, when set, is called after each group is measured.
 	Progress func(done, total int, g GroupSensitivity)
 }
@@ -395,7 +384,7 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("all points quantized: %w", err)
 	}
-	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all, Shard: in.Shard.String(), ExceptOnly: in.ExceptOnly}
+	r := &Sensitivity{Grouping: in.Grouping, Samples: m.Samples, AllQuantized: all, Shard: in.Shard.String()}
 	var groups []Group
 	for i, g := range Groups(in.Prepared, in.Plan, in.Grouping) {
 		if in.Shard.has(i) {
@@ -410,11 +399,9 @@ func Analyze(ctx context.Context, in SensitivityInput) (*Sensitivity, error) {
 		for _, v := range g.Values {
 			members[v] = true
 		}
-		only := DB(math.NaN())
-		if !in.ExceptOnly {
-			if only, err = measure(SubPlan(in.Plan, func(v string) bool { return members[v] })); err != nil {
-				return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
-			}
+		only, err := measure(SubPlan(in.Plan, func(v string) bool { return members[v] }))
+		if err != nil {
+			return nil, fmt.Errorf("group %q quantized alone: %w", g.Name, err)
 		}
 		except, err := measure(SubPlan(in.Plan, func(v string) bool { return !members[v] }))
 		if err != nil {

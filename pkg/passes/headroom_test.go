@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/coreaiq/coreaiq/pkg/calibrate"
@@ -190,5 +192,104 @@ func TestHeadroomReachesArgMaxThroughResize(t *testing.T) {
 		if plan.Tensor("x").Headroom {
 			t.Errorf("%s: the Conv's input got headroom", preset)
 		}
+	}
+}
+
+// wideActivations quantizes every activation to int16 (symmetric) with
+// the observed range, weights to int8.
+const wideActivations = `quantization_spec:
+  activation: &activation {dtype: int16, qscheme: symmetric, granularity: {type: per_tensor}, qparam_calculator: global_minmax}
+quantization_config:
+  global_config:
+    op_input_spec: {"*": *activation}
+    op_output_spec: {"*": *activation}
+    op_state_spec: {weight: {dtype: int8, qscheme: symmetric, granularity: {type: per_channel}}}
+`
+
+// TestWideHeadroom: activations on a 16-bit grid get their calibrated
+// range doubled away from zero (the input's int16 [-3, 5] is written for
+// [-6, 10]; the fused Conv + Relu's output, calibrated the same, reaches 10
+// too), and a plan note says how many;
+// 8-bit activations (w8a8), values whose range is fixed (the Sigmoid's)
+// and the rule turned off keep the calibrated range.
+func TestWideHeadroom(t *testing.T) {
+	b := testmodels.New("wide", 17)
+	b.Input("x", tensor.Float, 1, 2, 4, 4).Output("s", tensor.Float, 1, 3, 4, 4)
+	b.Init("w", []int64{3, 2, 1, 1}, []float32{1, -1, 0, 1, 1, 1})
+	b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+	b.Node("Relu", "relu", []string{"c"}, []string{"r"})
+	b.Node("Sigmoid", "sigmoid", []string{"r"}, []string{"s"})
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := config.Parse([]byte(wideActivations), "wide.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := parsed.Quant
+	w8a8, err := config.Preset("w8a8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		cfg    *config.QuantizerConfig
+		off    bool
+		top    map[string]float64 // the grid's largest value by value
+		bottom float64            // x's lowest
+		marked int
+	}{
+		{"int16", wide, false, map[string]float64{"x": 10, "r": 10, "s": 1}, -10, 2},
+		{"int16, rule off", wide, true, map[string]float64{"x": 5, "r": 5, "s": 1}, -5, 0},
+		{"w8a8", w8a8, false, map[string]float64{"x": 5, "r": 5, "s": 1}, -5, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := config.Resolve(c.cfg, m.Graph)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := Prepare(m, res, PrepareOptions{NoWideHeadroom: c.off})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats := RangeStats{}
+			marked := 0
+			for _, tp := range plan.Tensors {
+				if tp.Role == Activation && tp.SharedWith == "" && tp.Fixed == nil {
+					stats[tp.Value] = Range{Min: -3, Max: 5}
+				}
+				if tp.WideHeadroom {
+					marked++
+				}
+			}
+			if marked != c.marked {
+				t.Errorf("%d values marked, want %d", marked, c.marked)
+			}
+			noted := slices.ContainsFunc(plan.Notes, func(n string) bool { return strings.Contains(n, "one bit of headroom beyond the calibrated extremes") })
+			if noted != (c.marked > 0) {
+				t.Errorf("notes %q: headroom noted %v, want %v", plan.Notes, noted, c.marked > 0)
+			}
+			if err := DecideQParams(m, plan, stats); err != nil {
+				t.Fatal(err)
+			}
+			for v, want := range c.top {
+				tp := plan.Root(plan.Tensor(v))
+				qmin, qmax := tp.Spec.DType.Range()
+				p := tp.Params
+				top := float64(p.Scales[0]) * float64(qmax-int64(p.ZeroPoints[0]))
+				if math.Abs(top-want) > 0.01*want { // 8 bits: the scale is rounded to the grid
+					t.Errorf("%q (%s): grid reaches %.4f, want %g", v, tp.Spec.DType, top, want)
+				}
+				if v == "x" {
+					if low := float64(p.Scales[0]) * float64(qmin-int64(p.ZeroPoints[0])); low > c.bottom*0.99 {
+						t.Errorf("%q: grid starts at %.4f, want %g or below", v, low, c.bottom)
+					}
+				}
+				if p.Observed != nil && v != "s" && (p.Observed.Min != -3 || p.Observed.Max != 5) {
+					t.Errorf("%q: observed %+v, want the calibrated [-3, 5]", v, p.Observed)
+				}
+			}
+		})
 	}
 }

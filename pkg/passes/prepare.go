@@ -50,6 +50,9 @@ type PrepareOptions struct {
 	// NoSiLUFloor keeps the calculator's range for a SiLU's input
 	// (TensorPlan.SiLUFloor).
 	NoSiLUFloor bool
+	// NoWideHeadroom keeps the calibrated range of activations on grids of
+	// 16 bits or more (TensorPlan.WideHeadroom).
+	NoWideHeadroom bool
 	// WeightClipping applies to every weight; a weight spec with the mse
 	// calculator is clipped regardless.
 	WeightClipping WeightClipping
@@ -243,6 +246,9 @@ func (p *preparer) run() error {
 	}
 	if !p.opts.NoMixedConcat {
 		p.markEndingConcats()
+	}
+	if n := MarkWideHeadroom(p.plan.Tensors, p.opts); n > 0 {
+		p.note("%d activations on grids of 16 bits or more: their ranges get one bit of headroom beyond the calibrated extremes", n)
 	}
 	if !p.opts.NoSiLUFloor && p.opts.Patterns != PatternsNone {
 		// With the patterns off, the SiLU's Sigmoid output is quantized

@@ -47,16 +47,41 @@ func (r RangeStats) ActivationParams(t *TensorPlan) (*Params, error) {
 	return &Params{Scales: sc, ZeroPoints: zp, Observed: &Range{Min: rg.Min, Max: rg.Max}}, nil
 }
 
-// widenForHeadroom raises each max by its range's width when t has
-// headroom (TensorPlan.Headroom): one bit of the grid above the
-// calibrated maximum.
+// widenForHeadroom doubles each range away from zero when t has wide
+// headroom (TensorPlan.WideHeadroom), then raises each max by its range's
+// width when t has headroom (TensorPlan.Headroom): one bit of the grid
+// above the calibrated maximum.
 func widenForHeadroom(t *TensorPlan, mins, maxs []float32) {
+	if t.WideHeadroom {
+		for i := range maxs {
+			mins[i], maxs[i] = 2*mins[i], 2*maxs[i]
+		}
+	}
 	if !t.Headroom {
 		return
 	}
 	for i := range maxs {
 		maxs[i] += maxs[i] - mins[i]
 	}
+}
+
+// MarkWideHeadroom marks the calibrated activations among tensors whose
+// grid has 16 bits or more (TensorPlan.WideHeadroom), unless opts turn
+// the rule off, and says how many it marked. At 8 bits a calculator trades
+// the rare extremes for a finer step; at 16 the step is fine enough to
+// spare a bit, and a value beyond what the calibration samples reached,
+// which a few samples make likely, would otherwise be clipped: then the
+// clipping, not the step, makes the error.
+func MarkWideHeadroom(tensors []*TensorPlan, opts PrepareOptions) int {
+	n := 0
+	for _, t := range tensors {
+		t.WideHeadroom = !opts.NoWideHeadroom && t.Role == Activation && t.SharedWith == "" && t.Fixed == nil && t.Spec != nil &&
+			t.Spec.DType.IsInteger() && t.Spec.DType.Bits() >= 16
+		if t.WideHeadroom {
+			n++
+		}
+	}
+	return n
 }
 
 func paramsOfRange(s *spec.QuantizationSpec, rg Range) (*Params, error) {
