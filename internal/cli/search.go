@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,9 @@ type searchOptions struct {
 	// EmitConfig is where the config that reproduces the written model
 	// goes ("" for none).
 	EmitConfig string
+	// Sensitivity is the file the search reads its sensitivity analysis
+	// from ("" to read the cache or measure it).
+	Sensitivity string
 }
 
 // defaultSearchPlainRuns is --search-budget's default in plain quantizes:
@@ -66,6 +70,7 @@ func addSearchFlags(f *pflag.FlagSet, o *searchOptions) {
 	f.StringVar(&o.EvalCmd, "eval-cmd", "", "as --target-sqnr, with the target the number printed on the last line of this shell command (higher is better), run on each promotion's model written to a temporary directory in place of {model}; needs --target-metric")
 	optFloat64(f, &o.TargetMetric, "target-metric", 0, "the number --eval-cmd must reach")
 	optInt(f, &o.Budget, "search-budget", 0, "candidate models the accuracy search may write and measure after its sensitivity analysis (default: as many as take about 10 plain quantizes: 10 × calibration samples / held-out samples, at least 30)")
+	f.StringVar(&o.Sensitivity, "sensitivity", "", "read the search's sensitivity analysis from this file, written by coreaiq sensitivity --group tensor -o (or merged from its --shard runs by coreaiq sensitivity merge) for the same model, config, data, --eval-samples and flags, instead of measuring it")
 	f.StringVar(&o.EmitConfig, "emit-config", "", "write the config (the given one, or the preset written out, plus an op_name_config entry per node whose points the search raised) with which quantize --config FILE writes the same model")
 }
 
@@ -93,6 +98,8 @@ func (o *searchOptions) check() error {
 		return Usagef("--eval-cmd %q: no {model} in it to put the candidate's path in", o.EvalCmd)
 	case o.Budget != nil && *o.Budget < 1:
 		return Usagef("--search-budget %d: want 1 or more", *o.Budget)
+	case o.Sensitivity != "" && n == 0:
+		return Usagef("--sensitivity %s: the analysis is the accuracy search's; give a target (--target-sqnr, --target-top1 or --eval-cmd with --target-metric)", o.Sensitivity)
 	}
 	return nil
 }
@@ -749,7 +756,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		res.Config, err = renderSearchConfig(base, u.Resolution, nil, nil, sp, so, res.Counts.String())
 		return res, err
 	}
-	sens, err := cachedSensitivity(ctx, opts.IO, s, u, sp, false, nil)
+	sens, err := searchSensitivity(ctx, opts, s, u, sp)
 	if err != nil {
 		return nil, err
 	}
@@ -997,9 +1004,43 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	return res, nil
 }
 
+// searchSensitivity is the analysis the search estimates its units by:
+// the --sensitivity file when one is given (a run of coreaiq sensitivity
+// --group tensor, or the merge of its shards, made elsewhere), which must
+// have been measured for this run's model, plan, data split and flags;
+// else the cached one, or one measured now.
+func searchSensitivity(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, u *passes.Unit, sp sensitivitySplit) (*compare.Sensitivity, error) {
+	path := opts.Search.Sensitivity
+	if path == "" {
+		return cachedSensitivity(ctx, opts.IO, s, u, sp, false, nil)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Usagef("--sensitivity: %v", err)
+	}
+	var r compare.Sensitivity
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, Usagef("--sensitivity %s: not a sensitivity result: %v", path, err)
+	}
+	key, err := sensitivityKey(s, u, sp)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case r.Shard != "":
+		return nil, Usagef("--sensitivity %s: shard %s of an analysis; join the shards with coreaiq sensitivity merge", path, r.Shard)
+	case r.Grouping != compare.GroupByTensor:
+		return nil, Usagef("--sensitivity %s: grouped by %s; the search's units are coreaiq sensitivity --group tensor's", path, r.Grouping)
+	case r.Key != key:
+		return nil, Usagef("--sensitivity %s: measured for another model, plan, data split or flags than this run (key %.12s, this run's %.12s): run coreaiq sensitivity --group tensor with this run's model, config, data, --eval-samples and flags", path, r.Key, key)
+	}
+	fmt.Fprintf(opts.IO.ErrOut, "sensitivity: read %s\n", path)
+	return &r, nil
+}
+
 // keepBatch raises the batch's units (the n-th batch, whose measured gain
-// was gain) and returns them as back-off candidates, whose order is their
-// share of what weight gives per cost (least first).
+// was gain) and returns them as back-off candidates, ranked by weight per
+// cost (backOff lowers the least first).
 func (st *searchState) keepBatch(res *searchResult, batch []searchMove, n int, gain float64, weight func(searchMove) float64) []batchMember {
 	estimated := 0.0
 	for _, mv := range batch {
@@ -1044,7 +1085,7 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 	var wide []*searchUnit
 	total := 0.0
 	for _, un := range st.units {
-		if un.noise < 0 {
+		if !(un.noise >= 0) { // not measured (or NaN)
 			return nil, current, nil
 		}
 		total += un.noise
@@ -1107,6 +1148,9 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 			return kept, float64(got), nil
 		}
 		res.Trace = append(res.Trace, trace)
+		if left <= 0 {
+			break // the noise left is not the raised units'
+		}
 		scale *= noisePower(float64(got)) / (scale * left)
 	}
 	return nil, current, nil

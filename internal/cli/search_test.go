@@ -818,3 +818,91 @@ func TestSearchSharedSqueezeNet(t *testing.T) {
 	}
 	t.Logf("%.2f → %.2f dB, %s, %d evaluations", s.StartSQNR, s.ReachedSQNR, s.Counts, s.Evaluations)
 }
+
+// TestSearchReadsMergedSensitivity checks, on threeOutliersModel (w8a8,
+// --target-sqnr 15), that the search reads its analysis from
+// --sensitivity FILE, the merge of two shards of coreaiq sensitivity
+// --group tensor run beside it: with an empty cache it measures nothing
+// and writes the model and config of a run that measured its own; and
+// that a shard, another grouping and an analysis of other held-out
+// samples are refused with exit 2 and the reason.
+func TestSearchReadsMergedSensitivity(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "three.onnx", threeOutliersModel())
+	rng := rand.New(rand.NewPCG(11, 13))
+	var data []string
+	for _, name := range []string{"x1", "x2", "x3", "z"} {
+		v := tensor.New(tensor.Float, 64, 8)
+		for i := range v.Float32s() {
+			f := rng.Float32()*2 - 1
+			if name != "z" && i%8 == 0 {
+				f *= 200
+			}
+			v.Float32s()[i] = f
+		}
+		data = append(data, "--data", name+"="+writeNPY(t, dir, name+".npy", v))
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+	run := func(t *testing.T, cache string, args ...string) (string, int) {
+		t.Helper()
+		t.Setenv("XDG_CACHE_HOME", path(cache))
+		code, _, stderr := runCLI(t, append(append(args, "--model", model, "--preset", "w8a8"), data...)...)
+		return stderr, code
+	}
+	analysis := func(t *testing.T, out string, extra ...string) {
+		t.Helper()
+		if stderr, code := run(t, "cache-sens", append([]string{"sensitivity", "--group", "tensor", "--no-cache", "-o", path(out)}, extra...)...); code != 0 {
+			t.Fatalf("sensitivity %v: exit %d: %s", extra, code, stderr)
+		}
+	}
+	analysis(t, "shard0.json", "--shard", "0/2")
+	analysis(t, "shard1.json", "--shard", "1/2")
+	analysis(t, "node.json", "--group", "node")
+	analysis(t, "eval8.json", "--eval-samples", "8")
+	if code, _, stderr := runCLI(t, "sensitivity", "merge", "-o", path("merged.json"), path("shard0.json"), path("shard1.json")); code != 0 {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	search := func(name string) []string {
+		return []string{"quantize", "--target-sqnr", "15", "-o", path(name + ".onnx"), "--emit-config", path(name + ".yaml")}
+	}
+	// Both runs write the same paths (the model's rule metadata names the
+	// config's): the first run's files are kept to compare.
+	stderr, code := run(t, "cache-own", search("q")...)
+	if code != 0 || !strings.Contains(stderr, "msg=sensitivity") {
+		t.Fatalf("search measuring its analysis: exit %d: %s", code, stderr)
+	}
+	var own [][]byte
+	for _, ext := range []string{".onnx", ".yaml"} {
+		b, err := os.ReadFile(path("q" + ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own = append(own, b)
+	}
+	stderr, code = run(t, "cache-empty", append(search("q"), "--sensitivity", path("merged.json"))...)
+	if code != 0 || strings.Contains(stderr, "msg=sensitivity") || !strings.Contains(stderr, "sensitivity: read "+path("merged.json")) {
+		t.Fatalf("search reading the merged analysis: exit %d, want 0 measuring none: %s", code, stderr)
+	}
+	for i, ext := range []string{".onnx", ".yaml"} {
+		read, err := os.ReadFile(path("q" + ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(own[i], read) {
+			t.Errorf("%s written with the read analysis differs from the one measured", ext)
+		}
+	}
+	for _, c := range []struct{ file, want string }{
+		{"shard0.json", "shard 0/2 of an analysis"},
+		{"node.json", "grouped by node"},
+		{"eval8.json", "measured for another model, plan, data split or flags"},
+	} {
+		stderr, code := run(t, "cache-empty", append(search("refused"), "--sensitivity", path(c.file))...)
+		if code != ExitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("--sensitivity %s: exit %d, want %d with %q: %s", c.file, code, ExitUsage, c.want, stderr)
+		}
+	}
+	if stderr, code := run(t, "cache-empty", "quantize", "-o", path("plain.onnx"), "--sensitivity", path("merged.json")); code != ExitUsage || !strings.Contains(stderr, "give a target") {
+		t.Errorf("--sensitivity without a target: exit %d, want %d: %s", code, ExitUsage, stderr)
+	}
+}
