@@ -66,7 +66,7 @@ func addPrepareFlags(f *pflag.FlagSet, p *passes.PrepareOptions) {
 	negBool(f, &p.NoOpIntrinsics, "op-intrinsics", "apply the op-intrinsic qparams (coreai-opt's graph-mode rule): asymmetric integer outputs for Relu, Clip, Sigmoid, Softmax and pools/concats of non-negative values, fixed ranges for Sigmoid, Softmax, Tanh and Clip; =false keeps the config's qscheme everywhere")
 	negBool(f, &p.NoHeadroom, "logit-headroom", "give one bit of headroom above the calibrated maximum to the values whose largest entries decide a Softmax, LogSoftmax or ArgMax (its input and, through pools and data movement, the values it comes from), so that a class scored higher than in any calibration sample is not clipped to a tie, and keep the calibrated maximum of the input of the layer those values come from (no percentile, mse or entropy clipping of a classifier's features); =false keeps the calculator's ranges")
 	negBool(f, &p.NoSiLUFloor, "silu-floor", "quantize the input of a SiLU (Sigmoid · x, quantized as a pattern) from where the SiLU's quantized output leaves 0, since every input below gives that output the code of 0 (a detector's pre-activations reach far below); =false keeps the calculator's range")
-	negBool(f, &p.NoWideHeadroom, "wide-headroom", "give activations on grids of 16 bits or more one bit of headroom beyond their calibrated minimum and maximum (the range doubled away from zero), so that values beyond what the calibration samples reached are not clipped; =false keeps the calculator's ranges")
+	negBool(f, &p.NoWideHeadroom, "wide-headroom", "give activations on grids of 16 bits or more headroom beyond their calibrated minimum and maximum (the range times 1.5, away from zero), so that values beyond what the calibration samples reached are not clipped; =false keeps the calculator's ranges")
 	negBool(f, &p.NoMixedConcat, "float-mixed-concat", "leave in float a Concat that only graph outputs read (directly or through data movement and further Concats) when one of its inputs would keep fewer than 16 levels of the output's integer grid (a detector's boxes in pixels beside its class probabilities), with the values sharing its qparams; =false quantizes it as the config asks")
 	f.Var(patternsFlag{&p.Patterns}, "patterns", "multi-node patterns quantized at their boundaries only: ops (LayerNorm and GELU written out, SiLU, HardSwish, MatMul + bias, attention scores up to Softmax), all (adds Conv/Gemm + Add, which oneDNN fuses and ONNX Runtime's x86 QDQ fusions do not), none")
 	negBool(f, &p.ConcatOwnQParams, "concat-share", "give the inputs of Concat the output's qparams (coreai-opt's concat rule; ONNX Runtime's QLinearConcat wants one scale); =false gives each input its own")
@@ -589,7 +589,7 @@ type reportTensor struct {
 	Observed *plan.Range `json:"observed,omitempty"`
 	Fixed    *plan.Range `json:"fixed,omitempty"`
 	Headroom bool        `json:"headroom,omitempty"`
-	// WideHeadroom: the range doubled away from zero (a grid of 16 bits
+	// WideHeadroom: the range widened away from zero (a grid of 16 bits
 	// or more, plan.TensorPlan.WideHeadroom).
 	WideHeadroom bool  `json:"wide_headroom,omitempty"`
 	KeepMax      bool  `json:"keep_max,omitempty"`

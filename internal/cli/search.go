@@ -430,6 +430,14 @@ type searchState struct {
 	// weights raised to int16 so far (one measurement per weight: a
 	// layer's correction depends on its own weight's error alone).
 	int16Biases map[string]passes.BiasValue
+	// noiseScale turns the sum of units' noise (searchUnit.noise) into
+	// the output's predicted noise, as the noise batch last corrected it;
+	// 0 when the units' noise is not known.
+	noiseScale float64
+	// noiseMiss is the noise batch's try that measured best when none met
+	// the target (nil when none gained), and noiseMissSQNR its figure.
+	noiseMiss     []searchMove
+	noiseMissSQNR float64
 }
 
 func newSearchState(u *passes.Unit) *searchState {
@@ -836,7 +844,23 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				switch {
 				case whole && float64(got) < metric.target:
 					// 16 bits everywhere falls short: the search goes up
-					// from the configured model.
+					// from the noise batch's best try when one gained (a
+					// model it measured), else from the configured model.
+					if miss := st.noiseMiss; miss != nil {
+						why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, miss)
+						if err != nil {
+							return nil, err
+						}
+						if why == "" {
+							batches++
+							gain := st.noiseMissSQNR - current
+							batched = append(batched, st.keepBatch(res, miss, batches, gain, func(mv searchMove) float64 { return mv.un.noise })...)
+							stamp++
+							current += gain
+							res.ReachedSQNR, res.Reached = compare.DB(current), current
+							fmt.Fprintf(errOut, "search: the noise estimates' best batch kept: %s %s\n", metric.name, metric.format(res.Reached))
+						}
+					}
 				case gain < minGainPerCost*float64(cost):
 					// Fewer at once (none after a batch of two): the
 					// batch's gains cancelled. Its steps' estimates become
@@ -1103,6 +1127,7 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 		return strings.Compare(a.Name, b.Name)
 	})
 	scale, want := noisePower(current)/total, noisePower(target)
+	st.noiseScale = scale
 	errOut := opts.IO.ErrOut
 	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
 		left := total
@@ -1148,10 +1173,14 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 			return kept, float64(got), nil
 		}
 		res.Trace = append(res.Trace, trace)
+		if float64(got) > max(current, st.noiseMissSQNR) {
+			st.noiseMiss, st.noiseMissSQNR = batch, float64(got)
+		}
 		if left <= 0 {
 			break // the noise left is not the raised units'
 		}
 		scale *= noisePower(float64(got)) / (scale * left)
+		st.noiseScale = scale
 	}
 	return nil, current, nil
 }
@@ -1670,24 +1699,32 @@ func moveNames(moves []searchMove) []string {
 }
 
 // backOff lowers the units the batches raised, the least promising first
-// (by their estimate per cost when picked; ties: the lower name), in
-// groups while the budget lasts: a group of a quarter of them first,
-// lowered together in one evaluation; a group whose lowering keeps the
-// worst output at target or above goes back to its levels before the
-// batches (its promotions dropped), and one that does not is halved and
-// tried again, down to a single unit, which then stays raised. current is
-// the worst output's SQNR, returned as it ends.
+// (by their estimate per cost when picked, or, when the units' noise is
+// known, the least noise per cost; ties: the lower name), in groups while
+// the budget lasts: a group of a quarter of them first (with the units'
+// noise known, as many as the noise estimates predict keep the target,
+// backOffSize), lowered together in one evaluation; a group whose
+// lowering keeps the worst output at target or above goes back to its
+// levels before the batches (its promotions dropped), and one that does
+// not is halved and tried again, down to a single unit, which then stays
+// raised; after either of those the next group is predicted again.
+// current is the worst output's SQNR, returned as it ends.
 func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
 	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, target float64, budget int, res *searchResult) (float64, error) {
 	pending := slices.Clone(batched)
+	predict := st.noiseScale > 0 && !slices.ContainsFunc(pending, func(b batchMember) bool { return !(b.back.un.noise >= 0) })
+	quietness := func(b batchMember) float64 { return b.ratio }
+	if predict {
+		quietness = func(b batchMember) float64 { return b.back.un.noise / float64(max(b.back.un.cost(b.to), 1)) }
+	}
 	slices.SortStableFunc(pending, func(a, b batchMember) int {
-		if c := cmp.Compare(a.ratio, b.ratio); c != 0 {
+		if c := cmp.Compare(quietness(a), quietness(b)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.back.un.Name, b.back.un.Name)
 	})
 	errOut := opts.IO.ErrOut
-	size := max(1, len(pending)/4)
+	size, halved := max(1, len(pending)/4), false
 	for len(pending) > 0 && res.Evaluations < budget {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -1695,6 +1732,9 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 		if b := pending[0]; b.back.un.level != b.to {
 			pending = pending[1:] // raised again since
 			continue
+		}
+		if predict && !halved {
+			size = st.backOffSize(pending, current, target)
 		}
 		// The group: the next units, each once.
 		var group []batchMember
@@ -1737,16 +1777,36 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 			}
 			current = float64(got)
 			step.Verdict = "backed off"
-			pending = pending[len(group):]
+			pending, halved = pending[len(group):], false
 			fmt.Fprintf(errOut, "search: backed off %d unit(s): worst output %s dB\n", len(group), got)
 		case len(group) == 1:
 			pending = pending[1:] // stays raised
+			halved = false
 		default:
-			size = len(group) / 2
+			size, halved = len(group)/2, true
 		}
 		res.Trace = append(res.Trace, step)
 	}
 	return current, nil
+}
+
+// backOffSize is how many of the pending units, lowered together, the
+// noise estimates predict keep the worst output at target from current:
+// each adds its noise times the noise batch's scale (at least one).
+func (st *searchState) backOffSize(pending []batchMember, current, target float64) int {
+	room := noisePower(target) - noisePower(current)
+	n, added := 0, 0.0
+	var seen []*searchUnit
+	for _, b := range pending {
+		if b.back.un.level != b.to || slices.Contains(seen, b.back.un) {
+			break
+		}
+		if added += st.noiseScale * b.back.un.noise; added > room {
+			break
+		}
+		n, seen = n+1, append(seen, b.back.un)
+	}
+	return max(1, n)
 }
 
 // allWide is every unit with 8-bit points, as configured, to int16 (but

@@ -214,7 +214,7 @@ func TestSearchUsageErrors(t *testing.T) {
 // more after each promotion (the first is x to int16), one for the final
 // check of the emitted config. --target-metric 2 is met after the first
 // promotion (3 calls); 20 is not: the search raises each unit to int16
-// (y1 straight to float) and then to float, until none is left (17
+// (y1 straight to float) and then to float, until none is left (16
 // calls), and exits 3. A failing command fails the run (exit 1) with its
 // standard error shown.
 func TestSearchEvalCmd(t *testing.T) {
@@ -237,7 +237,7 @@ func TestSearchEvalCmd(t *testing.T) {
 		wantStderr   string
 	}{
 		{name: "met", target: "2", body: "test -s \"$1\" || exit 9\necho x >> calls\nwc -l < calls\n", wantCode: 0, wantCalls: 3, wantStderr: "kept: --eval-cmd metric 2"},
-		{name: "not met", target: "20", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 17, wantStderr: "--target-metric 20 not met"},
+		{name: "not met", target: "20", body: "test -s \"$1\" || exit 9\necho x >> calls\necho progress\nwc -l < calls\n", wantCode: ExitGate, wantCalls: 16, wantStderr: "--target-metric 20 not met"},
 		{name: "failing", target: "2", body: "echo 'evaluator: no labels in /data' >&2\nexit 4\n", wantCode: ExitFailure, wantStderr: "evaluator: no labels in /data"},
 		{name: "no number", target: "2", body: "echo done\n", wantCode: ExitFailure, wantStderr: `last line "done" is not a number`},
 	}
@@ -489,6 +489,48 @@ func TestPickBatch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := describeMoves(pickBatch(tt.units, tt.gap, tt.limit)); got != tt.want {
 				t.Errorf("pickBatch = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBackOffSize pins the back-off's predicted group: units raised to
+// int16 (their noise quantized alone, as power relative to the signal's)
+// are lowered, least noise first, while the noise they add, times the
+// noise batch's scale, fits between the current figure and the target; at
+// least one, none past a unit raised again since.
+func TestBackOffSize(t *testing.T) {
+	member := func(name string, noise float64) batchMember {
+		un := &searchUnit{Name: name, Values: []string{name}, Points: []string{name}, Wide: []string{name}, level: levelInt16, noise: noise}
+		return batchMember{back: searchMove{un, levelConfigured}, to: levelInt16}
+	}
+	quiet := func() []batchMember {
+		return []batchMember{member("a", 1e-4), member("b", 2e-4), member("c", 4e-4), member("d", 1e-2)}
+	}
+	tests := []struct {
+		name            string
+		pending         []batchMember
+		scale           float64
+		current, target float64
+		want            int
+	}{
+		// Room from 40 dB to 30 dB: 1e-3 − 1e-4 = 9e-4; a, b and c add 7e-4.
+		{name: "three fit", pending: quiet(), scale: 1, current: 40, target: 30, want: 3},
+		// Scaled twice: a and b add 6e-4, c would reach 1.4e-3.
+		{name: "scaled", pending: quiet(), scale: 2, current: 40, target: 30, want: 2},
+		{name: "none fits, one tried", pending: quiet(), scale: 100, current: 40, target: 30, want: 1},
+		{name: "at the target", pending: quiet(), scale: 1, current: 30, target: 30, want: 1},
+		{name: "stops at a unit raised again", pending: func() []batchMember {
+			p := quiet()
+			p[1].back.un.level = levelFloat
+			return p
+		}(), scale: 1, current: 40, target: 30, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &searchState{noiseScale: tt.scale}
+			if got := st.backOffSize(tt.pending, tt.current, tt.target); got != tt.want {
+				t.Errorf("backOffSize = %d, want %d", got, tt.want)
 			}
 		})
 	}

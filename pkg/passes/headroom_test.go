@@ -207,9 +207,10 @@ quantization_config:
 `
 
 // TestWideHeadroom: activations on a 16-bit grid get their calibrated
-// range doubled away from zero (the input's int16 [-3, 5] is written for
-// [-6, 10]; the fused Conv + Relu's output, calibrated the same, reaches 10
-// too), and a plan note says how many;
+// range widened away from zero by half (the input's int16 [-3, 5] is
+// written for [-4.5, 7.5], symmetric: ±7.5; the fused Conv + Relu's
+// output, calibrated the same, reaches 7.5 too), and a plan note says how
+// many;
 // 8-bit activations (w8a8), values whose range is fixed (the Sigmoid's)
 // and the rule turned off keep the calibrated range.
 func TestWideHeadroom(t *testing.T) {
@@ -240,7 +241,7 @@ func TestWideHeadroom(t *testing.T) {
 		bottom float64            // x's lowest
 		marked int
 	}{
-		{"int16", wide, false, map[string]float64{"x": 10, "r": 10, "s": 1}, -10, 2},
+		{"int16", wide, false, map[string]float64{"x": 7.5, "r": 7.5, "s": 1}, -7.5, 2},
 		{"int16, rule off", wide, true, map[string]float64{"x": 5, "r": 5, "s": 1}, -5, 0},
 		{"w8a8", w8a8, false, map[string]float64{"x": 5, "r": 5, "s": 1}, -5, 0},
 	} {
@@ -266,7 +267,7 @@ func TestWideHeadroom(t *testing.T) {
 			if marked != c.marked {
 				t.Errorf("%d values marked, want %d", marked, c.marked)
 			}
-			noted := slices.ContainsFunc(plan.Notes, func(n string) bool { return strings.Contains(n, "one bit of headroom beyond the calibrated extremes") })
+			noted := slices.ContainsFunc(plan.Notes, func(n string) bool { return strings.Contains(n, "headroom beyond the calibrated extremes") })
 			if noted != (c.marked > 0) {
 				t.Errorf("notes %q: headroom noted %v, want %v", plan.Notes, noted, c.marked > 0)
 			}

@@ -248,7 +248,7 @@ func (p *preparer) run() error {
 		p.markEndingConcats()
 	}
 	if n := MarkWideHeadroom(p.plan.Tensors, p.opts); n > 0 {
-		p.note("%d activations on grids of 16 bits or more: their ranges get one bit of headroom beyond the calibrated extremes", n)
+		p.note("%d activations on grids of 16 bits or more: their ranges get headroom beyond the calibrated extremes (times 1.5, away from zero)", n)
 	}
 	if !p.opts.NoSiLUFloor && p.opts.Patterns != PatternsNone {
 		// With the patterns off, the SiLU's Sigmoid output is quantized

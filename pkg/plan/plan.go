@@ -169,11 +169,12 @@ type TensorPlan struct {
 	// quantized output leaves 0, every input below giving that output the
 	// code of 0.
 	SiLUFloor bool `json:"silu_floor,omitempty"`
-	// WideHeadroom doubles the calibrated range away from zero (one bit of
-	// the grid above the maximum and, when the range reaches below zero,
-	// below the minimum): the value is a calibrated activation on a grid of
-	// 16 bits or more, whose step leaves resolution to spare, while values
-	// beyond the calibration samples' extremes would be clipped.
+	// WideHeadroom widens the calibrated range away from zero by half
+	// (passes.WideHeadroomFactor: the maximum and, when the range reaches
+	// below zero, the minimum times 1.5, 0.58 bit of the grid): the value
+	// is a calibrated activation on a grid of 16 bits or more, whose step
+	// leaves resolution to spare, while values beyond the calibration
+	// samples' extremes would be clipped.
 	WideHeadroom bool `json:"wide_headroom,omitempty"`
 	// Intrinsic describes the op-intrinsic rule that set this tensor's
 	// qscheme or range over the config's spec (an asymmetric Relu output, a
