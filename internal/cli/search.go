@@ -843,22 +843,40 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				}
 				switch {
 				case whole && float64(got) < metric.target:
-					// 16 bits everywhere falls short: the search goes up
-					// from the noise batch's best try when one gained (a
-					// model it measured), else from the configured model.
-					if miss := st.noiseMiss; miss != nil {
-						why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, miss)
+					// 16 bits everywhere falls short. The search goes on
+					// from the best model it measured that is worth its
+					// cost: the noise batch's best try, or 16 bits
+					// everywhere when that gains minGainPerCost per cost
+					// over it; the configured model when neither gained.
+					moves, sqnr := st.noiseMiss, st.noiseMissSQNR
+					if moves == nil {
+						sqnr = current
+					}
+					if float64(got)-sqnr >= minGainPerCost*float64(cost-movesCost(moves)) {
+						moves, sqnr = batch, float64(got)
+					}
+					if moves != nil {
+						why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, moves)
 						if err != nil {
 							return nil, err
 						}
 						if why == "" {
-							batches++
-							gain := st.noiseMissSQNR - current
-							batched = append(batched, st.keepBatch(res, miss, batches, gain, func(mv searchMove) float64 { return mv.un.noise })...)
+							if len(moves) != len(batch) {
+								batches++
+							}
+							gain := sqnr - current
+							weight := func(mv searchMove) float64 { return mv.un.noise }
+							if len(moves) == len(batch) {
+								trace.Verdict = "kept"
+								weight = func(mv searchMove) float64 { return mv.un.est[mv.to] }
+							} else {
+								res.Trace = append(res.Trace, searchStep{Unit: fmt.Sprintf("batch %d", batches), Moves: moveNames(moves), SQNR: compare.DB(sqnr), Gain: compare.DB(gain), Cost: movesCost(moves), Verdict: "kept"})
+							}
+							batched = append(batched, st.keepBatch(res, moves, batches, gain, weight)...)
 							stamp++
 							current += gain
 							res.ReachedSQNR, res.Reached = compare.DB(current), current
-							fmt.Fprintf(errOut, "search: the noise estimates' best batch kept: %s %s\n", metric.name, metric.format(res.Reached))
+							fmt.Fprintf(errOut, "search: batch %d kept, short of the target: %s %s\n", batches, metric.name, metric.format(res.Reached))
 						}
 					}
 				case gain < minGainPerCost*float64(cost):
