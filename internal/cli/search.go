@@ -774,7 +774,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 				// Int16's first estimate is float's: int16 comes first
 				// because it costs less.
 				un.est = [levelFloat + 1]float64{0, float64(g.Gain), float64(g.Gain)}
-				un.noise = noisePower(float64(g.OnlySQNR))
+				un.noise = g.OnlySQNR.NoiseRatio()
 			}
 		}
 	}
@@ -1102,9 +1102,6 @@ func (st *searchState) keepBatch(res *searchResult, batch []searchMove, n int, g
 	return out
 }
 
-// noisePower is the noise power relative to the signal's of an SQNR in dB.
-func noisePower(db float64) float64 { return math.Pow(10, -db/10) }
-
 // noiseTries bounds the first batches the noise estimates pick: each miss
 // corrects the estimates by what it measured.
 const noiseTries = 3
@@ -1144,7 +1141,7 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	scale, want := noisePower(current)/total, noisePower(target)
+	scale, want := compare.DB(current).NoiseRatio()/total, compare.DB(target).NoiseRatio()
 	st.noiseScale = scale
 	errOut := opts.IO.ErrOut
 	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
@@ -1172,7 +1169,7 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 		gain, cost := float64(got)-current, movesCost(batch)
 		trace := searchStep{Unit: "batch 1", Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 		fmt.Fprintf(errOut, "search %d/%d: batch 1 by the noise estimates (%.2f dB predicted), %s (cost %d): worst output %s dB (%+.2f dB)\n",
-			res.Evaluations, budget, -10*math.Log10(scale*left), describeMoves(batch), cost, got, gain)
+			res.Evaluations, budget, compare.DBOfNoiseRatio(scale*left), describeMoves(batch), cost, got, gain)
 		if float64(got) >= target {
 			why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, batch)
 			if err != nil {
@@ -1197,7 +1194,7 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 		if left <= 0 {
 			break // the noise left is not the raised units'
 		}
-		scale *= noisePower(float64(got)) / (scale * left)
+		scale *= got.NoiseRatio() / (scale * left)
 		st.noiseScale = scale
 	}
 	return nil, current, nil
@@ -1812,7 +1809,7 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 // noise estimates predict keep the worst output at target from current:
 // each adds its noise times the noise batch's scale (at least one).
 func (st *searchState) backOffSize(pending []batchMember, current, target float64) int {
-	room := noisePower(target) - noisePower(current)
+	room := compare.DB(target).NoiseRatio() - compare.DB(current).NoiseRatio()
 	n, added := 0, 0.0
 	var seen []*searchUnit
 	for _, b := range pending {

@@ -94,6 +94,14 @@ func (s *Stats) SQNR() DB {
 	return DB(10 * math.Log10(s.SumRef2/s.SumErr2))
 }
 
+// NoiseRatio is the noise power relative to the signal's that an SQNR of
+// d means, 10^(−d/10): the measure in which independent errors add.
+func (d DB) NoiseRatio() float64 { return math.Pow(10, -float64(d)/10) }
+
+// DBOfNoiseRatio is the SQNR of a noise power r relative to the signal's
+// (NoiseRatio's inverse).
+func DBOfNoiseRatio(r float64) DB { return DB(-10 * math.Log10(r)) }
+
 // FiniteSQNR is SQNR over the finite pairs only: the figure for values in
 // which infinities are expected, such as attention masks of −Inf that a
 // quantizer clips to the end of its range. It is −Inf when there are

@@ -276,3 +276,25 @@ func TestArgmaxTies(t *testing.T) {
 		t.Error("ties: the lower index ranks higher")
 	}
 }
+
+// TestNoiseRatio: 10 dB is a noise power a tenth of the signal's, 30 dB a
+// thousandth, +Inf none; two independent errors of 30 dB add to 26.99 dB;
+// DBOfNoiseRatio undoes NoiseRatio.
+func TestNoiseRatio(t *testing.T) {
+	for _, c := range []struct {
+		db   DB
+		want float64
+	}{{10, 0.1}, {30, 0.001}, {0, 1}, {-10, 10}, {DB(math.Inf(1)), 0}} {
+		if got := c.db.NoiseRatio(); math.Abs(got-c.want) > 1e-12*max(1, c.want) {
+			t.Errorf("%v dB: noise ratio %g, want %g", float64(c.db), got, c.want)
+		}
+		if c.want > 0 {
+			if back := DBOfNoiseRatio(c.db.NoiseRatio()); math.Abs(float64(back-c.db)) > 1e-9 {
+				t.Errorf("%v dB: back %v", float64(c.db), float64(back))
+			}
+		}
+	}
+	if got := DBOfNoiseRatio(DB(30).NoiseRatio() * 2); math.Abs(float64(got)-26.9897) > 1e-4 {
+		t.Errorf("two 30 dB errors: %v dB, want 26.99", float64(got))
+	}
+}
