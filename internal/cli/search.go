@@ -700,6 +700,10 @@ func (st *searchState) checkExpressible(ctx context.Context, opts *quantizeOptio
 	if err != nil {
 		return "", fmt.Errorf("the config with %s: %w", describeMoves(moves), err)
 	}
+	// Calibration leaves in float the values that held ±Inf (an attention
+	// mask): the config's plan, prepared only, is compared as calibration
+	// would leave it, with the statistics the search measured with.
+	passes.KeepInfinitiesFloat(got.Plan, st.u.Stats)
 	for _, t := range want.Tensors {
 		g := got.Plan.Tensor(t.Value)
 		switch {

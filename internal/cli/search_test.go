@@ -976,3 +976,81 @@ func TestSearchReadsMergedSensitivity(t *testing.T) {
 		t.Errorf("--sensitivity without a target: exit %d, want %d: %s", code, ExitUsage, stderr)
 	}
 }
+
+// maskedScoresModel is a head with an additive attention mask, as
+// encoders and decoders write it: scores = Gemm(x) + Where(m == 0, −Inf,
+// 0), Softmax over the 8 positions, then a Gemm to 4 outputs. x's feature
+// 0 meets zero weights in the first Gemm and is fed large (outlierInputs),
+// so x on an 8-bit grid loses the other features. Calibration sees the
+// −Inf and leaves the mask and the masked scores in float.
+func maskedScoresModel() *testmodels.Builder {
+	b := testmodels.New("masked_scores", 17)
+	b.Input("x", tensor.Float, "N", 8).Input("m", tensor.Float, "N", 8).Output("y", tensor.Float, "N", 4)
+	rng := rand.New(rand.NewPCG(7, 9))
+	w := make([]float32, 8*8)
+	for i := range w {
+		if i%8 != 0 {
+			w[i] = rng.Float32()*4 - 2
+		}
+	}
+	b.Init("scores.weight", []int64{8, 8}, w).RandomInit("scores.bias", 0.1, 8)
+	b.RandomInit("out.weight", 0.5, 4, 8).RandomInit("out.bias", 0.1, 4)
+	b.Init("zero", nil, []float32{0}).Init("neg_inf", nil, []float32{float32(math.Inf(-1))})
+	gemm := func(name, in, w, bias, out string) {
+		b.Node("Gemm", name, []string{in, w, bias}, []string{out},
+			testmodels.AttrFloat("alpha", 1), testmodels.AttrFloat("beta", 1), testmodels.AttrInt("transB", 1))
+	}
+	gemm("/scores/Gemm", "x", "scores.weight", "scores.bias", "s")
+	b.Node("Equal", "/mask/Equal", []string{"m", "zero"}, []string{"masked"})
+	b.Node("Where", "/mask/Where", []string{"masked", "neg_inf", "zero"}, []string{"bias"})
+	b.Node("Add", "/scores/Add", []string{"s", "bias"}, []string{"a"})
+	b.Node("Softmax", "/scores/Softmax", []string{"a"}, []string{"p"}, testmodels.AttrInt("axis", -1))
+	gemm("/out/Gemm", "p", "out.weight", "out.bias", "y")
+	return b
+}
+
+// TestSearchThroughInfiniteMask checks, on maskedScoresModel (w8a8, 256
+// samples, every row keeping position 0 and each other position with
+// probability 1/2, 4 held out), that the values calibration leaves in
+// float for holding −Inf (the mask, the masked scores) do not make every
+// promotion inexpressible: the emitted config, prepared, quantizes them,
+// and only calibration takes them out again. --target-sqnr 30 is met by
+// raising x, and the emitted config writes the model byte for byte.
+func TestSearchThroughInfiniteMask(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "masked.onnx", maskedScoresModel())
+	data := outlierInputs(t, dir, 256, "x")
+	rng := rand.New(rand.NewPCG(17, 19))
+	mask := tensor.New(tensor.Float, 256, 8)
+	for i := range mask.Float32s() {
+		if i%8 == 0 || rng.IntN(2) == 0 {
+			mask.Float32s()[i] = 1
+		}
+	}
+	data = append(data, "--data", "m="+writeNPY(t, dir, "m.npy", mask))
+	out, emitted, report := filepath.Join(dir, "q.onnx"), filepath.Join(dir, "q.yaml"), filepath.Join(dir, "r.json")
+	code, _, stderr := runCLI(t, append([]string{"quantize", "--model", model, "--preset", "w8a8", "--target-sqnr", "30",
+		"-o", out, "--emit-config", emitted, "--report", report}, data...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "held ") || !strings.Contains(stderr, "±Inf") {
+		t.Errorf("no note of the values left in float for their infinities:\n%s", stderr)
+	}
+	var rep struct{ Search *searchReport }
+	readJSONFile(t, report, &rep)
+	s := rep.Search
+	if s == nil || !s.Met || s.Raised == 0 {
+		t.Fatalf("report's search: %+v, want the target met with points raised", s)
+	}
+	for _, st := range s.Trace {
+		if strings.HasPrefix(st.Verdict, "not expressible") {
+			t.Errorf("%+v: the emitted config expresses every promotion of this model", st)
+		}
+	}
+	if !slices.ContainsFunc(s.Promotions, func(p promotion) bool { return slices.Contains(p.Values, "x") }) {
+		t.Errorf("promotions %+v: want x raised", s.Promotions)
+	}
+	checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, "again.onnx"), append([]string{"--model", model}, data...)...)
+}

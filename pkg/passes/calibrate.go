@@ -140,14 +140,14 @@ type infinityCounter interface {
 	Infinities(value string) int64
 }
 
-// keepInfinitiesFloat takes out of the plan every activation group whose
+// KeepInfinitiesFloat takes out of the plan every activation group whose
 // observed root held ±Inf during calibration, with a note: QuantizeLinear
 // saturates an infinity to the end of the grid, so a −Inf attention mask
 // (masked_fill before Softmax) would become a finite score and the masked
 // positions would get attention weight. The tensors run in float instead.
 // An int32 bias whose input is taken out goes with it (it needs the input's
 // scale).
-func keepInfinitiesFloat(plan *Plan, st Stats) {
+func KeepInfinitiesFloat(plan *Plan, st Stats) {
 	ic, ok := st.(infinityCounter)
 	if !ok {
 		return

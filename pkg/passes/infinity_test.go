@@ -47,7 +47,7 @@ func TestKeepInfinitiesFloat(t *testing.T) {
 					t.Fatalf("value %q is not planned before calibration", v)
 				}
 			}
-			keepInfinitiesFloat(plan, infStats{inf: c.inf})
+			KeepInfinitiesFloat(plan, infStats{inf: c.inf})
 			gone := map[string]bool{}
 			for _, v := range c.gone {
 				gone[v] = true
@@ -69,7 +69,7 @@ func TestKeepInfinitiesFloat(t *testing.T) {
 	// Statistics without infinity counts (RangeStats) leave the plan alone.
 	plan := preparePreset(t, m, "w8a8", PrepareOptions{})
 	n := len(plan.Tensors)
-	keepInfinitiesFloat(plan, RangeStats{})
+	KeepInfinitiesFloat(plan, RangeStats{})
 	if len(plan.Tensors) != n {
 		t.Errorf("RangeStats removed %d tensors", n-len(plan.Tensors))
 	}

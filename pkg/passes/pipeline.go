@@ -347,7 +347,7 @@ func calibratePass(ctx context.Context, u *Unit) error {
 		return nil // weight-only or fixed ranges: nothing to observe
 	}
 	if u.Stats != nil {
-		keepInfinitiesFloat(u.Plan, u.Stats)
+		KeepInfinitiesFloat(u.Plan, u.Stats)
 		return nil // statistics handed in (finalize --stats)
 	}
 	if u.Calibrate == nil {
@@ -358,7 +358,7 @@ func calibratePass(ctx context.Context, u *Unit) error {
 		return err
 	}
 	u.Stats = st
-	keepInfinitiesFloat(u.Plan, st)
+	KeepInfinitiesFloat(u.Plan, st)
 	return nil
 }
 
