@@ -270,6 +270,7 @@ func FastPathWarnings(m *onnxgraph.Model, plan *Plan, t *config.Target) []string
 		return nil
 	}
 	byRule := map[string][]string{}
+	ruleOf := map[string]config.Rule{}
 	var rules []string
 	for _, tp := range plan.Tensors {
 		if tp.Role != Activation || tp.SharedWith != "" || t.Fast(tp.Spec.DType) {
@@ -285,19 +286,55 @@ func FastPathWarnings(m *onnxgraph.Model, plan *Plan, t *config.Target) []string
 		key := tp.Rule.String() + "\x00" + tp.Spec.DType.String()
 		if _, seen := byRule[key]; !seen {
 			rules = append(rules, key)
+			ruleOf[key] = tp.Rule
 		}
 		byRule[key] = append(byRule[key], tp.Value)
 	}
 	sort.Strings(rules)
+	// A config the accuracy search wrote has one op_name_config entry per
+	// raised node: past fastPathRulesNamed rules of one file giving one
+	// type, the rules are counted on one line instead of one line each.
+	type fileType struct{ file, dtype string }
+	perFile := map[fileType][]string{}
+	for _, key := range rules {
+		_, dt, _ := strings.Cut(key, "\x00")
+		perFile[fileType{ruleOf[key].File, dt}] = append(perFile[fileType{ruleOf[key].File, dt}], key)
+	}
+	for _, keys := range perFile {
+		sort.SliceStable(keys, func(i, j int) bool { return ruleOf[keys[i]].Line < ruleOf[keys[j]].Line })
+	}
+	tail := fmt.Sprintf("which defeats target %s's fast path: %s's integer kernels take %s; the config wins over the target's default", t.Name, t.Runtime, fastNames(t))
 	var out []string
+	done := map[fileType]bool{}
 	for _, key := range rules {
 		rule, dt, _ := strings.Cut(key, "\x00")
+		ft := fileType{ruleOf[key].File, dt}
+		if keys := perFile[ft]; len(keys) > fastPathRulesNamed {
+			if done[ft] {
+				continue
+			}
+			done[ft] = true
+			var lines []string
+			n := 0
+			for _, k := range keys {
+				n += len(byRule[k])
+				if len(lines) < fastPathRulesNamed {
+					lines = append(lines, fmt.Sprint(ruleOf[k].Line))
+				}
+			}
+			out = append(out, fmt.Sprintf("%d rules of %s (lines %s, ...) give %d activations (first %q) %s, %s",
+				len(keys), ft.file, strings.Join(lines, ", "), n, byRule[keys[0]][0], dt, tail))
+			continue
+		}
 		vals := byRule[key]
-		out = append(out, fmt.Sprintf("rule %s gives %d activations (first %q) %s, which defeats target %s's fast path: %s's integer kernels take %s; the config wins over the target's default",
-			rule, len(vals), vals[0], dt, t.Name, t.Runtime, fastNames(t)))
+		out = append(out, fmt.Sprintf("rule %s gives %d activations (first %q) %s, %s", rule, len(vals), vals[0], dt, tail))
 	}
 	return out
 }
+
+// fastPathRulesNamed is how many rules of one file FastPathWarnings names
+// one line each.
+const fastPathRulesNamed = 3
 
 // readers counts the nodes that read a quantized value through the
 // DequantizeLinear nodes after its QuantizeLinear: ONNX Runtime gives each

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreaiq/coreaiq/internal/testmodels"
 	"github.com/coreaiq/coreaiq/internal/testutil"
 	"github.com/coreaiq/coreaiq/pkg/config"
 	"github.com/coreaiq/coreaiq/pkg/onnxgraph"
+	"github.com/coreaiq/coreaiq/pkg/tensor"
 )
 
 // prepareForTarget runs inspect and prepare on m with target's default
@@ -136,5 +138,58 @@ func TestFastPathWarningNamesRule(t *testing.T) {
 	// The target's own defaults draw no warning.
 	if w := FastPathWarnings(u.Model, prepareForTarget(t, m, target, nil).Plan, target); len(w) > 0 {
 		t.Errorf("ort-x86 defaults warned: %v", w)
+	}
+}
+
+// TestFastPathWarningsCountManyRules: a config with an op_name_config
+// entry per node, as the accuracy search writes one, draws one warning
+// line per file and type once more than fastPathRulesNamed of its rules
+// give that type, naming the first rules' lines in order; fewer rules
+// keep a line each.
+func TestFastPathWarningsCountManyRules(t *testing.T) {
+	b := testmodels.New("chain", 17)
+	b.Input("x", tensor.Float, "N", 8).Output("y7", tensor.Float, "N", 8)
+	in := "x"
+	for i := 1; i <= 7; i++ {
+		out, w := fmt.Sprintf("y%d", i), fmt.Sprintf("w%d", i)
+		b.RandomInit(w, 0.5, 8, 8)
+		b.Node("MatMul", fmt.Sprintf("/r%d", i), []string{in, w}, []string{out})
+		in = out
+	}
+	m, err := onnxgraph.LoadBytes(b.Bytes(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(node, dtype string) string {
+		return fmt.Sprintf("      /%s:\n        op_output_spec:\n          0: { dtype: %s, qscheme: symmetric, granularity: { type: per_tensor } }\n", node, dtype)
+	}
+	text := `quantization_config:
+  global_config:
+    op_input_spec:
+      "*": { dtype: uint8, qscheme: asymmetric, granularity: { type: per_tensor } }
+    op_output_spec:
+      "*": { dtype: uint8, qscheme: asymmetric, granularity: { type: per_tensor } }
+    op_state_spec:
+      weight: { dtype: int8, qscheme: symmetric, granularity: { type: per_channel } }
+    op_name_config:
+` + entry("r1", "int16") + entry("r2", "int16") + entry("r3", "int16") + entry("r4", "int16") + entry("r5", "uint16") + entry("r6", "uint16")
+	cfg, err := config.Parse([]byte(text), "searched.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := config.Targets["ort-x86"]
+	got := FastPathWarnings(m, prepareForTarget(t, m, target, cfg.Quant).Plan, target)
+	want := []string{
+		`4 rules of searched.yaml (lines 12, 15, 18, ...) give 4 activations (first "y1") int16`,
+		`rule searched.yaml:24 (quantization_config.global_config.op_name_config["/r5"].op_output_spec.0) gives 1 activations (first "y5") uint16`,
+		`rule searched.yaml:27 (quantization_config.global_config.op_name_config["/r6"].op_output_spec.0) gives 1 activations (first "y6") uint16`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("warnings:\n%s\nwant %d lines", strings.Join(got, "\n"), len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("warning %d:\n%s\nwant it to start with\n%s", i, got[i], w)
+		}
 	}
 }
