@@ -1624,11 +1624,19 @@ func searchGateError(so *searchOptions, r *searchResult) error {
 // describeMoves is "a to int16, b to float".
 func describeMoves(moves []searchMove) string {
 	var parts []string
-	for _, mv := range moves {
+	for _, mv := range moves[:min(len(moves), movesNamed)] {
 		parts = append(parts, mv.un.Name+" to "+levelNames[mv.to])
+	}
+	if len(moves) > movesNamed {
+		return fmt.Sprintf("%d units: %s and %d more (the report's trace lists them)", len(moves), strings.Join(parts, ", "), len(moves)-movesNamed)
 	}
 	return strings.Join(parts, ", ")
 }
+
+// movesNamed is how many moves of a batch a progress line names: a batch
+// on a detector raises hundreds of units, which the report's trace
+// lists.
+const movesNamed = 8
 
 // minGainPerCost is the least measured gain per added cost, in dB, for
 // which the search makes a step or keeps a batch: a step that changes

@@ -1054,3 +1054,29 @@ func TestSearchThroughInfiniteMask(t *testing.T) {
 	}
 	checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, "again.onnx"), append([]string{"--model", model}, data...)...)
 }
+
+// TestDescribeMoves: a progress line names a batch's moves up to
+// movesNamed and counts the rest.
+func TestDescribeMoves(t *testing.T) {
+	moves := func(n int) []searchMove {
+		var out []searchMove
+		for i := range n {
+			out = append(out, searchMove{un: &searchUnit{Name: fmt.Sprintf("u%d", i)}, to: levelInt16})
+		}
+		return out
+	}
+	tests := []struct {
+		n    int
+		want string
+	}{
+		{1, "u0 to int16"},
+		{3, "u0 to int16, u1 to int16, u2 to int16"},
+		{8, "u0 to int16, u1 to int16, u2 to int16, u3 to int16, u4 to int16, u5 to int16, u6 to int16, u7 to int16"},
+		{180, "180 units: u0 to int16, u1 to int16, u2 to int16, u3 to int16, u4 to int16, u5 to int16, u6 to int16, u7 to int16 and 172 more (the report's trace lists them)"},
+	}
+	for _, tt := range tests {
+		if got := describeMoves(moves(tt.n)); got != tt.want {
+			t.Errorf("%d moves: %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
