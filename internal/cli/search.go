@@ -881,6 +881,22 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 							current += gain
 							res.ReachedSQNR, res.Reached = compare.DB(current), current
 							fmt.Fprintf(errOut, "search: batch %d kept, short of the target: %s %s\n", batches, metric.name, metric.format(res.Reached))
+							if metric.isSQNR {
+								res.Trace = append(res.Trace, trace)
+								kept, got, err := st.floatBatch(ctx, opts, s, newUnit, base, sp, m, current, metric.target, budget, batches+1, res)
+								if err != nil {
+									return nil, err
+								}
+								if len(kept) > 0 {
+									batches++
+									batched = append(batched, kept...)
+									stamp++
+									current = got
+									res.ReachedSQNR, res.Reached = compare.DB(current), current
+								}
+								lastModel, last = nil, candidate{}
+								continue
+							}
 						}
 					}
 				case gain < minGainPerCost*float64(cost):
@@ -1202,6 +1218,166 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 		st.noiseScale = scale
 	}
 	return nil, current, nil
+}
+
+// floatBatch follows a kept batch that fell short of an SQNR target with
+// every 8-bit point in 16 bits: what is left of the error is then in few
+// places (a point whose held-out values go beyond its widened range, a
+// channel a per-tensor grid still crushes), which the analysis at 8 bits
+// does not rank. Each point's own quantization noise (compare's
+// LocalNoise: its dequantized value against the value it quantizes, in
+// the candidate's own run) is measured on the configured model and on the
+// current one; a unit's output noise now is its "only this" noise at 8
+// bits (searchUnit.noise) times the ratio of its activations' own noise
+// now to theirs then (a weight unit's, by the ratio of the grids' steps).
+// The units with the most noise per cost go to float until the rest,
+// scaled to the measured noise, is within the target's, as the noise
+// batch does (noiseTries tries, each rescaled by what it measured). A try
+// that meets the target is kept; else the best try is kept when it gains
+// minGainPerCost per cost, and the search goes on from it. n is the
+// number the kept batch takes.
+func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
+	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, current, target float64, budget, n int, res *searchResult) ([]batchMember, float64, error) {
+	errOut := opts.IO.ErrOut
+	if res.Evaluations+2 >= budget {
+		return nil, current, nil
+	}
+	for _, un := range st.units {
+		if !(un.noise >= 0) {
+			return nil, current, nil // the analysis did not measure the units alone
+		}
+	}
+	local := func(levels map[string]int, what string) (map[string]float64, error) {
+		model, err := st.write(ctx, levels)
+		if err != nil {
+			return nil, fmt.Errorf("the %s model: %w", what, err)
+		}
+		noise, err := m.LocalNoise(ctx, model, compare.PairActivations(st.u.Model, model).Pairs)
+		if err != nil {
+			return nil, fmt.Errorf("the %s model's local noise: %w", what, err)
+		}
+		res.Evaluations++
+		fmt.Fprintf(errOut, "search %d/%d: the own quantization noise of every point of the %s model\n", res.Evaluations, budget, what)
+		return noise, nil
+	}
+	configured := map[string]int{}
+	for _, un := range st.units {
+		for _, v := range un.Values {
+			configured[v] = levelConfigured
+		}
+	}
+	then, err := local(configured, "configured")
+	if err != nil {
+		return nil, current, err
+	}
+	now, err := local(st.levels(nil, 0), "current")
+	if err != nil {
+		return nil, current, err
+	}
+	predicted := map[*searchUnit]float64{}
+	var units []*searchUnit
+	total := 0.0
+	for _, un := range st.units {
+		if un.level == levelFloat {
+			continue
+		}
+		var before, after float64
+		activations := 0
+		for _, v := range un.Points {
+			if t := st.u.Plan.Tensor(v); t != nil && t.Role == plan.Activation {
+				before, after = before+then[v], after+now[v]
+				activations++
+			}
+		}
+		p := un.noise
+		switch {
+		case un.level == levelConfigured:
+		case activations > 0 && before > 0:
+			p *= after / before
+		case activations > 0:
+			p = 0 // no noise of its own at 8 bits: none to scale
+		default:
+			p *= math.Pow(2, -16) // a weight: the step of 16 bits over 8's, squared
+		}
+		if !(p >= 0) || math.IsInf(p, 0) {
+			continue
+		}
+		predicted[un] = p
+		total += p
+		if un.inexpressible[levelFloat] == "" {
+			units = append(units, un)
+		}
+	}
+	if total <= 0 {
+		return nil, current, nil
+	}
+	slices.SortStableFunc(units, func(a, b *searchUnit) int {
+		if c := cmp.Compare(predicted[b]/float64(max(b.cost(levelFloat), 1)), predicted[a]/float64(max(a.cost(levelFloat), 1))); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	scale, want := compare.DB(current).NoiseRatio()/total, compare.DB(target).NoiseRatio()
+	var best []searchMove
+	bestSQNR := current
+	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
+		left := total
+		var batch []searchMove
+		for _, un := range units {
+			if scale*left <= want {
+				break
+			}
+			batch, left = append(batch, searchMove{un, levelFloat}), left-predicted[un]
+		}
+		if len(batch) == 0 || len(batch) == len(units) && try > 0 {
+			break
+		}
+		model, err := st.write(ctx, st.levelsWith(batch))
+		if err != nil {
+			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+		}
+		got, err := m.Measure(ctx, model)
+		if err != nil {
+			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+		}
+		res.Evaluations++
+		gain, cost := float64(got)-current, movesCost(batch)
+		trace := searchStep{Unit: fmt.Sprintf("batch %d", n), Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
+		fmt.Fprintf(errOut, "search %d/%d: batch %d by the points' own noise (%.2f dB predicted), %s (cost %d): worst output %s dB (%+.2f dB)\n",
+			res.Evaluations, budget, n, compare.DBOfNoiseRatio(scale*left), describeMoves(batch), cost, got, gain)
+		res.Trace = append(res.Trace, trace)
+		if float64(got) > bestSQNR {
+			best, bestSQNR = batch, float64(got)
+		}
+		if float64(got) >= target || left <= 0 {
+			break
+		}
+		scale *= got.NoiseRatio() / (scale * left)
+	}
+	if best == nil || bestSQNR-current < minGainPerCost*float64(movesCost(best)) && bestSQNR < target {
+		return nil, current, nil
+	}
+	why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, best)
+	if err != nil {
+		return nil, current, err
+	}
+	if why != "" {
+		fmt.Fprintf(errOut, "search: batch %d not promoted: %s\n", n, why)
+		return nil, current, nil
+	}
+	for i := len(res.Trace) - 1; i >= 0; i-- {
+		if res.Trace[i].Unit == fmt.Sprintf("batch %d", n) && slices.Equal(res.Trace[i].Moves, moveNames(best)) {
+			res.Trace[i].Verdict = "kept"
+			break
+		}
+	}
+	kept := st.keepBatch(res, best, n, bestSQNR-current, func(mv searchMove) float64 { return predicted[mv.un] })
+	verdict := "kept"
+	if bestSQNR < target {
+		verdict = "kept, short of the target"
+	}
+	fmt.Fprintf(errOut, "search: batch %d %s: worst output %.2f dB\n", n, verdict, bestSQNR)
+	return kept, bestSQNR, nil
 }
 
 // pickStep is the unit and level with the highest estimated gain per

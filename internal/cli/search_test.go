@@ -213,15 +213,16 @@ func threeOutliersSearch(t *testing.T, flags ...string) searchRun {
 }
 
 // TestSearchKeepsBestShortOfTarget checks, on threeOutliersModel (w8a8,
-// 256 samples, 4 held out), that a target no width reaches in the budget
-// (--target-sqnr 60, 12 evaluations) ends with exit 3 and the best model
+// 256 samples, 4 held out), that a target the budget does not reach
+// (--target-sqnr 60, 3 evaluations: too few for the float batch, which
+// reaches it, TestSearchFloatBatch) ends with exit 3 and the best model
 // measured: every point in 16 bits (5.79 → 46.38 dB) is kept though short
 // of the target, since it gains far more than 0.05 dB per cost over the
 // configured model, rather than climbing from the configured model one
 // unit at a time (6.26 dB there: each x alone moves the worst of three
 // outputs little); the emitted config writes that model.
 func TestSearchKeepsBestShortOfTarget(t *testing.T) {
-	r := threeOutliersSearch(t, "--target-sqnr", "60", "--search-budget", "12")
+	r := threeOutliersSearch(t, "--target-sqnr", "60", "--search-budget", "3")
 	model, data, out, emitted, report, code, stderr := r.model, r.data, r.out, r.emitted, r.report, r.code, r.stderr
 	dir := r.dir
 	if code != ExitGate || !strings.Contains(stderr, "search: batch 1 kept, short of the target") {
@@ -234,6 +235,44 @@ func TestSearchKeepsBestShortOfTarget(t *testing.T) {
 		t.Fatalf("report's search: %+v, want batch 1 kept, 40 dB or more, target not met", s)
 	}
 	checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, "again.onnx"), append([]string{"--model", model}, data...)...)
+}
+
+// TestSearchFloatBatch checks, on threeOutliersModel (w8a8, 256 samples,
+// 4 held out, --target-sqnr 60, 12 evaluations), that when every point in
+// 16 bits falls short (46.38 dB: x1, x2 and x3, whose feature 0 is 200
+// times the others, lose the other features even on a 16-bit grid), the
+// points' own quantization noise, measured on the configured and the
+// current model, picks the x inputs for float: the second try, all three,
+// meets the target (80.47 dB) and is kept, and the emitted config writes
+// the model.
+func TestSearchFloatBatch(t *testing.T) {
+	r := threeOutliersSearch(t, "--target-sqnr", "60", "--search-budget", "12")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"search: batch 1 kept, short of the target", "the own quantization noise of every point of the configured model",
+		"the own quantization noise of every point of the current model", "batch 2 by the points' own noise", "search: batch 2 kept"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	var rep struct{ Search *searchReport }
+	readJSONFile(t, r.report, &rep)
+	s := rep.Search
+	if s == nil || !s.Met || s.ReachedSQNR < 60 {
+		t.Fatalf("report's search: %+v, want the target met", s)
+	}
+	var floats []string
+	for _, p := range s.Promotions {
+		if p.To == "float" {
+			floats = append(floats, p.Unit)
+		}
+	}
+	slices.Sort(floats)
+	if strings.Join(floats, ",") != "x1,x2,x3" {
+		t.Errorf("units in float %v, want x1, x2 and x3", floats)
+	}
+	checkEmittedConfigReproduces(t, r.emitted, r.out, filepath.Join(r.dir, "again.onnx"), append([]string{"--model", r.model}, r.data...)...)
 }
 
 func TestSearchUsageErrors(t *testing.T) {

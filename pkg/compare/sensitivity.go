@@ -357,6 +357,89 @@ func (m *Measurer) MeasureAll(ctx context.Context, model *onnxgraph.Model) (Meas
 	return r, nil
 }
 
+// LocalNoise runs the candidate on the held-out batches and returns, for
+// each pair's Tensor, its own quantization noise: the power of the
+// dequantized value's difference from the value entering its
+// QuantizeLinear (times the pair's Factor) relative to that value's, both
+// in the candidate's run. Unlike the per-layer SQNR it leaves out what the
+// values before it brought, so it says what the point costs where it is.
+func (m *Measurer) LocalNoise(ctx context.Context, model *onnxgraph.Model, pairs []Pair) (map[string]float64, error) {
+	cand, err := runtime.Open(m.engine, model, runtime.Options{Threads: m.threads, Buffers: m.buffers})
+	if err != nil {
+		return nil, err
+	}
+	defer cand.Close()
+	byQuantized, byDequantized := map[string]*Pair{}, map[string]*Pair{}
+	var taps []string
+	for i := range pairs {
+		p := &pairs[i]
+		byQuantized[p.Quantized], byDequantized[p.Dequantized] = p, p
+		taps = append(taps, p.Quantized, p.Dequantized)
+	}
+	signal, noise := map[string]float64{}, map[string]float64{}
+	held := map[string][]float32{} // a QuantizeLinear's input until its DequantizeLinear's output comes
+	var tapErr error
+	tap := func(name string, t *tensor.Tensor) {
+		if tapErr != nil {
+			return
+		}
+		f, err := t.AsFloat32()
+		if err != nil {
+			tapErr = fmt.Errorf("value %q: %w", name, err)
+			return
+		}
+		if p := byQuantized[name]; p != nil {
+			held[p.Tensor] = append([]float32(nil), f...)
+		}
+		p := byDequantized[name]
+		if p == nil {
+			return
+		}
+		x := held[p.Tensor]
+		delete(held, p.Tensor)
+		if len(x) != len(f) {
+			tapErr = fmt.Errorf("value %q: %d values dequantized from %d", name, len(f), len(x))
+			return
+		}
+		factor := 1.0
+		if p.Factor != 0 {
+			factor = p.Factor
+		}
+		var sig, nse float64
+		for i, v := range x {
+			want := factor * float64(v)
+			d := float64(f[i]) - want
+			if math.IsInf(want, 0) || math.IsNaN(want) || math.IsInf(d, 0) || math.IsNaN(d) {
+				continue
+			}
+			sig += want * want
+			nse += d * d
+		}
+		signal[p.Tensor] += sig
+		noise[p.Tensor] += nse
+	}
+	for _, b := range m.batches {
+		if _, err := cand.Run(ctx, b, runtime.RunOptions{Tap: tap, TapValues: taps, TapsOnly: true}); err != nil {
+			return nil, err
+		}
+		if tapErr != nil {
+			return nil, tapErr
+		}
+	}
+	out := map[string]float64{}
+	for v, sig := range signal {
+		switch {
+		case sig > 0:
+			out[v] = noise[v] / sig
+		case noise[v] > 0:
+			out[v] = math.Inf(1)
+		default:
+			out[v] = 0
+		}
+	}
+	return out, nil
+}
+
 // Analyze measures each group's effect on the model's outputs: the SQNR
 // of the worst output when only the group is quantized, and when all but
 // the group is. The float outputs are computed once and the calibration
