@@ -826,15 +826,10 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			if len(batch) >= 2 {
 				batches++
 				n := batches
-				model, err := st.write(ctx, st.levelsWith(batch))
+				got, err := st.measure(ctx, m, res, batch)
 				if err != nil {
-					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+					return nil, err
 				}
-				got, err := m.Measure(ctx, model)
-				if err != nil {
-					return nil, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
-				}
-				res.Evaluations++
 				gain, cost := float64(got)-current, movesCost(batch)
 				trace := searchStep{Unit: fmt.Sprintf("batch %d", n), Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 				fmt.Fprintf(errOut, "search %d/%d: batch %d, %s (cost %d): worst output %s dB (%+.2f dB)\n",
@@ -1177,15 +1172,10 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 			// One unit is a single step's to make, from its estimate.
 			return nil, current, nil
 		}
-		model, err := st.write(ctx, st.levelsWith(batch))
+		got, err := st.measure(ctx, m, res, batch)
 		if err != nil {
-			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+			return nil, current, err
 		}
-		got, err := m.Measure(ctx, model)
-		if err != nil {
-			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
-		}
-		res.Evaluations++
 		gain, cost := float64(got)-current, movesCost(batch)
 		trace := searchStep{Unit: "batch 1", Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 		fmt.Fprintf(errOut, "search %d/%d: batch 1 by the noise estimates (%.2f dB predicted), %s (cost %d): worst output %s dB (%+.2f dB)\n",
@@ -1332,15 +1322,10 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 		if len(batch) == 0 || len(batch) == len(units) && try > 0 {
 			break
 		}
-		model, err := st.write(ctx, st.levelsWith(batch))
+		got, err := st.measure(ctx, m, res, batch)
 		if err != nil {
-			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
+			return nil, current, err
 		}
-		got, err := m.Measure(ctx, model)
-		if err != nil {
-			return nil, current, fmt.Errorf("candidate with %s: %w", describeMoves(batch), err)
-		}
-		res.Evaluations++
 		gain, cost := float64(got)-current, movesCost(batch)
 		trace := searchStep{Unit: fmt.Sprintf("batch %d", n), Moves: moveNames(batch), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 		fmt.Fprintf(errOut, "search %d/%d: batch %d by the points' own noise (%.2f dB predicted), %s (cost %d): worst output %s dB (%+.2f dB)\n",
@@ -1797,6 +1782,21 @@ func searchGateError(so *searchOptions, r *searchResult) error {
 		so.targetFlag(), strconv.FormatFloat(r.Reached, 'f', 2, 64), strconv.FormatFloat(r.Start, 'f', 2, 64), r.ReachedSQNR, r.Counts.raised(), r.Counts.points(), r.Evaluations)}
 }
 
+// measure writes the candidate with the moves made and measures it on the
+// held-out samples: one evaluation.
+func (st *searchState) measure(ctx context.Context, m *compare.Measurer, res *searchResult, moves []searchMove) (compare.DB, error) {
+	model, err := st.write(ctx, st.levelsWith(moves))
+	if err != nil {
+		return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+	}
+	got, err := m.Measure(ctx, model)
+	if err != nil {
+		return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+	}
+	res.Evaluations++
+	return got, nil
+}
+
 // describeMoves is "a to int16, b to float".
 func describeMoves(moves []searchMove) string {
 	var parts []string
@@ -1948,15 +1948,10 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 			}
 			group, moves = append(group, b), append(moves, b.back)
 		}
-		model, err := st.write(ctx, st.levelsWith(moves))
+		got, err := st.measure(ctx, m, res, moves)
 		if err != nil {
-			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+			return 0, err
 		}
-		got, err := m.Measure(ctx, model)
-		if err != nil {
-			return 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
-		}
-		res.Evaluations++
 		gain, cost := float64(got)-current, movesCost(moves)
 		step := searchStep{Unit: moves[0].un.Name, To: levelNames[moves[0].to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 		if len(moves) > 1 {
