@@ -1952,6 +1952,16 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 		if err != nil {
 			return 0, err
 		}
+		if predict {
+			// The estimates came from the configured model, whose errors
+			// compound; on the current one a unit lowered adds what it
+			// measures: the scale follows the groups measured.
+			predicted := 0.0
+			for _, b := range group {
+				predicted += st.noiseScale * b.back.un.noise
+			}
+			st.noiseScale = followMeasured(st.noiseScale, predicted, got.NoiseRatio()-compare.DB(current).NoiseRatio())
+		}
 		gain, cost := float64(got)-current, movesCost(moves)
 		step := searchStep{Unit: moves[0].un.Name, To: levelNames[moves[0].to], SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 		if len(moves) > 1 {
@@ -1991,6 +2001,18 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 // backOffSize is how many of the pending units, lowered together, the
 // noise estimates predict keep the worst output at target from current:
 // each adds its noise times the noise batch's scale (at least one).
+// followMeasured is the noise scale after a back-off group predicted to
+// add predicted (the scale's estimate) added what was measured: moved
+// halfway, in ratio, toward what the measurement says (one group's
+// figure is noisy: errors cancel), by a factor of 1000 at most. A group
+// that added nothing measurable says nothing of the scale.
+func followMeasured(scale, predicted, added float64) float64 {
+	if !(predicted > 0) || !(added > 0) {
+		return scale
+	}
+	return scale * math.Sqrt(min(max(added/predicted, 1e-6), 1e6))
+}
+
 func (st *searchState) backOffSize(pending []batchMember, current, target float64) int {
 	room := compare.DB(target).NoiseRatio() - compare.DB(current).NoiseRatio()
 	n, added := 0, 0.0
