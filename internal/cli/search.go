@@ -1160,14 +1160,7 @@ func (st *searchState) noiseBatch(ctx context.Context, opts *quantizeOptions, s 
 	st.noiseScale = scale
 	errOut := opts.IO.ErrOut
 	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
-		left := total
-		var batch []searchMove
-		for _, un := range wide {
-			if scale*left <= want {
-				break
-			}
-			batch, left = append(batch, searchMove{un, levelInt16}), left-un.noise
-		}
+		batch, left := raiseUntil(wide, levelInt16, func(un *searchUnit) float64 { return un.noise }, total, scale, want)
 		if len(batch) < 2 || len(batch) == len(wide) {
 			// One unit is a single step's to make, from its estimate.
 			return nil, current, nil
@@ -1311,14 +1304,7 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 	var best []searchMove
 	bestSQNR := current
 	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
-		left := total
-		var batch []searchMove
-		for _, un := range units {
-			if scale*left <= want {
-				break
-			}
-			batch, left = append(batch, searchMove{un, levelFloat}), left-predicted[un]
-		}
+		batch, left := raiseUntil(units, levelFloat, func(un *searchUnit) float64 { return predicted[un] }, total, scale, want)
 		if len(batch) == 0 || len(batch) == len(units) && try > 0 {
 			break
 		}
@@ -1363,6 +1349,21 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 	}
 	fmt.Fprintf(errOut, "search: batch %d %s: worst output %.2f dB\n", n, verdict, bestSQNR)
 	return kept, bestSQNR, nil
+}
+
+// raiseUntil raises the units, in order, to level until the noise left
+// (total less the raised units' noise), times scale, is within want; it
+// returns the moves and the noise left.
+func raiseUntil(units []*searchUnit, level int, noise func(*searchUnit) float64, total, scale, want float64) ([]searchMove, float64) {
+	left := total
+	var moves []searchMove
+	for _, un := range units {
+		if scale*left <= want {
+			break
+		}
+		moves, left = append(moves, searchMove{un, level}), left-noise(un)
+	}
+	return moves, left
 }
 
 // pickStep is the unit and level with the highest estimated gain per
