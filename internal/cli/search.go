@@ -1243,13 +1243,7 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 		fmt.Fprintf(errOut, "search %d/%d: the own quantization noise of every point of the %s model\n", res.Evaluations, budget, what)
 		return noise, nil
 	}
-	configured := map[string]int{}
-	for _, un := range st.units {
-		for _, v := range un.Values {
-			configured[v] = levelConfigured
-		}
-	}
-	then, err := local(configured, "configured")
+	then, err := local(map[string]int{}, "configured") // a value not in the map is as configured
 	if err != nil {
 		return nil, current, err
 	}
@@ -1302,7 +1296,7 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 	})
 	scale, want := compare.DB(current).NoiseRatio()/total, compare.DB(target).NoiseRatio()
 	var best []searchMove
-	bestSQNR := current
+	bestSQNR, bestTrace := current, -1
 	for try := 0; try < noiseTries && res.Evaluations < budget; try++ {
 		batch, left := raiseUntil(units, levelFloat, func(un *searchUnit) float64 { return predicted[un] }, total, scale, want)
 		if len(batch) == 0 || len(batch) == len(units) && try > 0 {
@@ -1318,7 +1312,7 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 			res.Evaluations, budget, n, compare.DBOfNoiseRatio(scale*left), describeMoves(batch), cost, got, gain)
 		res.Trace = append(res.Trace, trace)
 		if float64(got) > bestSQNR {
-			best, bestSQNR = batch, float64(got)
+			best, bestSQNR, bestTrace = batch, float64(got), len(res.Trace)-1
 		}
 		if float64(got) >= target || left <= 0 {
 			break
@@ -1336,12 +1330,7 @@ func (st *searchState) floatBatch(ctx context.Context, opts *quantizeOptions, s 
 		fmt.Fprintf(errOut, "search: batch %d not promoted: %s\n", n, why)
 		return nil, current, nil
 	}
-	for i := len(res.Trace) - 1; i >= 0; i-- {
-		if res.Trace[i].Unit == fmt.Sprintf("batch %d", n) && slices.Equal(res.Trace[i].Moves, moveNames(best)) {
-			res.Trace[i].Verdict = "kept"
-			break
-		}
-	}
+	res.Trace[bestTrace].Verdict = "kept"
 	kept := st.keepBatch(res, best, n, bestSQNR-current, func(mv searchMove) float64 { return predicted[mv.un] })
 	verdict := "kept"
 	if bestSQNR < target {
@@ -1999,9 +1988,6 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 	return current, nil
 }
 
-// backOffSize is how many of the pending units, lowered together, the
-// noise estimates predict keep the worst output at target from current:
-// each adds its noise times the noise batch's scale (at least one).
 // followMeasured is the noise scale after a back-off group predicted to
 // add predicted (the scale's estimate) added what was measured: moved
 // halfway, in ratio, toward what the measurement says (one group's
@@ -2014,6 +2000,9 @@ func followMeasured(scale, predicted, added float64) float64 {
 	return scale * math.Sqrt(min(max(added/predicted, 1e-6), 1e6))
 }
 
+// backOffSize is how many of the pending units, lowered together, the
+// noise estimates predict keep the worst output at target from current:
+// each adds its noise times the noise batch's scale (at least one).
 func (st *searchState) backOffSize(pending []batchMember, current, target float64) int {
 	room := compare.DB(target).NoiseRatio() - compare.DB(current).NoiseRatio()
 	n, added := 0, 0.0

@@ -269,8 +269,13 @@ func FastPathWarnings(m *onnxgraph.Model, plan *Plan, t *config.Target) []string
 	if t == nil || t.Ops == nil && len(t.FastActivations) == 0 {
 		return nil
 	}
+	// A config the accuracy search wrote has one op_name_config entry per
+	// raised node: past fastPathRulesNamed rules of one file giving one
+	// type, the rules are counted on one line instead of one line each.
+	type fileType struct{ file, dtype string }
 	byRule := map[string][]string{}
 	ruleOf := map[string]config.Rule{}
+	perFile := map[fileType][]string{}
 	var rules []string
 	for _, tp := range plan.Tensors {
 		if tp.Role != Activation || tp.SharedWith != "" || t.Fast(tp.Spec.DType) {
@@ -287,19 +292,12 @@ func FastPathWarnings(m *onnxgraph.Model, plan *Plan, t *config.Target) []string
 		if _, seen := byRule[key]; !seen {
 			rules = append(rules, key)
 			ruleOf[key] = tp.Rule
+			ft := fileType{tp.Rule.File, tp.Spec.DType.String()}
+			perFile[ft] = append(perFile[ft], key)
 		}
 		byRule[key] = append(byRule[key], tp.Value)
 	}
 	sort.Strings(rules)
-	// A config the accuracy search wrote has one op_name_config entry per
-	// raised node: past fastPathRulesNamed rules of one file giving one
-	// type, the rules are counted on one line instead of one line each.
-	type fileType struct{ file, dtype string }
-	perFile := map[fileType][]string{}
-	for _, key := range rules {
-		_, dt, _ := strings.Cut(key, "\x00")
-		perFile[fileType{ruleOf[key].File, dt}] = append(perFile[fileType{ruleOf[key].File, dt}], key)
-	}
 	for _, keys := range perFile {
 		sort.SliceStable(keys, func(i, j int) bool { return ruleOf[keys[i]].Line < ruleOf[keys[j]].Line })
 	}
