@@ -796,6 +796,15 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 	}
 	var batched []batchMember
 	batches := 0
+	judge := candidateJudge{st: st, m: m, metric: metric, res: res}
+	// climb is the budget of the single steps. Under a metric other than
+	// the SQNR they climb first (a few classes or a task score often hang
+	// on a few units), but leave half the budget to the batch of every
+	// 8-bit point in 16 bits and its back-off (metricBatch).
+	climb := budget
+	if !metric.isSQNR {
+		climb = budget - budget/2
+	}
 	if metric.isSQNR {
 		n, got, err := st.noiseBatch(ctx, opts, s, newUnit, base, sp, m, current, metric.target, budget, res)
 		if err != nil {
@@ -956,7 +965,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if !fresh {
 			// An estimate from an earlier model, re-measured on this one,
 			// even when it promised no gain there.
-			if res.Evaluations >= budget {
+			if res.Evaluations >= climb {
 				break
 			}
 			model, err := st.write(ctx, st.levels(best, to))
@@ -1024,11 +1033,24 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		best.est[levelFloat] -= gain
 		lastModel, last = nil, candidate{}
 	}
-	if res.Reached >= metric.target && len(batched) > 0 {
-		if current, err = st.backOff(ctx, opts, s, newUnit, base, sp, m, batched, current, metric.target, budget, res); err != nil {
+	if !metric.isSQNR && res.Reached < metric.target && res.Evaluations+2 <= budget {
+		kept, sqnr, value, err := st.metricBatch(ctx, opts, s, newUnit, base, sp, current, batches+1, budget, res, judge)
+		if err != nil {
 			return nil, err
 		}
-		res.ReachedSQNR, res.Reached = compare.DB(current), current
+		if len(kept) > 0 {
+			batches++
+			batched = append(batched, kept...)
+			stamp++
+			current = sqnr
+			res.ReachedSQNR, res.Reached = compare.DB(sqnr), value
+		}
+	}
+	if res.Reached >= metric.target && len(batched) > 0 {
+		if current, res.Reached, err = st.backOff(ctx, opts, s, newUnit, base, sp, m, batched, current, res.Reached, metric.target, budget, res, judge); err != nil {
+			return nil, err
+		}
+		res.ReachedSQNR = compare.DB(current)
 	}
 	res.Counts = st.counts()
 	res.Config, err = renderSearchConfig(base, u.Resolution, st.levels(nil, 0), st.comments(res.Promoted), sp, so, res.Counts.String())
@@ -1903,7 +1925,8 @@ func moveNames(moves []searchMove) []string {
 // raised; after either of those the next group is predicted again.
 // current is the worst output's SQNR, returned as it ends.
 func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
-	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, target float64, budget int, res *searchResult) (float64, error) {
+	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, reached, target float64, budget int, res *searchResult,
+	judge candidateJudge) (float64, float64, error) {
 	pending := slices.Clone(batched)
 	predict := st.noiseScale > 0 && !slices.ContainsFunc(pending, func(b batchMember) bool { return !(b.back.un.noise >= 0) })
 	quietness := func(b batchMember) float64 { return b.ratio }
@@ -1920,7 +1943,7 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 	size, halved := max(1, len(pending)/4), false
 	for len(pending) > 0 && res.Evaluations < budget {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if b := pending[0]; b.back.un.level != b.to {
 			pending = pending[1:] // raised again since
@@ -1938,9 +1961,9 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 			}
 			group, moves = append(group, b), append(moves, b.back)
 		}
-		got, err := st.measure(ctx, m, res, moves)
+		got, value, err := judge.judge(ctx, moves)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if predict {
 			// The estimates came from the configured model, whose errors
@@ -1957,12 +1980,15 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 		if len(moves) > 1 {
 			step = searchStep{Unit: fmt.Sprintf("%d units", len(moves)), Moves: moveNames(moves), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured"}
 		}
-		fmt.Fprintf(errOut, "search %d/%d: back off %s (cost %d): worst output %s dB (%+.2f dB)\n",
-			res.Evaluations, budget, describeMoves(moves), cost, got, gain)
+		if value != float64(got) {
+			step.Metric = &value
+		}
+		fmt.Fprintf(errOut, "search %d/%d: back off %s (cost %d): worst output %s dB (%+.2f dB)%s\n",
+			res.Evaluations, budget, describeMoves(moves), cost, got, gain, judge.figure(value))
 		why := "below the target"
-		if float64(got) >= target {
+		if value >= target {
 			if why, err = st.checkExpressible(ctx, opts, s, newUnit, base, sp, moves); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		switch {
@@ -1973,9 +1999,15 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 					return p.Unit == b.back.un.Name && p.Batch == b.batch
 				})
 			}
-			current = float64(got)
+			current, reached = float64(got), value
 			step.Verdict = "backed off"
 			pending, halved = pending[len(group):], false
+			if !predict && !judge.metric.isSQNR {
+				// No noise estimates size the groups: a group lowered
+				// without loss doubles the next (a task score's back-off
+				// would otherwise go one unit at a time after a miss).
+				size *= 2
+			}
 			fmt.Fprintf(errOut, "search: backed off %d unit(s): worst output %s dB\n", len(group), got)
 		case len(group) == 1:
 			pending = pending[1:] // stays raised
@@ -1985,7 +2017,101 @@ func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pi
 		}
 		res.Trace = append(res.Trace, step)
 	}
-	return current, nil
+	return current, reached, nil
+}
+
+// candidateJudge measures candidates for the search: the worst output's
+// SQNR and the target metric's value (the SQNR itself under
+// --target-sqnr), one evaluation each.
+type candidateJudge struct {
+	st     *searchState
+	m      *compare.Measurer
+	metric searchMetric
+	res    *searchResult
+}
+
+func (j candidateJudge) judge(ctx context.Context, moves []searchMove) (compare.DB, float64, error) {
+	if j.metric.isSQNR {
+		got, err := j.st.measure(ctx, j.m, j.res, moves)
+		return got, float64(got), err
+	}
+	model, err := j.st.write(ctx, j.st.levelsWith(moves))
+	if err != nil {
+		return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+	}
+	got, err := j.m.MeasureAll(ctx, model)
+	if err != nil {
+		return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+	}
+	j.res.Evaluations++
+	v, err := j.metric.of(ctx, model, got)
+	if err != nil {
+		return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+	}
+	return got.SQNR, v, nil
+}
+
+// figure is ", METRIC VALUE" for a metric other than the SQNR, for the
+// progress lines that give the worst output's SQNR.
+func (j candidateJudge) figure(v float64) string {
+	if j.metric.isSQNR {
+		return ""
+	}
+	return ", " + j.metric.name + " " + j.metric.format(v)
+}
+
+// metricBatch is the batch a search under a metric other than the SQNR
+// (--target-top1, --eval-cmd) tries when its single steps stop short of
+// the target: every unit whose 8-bit points are as configured goes to
+// int16, measured by the metric. Single steps pick units by their SQNR
+// estimates, one evaluation each, and a task score that hangs on many
+// units at once (an OCR recognizer's exact lines) does not move for any
+// one of them. When the batch meets the target and a config writes it,
+// it is kept, its members ordered for the back-off by their noise in the
+// sensitivity analysis (the quietest first; by their estimates when the
+// analysis measured none alone), and returned with the worst output's
+// SQNR and the metric's value; else nothing is kept.
+func (st *searchState) metricBatch(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
+	base *yaml.Node, sp sensitivitySplit, current float64, n, budget int, res *searchResult, judge candidateJudge) ([]batchMember, float64, float64, error) {
+	all := allWide(st.units)
+	if len(all) < 2 {
+		return nil, 0, 0, nil
+	}
+	errOut := opts.IO.ErrOut
+	got, value, err := judge.judge(ctx, all)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	gain, cost := float64(got)-current, movesCost(all)
+	trace := searchStep{Unit: fmt.Sprintf("batch %d", n), Moves: moveNames(all), SQNR: got, Gain: compare.DB(gain), Cost: cost, Verdict: "measured", Metric: &value}
+	fmt.Fprintf(errOut, "search %d/%d: batch %d, every 8-bit point in 16 bits: %s (cost %d): worst output %s dB (%+.2f dB)%s\n",
+		res.Evaluations, budget, n, describeMoves(all), cost, got, gain, judge.figure(value))
+	if value < judge.metric.target {
+		res.Trace = append(res.Trace, trace)
+		fmt.Fprintf(errOut, "search: batch %d falls short of the target\n", n)
+		return nil, 0, 0, nil
+	}
+	why, err := st.checkExpressible(ctx, opts, s, newUnit, base, sp, all)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if why != "" {
+		trace.Verdict = "not expressible: " + why
+		res.Trace = append(res.Trace, trace)
+		fmt.Fprintf(errOut, "search: batch %d not promoted: %s\n", n, why)
+		return nil, 0, 0, nil
+	}
+	trace.Verdict = "kept"
+	res.Trace = append(res.Trace, trace)
+	measured := !slices.ContainsFunc(all, func(mv searchMove) bool { return !(mv.un.noise >= 0) })
+	kept := st.keepBatch(res, all, n, gain, func(mv searchMove) float64 {
+		if measured {
+			return mv.un.noise
+		}
+		return mv.un.est[mv.to]
+	})
+	fmt.Fprintf(errOut, "search: batch %d kept: %s %s\n", n, judge.metric.name, judge.metric.format(value))
+	return kept, float64(got), value, nil
 }
 
 // followMeasured is the noise scale after a back-off group predicted to

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -359,6 +360,64 @@ func TestSearchEvalCmd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSearchEvalCmdBatch checks --eval-cmd with a metric no single step
+// moves far enough: a fake evaluator prints the model file's size in
+// bytes, and the target is that of the w8a8 outlierInputModel plus 90,
+// which only two or more of its three weights in int16 reach (+32, +64
+// and +32 bytes). Under --search-budget 8 the single steps have 4
+// evaluations, two per step kept (its measurement, its metric), and fall
+// short; the batch of every 8-bit point in 16 bits meets the target and
+// is kept, the back-off lowers what the size can spare, and the emitted
+// config writes the model byte for byte, above the target.
+func TestSearchEvalCmdBatch(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	model := writeModel(t, dir, "outlier.onnx", outlierInputModel())
+	data := outlierData(t, dir)
+	plain := filepath.Join(dir, "plain.onnx")
+	if code, _, stderr := runCLI(t, append([]string{"quantize", "--model", model, "--preset", "w8a8", "-o", plain}, data...)...); code != 0 {
+		t.Fatalf("plain quantize: exit %d: %s", code, stderr)
+	}
+	st, err := os.Stat(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := st.Size() + 90
+	eval := filepath.Join(dir, "size.sh")
+	if err := os.WriteFile(eval, []byte("#!/bin/sh\nwc -c < \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, emitted, report := filepath.Join(dir, "q.onnx"), filepath.Join(dir, "q.yaml"), filepath.Join(dir, "r.json")
+	code, _, stderr := runCLI(t, append([]string{"quantize", "--model", model, "--preset", "w8a8", "-o", out, "--emit-config", emitted, "--report", report,
+		"--eval-cmd", eval + " {model}", "--target-metric", strconv.FormatInt(target, 10), "--search-budget", "8"}, data...)...)
+	if code != 0 || !strings.Contains(stderr, "every 8-bit point in 16 bits") {
+		t.Fatalf("exit %d, want 0 after the batch of every 8-bit point in 16 bits:\n%s", code, stderr)
+	}
+	var rep struct{ Search *searchReport }
+	readJSONFile(t, report, &rep)
+	s := rep.Search
+	if s == nil || !s.Met || s.Reached < float64(target) || s.Evaluations > 8 {
+		t.Fatalf("report's search: %+v, want met at %d or more within 8 evaluations", s, target)
+	}
+	kept := false
+	for _, step := range s.Trace {
+		if strings.HasPrefix(step.Unit, "batch ") && step.Verdict == "kept" {
+			kept = true
+		}
+	}
+	if !kept {
+		t.Errorf("no batch kept in the trace: %+v", s.Trace)
+	}
+	got, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size() < target {
+		t.Errorf("the written model has %d bytes, below the target %d", got.Size(), target)
+	}
+	checkEmittedConfigReproduces(t, emitted, out, filepath.Join(dir, "again.onnx"), append([]string{"--model", model}, data...)...)
 }
 
 // TestSearchTargetTop1 checks --target-top1 on fragileModel (w8a8, 24
