@@ -1039,9 +1039,7 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 			return nil, err
 		}
 		if len(kept) > 0 {
-			batches++
 			batched = append(batched, kept...)
-			stamp++
 			current = sqnr
 			res.ReachedSQNR, res.Reached = compare.DB(sqnr), value
 		}
