@@ -21,8 +21,9 @@ import (
 // An arg is a name defined by an earlier statement (that node's output,
 // which must be consumed only inside the pattern), another name (a value
 // from outside the pattern; every use of the name must be the same value),
-// `$` (any constant) or a number (a constant scalar equal to it within
-// 1e-3 relative). Add and Mul match their two inputs in either order.
+// such a name written `~name` (a value from outside that no constant
+// holds: an activation), `$` (any constant) or a number (a constant
+// scalar equal to it within 1e-3 relative). Add and Mul match their two inputs in either order.
 // Inputs past the args (Conv's weight, ReduceMean's axes) must be constant.
 type Pattern struct {
 	Name       string
@@ -172,6 +173,13 @@ var patterns = []Pattern{
 	{Name: "attention_scores_scaled", Statements: []string{"s = MatMul(q, k)", "t = Mul(s, $)", "y = Softmax(t)"}},
 	{Name: "attention_scores_div_no_mask", Statements: []string{"s = MatMul(q, k)", "t = Div(s, $)", "y = Softmax(t)"}},
 	{Name: "attention_scores_masked", Statements: []string{"s = MatMul(q, k)", "a = Add(s, mask)", "y = Softmax(a)"}},
+	// torch's exporters write scaled_dot_product_attention, one op that
+	// coreai-opt does not quantize inside, as q·√scale and kᵀ·√scale, then
+	// MatMul, an optional mask Add and Softmax. Both factors scaled tell
+	// it from attention written as ops (nn.MultiheadAttention's bmm path
+	// scales q alone), whose scores coreai-opt quantizes as bmm's output.
+	{Name: "attention_scores_sdpa", Statements: []string{"qs = Mul(~q, $)", "ks = Mul(~k, $)", "s = MatMul(qs, ks)", "y = Softmax(s)"}},
+	{Name: "attention_scores_sdpa_masked", Statements: []string{"qs = Mul(~q, $)", "ks = Mul(~k, $)", "s = MatMul(qs, ks)", "a = Add(s, mask)", "y = Softmax(a)"}},
 	{Name: "linear", Statements: []string{"m = MatMul(x, $)", "y = Add(m, $)"}},
 	{Name: "conv_add", Statements: []string{"c = Conv(x)", "y = Add(c, r)"}, Fusion: true},
 	{Name: "conv_transpose_add", Statements: []string{"c = ConvTranspose(x)", "y = Add(c, r)"}, Fusion: true},

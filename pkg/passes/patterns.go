@@ -44,10 +44,13 @@ const (
 )
 
 type patternArg struct {
-	kind  argKind
-	node  int     // argInner: the statement's index
-	name  string  // argOuter: the capture's name
-	value float64 // argNumber
+	kind argKind
+	node int    // argInner: the statement's index
+	name string // argOuter: the capture's name
+	// computed (argOuter written ~name) asks for a value no constant
+	// holds: an activation, not a weight.
+	computed bool
+	value    float64 // argNumber
 }
 
 // patternTable lists the patterns, larger ones first: when two patterns
@@ -96,6 +99,11 @@ func parsePattern(name string, stmts []string) (pattern, error) {
 			switch {
 			case a == "$":
 				n.args = append(n.args, patternArg{kind: argConst})
+			case strings.HasPrefix(a, "~") && isIdent(a[1:]):
+				if _, ok := defined[a[1:]]; ok {
+					return p, fmt.Errorf("pattern %s: %q marks a value of the pattern's own", name, a)
+				}
+				n.args = append(n.args, patternArg{kind: argOuter, name: a[1:], computed: true})
 			case isIdent(a):
 				if i, ok := defined[a]; ok {
 					n.args = append(n.args, patternArg{kind: argInner, node: i})
@@ -106,7 +114,7 @@ func parsePattern(name string, stmts []string) (pattern, error) {
 			default:
 				v, err := strconv.ParseFloat(a, 64)
 				if err != nil {
-					return p, fmt.Errorf("pattern %s: argument %q of %q is not a name, $ or a number", name, a, s)
+					return p, fmt.Errorf("pattern %s: argument %q of %q is not a name, ~name, $ or a number", name, a, s)
 				}
 				n.args = append(n.args, patternArg{kind: argNumber, value: v})
 			}
@@ -331,6 +339,9 @@ func matchArg(m *onnxgraph.Model, p pattern, a patternArg, v *onnxgraph.Value, b
 		}
 		return matchNode(m, p, a.node, v.Producer, b)
 	case argOuter:
+		if a.computed && v.IsConst() {
+			return b, false
+		}
 		if prev, ok := b.outer[a.name]; ok {
 			return b, prev == v
 		}
@@ -372,11 +383,28 @@ func (p *preparer) findPatterns() {
 		for _, v := range pm.Inside {
 			p.inside[v] = pm
 		}
-		p.note("pattern %s at %s: quantized at its boundary, no Q/DQ on its %d inner value(s)", pm.Pattern, nodeSpan(pm.Nodes), len(pm.Inside))
+		p.note("pattern %s at %s: quantized at its boundary, no Q/DQ on its %s", pm.Pattern, nodeSpan(pm.Nodes), innerValues(pm.Inside))
 	}
 }
 
 // nodeSpan names a match's nodes: the first and the root.
 func nodeSpan(ns []*onnxgraph.Node) string {
 	return fmt.Sprintf("%q … %q (%d nodes)", ns[0].Name, ns[len(ns)-1].Name, len(ns))
+}
+
+// innerValues names a pattern's inner values, "inner value \"s\"", up to
+// three (the attention scores a config's rule would have quantized), and
+// counts more, "9 inner values".
+func innerValues(inside []string) string {
+	switch {
+	case len(inside) == 1:
+		return fmt.Sprintf("inner value %q", inside[0])
+	case len(inside) <= 3:
+		q := make([]string, len(inside))
+		for i, v := range inside {
+			q[i] = strconv.Quote(v)
+		}
+		return "inner values " + strings.Join(q, ", ")
+	}
+	return fmt.Sprintf("%d inner values", len(inside))
 }

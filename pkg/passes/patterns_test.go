@@ -253,6 +253,35 @@ func TestFindPatterns(t *testing.T) {
 			b.n("Add", "a", "t", "mask")
 			b.Node("Softmax", "y_node", []string{"a"}, []string{"y"}, testmodels.AttrInt("axis", -1))
 		}, []string{"attention_scores:y_node"}},
+		{"scaled dot-product attention as torch exports it", func(b *patternBuilder) {
+			b.Input("k", tensor.Float, 2, 8, 4)
+			b.n("Mul", "qs", "x", b.c(0.59))
+			b.n("Mul", "ks", b.c(0.59), "k")
+			b.n("MatMul", "s", "qs", "ks")
+			b.Node("Softmax", "y_node", []string{"s"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+		}, []string{"attention_scores_sdpa:y_node"}},
+		{"scaled dot-product attention with a mask", func(b *patternBuilder) {
+			b.Input("k", tensor.Float, 2, 8, 4)
+			b.Input("mask", tensor.Float, 2, 4, 4)
+			b.n("Mul", "qs", "x", b.c(0.59))
+			b.n("Mul", "ks", "k", b.c(0.59))
+			b.n("MatMul", "s", "qs", "ks")
+			b.n("Add", "a", "s", "mask")
+			b.Node("Softmax", "y_node", []string{"a"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+		}, []string{"attention_scores_sdpa_masked:y_node"}},
+		{"q alone scaled (bmm written as ops) is not the op", func(b *patternBuilder) {
+			b.Input("k", tensor.Float, 2, 8, 4)
+			b.n("Mul", "qs", "x", b.c(0.35))
+			b.n("MatMul", "s", "qs", "k")
+			b.Node("Softmax", "y_node", []string{"s"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+		}, nil},
+		{"a weight scaled is no key", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 8, 4)
+			b.n("Mul", "qs", "x", b.c(0.59))
+			b.n("Mul", "ks", "w", b.c(0.59))
+			b.n("MatMul", "s", "qs", "ks")
+			b.Node("Softmax", "y_node", []string{"s"}, []string{"y"}, testmodels.AttrInt("axis", -1))
+		}, nil},
 		{"conv and residual add", func(b *patternBuilder) {
 			b.RandomInit("w", 0.5, 4, 4, 1)
 			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
@@ -437,6 +466,52 @@ func TestPatternsKeepFloatFunction(t *testing.T) {
 	ref := runModel(t, m, 9)
 	with := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{}).Result.Model, 9)
 	without := runModel(t, quantize(t, chainModel(t), "w8a8", PrepareOptions{Patterns: PatternsNone}).Result.Model, 9)
+	a, b := sqnr(ref["y"], with["y"]), sqnr(ref["y"], without["y"])
+	t.Logf("SQNR with patterns %.2f dB, without %.2f dB", a, b)
+	if !(a > b) || math.IsInf(a, 1) {
+		t.Errorf("SQNR with patterns %.2f dB, want above the %.2f dB without", a, b)
+	}
+}
+
+// sdpaHead is one attention head as torch's exporter writes
+// scaled_dot_product_attention: q and kᵀ each times √scale, their
+// product, Softmax, the product with v, and an output projection. The
+// weights make the scores span several units, so that the Softmax is
+// peaked as a trained model's is.
+func sdpaHead(t *testing.T) *onnxgraph.Model {
+	b := newPatternBuilder("sdpa_head")
+	b.RandomInit("wq", 1.5, 8, 8).RandomInit("wk", 1.5, 8, 8).RandomInit("wv", 0.5, 8, 8).RandomInit("wo", 0.5, 8, 8)
+	root := b.c(0.5946) // √(1/√8)
+	b.n("MatMul", "q0", "x", "wq")
+	b.n("MatMul", "k0", "x", "wk")
+	b.n("MatMul", "v", "x", "wv")
+	b.n("Mul", "q", "q0", root)
+	b.Node("Transpose", "kt0_node", []string{"k0"}, []string{"kt0"}, testmodels.AttrInts("perm", 0, 2, 1))
+	b.n("Mul", "kt", "kt0", root)
+	b.n("MatMul", "s", "q", "kt")
+	b.Node("Softmax", "p_node", []string{"s"}, []string{"p"}, testmodels.AttrInt("axis", -1))
+	b.n("MatMul", "c", "p", "v")
+	b.n("MatMul", "y", "c", "wo")
+	return b.model(t, "y")
+}
+
+// TestPatternsAttentionScaledBeforeProduct checks that the scaled q and
+// kᵀ and the scores of sdpaHead (torch's scaled_dot_product_attention,
+// one op in torch) are left in float, and that its output is closer to
+// the float model than with them quantized (same calibration).
+func TestPatternsAttentionScaledBeforeProduct(t *testing.T) {
+	var found []string
+	for _, pm := range FindPatterns(sdpaHead(t), PatternsOps) {
+		found = append(found, pm.Pattern+":"+pm.Root().Name)
+	}
+	if strings.Join(found, " ") != "attention_scores_sdpa:p_node" {
+		t.Fatalf("patterns %q, want the scores up to the Softmax", found)
+	}
+	ref := runModel(t, sdpaHead(t), 9)
+	u := quantize(t, sdpaHead(t), "w8a8", PrepareOptions{})
+	checkBoundaries(t, u)
+	with := runModel(t, u.Result.Model, 9)
+	without := runModel(t, quantize(t, sdpaHead(t), "w8a8", PrepareOptions{Patterns: PatternsNone}).Result.Model, 9)
 	a, b := sqnr(ref["y"], with["y"]), sqnr(ref["y"], without["y"])
 	t.Logf("SQNR with patterns %.2f dB, without %.2f dB", a, b)
 	if !(a > b) || math.IsInf(a, 1) {
