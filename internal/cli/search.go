@@ -1916,12 +1916,14 @@ func moveNames(moves []searchMove) []string {
 // known, the least noise per cost; ties: the lower name), in groups while
 // the budget lasts: a group of a quarter of them first (with the units'
 // noise known, as many as the noise estimates predict keep the target,
-// backOffSize), lowered together in one evaluation; a group whose
-// lowering keeps the worst output at target or above goes back to its
+// backOffSize; under a metric other than the SQNR, twice the last group
+// lowered), lowered together in one evaluation by judge; a group whose
+// lowering keeps the target metric at target or above goes back to its
 // levels before the batches (its promotions dropped), and one that does
 // not is halved and tried again, down to a single unit, which then stays
 // raised; after either of those the next group is predicted again.
-// current is the worst output's SQNR, returned as it ends.
+// current is the worst output's SQNR and reached the target metric's
+// value, both returned as it ends.
 func (st *searchState) backOff(ctx context.Context, opts *quantizeOptions, s *pipelineSetup, newUnit func() *passes.Unit,
 	base *yaml.Node, sp sensitivitySplit, m *compare.Measurer, batched []batchMember, current, reached, target float64, budget int, res *searchResult,
 	judge candidateJudge) (float64, float64, error) {
