@@ -1015,15 +1015,10 @@ func searchAccuracy(ctx context.Context, opts *quantizeOptions, s *pipelineSetup
 		if metric.isSQNR {
 			res.Reached = current
 		} else {
-			got, err := m.MeasureAll(ctx, lastModel)
+			_, v, err := judge.value(ctx, lastModel)
 			if err != nil {
 				return nil, err
 			}
-			v, err := metric.of(ctx, lastModel, got)
-			if err != nil {
-				return nil, err
-			}
-			res.Evaluations++
 			res.Reached = v
 			step.Metric = &v
 		}
@@ -2036,17 +2031,27 @@ func (j candidateJudge) judge(ctx context.Context, moves []searchMove) (compare.
 		return got, float64(got), err
 	}
 	model, err := j.st.write(ctx, j.st.levelsWith(moves))
-	if err != nil {
-		return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+	if err == nil {
+		var got compare.DB
+		var v float64
+		if got, v, err = j.value(ctx, model); err == nil {
+			return got, v, nil
+		}
 	}
+	return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+}
+
+// value measures a written candidate by a metric other than the SQNR:
+// its worst output's SQNR and the metric's value, one evaluation.
+func (j candidateJudge) value(ctx context.Context, model *onnxgraph.Model) (compare.DB, float64, error) {
 	got, err := j.m.MeasureAll(ctx, model)
 	if err != nil {
-		return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+		return 0, 0, err
 	}
 	j.res.Evaluations++
 	v, err := j.metric.of(ctx, model, got)
 	if err != nil {
-		return 0, 0, fmt.Errorf("candidate with %s: %w", describeMoves(moves), err)
+		return 0, 0, err
 	}
 	return got.SQNR, v, nil
 }

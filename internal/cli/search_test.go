@@ -369,7 +369,8 @@ func TestSearchEvalCmd(t *testing.T) {
 // and +32 bytes). Under --search-budget 8 the single steps have 4
 // evaluations, two per step kept (its measurement, its metric), and fall
 // short; the batch of every 8-bit point in 16 bits meets the target and
-// is kept, the back-off lowers what the size can spare, and the emitted
+// is kept, the back-off lowers what the size can spare and keeps raised
+// what it cannot (each group judged by the evaluator), and the emitted
 // config writes the model byte for byte, above the target.
 func TestSearchEvalCmdBatch(t *testing.T) {
 	dir := t.TempDir()
@@ -409,6 +410,25 @@ func TestSearchEvalCmdBatch(t *testing.T) {
 	}
 	if !kept {
 		t.Errorf("no batch kept in the trace: %+v", s.Trace)
+	}
+	// The back-off is judged by the evaluator: a group lowered keeps the
+	// size at the target, one that would not stays raised.
+	backedOff, refused := 0, 0
+	for _, step := range s.Trace {
+		if step.Metric == nil || strings.HasPrefix(step.Unit, "batch ") {
+			continue
+		}
+		switch {
+		case step.Verdict == "backed off" && *step.Metric < float64(target):
+			t.Errorf("backed off %+v below the target %d", step, target)
+		case step.Verdict == "backed off":
+			backedOff++
+		case *step.Metric < float64(target):
+			refused++
+		}
+	}
+	if backedOff == 0 || refused == 0 {
+		t.Errorf("back-off: %d groups lowered, %d refused below the target; want some of each: %+v", backedOff, refused, s.Trace)
 	}
 	got, err := os.Stat(out)
 	if err != nil {
