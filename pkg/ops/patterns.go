@@ -23,7 +23,8 @@ import (
 // from outside the pattern; every use of the name must be the same value),
 // such a name written `~name` (a value from outside that no constant
 // holds: an activation), `$` (any constant) or a number (a constant
-// scalar equal to it within 1e-3 relative). Add and Mul match their two inputs in either order.
+// scalar equal to it within 1e-3 relative). Add and Mul match their two
+// inputs in either order.
 // Inputs past the args (Conv's weight, ReduceMean's axes) must be constant.
 type Pattern struct {
 	Name       string

@@ -393,8 +393,8 @@ func nodeSpan(ns []*onnxgraph.Node) string {
 }
 
 // innerValues names a pattern's inner values, "inner value \"s\"", up to
-// three (the attention scores a config's rule would have quantized), and
-// counts more, "9 inner values".
+// three (a linear layer's product, attention scores: values a config's
+// rule may address), and counts more, "9 inner values" (a LayerNorm's).
 func innerValues(inside []string) string {
 	switch {
 	case len(inside) == 1:
