@@ -166,7 +166,9 @@ const (
 	// (LayerNorm, GELU, SiLU, HardSwish, MatMul + bias, attention scores):
 	// the default.
 	PatternsOps Patterns = iota
-	// PatternsAll adds the runtime fusions (Conv/Gemm + Add).
+	// PatternsAll adds the runtime fusions: Conv/Gemm + Add, and a
+	// Conv/Gemm/MatMul with the gated activation that alone reads its
+	// output (fusedGate).
 	PatternsAll
 	// PatternsNone applies none.
 	PatternsNone
@@ -385,6 +387,49 @@ func (p *preparer) findPatterns() {
 		}
 		p.note("pattern %s at %s: quantized at its boundary, no Q/DQ on its %s", pm.Pattern, nodeSpan(pm.Nodes), innerValues(pm.Inside))
 	}
+}
+
+// gatedPatterns are the names of the gated activations' patterns
+// (ops.Pattern.GateReads: SiLU, GELU, HardSwish) and of their rescaled
+// variants.
+var gatedPatterns = func() map[string]bool {
+	out := map[string]bool{}
+	for _, p := range ops.Patterns() {
+		if len(p.GateReads) > 0 {
+			out[p.Name], out[p.Name+ops.RescaledSuffix] = true, true
+		}
+	}
+	return out
+}()
+
+// fusedGate describes the gated activation that a Conv, ConvTranspose,
+// Gemm or MatMul n fuses under --patterns all, "" for none: its output v
+// read by nothing but one gated activation, written out (a match of a
+// gated pattern, every reader of v one of its nodes) or as an op
+// (HardSwish, Gelu). oneDNN applies these as eltwise post-ops of the
+// integer kernel, as torch.ao's x86 backend quantizes them (the
+// convolution's output unquantized, the activation's quantized), so the
+// value between them gets no Q/DQ, as between a Conv and its Relu.
+func (p *preparer) fusedGate(n *onnxgraph.Node, v *onnxgraph.Value) string {
+	if p.opts.Patterns != PatternsAll {
+		return ""
+	}
+	if q := ops.QuantOf(n); q == nil || q.Kind != ops.Compute {
+		return ""
+	}
+	if c := v.Consumers[0]; len(v.Consumers) == 1 && c.Domain == "" && (c.OpType == "HardSwish" || c.OpType == "Gelu") {
+		return c.String()
+	}
+	pm := p.patternOf[v.Consumers[0].Name]
+	if pm == nil || !gatedPatterns[pm.Pattern] {
+		return ""
+	}
+	for _, c := range v.Consumers {
+		if p.patternOf[c.Name] != pm {
+			return ""
+		}
+	}
+	return fmt.Sprintf("pattern %s", pm.Pattern)
 }
 
 // nodeSpan names a match's nodes: the first and the root.

@@ -565,3 +565,82 @@ func TestRMSNormPatterns(t *testing.T) {
 		})
 	}
 }
+
+// TestFusedGatedActivations checks that under --patterns all the output
+// of a Conv or MatMul that only a gated activation reads (SiLU and
+// HardSwish written out, the HardSwish op) gets no Q/DQ, with a plan
+// note, as a Relu's input does, and that it keeps its Q/DQ under the
+// default patterns, when another node reads it too, or when the producer
+// is no integer kernel.
+func TestFusedGatedActivations(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(b *patternBuilder)
+		fused bool
+	}{
+		{"conv, silu", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 4, 4, 1)
+			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+			b.n("Sigmoid", "s", "c")
+			b.n("Mul", "y", "c", "s")
+		}, true},
+		{"conv, hard swish written out", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 4, 4, 1)
+			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+			b.n("Add", "a", "c", b.c(3))
+			b.n("Clip", "l", "a", b.c(0), b.c(6))
+			b.n("Mul", "m", "c", "l")
+			b.n("Div", "y", "m", b.c(6))
+		}, true},
+		{"conv, HardSwish op", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 4, 4, 1)
+			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+			b.n("HardSwish", "y", "c")
+		}, true},
+		{"matmul, silu", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 8, 8)
+			b.n("MatMul", "c", "x", "w")
+			b.n("Sigmoid", "s", "c")
+			b.n("Mul", "y", "c", "s")
+		}, true},
+		{"conv output read beside the silu", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 4, 4, 1)
+			b.Node("Conv", "conv", []string{"x", "w"}, []string{"c"})
+			b.n("Sigmoid", "s", "c")
+			b.n("Mul", "y", "c", "s")
+			b.n("Relu", "z", "c")
+		}, false},
+		{"an Add is no integer kernel", func(b *patternBuilder) {
+			b.n("Add", "c", "x", b.vec(0))
+			b.n("Sigmoid", "s", "c")
+			b.n("Mul", "y", "c", "s")
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			build := func() *onnxgraph.Model {
+				b := newPatternBuilder("fused_gate")
+				tc.build(b)
+				outs := []string{"y"}
+				if hasOutput(b, "z") {
+					outs = append(outs, "z")
+				}
+				return b.model(t, outs...)
+			}
+			all := quantize(t, build(), "w8a8", PrepareOptions{Patterns: PatternsAll}, true)
+			noted := false
+			for _, n := range all.Plan.Notes {
+				noted = noted || (strings.Contains(n, `value "c": no Q/DQ between`) && strings.Contains(n, "(fused activation)"))
+			}
+			if got := all.Plan.Tensor("c") == nil; got != tc.fused || noted != tc.fused {
+				t.Errorf("patterns all: c unquantized %v, noted %v; want %v", got, noted, tc.fused)
+			}
+			if all.Plan.Tensor("y") == nil {
+				t.Error("patterns all: the activation's output y is not quantized")
+			}
+			if ops := quantize(t, build(), "w8a8", PrepareOptions{}, true); ops.Plan.Tensor("c") == nil {
+				t.Error("default patterns: c is not quantized")
+			}
+		})
+	}
+}

@@ -179,12 +179,15 @@ func (p *preparer) run() error {
 			continue
 		}
 		v := n.Outputs[0]
-		if len(v.Consumers) == 1 && !v.IsGraphOutput {
-			c := v.Consumers[0]
-			if isActivation(c) {
-				p.fused[v.Name] = true
-				fusedPairs = append(fusedPairs, [3]string{v.Name, n.String(), c.String()})
-			}
+		if v.IsGraphOutput || len(v.Consumers) == 0 {
+			continue
+		}
+		if c := v.Consumers[0]; len(v.Consumers) == 1 && isActivation(c) {
+			p.fused[v.Name] = true
+			fusedPairs = append(fusedPairs, [3]string{v.Name, n.String(), c.String()})
+		} else if gate := p.fusedGate(n, v); gate != "" {
+			p.fused[v.Name] = true
+			fusedPairs = append(fusedPairs, [3]string{v.Name, n.String(), gate})
 		}
 	}
 	// Collect activation requests, producer side first. Module boundary
