@@ -403,7 +403,8 @@ var gatedPatterns = func() map[string]bool {
 }()
 
 // fusedGate describes the gated activation that a Conv, ConvTranspose,
-// Gemm or MatMul n fuses under --patterns all, "" for none: its output v
+// Gemm or MatMul n (or the bias Add ending a linear pattern) fuses under
+// --patterns all, "" for none: its output v
 // read by nothing but one gated activation, written out (a match of a
 // gated pattern, every reader of v one of its nodes) or as an op
 // (HardSwish, Gelu). oneDNN applies these as eltwise post-ops of the
@@ -415,7 +416,9 @@ func (p *preparer) fusedGate(n *onnxgraph.Node, v *onnxgraph.Value) string {
 		return ""
 	}
 	if q := ops.QuantOf(n); q == nil || q.Kind != ops.Compute {
-		return ""
+		if pm := p.patternOf[n.Name]; pm == nil || pm.Pattern != "linear" || pm.Root() != n {
+			return ""
+		}
 	}
 	if c := v.Consumers[0]; len(v.Consumers) == 1 && c.Domain == "" && (c.OpType == "HardSwish" || c.OpType == "Gelu") {
 		return c.String()

@@ -567,8 +567,8 @@ func TestRMSNormPatterns(t *testing.T) {
 }
 
 // TestFusedGatedActivations checks that under --patterns all the output
-// of a Conv or MatMul that only a gated activation reads (SiLU and
-// HardSwish written out, the HardSwish op) gets no Q/DQ, with a plan
+// of a Conv, a MatMul or a linear layer that only a gated activation reads
+// (SiLU, HardSwish and GELU written out, the HardSwish op) gets no Q/DQ, with a plan
 // note, as a Relu's input does, and that it keeps its Q/DQ under the
 // default patterns, when another node reads it too, or when the producer
 // is no integer kernel.
@@ -602,6 +602,12 @@ func TestFusedGatedActivations(t *testing.T) {
 			b.n("MatMul", "c", "x", "w")
 			b.n("Sigmoid", "s", "c")
 			b.n("Mul", "y", "c", "s")
+		}, true},
+		{"linear layer (MatMul + bias), gelu", func(b *patternBuilder) {
+			b.RandomInit("w", 0.5, 8, 8)
+			b.n("MatMul", "m", "x", "w")
+			b.n("Add", "c", "m", b.vec(0))
+			b.gelu("c", "y")
 		}, true},
 		{"conv output read beside the silu", func(b *patternBuilder) {
 			b.RandomInit("w", 0.5, 4, 4, 1)
