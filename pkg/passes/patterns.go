@@ -404,13 +404,12 @@ var gatedPatterns = func() map[string]bool {
 
 // fusedGate describes the gated activation that a Conv, ConvTranspose,
 // Gemm or MatMul n (or the bias Add ending a linear pattern) fuses under
-// --patterns all, "" for none: its output v
-// read by nothing but one gated activation, written out (a match of a
-// gated pattern, every reader of v one of its nodes) or as an op
-// (HardSwish, Gelu). oneDNN applies these as eltwise post-ops of the
-// integer kernel, as torch.ao's x86 backend quantizes them (the
-// convolution's output unquantized, the activation's quantized), so the
-// value between them gets no Q/DQ, as between a Conv and its Relu.
+// --patterns all, "" for none: its output v read by nothing but one gated
+// activation, written out (a match of a gated pattern, every reader of v
+// one of its nodes) or as an op (HardSwish, Gelu). oneDNN applies these
+// as eltwise post-ops of the integer kernel, and torch.ao's x86 backend
+// quantizes such a pair at the activation's output only, so the value
+// between them gets no Q/DQ, as between a Conv and its Relu.
 func (p *preparer) fusedGate(n *onnxgraph.Node, v *onnxgraph.Value) string {
 	if p.opts.Patterns != PatternsAll {
 		return ""

@@ -567,11 +567,11 @@ func TestRMSNormPatterns(t *testing.T) {
 }
 
 // TestFusedGatedActivations checks that under --patterns all the output
-// of a Conv, a MatMul or a linear layer that only a gated activation reads
-// (SiLU, HardSwish and GELU written out, the HardSwish op) gets no Q/DQ, with a plan
-// note, as a Relu's input does, and that it keeps its Q/DQ under the
-// default patterns, when another node reads it too, or when the producer
-// is no integer kernel.
+// of a Conv, a MatMul or a linear layer that only a gated activation
+// reads (SiLU, HardSwish and GELU written out, the HardSwish op) gets no
+// Q/DQ, with a plan note, as a Relu's input does, and that it keeps its
+// Q/DQ under the default patterns, when another node reads it too, or
+// when the producer is no integer kernel.
 func TestFusedGatedActivations(t *testing.T) {
 	tests := []struct {
 		name  string
