@@ -441,6 +441,12 @@ func (ls *layerState) candTap(name string, t *tensor.Tensor) {
 				return
 			}
 		}
+		if pr.Floored {
+			if rv, ls.err = clampBelow(rv, *pr.ClipMin, ls.candShape[pr.Dequantized], pr.Rescaled); ls.err != nil {
+				ls.err = fmt.Errorf("candidate value %q: %w", pr.Dequantized, ls.err)
+				return
+			}
+		}
 		if err := ls.acc[i].global.Add(rv, global); err != nil {
 			ls.err = fmt.Errorf("reference value %q and candidate value %q: %w", pr.Tensor, pr.Dequantized, err)
 			return
@@ -451,6 +457,9 @@ func (ls *layerState) candTap(name string, t *tensor.Tensor) {
 				scaled[j] = float32(float64(v) * pr.Factor)
 			}
 			q = scaled
+		}
+		if pr.Floored {
+			q, _ = clampBelow(q, *pr.ClipMin, nil, nil)
 		}
 		if err := ls.acc[i].local.Add(q, dq); err != nil {
 			ls.err = fmt.Errorf("candidate values %q and %q: %w", pr.Quantized, pr.Dequantized, err)
@@ -524,6 +533,29 @@ func joinAnd(items []string) string {
 		s += ", " + it
 	}
 	return s + " and " + items[len(items)-1]
+}
+
+// clampBelow returns a copy of x with every value below floor raised to
+// it: floor is on the candidate's grid, so with a rescale r (x in the
+// float model's frame, shaped as the candidate's value) each element's
+// floor is floor with r undone, channel by channel.
+func clampBelow(x []float32, floor float64, shape []int, r *plan.Rescale) ([]float32, error) {
+	floors := []float32{float32(floor)}
+	if r != nil {
+		same := make([]float32, len(x))
+		for i := range same {
+			same[i] = float32(floor)
+		}
+		var err error
+		if floors, err = undoRescale(same, shape, r); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = max(v, floors[min(i, len(floors)-1)])
+	}
+	return out, nil
 }
 
 // undoRescale returns x (of the given shape) with r undone: channel c of

@@ -597,3 +597,61 @@ func TestPerLayerUndoesRescale(t *testing.T) {
 		t.Errorf("r1 read as written: %.2f dB, want below 10 (the test's rescale is too mild to tell)", l.SQNR)
 	}
 }
+
+// TestPerLayerFlooredSiLUInput: a Conv's output that reaches far below
+// where the SiLU after it leaves 0 is quantized from that floor, and the
+// inputs clipped there do not reach the SiLU's output. Per-layer sets the
+// SiLU's input against float values clamped at the grid's lowest value,
+// so it measures what reaches the SiLU (within a few dB of the SiLU's own
+// output); read as an ordinary value, the clipped inputs count and it
+// measures far less.
+func TestPerLayerFlooredSiLUInput(t *testing.T) {
+	b := testmodels.New("silu_floor", 13)
+	b.Input("x", tensor.Float, "N", 3, 6, 6).Output("y", tensor.Float, "N", 8, 6, 6)
+	rng := rand.New(rand.NewPCG(5, 6))
+	w := make([]float32, 8*3)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64()) * 20
+	}
+	bias := make([]float32, 8) // half the channels far below the SiLU's floor
+	for i := 0; i < len(bias); i += 2 {
+		bias[i] = -200
+	}
+	b.Init("w", []int64{8, 3, 1, 1}, w).Init("b", []int64{8}, bias)
+	b.Node("Conv", "conv", []string{"x", "w", "b"}, []string{"c"})
+	b.Node("Sigmoid", "sig", []string{"c"}, []string{"s"})
+	b.Node("Mul", "silu", []string{"c", "s"}, []string{"y"})
+	ref := load(t, b.Model)
+	data := batchesFor(t, ref, 3, 4)
+	// accurate's uint8 asymmetric grid starts at the floor (a symmetric
+	// one can only shrink to the positive side's reach).
+	cfg, err := config.Preset("accurate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, _ := quantizeWithAlgorithms(t, ref, cfg, nil, nil, data)
+	pairing := PairActivations(ref, cand)
+	run := func(p *Pairing) map[string]LayerReport {
+		r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]LayerReport{}
+		for _, l := range r.Layers {
+			out[l.Tensor] = l
+		}
+		return out
+	}
+	with := run(&pairing)
+	c, y := with["c"], with["y"]
+	if !c.Floored || float64(c.SQNR) < float64(y.SQNR)-3 {
+		t.Errorf("c floored %v, SQNR %.2f dB (local %.2f), want it marked and within 3 dB of the SiLU output's %.2f", c.Floored, c.SQNR, c.LocalSQNR, y.SQNR)
+	}
+	plain := Pairing{Pairs: slices.Clone(pairing.Pairs)}
+	for i := range plain.Pairs {
+		plain.Pairs[i].Floored = false
+	}
+	if l := run(&plain)["c"]; float64(l.SQNR) > float64(c.SQNR)-6 || float64(l.LocalSQNR) > float64(c.LocalSQNR)-6 {
+		t.Errorf("c read as an ordinary value: %.2f dB (local %.2f) against %.2f (%.2f) clamped, want 6 dB less", l.SQNR, l.LocalSQNR, c.SQNR, c.LocalSQNR)
+	}
+}

@@ -22,6 +22,10 @@ const RuleMetadataKey = finalize.RuleMetadataKey
 // an algorithm rescaled an activation (finalize.RescaledMetadataKey).
 const RescaledMetadataKey = finalize.RescaledMetadataKey
 
+// FlooredMetadataKey marks a SiLU input quantized from its floor
+// (finalize.FlooredMetadataKey).
+const FlooredMetadataKey = finalize.FlooredMetadataKey
+
 // Pair links one quantized activation of a QDQ candidate to the float value
 // of the reference it approximates: in the candidate, Quantized →
 // QuantizeLinear → DequantizeLinear → Dequantized; in the reference, Tensor.
@@ -56,6 +60,11 @@ type Pair struct {
 	// dequantized value, with the change undone, against the reference.
 	Rescaled   *plan.Rescale `json:"-"`
 	IsRescaled bool          `json:"rescaled,omitempty"`
+	// Floored marks a SiLU input whose grid starts at the floor below
+	// which the SiLU's quantized output is 0 (finalize.FlooredMetadataKey):
+	// the per-layer SQNRs set it against values clamped at ClipMin, as
+	// the inputs clipped there do not reach the SiLU's output.
+	Floored bool `json:"floored,omitempty"`
 }
 
 // Unpaired is a quantized value of the candidate that has no float
@@ -132,6 +141,9 @@ func PairActivations(ref, cand *onnxgraph.Model) Pairing {
 		// (a folded factor gives the QuantizeLinear another).
 		pair.DType, pair.ClipMin, pair.ClipMax = clipRange(cand, dq)
 		pair.Factor = scaleRatio(cand, q, dq)
+		if _, ok := q.Metadata(FlooredMetadataKey); ok && pair.ClipMin != nil {
+			pair.Floored = true
+		}
 		if r, ok := q.Metadata(RescaledMetadataKey); ok {
 			var rs plan.Rescale
 			if json.Unmarshal([]byte(r), &rs) == nil && len(rs.Scale) > 0 && (rs.Shift == nil || len(rs.Shift) == len(rs.Scale)) {

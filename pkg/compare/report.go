@@ -131,14 +131,20 @@ func (r *Report) WriteLayers(w io.Writer, limit int) error {
 	}
 	fmt.Fprintln(w, ")")
 	fmt.Fprintln(w, "  SQNR: candidate vs float reference, accumulated up to the tensor; local: this quantizer alone")
-	rescaled := 0
+	rescaled, floored := 0, 0
 	for _, l := range r.Layers {
 		if l.IsRescaled {
 			rescaled++
 		}
+		if l.Floored {
+			floored++
+		}
 	}
 	if rescaled > 0 {
 		fmt.Fprintf(w, "  %d tensor(s) rescaled per channel by an algorithm (cross-layer equalization, SmoothQuant, AWQ): set against the reference with the rescale undone\n", rescaled)
+	}
+	if floored > 0 {
+		fmt.Fprintf(w, "  %d SiLU input(s) quantized from where the SiLU's quantized output leaves 0: values below the grid count as its lowest value on both sides (they do not reach the SiLU's output)\n", floored)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SQNR dB\tlocal dB\ttensor\tnode\top\tmodule\tdtype\tclip range\trule")

@@ -522,8 +522,18 @@ func (w *writer) node(op, name string, in, out []string, t *plan.TensorPlan, att
 			n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(RescaledMetadataKey), Value: proto.String(string(b))})
 		}
 	}
+	if t.Floored {
+		n.MetadataProps = append(n.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(FlooredMetadataKey), Value: proto.String("silu")})
+	}
 	return n
 }
+
+// FlooredMetadataKey marks the QuantizeLinear and DequantizeLinear of a
+// SiLU's input whose grid starts at the floor below which the SiLU's
+// quantized output is 0 (plan.TensorPlan.Floored): compare --per-layer
+// sets it against the float value clamped at the grid's lowest value,
+// since the inputs clipped there do not reach the SiLU's output.
+const FlooredMetadataKey = "coreaiq.floored"
 
 // RescaledMetadataKey is the node metadata_props key under which the
 // QuantizeLinear and DequantizeLinear of an activation that an algorithm

@@ -103,7 +103,7 @@ func narrowToTails(m *onnxgraph.Model, p *Plan) string {
 		}
 		q := t.Params.Clone()
 		q.Scales, q.ZeroPoints = sc, z
-		t.Params = q
+		t.Params, t.Floored = q, true
 		// compare --per-layer shows it: this value's own SQNR counts the
 		// clipped inputs, which the SiLU's output does not see.
 		why := fmt.Sprintf("SiLU input: quantized from %.4g, below which the SiLU's quantized output is 0 (the inputs clipped there do not reach it)", floor)

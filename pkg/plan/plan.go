@@ -169,6 +169,10 @@ type TensorPlan struct {
 	// quantized output leaves 0, every input below giving that output the
 	// code of 0.
 	SiLUFloor bool `json:"silu_floor,omitempty"`
+	// Floored is set once DecideQParams has started a SiLUFloor value's
+	// range at that floor: the inputs clipped there do not reach the
+	// SiLU's output, and compare --per-layer does not count them.
+	Floored bool `json:"floored,omitempty"`
 	// WideHeadroom widens the calibrated range away from zero by half
 	// (passes.WideHeadroomFactor: the maximum and, when the range reaches
 	// below zero, the minimum times 1.5, 0.58 bit of the grid): the value
