@@ -574,17 +574,7 @@ func TestPerLayerUndoesRescale(t *testing.T) {
 	data := batchesFor(t, ref, 3, 4)
 	cand, _ := quantizeWithAlgorithms(t, ref, cfg, nil, &config.Algorithms{CrossLayerEqualization: &config.CrossLayerEqualization{Iterations: 20}}, data)
 	pairing := PairActivations(ref, cand)
-	run := func(p *Pairing) map[string]LayerReport {
-		r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]LayerReport{}
-		for _, l := range r.Layers {
-			out[l.Tensor] = l
-		}
-		return out
-	}
+	run := func(p *Pairing) map[string]LayerReport { return layersByTensor(t, ref, cand, data, p) }
 	with := run(&pairing)
 	if l := with["r1"]; !l.IsRescaled || l.SQNR < 25 {
 		t.Errorf("r1: rescaled %v, SQNR %.2f dB, want the recorded rescale undone and above 25 dB", l.IsRescaled, l.SQNR)
@@ -631,17 +621,7 @@ func TestPerLayerFlooredSiLUInput(t *testing.T) {
 	}
 	cand, _ := quantizeWithAlgorithms(t, ref, cfg, nil, nil, data)
 	pairing := PairActivations(ref, cand)
-	run := func(p *Pairing) map[string]LayerReport {
-		r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]LayerReport{}
-		for _, l := range r.Layers {
-			out[l.Tensor] = l
-		}
-		return out
-	}
+	run := func(p *Pairing) map[string]LayerReport { return layersByTensor(t, ref, cand, data, p) }
 	with := run(&pairing)
 	c, y := with["c"], with["y"]
 	if !c.Floored || float64(c.SQNR) < float64(y.SQNR)-3 {
@@ -654,4 +634,19 @@ func TestPerLayerFlooredSiLUInput(t *testing.T) {
 	if l := run(&plain)["c"]; float64(l.SQNR) > float64(c.SQNR)-6 || float64(l.LocalSQNR) > float64(c.LocalSQNR)-6 {
 		t.Errorf("c read as an ordinary value: %.2f dB (local %.2f) against %.2f (%.2f) clamped, want 6 dB less", l.SQNR, l.LocalSQNR, c.SQNR, c.LocalSQNR)
 	}
+}
+
+// layersByTensor runs the per-layer comparison of cand against ref on
+// data with pairing p and returns its rows by reference tensor.
+func layersByTensor(t *testing.T, ref, cand *onnxgraph.Model, data []Batch, p *Pairing) map[string]LayerReport {
+	t.Helper()
+	r, err := Run(context.Background(), open(t, ref), open(t, cand), seq(data), Options{Layers: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]LayerReport{}
+	for _, l := range r.Layers {
+		out[l.Tensor] = l
+	}
+	return out
 }
