@@ -104,8 +104,9 @@ func narrowToTails(m *onnxgraph.Model, p *Plan) string {
 		q := t.Params.Clone()
 		q.Scales, q.ZeroPoints = sc, z
 		t.Params, t.Floored = q, true
-		// compare --per-layer shows it: this value's own SQNR counts the
-		// clipped inputs, which the SiLU's output does not see.
+		// Floored tells compare --per-layer (through the written model's
+		// metadata) to set this value against the float one clamped at its
+		// grid's lowest value: the clipped inputs do not reach the SiLU.
 		why := fmt.Sprintf("SiLU input: quantized from %.4g, below which the SiLU's quantized output is 0 (the inputs clipped there do not reach it)", floor)
 		if t.Intrinsic != "" {
 			why = t.Intrinsic + "; " + why
